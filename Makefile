@@ -1,0 +1,33 @@
+# Narwhal — the two commands a newcomer needs are `make run` and `make test`.
+GO        ?= go
+BIN       ?= bin/narwhal
+FUZZTIME  ?= 5s
+
+.PHONY: run build test test-unit test-e2e fuzz vet fmt-check bench clean
+
+run: build ## run the router in front of an embedded simulated fleet
+	./$(BIN) demo
+
+build:
+	$(GO) build -o $(BIN) .
+
+test: fmt-check vet ## everything CI runs: format, vet, race tests, fuzz smoke
+	$(GO) test -race -count=1 -timeout 12m ./...
+	$(MAKE) fuzz
+
+fuzz: ## a few seconds of each fuzz target
+	$(GO) test -run '^$$' -fuzz '^FuzzRewriteObject$$' -fuzztime $(FUZZTIME) ./transport/
+	$(GO) test -run '^$$' -fuzz '^FuzzValidateDescriptor$$' -fuzztime $(FUZZTIME) ./transport/
+
+vet:
+	$(GO) vet ./...
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+bench: build ## router overhead against the direct baseline (see bench/README.md)
+	$(GO) run ./bench/cmd/bench $(if $(BENCH_SCENARIOS),-scenarios $(BENCH_SCENARIOS))
+
+clean:
+	rm -rf bin

@@ -1,0 +1,86 @@
+package actors
+
+import (
+	"bufio"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/goccy/go-json"
+)
+
+// accessLine is one request's access-log record. It never holds prompt or output text.
+type accessLine struct {
+	Time         string  `json:"ts"`
+	RequestID    string  `json:"request_id"`
+	BackendID    string  `json:"backend_request_id,omitempty"`
+	Endpoint     string  `json:"endpoint"`
+	Model        string  `json:"model"`
+	Stream       bool    `json:"stream"`
+	Status       int     `json:"status"`
+	Outcome      string  `json:"outcome"`
+	Attempts     int     `json:"attempts"`
+	Producer     string  `json:"producer,omitempty"`
+	Consumer     string  `json:"consumer,omitempty"`
+	TTFT         float64 `json:"ttft_s,omitempty"`
+	FirstByte    float64 `json:"first_byte_s,omitempty"`
+	HandoffAge   float64 `json:"handoff_age_s,omitempty"`
+	Total        float64 `json:"total_s"`
+	OutputTokens int     `json:"output_tokens"`
+	ErrorKind    string  `json:"error_kind,omitempty"`
+	ErrorEngine  string  `json:"error_engine,omitempty"`
+	ErrorDetail  string  `json:"error_detail,omitempty"`
+	Reason       string  `json:"descriptor_reason,omitempty"`
+}
+
+// accessLog writes one JSON line per request through a buffer flushed every 200 ms, so the
+// request supervisor never waits on a write system call.
+type accessLog struct {
+	mu   sync.Mutex
+	w    *bufio.Writer
+	stop chan struct{}
+	done chan struct{}
+}
+
+func newAccessLog(w io.Writer) *accessLog {
+	l := &accessLog{w: bufio.NewWriterSize(w, 64<<10), stop: make(chan struct{}), done: make(chan struct{})}
+	go l.flusher()
+	return l
+}
+
+func (l *accessLog) write(line *accessLine) {
+	b, err := json.Marshal(line)
+	if err != nil {
+		return
+	}
+	l.mu.Lock()
+	l.w.Write(b)
+	l.w.WriteByte('\n')
+	l.mu.Unlock()
+}
+
+func (l *accessLog) flusher() {
+	defer close(l.done)
+	t := time.NewTicker(200 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			l.flush()
+		case <-l.stop:
+			l.flush()
+			return
+		}
+	}
+}
+
+func (l *accessLog) flush() {
+	l.mu.Lock()
+	l.w.Flush()
+	l.mu.Unlock()
+}
+
+func (l *accessLog) close() {
+	close(l.stop)
+	<-l.done
+}

@@ -1,0 +1,276 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/narwhal-router/narwhal/config"
+	"github.com/narwhal-router/narwhal/messages"
+)
+
+// engineState is everything one engine actor owns. It lives outside the actor value so that a
+// restarted actor (after a panic) carries on with the same breaker and reservations.
+type engineState struct {
+	cfg      config.Engine
+	view     *engineView
+	breaker  breaker
+	reserved [2]int
+	// lastProbe is the outcome of the newest probe.
+	lastProbe *messages.Probe
+	restarts  int
+	// probeGen identifies the probe in flight; an outcome for another generation is stale.
+	probeGen int
+
+	timers engineTimers
+}
+
+type engineTimers struct {
+	quarantine *time.Timer
+	probe      *time.Timer
+	discovery  *time.Timer
+}
+
+func (t *engineTimers) stop() {
+	for _, tm := range []*time.Timer{t.quarantine, t.probe, t.discovery} {
+		if tm != nil {
+			tm.Stop()
+		}
+	}
+}
+
+// engineActor owns one engine's phase reservations, breaker and probes. Every change to them
+// happens in Receive, one message at a time.
+type engineActor struct {
+	r  *Router
+	st *engineState
+}
+
+// Timer and probe messages, private to the engine actor.
+type (
+	quarantineOver  struct{}
+	probeDue        struct{}
+	probeFinished   struct {
+		gen     int
+		outcome messages.Probe
+	}
+	modelsFound struct {
+		models []string
+		err    error
+	}
+)
+
+func (a *engineActor) Receive(ctx actor.Context) {
+	st := a.st
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		if len(st.cfg.Models) == 0 && st.view.models.Load() == nil {
+			a.discoverModels(ctx)
+		}
+		a.schedule(ctx)
+	case *actor.Restarting:
+		st.restarts++
+		st.timers.stop()
+	case *actor.Stopping:
+		st.timers.stop()
+
+	case *messages.Reserve:
+		a.reserve(ctx, m)
+	case *messages.Release:
+		a.release(ctx, m)
+
+	case quarantineOver:
+		if st.breaker.quarantineOver(time.Now()) {
+			a.transition(ctx, quarantined)
+		}
+	case probeDue:
+		a.startProbe(ctx)
+	case probeFinished:
+		a.probeFinished(ctx, m)
+	case modelsFound:
+		if m.err != nil {
+			a.r.log.Warn("engine model discovery failed; retrying", "engine", st.cfg.Name, "error", m.err.Error())
+			self, root := ctx.Self(), a.r.root
+			st.timers.discovery = time.AfterFunc(a.r.cfg.Recovery.ProbeIntervalS.Duration(),
+				func() { root.Send(self, discoverAgain{}) })
+			return
+		}
+		ms := m.models
+		st.view.models.Store(&ms)
+		a.publish(ctx, true)
+	case discoverAgain:
+		a.discoverModels(ctx)
+
+	case *messages.Eject:
+		prev := st.breaker.state
+		st.breaker.eject(time.Now(), "")
+		a.transition(ctx, prev)
+		a.schedule(ctx)
+		ctx.Respond(&messages.AdminDone{State: st.breaker.state.String()})
+	case *messages.Readmit:
+		a.readmit(ctx, m)
+	case *messages.Describe:
+		ctx.Respond(a.snapshot())
+	}
+}
+
+func (a *engineActor) reserve(ctx actor.Context, m *messages.Reserve) {
+	st := a.st
+	reply := &messages.Reserved{Engine: st.cfg.Name, Phase: m.Phase, Attempt: m.Attempt}
+	switch {
+	case !st.breaker.placeable():
+		reply.Reason = st.breaker.state.String()
+	case st.cfg.MaxInflight > 0 && st.reserved[0]+st.reserved[1] >= st.cfg.MaxInflight:
+		reply.Reason = "full"
+	default:
+		st.reserved[m.Phase]++
+		reply.Granted = true
+		a.publish(ctx, false)
+	}
+	ctx.Respond(reply)
+}
+
+func (a *engineActor) release(ctx actor.Context, m *messages.Release) {
+	st := a.st
+	if st.reserved[m.Phase] <= 0 {
+		a.r.log.Error("engine released a slot it did not hold", "engine", st.cfg.Name, "phase", m.Phase.String(), "request", m.Request)
+		return
+	}
+	wasFull := !st.view.hasRoom()
+	st.reserved[m.Phase]--
+	prev := st.breaker.state
+	now := time.Now()
+	switch {
+	case m.Neutral:
+	case m.Fault == nil:
+		st.breaker.success()
+	case m.Fault.CountsAgainstEngine():
+		st.breaker.failure(now, m.Partner)
+	}
+	if st.breaker.state != prev {
+		a.transition(ctx, prev)
+		a.schedule(ctx)
+		return
+	}
+	a.publish(ctx, wasFull)
+}
+
+// transition publishes a breaker state change and counts it.
+func (a *engineActor) transition(ctx actor.Context, from breakerState) {
+	to := a.st.breaker.state
+	if to == from {
+		return
+	}
+	a.r.metrics.BreakerTransition(a.st.cfg.Name, from.String(), to.String())
+	a.r.log.Info("engine breaker", "engine", a.st.cfg.Name, "from", from.String(), "to", to.String(),
+		"streak", a.st.breaker.streak)
+	a.publish(ctx, true)
+}
+
+// publish updates the view placement reads and tells the pool when waiting requests may now
+// find room here.
+func (a *engineActor) publish(ctx actor.Context, notify bool) {
+	st := a.st
+	st.view.load.Store(int32(st.reserved[0] + st.reserved[1]))
+	st.view.placeable.Store(st.breaker.placeable())
+	a.r.metrics.EngineInflight(st.cfg.Name, st.reserved[0], st.reserved[1])
+	if notify && ctx.Parent() != nil {
+		ctx.Send(ctx.Parent(), &messages.EngineChanged{Engine: st.cfg.Name,
+			Placeable: st.breaker.placeable(), HasRoom: st.view.hasRoom()})
+	}
+}
+
+// schedule arms the timer the current state needs.
+func (a *engineActor) schedule(ctx actor.Context) {
+	st := a.st
+	self, root := ctx.Self(), a.r.root
+	switch st.breaker.state {
+	case quarantined:
+		if st.timers.quarantine != nil {
+			st.timers.quarantine.Stop()
+		}
+		st.timers.quarantine = time.AfterFunc(time.Until(st.breaker.quarantineEnds), func() { root.Send(self, quarantineOver{}) })
+	case ejected:
+		if st.timers.probe != nil {
+			st.timers.probe.Stop()
+		}
+		st.timers.probe = time.AfterFunc(time.Until(st.breaker.nextProbe), func() { root.Send(self, probeDue{}) })
+	}
+}
+
+func (a *engineActor) readmit(ctx actor.Context, m *messages.Readmit) {
+	st := a.st
+	prev := st.breaker.state
+	switch {
+	case m.Force:
+		st.probeGen++ // any probe in flight is now stale
+		st.breaker.probeSucceeded()
+		a.transition(ctx, prev)
+	case prev == quarantined:
+		st.breaker.quarantineEnds = time.Now()
+		st.breaker.quarantineOver(time.Now())
+		a.transition(ctx, prev)
+	case prev == ejected:
+		a.startProbe(ctx)
+	}
+	ctx.Respond(&messages.AdminDone{State: st.breaker.state.String()})
+}
+
+type discoverAgain struct{}
+
+// discoverModels asks the engine which models it serves, when the configuration does not say.
+// Until it answers, the engine is not placed; failures retry at the probe interval.
+func (a *engineActor) discoverModels(ctx actor.Context) {
+	self, root, client := ctx.Self(), a.r.root, a.st.view.client
+	timeout := a.r.cfg.Engine.FirstTokenTimeoutS.Duration()
+	go func() {
+		c, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		info, err := client.Models(c)
+		if err == nil && len(info) == 0 {
+			err = errNoModels
+		}
+		ids := make([]string, len(info))
+		for i, m := range info {
+			ids[i] = m.ID
+		}
+		root.Send(self, modelsFound{models: ids, err: err})
+	}()
+}
+
+var errNoModels = errors.New("engine lists no model")
+
+func (a *engineActor) snapshot() *messages.EngineState {
+	st := a.st
+	b := &st.breaker
+	s := &messages.EngineState{
+		Name: st.cfg.Name, Role: string(st.cfg.Role), State: b.state.String(), Streak: b.streak,
+		Reserved:    messages.PhaseSlots{Prefill: st.reserved[messages.PhasePrefill], Decode: st.reserved[messages.PhaseDecode]},
+		MaxInflight: st.cfg.MaxInflight, LastProbe: st.lastProbe, Restarts: st.restarts,
+	}
+	if p := st.view.models.Load(); p != nil {
+		s.Models = *p
+	}
+	if !b.quarantineEnds.IsZero() {
+		t := b.quarantineEnds
+		s.QuarantineEnds = &t
+	}
+	if !b.ejectedAt.IsZero() {
+		t := b.ejectedAt
+		s.EjectedAt = &t
+	}
+	if !b.nextProbe.IsZero() && (b.state == ejected || b.state == probing) {
+		t := b.nextProbe
+		s.NextProbe = &t
+	}
+	return s
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}

@@ -1,0 +1,318 @@
+// Package actors owns every state change of the router: the guardian, one actor per engine
+// (phase reservations, breaker, probes), the engine pool with its admission queue, and one
+// request supervisor per client request (placement, reservations, both legs, handoff age,
+// retries, the commit point and cleanup). Actors carry the control plane only; tokens flow on the
+// data plane in transport.
+package actors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/narwhal-router/narwhal/config"
+	"github.com/narwhal-router/narwhal/messages"
+	"github.com/narwhal-router/narwhal/transport"
+	"github.com/narwhal-router/narwhal/transport/telemetry"
+)
+
+// Options are the router's collaborators; zero values work (no metrics, no logs).
+type Options struct {
+	Metrics *telemetry.Metrics
+	Logger  *slog.Logger
+	// AccessLog receives one JSON line per request; nil disables the access log.
+	AccessLog io.Writer
+}
+
+// Router is the actor system behind the client API. It implements transport.Dispatcher.
+type Router struct {
+	cfg     config.Config
+	metrics *telemetry.Metrics
+	log     *slog.Logger
+	access  *accessLog
+
+	system   *actor.ActorSystem
+	root     *actor.RootContext
+	guardian *actor.PID
+	pool     *actor.PID
+	fleet    *fleet
+	states   []*engineState
+	budget   *retryBudget
+
+	requestGuardian actor.SupervisorStrategy
+	seq             atomic.Uint64
+	live            sync.Map // request supervisor PID id → *actor.PID
+}
+
+// NewRouter builds the engine clients and starts the actor system.
+func NewRouter(cfg config.Config, opts Options) (*Router, error) {
+	r := &Router{cfg: cfg, metrics: opts.Metrics, log: opts.Logger, budget: newRetryBudget(cfg.Recovery.RetryBudget)}
+	if r.metrics == nil {
+		r.metrics = telemetry.Noop()
+	}
+	if r.log == nil {
+		r.log = slog.New(slog.DiscardHandler)
+	}
+	if opts.AccessLog != nil {
+		r.access = newAccessLog(opts.AccessLog)
+	}
+	r.fleet = &fleet{byName: map[string]*engineView{}}
+	for _, e := range cfg.Engines {
+		client, err := transport.NewEngineClient(e, cfg.Engine)
+		if err != nil {
+			return nil, err
+		}
+		v := &engineView{name: e.Name, role: e.Role, maxInflight: e.MaxInflight, client: client}
+		if len(e.Models) > 0 {
+			ms := append([]string(nil), e.Models...)
+			v.models.Store(&ms)
+		}
+		v.placeable.Store(true)
+		r.fleet.engines = append(r.fleet.engines, v)
+		r.fleet.byName[e.Name] = v
+		r.states = append(r.states, &engineState{cfg: e, view: v, breaker: newBreaker(cfg.Recovery)})
+	}
+
+	logger := r.log
+	r.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+		return slog.New(levelFloor{logger.Handler(), slog.LevelWarn}).With("lib", "protoactor")
+	}))
+	r.root = r.system.Root
+	// A crashed request supervisor is stopped, never restarted: its Stopped handler answers the
+	// client and releases what it held. A restarted one would have lost track of both.
+	r.requestGuardian = actor.NewOneForOneStrategy(0, 0, func(reason any) actor.Directive {
+		r.log.Error("request supervisor crashed", "panic", fmt.Sprint(reason))
+		return actor.StopDirective
+	})
+	guardian, err := r.root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &guardianActor{r: r} },
+		actor.WithSupervisor(actor.NewOneForOneStrategy(10, time.Minute, func(any) actor.Directive { return actor.RestartDirective }))),
+		"narwhal")
+	if err != nil {
+		return nil, fmt.Errorf("start actor system: %w", err)
+	}
+	r.guardian = guardian
+	if _, err := r.root.RequestFuture(guardian, &awaitReady{}, 10*time.Second).Result(); err != nil {
+		return nil, fmt.Errorf("start engine actors: %w", err)
+	}
+	return r, nil
+}
+
+// WaitForModels waits, up to timeout, until every engine without configured models has
+// discovered them, so the first requests do not see unknown models.
+func (r *Router) WaitForModels(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		var missing []string
+		for _, v := range r.fleet.engines {
+			if v.models.Load() == nil {
+				missing = append(missing, v.name)
+			}
+		}
+		if len(missing) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("engines %v did not list their models within %s", missing, timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Dispatch spawns the request supervisor for x.
+func (r *Router) Dispatch(x *transport.Exchange) {
+	props := actor.PropsFromProducer(func() actor.Actor { return &requestSupervisor{r: r, x: x} },
+		actor.WithGuardian(r.requestGuardian))
+	pid, err := r.root.SpawnNamed(props, "requests/"+strconv.FormatUint(r.seq.Add(1), 10))
+	if err != nil { // unreachable: names come from a counter
+		x.Deliver(transport.Verdict{Status: 500})
+		return
+	}
+	x.Handle = pid
+	r.live.Store(pid.Id, pid)
+}
+
+// ClientGone implements transport.Dispatcher.
+func (r *Router) ClientGone(x *transport.Exchange) {
+	r.root.Send(x.Handle.(*actor.PID), &messages.ClientGone{})
+}
+
+// Finished implements transport.Dispatcher.
+func (r *Router) Finished(x *transport.Exchange, end transport.StreamEnd) {
+	r.root.Send(x.Handle.(*actor.PID), &messages.StreamFinished{End: end})
+}
+
+// Models implements transport.ModelLister.
+func (r *Router) Models() []string { return r.fleet.models() }
+
+// requestDone records a finished request; its supervisor calls it once.
+func (r *Router) requestDone(s *requestSupervisor) {
+	now := time.Now()
+	total := now.Sub(s.x.Arrival)
+	if !s.end.Ended.IsZero() {
+		total = s.end.Ended.Sub(s.x.Arrival)
+	}
+	r.metrics.RequestDone(telemetry.Request{
+		Endpoint: s.x.Body.Endpoint.String(), Status: s.status, Outcome: s.outcome, Attempts: s.attempt,
+		TTFT: s.ttft, FirstByte: s.firstByte, Total: total, OutputToks: s.end.OutputTokens,
+	})
+	if s.self != nil {
+		r.live.Delete(s.self.Id)
+	}
+	if r.access == nil {
+		return
+	}
+	line := &accessLine{
+		Time: now.UTC().Format(time.RFC3339Nano), RequestID: s.x.ID, BackendID: s.backendID,
+		Endpoint: s.x.Body.Endpoint.String(), Model: s.x.Body.Model, Stream: s.x.Body.Stream,
+		Status: s.status, Outcome: s.outcome, Attempts: s.attempt,
+		TTFT: s.ttft.Seconds(), FirstByte: s.firstByte.Seconds(), Total: total.Seconds(),
+		OutputTokens: s.end.OutputTokens,
+	}
+	if s.producer != nil && s.attempt > 0 && s.outcome != outcomeRejected {
+		line.Producer, line.Consumer = s.producer.name, s.consumer.name
+	}
+	if s.phase != phaseQueued && !s.decodeStart.IsZero() {
+		line.HandoffAge = s.handoffAge.Seconds()
+	}
+	if f := s.lastFault; f != nil {
+		line.ErrorKind, line.ErrorEngine, line.ErrorDetail, line.Reason = f.Kind.String(), f.Engine, f.Detail, f.Reason
+	}
+	r.access.write(line)
+}
+
+// Engines returns every engine actor's state, in configuration order.
+func (r *Router) Engines(ctx context.Context) ([]messages.EngineState, error) {
+	out := make([]messages.EngineState, len(r.fleet.engines))
+	for i, v := range r.fleet.engines {
+		res, err := r.ask(ctx, v.pid, &messages.Describe{})
+		if err != nil {
+			return nil, fmt.Errorf("engine %s: %w", v.name, err)
+		}
+		out[i] = *res.(*messages.EngineState)
+	}
+	return out, nil
+}
+
+// Requests returns the state of every live request supervisor.
+func (r *Router) Requests(ctx context.Context) []messages.RequestState {
+	var pids []*actor.PID
+	r.live.Range(func(_, v any) bool { pids = append(pids, v.(*actor.PID)); return true })
+	out := make([]messages.RequestState, 0, len(pids))
+	for _, pid := range pids {
+		res, err := r.ask(ctx, pid, &messages.Describe{})
+		if err != nil {
+			continue // it finished while we asked
+		}
+		out = append(out, *res.(*messages.RequestState))
+	}
+	return out
+}
+
+// ErrUnknownEngine is returned for an engine name that is not configured.
+var ErrUnknownEngine = errors.New("no such engine")
+
+// Eject takes an engine out of placement until a probe readmits it.
+func (r *Router) Eject(ctx context.Context, name, reason string) (string, error) {
+	return r.admin(ctx, name, &messages.Eject{Reason: reason})
+}
+
+// Readmit probes an ejected engine now (readmitting it on success), or readmits it at once
+// when force is set.
+func (r *Router) Readmit(ctx context.Context, name string, force bool) (string, error) {
+	return r.admin(ctx, name, &messages.Readmit{Force: force})
+}
+
+func (r *Router) admin(ctx context.Context, name string, msg any) (string, error) {
+	v := r.fleet.engine(name)
+	if v == nil {
+		return "", fmt.Errorf("%w: %q", ErrUnknownEngine, name)
+	}
+	res, err := r.ask(ctx, v.pid, msg)
+	if err != nil {
+		return "", err
+	}
+	d := res.(*messages.AdminDone)
+	if d.Err != "" {
+		return d.State, errors.New(d.Err)
+	}
+	return d.State, nil
+}
+
+// Ready reports whether every role has an admitted engine.
+func (r *Router) Ready() bool {
+	var prefill, decode bool
+	for _, v := range r.fleet.engines {
+		if v.placeable.Load() {
+			prefill = prefill || v.role.CanPrefill()
+			decode = decode || v.role.CanDecode()
+		}
+	}
+	return prefill && decode
+}
+
+// InFlight is the number of live request supervisors.
+func (r *Router) InFlight() int {
+	n := 0
+	r.live.Range(func(_, _ any) bool { n++; return true })
+	return n
+}
+
+// AbortAll cancels every live request (the end of a shutdown grace period): streams end with
+// a terminal error event, requests before commit get 503.
+func (r *Router) AbortAll() {
+	r.live.Range(func(_, v any) bool {
+		r.root.Send(v.(*actor.PID), &Abort{})
+		return true
+	})
+}
+
+// Close stops the actor system and closes engine connections. Call it after ingress is down.
+func (r *Router) Close() {
+	r.root.StopFuture(r.guardian).Wait()
+	for _, st := range r.states {
+		st.timers.stop()
+		st.view.client.Close()
+	}
+	r.system.Shutdown()
+	if r.access != nil {
+		r.access.close()
+	}
+}
+
+func (r *Router) ask(ctx context.Context, pid *actor.PID, msg any) (any, error) {
+	timeout := 5 * time.Second
+	if d, ok := ctx.Deadline(); ok {
+		timeout = time.Until(d)
+	}
+	if timeout <= 0 {
+		return nil, context.DeadlineExceeded
+	}
+	return r.root.RequestFuture(pid, msg, timeout).Result()
+}
+
+// levelFloor drops records below a level: protoactor logs every dead letter at info, and a
+// message to a request that just finished is routine, not news.
+type levelFloor struct {
+	slog.Handler
+	floor slog.Level
+}
+
+func (h levelFloor) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.floor && h.Handler.Enabled(ctx, l)
+}
+
+func (h levelFloor) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return levelFloor{h.Handler.WithAttrs(attrs), h.floor}
+}
+
+func (h levelFloor) WithGroup(name string) slog.Handler {
+	return levelFloor{h.Handler.WithGroup(name), h.floor}
+}

@@ -1,0 +1,111 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	json "github.com/goccy/go-json"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// Command returns the "sim" command: one engine per process, or a whole fleet with
+// "sim fleet". Both print one JSON line describing what they started and run until
+// SIGINT or SIGTERM.
+func Command() *cobra.Command {
+	var o Options
+	var role string
+	cmd := &cobra.Command{
+		Use:   "sim",
+		Short: "Run a vLLM-faithful engine simulator (NIXL prefill/decode, fault injection)",
+		Long: "Run one simulated vLLM engine. It prints one JSON line with its name, role, URL, engine id\n" +
+			"and KV endpoint, serves until SIGINT/SIGTERM, and exits cleanly. See bench/sim/README.md.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.Role = Role(role)
+			return runUntilSignal(cmd.Context(), cmd.OutOrStdout(), func() (any, func() error, error) {
+				e, err := Start(o)
+				if err != nil {
+					return nil, nil, err
+				}
+				return e.Info(), e.Close, nil
+			})
+		},
+	}
+	local := cmd.Flags()
+	local.StringVar(&o.Listen, "listen", "127.0.0.1:8100", "API listen address")
+	local.StringVar(&role, "role", string(RoleBoth), "role: prefill, decode or both (metadata; every request is served)")
+	local.StringVar(&o.Name, "name", "sim", "engine name")
+	local.StringVar(&o.EngineID, "engine-id", "", "KV engine identity (default: a fresh UUID per start)")
+	local.StringVar(&o.KVEndpoint, "kv-endpoint", "", "KV side-channel listen address it advertises (default: 127.0.0.1 with a free port)")
+	addEngineFlags(cmd.PersistentFlags(), &o)
+	cmd.AddCommand(fleetCommand(&o))
+	return cmd
+}
+
+func fleetCommand(template *Options) *cobra.Command {
+	var fo FleetOptions
+	cmd := &cobra.Command{
+		Use:   "fleet",
+		Short: "Run a fleet of simulated engines on free loopback ports",
+		Long: "Start --prefill, --decode and --both engines (named p0…, d0…, b0…) in one process and print\n" +
+			`one JSON line {"engines":[{"name","role","url","engine_id","kv_endpoint"},…]}.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			fo.Engine = *template
+			fo.Engine.Name, fo.Engine.EngineID = "", ""
+			return runUntilSignal(cmd.Context(), cmd.OutOrStdout(), func() (any, func() error, error) {
+				f, err := StartFleet(fo)
+				if err != nil {
+					return nil, nil, err
+				}
+				return map[string]any{"engines": f.Infos()}, f.Close, nil
+			})
+		},
+	}
+	cmd.Flags().IntVar(&fo.Prefill, "prefill", 1, "number of prefill engines")
+	cmd.Flags().IntVar(&fo.Decode, "decode", 1, "number of decode engines")
+	cmd.Flags().IntVar(&fo.Both, "both", 0, "number of both-role engines")
+	return cmd
+}
+
+// addEngineFlags registers the latency, model and KV flags both commands share.
+func addEngineFlags(fs *pflag.FlagSet, o *Options) {
+	fs.StringSliceVar(&o.Models, "model", []string{DefaultModel}, "served model name (repeatable or comma-separated)")
+	fs.IntVar(&o.MaxModelLen, "max-model-len", DefaultMaxModelLen, "context length reported and enforced")
+	fs.StringVar(&o.Version, "version", DefaultVersion, "version reported by /version")
+	fs.DurationVar(&o.TTFT, "ttft", 0, "time to the first token of either leg (prefill response, decode first token)")
+	fs.DurationVar(&o.PrefillPerToken, "prefill-per-token", 0, "added per prompt token when the engine computes the prompt")
+	fs.DurationVar(&o.ITL, "itl", 0, "gap between tokens (0: as fast as possible)")
+	fs.IntVar(&o.Tokens, "tokens", DefaultTokens, "default output length (max_tokens caps it)")
+	fs.StringVar(&o.KVLayout, "kv-layout", KVLayoutFlat, "remote_block_ids layout: flat (NIXL v2) or grouped (newest, one list per KV group)")
+	fs.StringVar(&o.DescriptorExtra, "descriptor-extra", "", "raw JSON members appended to every descriptor, e.g. '\"x_future\":{\"a\":1}' (runtime fields a router must forward untouched)")
+	fs.DurationVar(&o.KVLease, "kv-lease", DefaultKVLease, "how long unread blocks stay pinned")
+	fs.StringVar(&o.KVLoadFailure, "kv-load-failure", KVLoadFail, "on a failed KV load: fail (HTTP 500) or recompute")
+	fs.IntVar(&o.TPSize, "tp-size", 1, "tp_size advertised in descriptors")
+}
+
+// runUntilSignal starts something, prints its description as one JSON line, and
+// stops it on SIGINT, SIGTERM or ctx's end.
+func runUntilSignal(ctx context.Context, out io.Writer, start func() (any, func() error, error)) error {
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	desc, closeFn, err := start()
+	if err != nil {
+		return err
+	}
+	line, err := json.Marshal(desc)
+	if err == nil {
+		_, err = fmt.Fprintf(out, "%s\n", line)
+	}
+	if err != nil {
+		return errors.Join(fmt.Errorf("sim: print description: %w", err), closeFn())
+	}
+	<-ctx.Done()
+	return closeFn()
+}

@@ -1,0 +1,115 @@
+package sim
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	json "github.com/goccy/go-json"
+)
+
+// runCommand runs the sim command with args until the returned stop is called, and
+// returns the JSON line it printed.
+func runCommand(t *testing.T, args ...string) (line string, stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := Command()
+	pr, pw := io.Pipe()
+	cmd.SetOut(pw)
+	cmd.SetArgs(args)
+	done := make(chan error, 1)
+	go func() {
+		err := cmd.ExecuteContext(ctx)
+		pw.Close()
+		done <- err
+	}()
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	stop = func() error {
+		cancel()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(5 * time.Second):
+			t.Fatal("the command did not stop")
+			return nil
+		}
+	}
+	if err != nil {
+		t.Fatalf("read the command's line: %v (command: %v)", err, stop())
+	}
+	return line, stop
+}
+
+func TestCommandRunsOneEngine(t *testing.T) {
+	t.Parallel()
+	line, stop := runCommand(t, "--listen", "127.0.0.1:0", "--role", "prefill", "--engine-id", "p0", "--name", "p0",
+		"--model", "a,b", "--model", "c", "--ttft", "1ms", "--tokens", "3", "--kv-layout", "grouped", "--version", "0.11.0")
+	var info EngineInfo
+	if err := json.Unmarshal([]byte(line), &info); err != nil {
+		t.Fatalf("line %q: %v", line, err)
+	}
+	if info.Name != "p0" || info.Role != RolePrefill || info.EngineID != "p0" || !strings.HasPrefix(info.URL, "http://127.0.0.1:") ||
+		!strings.HasPrefix(info.KVEndpoint, "127.0.0.1:") {
+		t.Errorf("printed %s", line)
+	}
+	if _, _, body := get(t, info.URL+"/v1/models"); !strings.Contains(string(body), `"id":"c"`) {
+		t.Errorf("/v1/models %s", body)
+	}
+	if _, _, body := get(t, info.URL+"/version"); string(body) != `{"version":"0.11.0"}` {
+		t.Errorf("/version %s", body)
+	}
+	_, _, body := post(t, info.URL, "/v1/completions", strings.Replace(prefillBody("x"), "sim-model", "b", 1))
+	if !strings.Contains(string(body), `"remote_block_ids":[[`) {
+		t.Errorf("grouped prefill %s", body)
+	}
+	if err := stop(); err != nil {
+		t.Errorf("command returned %v", err)
+	}
+}
+
+func TestCommandRunsAFleet(t *testing.T) {
+	t.Parallel()
+	line, stop := runCommand(t, "fleet", "--prefill", "2", "--decode", "1", "--both", "1", "--tokens", "2", "--itl", "1ms")
+	var fleet struct{ Engines []EngineInfo }
+	if err := json.Unmarshal([]byte(line), &fleet); err != nil {
+		t.Fatalf("line %q: %v", line, err)
+	}
+	var names []string
+	urls := map[string]bool{}
+	for _, e := range fleet.Engines {
+		names = append(names, e.Name+"/"+string(e.Role))
+		urls[e.URL], urls[e.KVEndpoint] = true, true
+	}
+	if strings.Join(names, " ") != "p0/prefill p1/prefill d0/decode b0/both" || len(urls) != 8 {
+		t.Errorf("fleet %s", line)
+	}
+	// The fleet's engines really hand off.
+	_, _, body := post(t, fleet.Engines[1].URL, "/v1/completions", prefillBody("x"))
+	code, _, body := post(t, fleet.Engines[2].URL, "/v1/completions", withKV(t, completionsStream("x"), descriptorOf(t, body)))
+	if code != 200 || !strings.HasSuffix(string(body), "data: [DONE]\n\n") {
+		t.Errorf("decode through the fleet: %d %s", code, body)
+	}
+	if err := stop(); err != nil {
+		t.Errorf("command returned %v", err)
+	}
+}
+
+func TestCommandRejectsBadFlags(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"--listen", "127.0.0.1:0", "--role", "router"},
+		{"--listen", "127.0.0.1:0", "--kv-load-failure", "retry"},
+		{"fleet", "--prefill", "0", "--decode", "0"},
+	} {
+		cmd := Command()
+		cmd.SetArgs(args)
+		cmd.SetOut(io.Discard)
+		cmd.SetErr(io.Discard)
+		if err := cmd.Execute(); err == nil {
+			t.Errorf("%v: no error", args)
+		}
+	}
+}

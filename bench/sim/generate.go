@@ -1,0 +1,389 @@
+package sim
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// maxBodyBytes bounds a generation request body.
+const maxBodyBytes = 32 << 20
+
+// generation is one completions or chat request being served: its latency model,
+// its faults and its output.
+type generation struct {
+	e       *Engine
+	ctx     context.Context // cancelled when the client goes away or the engine closes
+	req     *genRequest
+	faults  faultPlan
+	plan    outputPlan
+	finish  string
+	shape   shape
+	id      string // cmpl-<X-Request-Id> or chatcmpl-<X-Request-Id>
+	created int64
+	arrived time.Time
+	timer   *time.Timer
+	aborted bool
+	record  uint64 // the recorder's sequence number of this request
+}
+
+func (e *Engine) serveGeneration(api endpoint) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		arrived := time.Now()
+		body, err := io.ReadAll(io.LimitReader(r.Body, maxBodyBytes))
+		if err != nil {
+			e.recorded.add(newRecord(legNone, r, body, arrived))
+			invalidRequest("", "cannot read the request body: "+err.Error()).write(w)
+			return
+		}
+		req, apiErr := e.parseGeneration(api, r, body)
+		if apiErr != nil {
+			e.recorded.add(newRecord(legNone, r, body, arrived))
+			apiErr.write(w)
+			return
+		}
+		g := e.newGeneration(r, req, arrived)
+		g.record = e.recorded.add(newRecord(req.leg, r, body, arrived))
+		g.serve(w)
+	}
+}
+
+func (e *Engine) newGeneration(r *http.Request, req *genRequest, arrived time.Time) *generation {
+	g := &generation{e: e, ctx: r.Context(), req: req, created: arrived.Unix(), arrived: arrived}
+	rid := r.Header.Get("X-Request-Id")
+	if rid == "" {
+		u := uuid.New()
+		rid = hex.EncodeToString(u[:]) // vLLM's random_uuid()
+	}
+	if req.api == chatAPI {
+		g.id = "chatcmpl-" + rid
+	} else {
+		g.id = "cmpl-" + rid
+	}
+
+	g.faults = newFaultPlan()
+	e.faults.applyTo(&g.faults, req.leg)
+	for _, f := range req.directives {
+		g.faults.apply(f, req.leg)
+	}
+
+	switch {
+	case req.leg == legPrefill:
+		g.plan, g.finish = outputPlan{content: 1}, "length"
+	default:
+		room := e.opts.MaxModelLen - req.promptTokens
+		n := min(e.opts.Tokens, room)
+		g.finish = "stop" // the "model" ended on its own
+		if req.maxTokens > 0 {
+			n = min(n, req.maxTokens)
+			if n == req.maxTokens {
+				g.finish = "length"
+			}
+		} else if n == room {
+			g.finish = "length"
+		}
+		g.plan = outputPlan{reasoning: g.faults.reasoning, toolCall: g.faults.toolCall, content: n}
+		if g.plan.toolCall {
+			g.finish = "tool_calls"
+		}
+	}
+	if req.api == chatAPI {
+		g.shape = newChatShape(g)
+	} else {
+		g.shape = newCompletionShape(g)
+	}
+	return g
+}
+
+func (g *generation) serve(w http.ResponseWriter) {
+	e, f := g.e, &g.faults
+	if g.req.leg == legPrefill {
+		e.count.prefill.Add(1)
+	} else {
+		e.count.decode.Add(1)
+	}
+	e.count.inFlight.Add(1)
+	defer func() {
+		if g.timer != nil {
+			g.timer.Stop()
+		}
+		e.count.inFlight.Add(-1)
+		if !g.aborted {
+			e.count.completed.Add(1)
+		}
+	}()
+
+	switch {
+	case f.refuse:
+		refuse(w)
+	case f.status != 0:
+		simulatedError(f.status).write(w)
+	case f.hangHeaders:
+		g.hang()
+	case g.req.leg == legPrefill:
+		g.prefill(w)
+	default:
+		g.decode(w)
+	}
+}
+
+// refuse closes the connection without a response.
+func refuse(w http.ResponseWriter) {
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		panic(http.ErrAbortHandler) // closes the connection too
+	}
+	conn.Close()
+}
+
+// hang keeps the request open and silent until the client goes away.
+func (g *generation) hang() {
+	<-g.ctx.Done()
+	g.abortIfClient()
+}
+
+// abortIfClient counts the generation as aborted unless the engine itself is closing.
+func (g *generation) abortIfClient() {
+	if !g.aborted && g.e.ctx.Err() == nil {
+		g.aborted = true
+		g.e.count.aborted.Add(1)
+	}
+}
+
+// sleepUntil waits until t and reports whether the client is still there.
+func (g *generation) sleepUntil(t time.Time) bool {
+	d := time.Until(t)
+	if d <= 0 {
+		if g.ctx.Err() != nil {
+			g.abortIfClient()
+			return false
+		}
+		return true
+	}
+	if g.timer == nil {
+		g.timer = time.NewTimer(d)
+	} else {
+		g.timer.Reset(d)
+	}
+	select {
+	case <-g.timer.C:
+		return true
+	case <-g.ctx.Done():
+		g.abortIfClient()
+		return false
+	}
+}
+
+func (g *generation) prefillTime() time.Duration {
+	return time.Duration(g.req.promptTokens) * g.e.opts.PrefillPerToken
+}
+
+// prefill serves a prefill leg: after the prefill time it pins the prompt's blocks
+// and answers one token with the handoff descriptor. A client that leaves before
+// that pins nothing.
+func (g *generation) prefill(w http.ResponseWriter) {
+	e, f := g.e, &g.faults
+	if f.hangsBeforeOutput() {
+		g.hang()
+		return
+	}
+	if !g.sleepUntil(g.arrived.Add(e.opts.TTFT + g.prefillTime() + f.slow)) {
+		return
+	}
+	if g.failInsteadOfResponse(w) {
+		return
+	}
+	kv := []byte("null")
+	if f.badDescriptor != badNull {
+		// vLLM's internal request id: the response id, the prompt index (completions
+		// only) and a random suffix.
+		suffix := fmt.Sprintf("%08x", rand.Uint32())
+		remoteID := g.id + "-" + suffix
+		if g.req.api == completionsAPI {
+			remoteID = g.id + "-0-" + suffix
+		}
+		groups := e.blocks.pin(remoteID, g.req.promptTokens, e.opts.KVLayout == KVLayoutGrouped, time.Now())
+		kv = g.appendDescriptor(nil, remoteID, groups)
+	}
+	g.respond(w, kv)
+}
+
+// decode serves every generation that is not a prefill leg, loading the prompt's KV
+// from its producer first when kv_transfer_params asks for it.
+func (g *generation) decode(w http.ResponseWriter) {
+	e, f := g.e, &g.faults
+	computePrompt := true
+	if bytes.Equal(g.req.kvParams["do_remote_prefill"], []byte("true")) {
+		switch err := g.loadKV(); {
+		case err == nil, errors.Is(err, errNothingToLoad):
+			computePrompt = false
+		case g.ctx.Err() != nil:
+			g.abortIfClient()
+			return
+		default:
+			e.count.kvLoadFailures.Add(1)
+			if e.opts.KVLoadFailure == KVLoadFail {
+				newError(http.StatusInternalServerError, "", "KV transfer failed: "+err.Error()).write(w)
+				return
+			}
+		}
+	}
+	first := g.arrived.Add(e.opts.TTFT + f.slow)
+	if computePrompt {
+		first = first.Add(g.prefillTime())
+	}
+	if g.req.stream {
+		g.stream(w, first)
+		return
+	}
+	if f.hangsBeforeOutput() {
+		g.hang()
+		return
+	}
+	if !g.sleepUntil(first.Add(g.generationTime())) || g.failInsteadOfResponse(w) {
+		return
+	}
+	g.respond(w, []byte("null"))
+}
+
+func (g *generation) loadKV() error {
+	h, err := parseHandoff(g.req.kvParams)
+	if err != nil {
+		return err
+	}
+	if err := g.e.readRemoteBlocks(g.ctx, h); err != nil {
+		return err
+	}
+	g.e.count.kvLoads.Add(1)
+	return nil
+}
+
+// failInsteadOfResponse applies the stream-shaped faults to a response that cannot
+// stream: close_after drops the connection, error_in_stream becomes the HTTP error,
+// done_first an empty output. It reports whether the normal response is off.
+func (g *generation) failInsteadOfResponse(w http.ResponseWriter) bool {
+	f := &g.faults
+	switch {
+	case f.closeAfter >= 0:
+		panic(http.ErrAbortHandler)
+	case f.errorAfter >= 0:
+		simulatedError(f.errorCode).write(w)
+		return true
+	case f.doneFirst:
+		g.plan, g.finish = outputPlan{}, "stop"
+		g.respond(w, []byte("null"))
+		return true
+	}
+	return false
+}
+
+// respond writes the non-streaming body.
+func (g *generation) respond(w http.ResponseWriter, kv []byte) {
+	body := g.shape.appendResponse(make([]byte, 0, 1024), g.finish, kv)
+	g.e.recorded.respond(g.record, body)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	if _, err := w.Write(body); err != nil {
+		g.abortIfClient()
+	}
+}
+
+// stream writes the SSE response: headers at once (as uvicorn does), the first
+// output at first, then one chunk per piece every ITL.
+func (g *generation) stream(w http.ResponseWriter, first time.Time) {
+	f := &g.faults
+	s, err := startSSE(w)
+	if err != nil {
+		g.abortIfClient()
+		return
+	}
+	if f.hangFirstToken {
+		g.hang()
+		return
+	}
+	if !g.sleepUntil(first) {
+		return
+	}
+	if b, ok := g.shape.appendStart(s.begin()); ok {
+		if s.end(b) != nil {
+			g.abortIfClient()
+			return
+		}
+	}
+	if f.doneFirst {
+		g.end(s.done())
+		return
+	}
+	n, itl := g.plan.len(), g.e.opts.ITL
+	for i := 0; ; i++ {
+		if g.interrupted(s, i) {
+			return
+		}
+		if i == n {
+			break
+		}
+		if i > 0 && itl > 0 {
+			if !g.sleepUntil(first.Add(time.Duration(i) * itl)) {
+				return
+			}
+		} else if g.ctx.Err() != nil {
+			g.abortIfClient()
+			return
+		}
+		finish := ""
+		if i == n-1 && !g.plan.finishOnOwnChunk() {
+			finish = g.finish
+		}
+		if s.end(g.shape.appendPiece(s.begin(), i, finish)) != nil {
+			g.abortIfClient()
+			return
+		}
+	}
+	if g.plan.finishOnOwnChunk() && s.end(g.shape.appendFinish(s.begin(), g.finish)) != nil {
+		g.abortIfClient()
+		return
+	}
+	if g.req.includeUsage && s.end(g.shape.appendUsage(s.begin())) != nil {
+		g.abortIfClient()
+		return
+	}
+	g.end(s.done())
+}
+
+// interrupted applies the faults that cut a stream before piece i (i == the number
+// of pieces means after the last one) and reports whether the stream is over.
+func (g *generation) interrupted(s *sseWriter, i int) bool {
+	f, n := &g.faults, g.plan.len()
+	at := func(k int) bool { return k >= 0 && min(k, n) == i }
+	switch {
+	case at(f.errorAfter):
+		// vLLM reports a failure inside a 200 stream as an error event, then [DONE].
+		if s.end(simulatedError(f.errorCode).appendJSON(s.begin())) != nil {
+			g.abortIfClient()
+			return true
+		}
+		g.end(s.done())
+		return true
+	case at(f.silenceAfter):
+		g.hang()
+		return true
+	case at(f.closeAfter):
+		panic(http.ErrAbortHandler) // drops the connection without the final chunk
+	}
+	return false
+}
+
+// end records a failed final write as an abort.
+func (g *generation) end(err error) {
+	if err != nil {
+		g.abortIfClient()
+	}
+}

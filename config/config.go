@@ -1,0 +1,220 @@
+// Package config owns Narwhal's YAML contract: the types every other package reads, their
+// documented defaults, strict parsing (an unknown key is an error naming the key and its line),
+// `${NAME}` environment expansion and validation with messages that say what is allowed.
+//
+// Durations are written in seconds (`*_s` keys, fractions allowed) because that is how operators
+// read dashboards; the Go side reads them through Seconds.Duration.
+package config
+
+import "time"
+
+// Config is the whole configuration file. The zero value is not useful: call Default or Load.
+type Config struct {
+	Server         Server          `yaml:"server"`
+	Request        Request         `yaml:"request"`
+	Admission      Admission       `yaml:"admission"`
+	Engine         EngineTimeouts  `yaml:"engine"`
+	Handoff        Handoff         `yaml:"handoff"`
+	Recovery       Recovery        `yaml:"recovery"`
+	EngineContract *EngineContract `yaml:"engine_contract"`
+	Preflight      Preflight       `yaml:"preflight"`
+	Engines        []Engine        `yaml:"engines"`
+	Metrics        Metrics         `yaml:"metrics"`
+	Log            Log             `yaml:"log"`
+}
+
+// Server configures the client listener and the admin listener.
+type Server struct {
+	Listen               string  `yaml:"listen"`
+	AdminListen          string  `yaml:"admin_listen"`
+	AdminToken           string  `yaml:"admin_token"`
+	MaxBodyBytes         int     `yaml:"max_body_bytes"`
+	ExposeRoutingHeaders bool    `yaml:"expose_routing_headers"`
+	ShutdownGraceS       Seconds `yaml:"shutdown_grace_s"`
+	// HeaderTimeoutS bounds how long a client may take to send its request line, headers and
+	// body. It never applies to responses, which stream for as long as the engine generates.
+	HeaderTimeoutS Seconds `yaml:"header_timeout_s"`
+	// IdleTimeoutS closes client keep-alive connections idle for longer than this.
+	IdleTimeoutS Seconds `yaml:"idle_timeout_s"`
+}
+
+// Request bounds one client request end to end, retries included.
+type Request struct {
+	DeadlineS Seconds `yaml:"deadline_s"`
+}
+
+// Admission bounds how many requests may wait for an engine slot and for how long.
+type Admission struct {
+	MaxQueue      int     `yaml:"max_queue"`
+	QueueTimeoutS Seconds `yaml:"queue_timeout_s"`
+}
+
+// EngineTimeouts are the per-leg timeouts of SPEC §7.
+type EngineTimeouts struct {
+	PrefillTimeoutS    Seconds `yaml:"prefill_timeout_s"`
+	FirstTokenTimeoutS Seconds `yaml:"first_token_timeout_s"`
+	// DecodeReadTimeoutS bounds silence between stream chunks after the first token; 0 leaves
+	// the stream bounded by the request deadline alone.
+	DecodeReadTimeoutS Seconds `yaml:"decode_read_timeout_s"`
+	// ConnectTimeoutS bounds a TCP connect to an engine; it is also capped by the leg budget.
+	ConnectTimeoutS Seconds `yaml:"connect_timeout_s"`
+	// IdleConnTimeoutS drops pooled engine connections idle for longer than this. Keep it below
+	// the engine's own keep-alive timeout (uvicorn's default is 5 s) so a request never lands on
+	// a connection the engine is closing.
+	IdleConnTimeoutS Seconds `yaml:"idle_conn_timeout_s"`
+}
+
+// Handoff governs the KV handoff descriptor between the legs.
+type Handoff struct {
+	MaxAgeS   Seconds `yaml:"max_age_s"`
+	OnMissing string  `yaml:"on_missing"`
+}
+
+// Handoff.OnMissing values.
+const (
+	OnMissingRecompute = "recompute"
+	OnMissingFail      = "fail"
+)
+
+// Recovery holds retries, the retry budget, breakers and probing.
+type Recovery struct {
+	MaxAttempts        int         `yaml:"max_attempts"`
+	RetryBudget        RetryBudget `yaml:"retry_budget"`
+	EjectAfter         int         `yaml:"eject_after"`
+	FailureQuarantineS Seconds     `yaml:"failure_quarantine_s"`
+	ProbeIntervalS     Seconds     `yaml:"probe_interval_s"`
+	ProbeMaxIntervalS  Seconds     `yaml:"probe_max_interval_s"`
+}
+
+// RetryBudget lets retries add at most Ratio of the requests seen in the last WindowS seconds,
+// plus MinPerS retries per second that are always allowed (Finagle's retry budget).
+type RetryBudget struct {
+	Ratio   float64 `yaml:"ratio"`
+	MinPerS float64 `yaml:"min_per_s"`
+	WindowS Seconds `yaml:"window_s"`
+}
+
+// EngineContract pins what every engine must be; readmission and preflight check it.
+type EngineContract struct {
+	Model       string `yaml:"model"`
+	MaxModelLen int    `yaml:"max_model_len"`
+	Version     string `yaml:"version"`
+	Connector   string `yaml:"connector"`
+}
+
+// Preflight configures the start-up contract check and KV transfer probes.
+type Preflight struct {
+	// Concurrency bounds how many producer→consumer probes run at once.
+	Concurrency int `yaml:"concurrency"`
+}
+
+// Role says which legs an engine may run.
+type Role string
+
+// Engine roles.
+const (
+	RolePrefill Role = "prefill"
+	RoleDecode  Role = "decode"
+	RoleBoth    Role = "both"
+)
+
+// CanPrefill reports whether the role may run the prefill leg.
+func (r Role) CanPrefill() bool { return r == RolePrefill || r == RoleBoth }
+
+// CanDecode reports whether the role may run the decode leg.
+func (r Role) CanDecode() bool { return r == RoleDecode || r == RoleBoth }
+
+// Engine is one vLLM-compatible server behind the router.
+type Engine struct {
+	Name string `yaml:"name"`
+	URL  string `yaml:"url"`
+	Role Role   `yaml:"role"`
+	// MaxInflight caps the phase reservations held on the engine at once (both phases
+	// together); 0 means no cap.
+	MaxInflight int      `yaml:"max_inflight"`
+	Models      []string `yaml:"models"`
+	APIKey      string   `yaml:"api_key"`
+	KV          KV       `yaml:"kv"`
+}
+
+// KV describes an engine's side of the KV transfer.
+type KV struct {
+	Connector string `yaml:"connector"`
+	// EngineID pins the identity the producer must advertise (a `_dp<N>` suffix is accepted).
+	EngineID string `yaml:"engine_id"`
+	// Endpoint pins the host:port the producer must advertise for its KV side channel.
+	Endpoint string `yaml:"endpoint"`
+	// TransferModes lists the `transfer_mode` values this engine accepts as a consumer.
+	TransferModes []string `yaml:"transfer_modes"`
+}
+
+// Metrics configures the tally reporters.
+type Metrics struct {
+	Statsd *Statsd `yaml:"statsd"`
+}
+
+// Statsd sends metrics to a statsd daemon over UDP.
+type Statsd struct {
+	Address        string  `yaml:"address"`
+	Prefix         string  `yaml:"prefix"`
+	FlushIntervalS Seconds `yaml:"flush_interval_s"`
+}
+
+// Log configures the process log and the access log.
+type Log struct {
+	Level     string `yaml:"level"`
+	Format    string `yaml:"format"`
+	AccessLog bool   `yaml:"access_log"`
+}
+
+// Seconds is a duration written as (possibly fractional) seconds.
+type Seconds float64
+
+// Duration converts s to a time.Duration.
+func (s Seconds) Duration() time.Duration { return time.Duration(float64(s) * float64(time.Second)) }
+
+// Default returns the documented defaults (docs/configuration.md lists them).
+func Default() Config {
+	return Config{
+		Server: Server{
+			Listen:         ":8000",
+			AdminListen:    "127.0.0.1:8001",
+			MaxBodyBytes:   8 << 20,
+			ShutdownGraceS: 30,
+			HeaderTimeoutS: 30,
+			IdleTimeoutS:   120,
+		},
+		Request:   Request{DeadlineS: 600},
+		Admission: Admission{MaxQueue: 10000, QueueTimeoutS: 5},
+		Engine: EngineTimeouts{
+			PrefillTimeoutS:    60,
+			FirstTokenTimeoutS: 60,
+			DecodeReadTimeoutS: 30,
+			ConnectTimeoutS:    5,
+			IdleConnTimeoutS:   4,
+		},
+		Handoff: Handoff{MaxAgeS: 30, OnMissing: OnMissingRecompute},
+		Recovery: Recovery{
+			MaxAttempts:       1,
+			RetryBudget:       RetryBudget{Ratio: 0.1, MinPerS: 5, WindowS: 10},
+			EjectAfter:        3,
+			ProbeIntervalS:    5,
+			ProbeMaxIntervalS: 60,
+		},
+		Preflight: Preflight{Concurrency: 4},
+		Log:       Log{Level: "info", Format: "json", AccessLog: true},
+	}
+}
+
+// Connector names.
+const ConnectorNIXL = "nixl"
+
+// engineDefaults fills the per-engine defaults that depend on nothing else.
+func (e *Engine) applyDefaults() {
+	if e.KV.Connector == "" {
+		e.KV.Connector = ConnectorNIXL
+	}
+	if len(e.KV.TransferModes) == 0 {
+		e.KV.TransferModes = []string{"pull"}
+	}
+}

@@ -1,0 +1,143 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func noEnv(string) (string, bool) { return "", false }
+
+const minimal = `
+engines:
+  - {name: p0, url: "http://127.0.0.1:8100", role: prefill}
+  - {name: d0, url: "http://127.0.0.1:8200", role: decode}
+`
+
+func TestMinimalFileKeepsDocumentedDefaults(t *testing.T) {
+	cfg, err := Parse([]byte(minimal), noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	def := Default()
+	if cfg.Server != def.Server || cfg.Engine != def.Engine || cfg.Recovery != def.Recovery || cfg.Log != def.Log {
+		t.Fatalf("defaults changed by a file that does not mention them:\n got %+v\nwant %+v", cfg, def)
+	}
+	if got := cfg.Engines[0].KV.Connector; got != ConnectorNIXL {
+		t.Fatalf("default connector = %q, want nixl", got)
+	}
+	if got := cfg.Engines[1].KV.TransferModes; len(got) != 1 || got[0] != "pull" {
+		t.Fatalf("default transfer modes = %v, want [pull]", got)
+	}
+	if got := cfg.Engine.FirstTokenTimeoutS.Duration(); got != 60*time.Second {
+		t.Fatalf("first token timeout = %v", got)
+	}
+}
+
+func TestPartialSectionKeepsItsOtherDefaults(t *testing.T) {
+	cfg, err := Parse([]byte("log: {level: debug}\nrecovery: {max_attempts: 3}\n"+minimal), noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.Log.AccessLog || cfg.Log.Format != "json" || cfg.Log.Level != "debug" {
+		t.Fatalf("log = %+v", cfg.Log)
+	}
+	if cfg.Recovery.MaxAttempts != 3 || cfg.Recovery.EjectAfter != 3 || cfg.Recovery.RetryBudget.Ratio != 0.1 {
+		t.Fatalf("recovery = %+v", cfg.Recovery)
+	}
+}
+
+func TestSpecSketchParses(t *testing.T) {
+	const sketch = `
+server: {listen: ":8000", admin_listen: "127.0.0.1:8001", admin_token: "${NARWHAL_ADMIN_TOKEN}", max_body_bytes: 8388608,
+         expose_routing_headers: false, shutdown_grace_s: 30}
+request: {deadline_s: 600}
+admission: {max_queue: 10000, queue_timeout_s: 5}
+engine: {prefill_timeout_s: 60, first_token_timeout_s: 60, decode_read_timeout_s: 30}
+handoff: {max_age_s: 30, on_missing: recompute}
+recovery: {max_attempts: 1, retry_budget: {ratio: 0.1, min_per_s: 5}, eject_after: 3,
+           failure_quarantine_s: 0, probe_interval_s: 5, probe_max_interval_s: 60}
+engine_contract: {model: "Qwen/Qwen3-0.6B", version: "0.14.1", connector: nixl}
+engines:
+  - {name: p0, url: "http://10.0.0.11:8000", role: prefill, max_inflight: 64,
+     models: ["Qwen/Qwen3-0.6B"], api_key: "${ENGINE_P0_KEY}",
+     kv: {connector: nixl, engine_id: "p0-uuid", endpoint: "10.0.0.11:5600"}}
+  - {name: d0, url: "http://10.0.0.21:8000", role: decode, max_inflight: 256,
+     kv: {connector: nixl}}
+metrics: {statsd: {address: "127.0.0.1:8125", prefix: narwhal, flush_interval_s: 1}}
+log: {level: info, format: json, access_log: true}
+`
+	env := map[string]string{"NARWHAL_ADMIN_TOKEN": "s3cret", "ENGINE_P0_KEY": "k0"}
+	cfg, err := Parse([]byte(sketch), func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Server.AdminToken != "s3cret" || cfg.Engines[0].APIKey != "k0" {
+		t.Fatalf("env not expanded: token=%q key=%q", cfg.Server.AdminToken, cfg.Engines[0].APIKey)
+	}
+	if cfg.EngineContract == nil || cfg.EngineContract.Version != "0.14.1" {
+		t.Fatalf("engine_contract = %+v", cfg.EngineContract)
+	}
+	if cfg.Engines[0].KV.Endpoint != "10.0.0.11:5600" || cfg.Metrics.Statsd.Prefix != "narwhal" {
+		t.Fatalf("cfg = %+v", cfg)
+	}
+}
+
+func TestEnvExpansionKeepsNumbersNumbers(t *testing.T) {
+	cfg, err := Parse([]byte("request:\n  deadline_s: ${DL}\n"+minimal), func(string) (string, bool) { return "12.5", true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Request.DeadlineS != 12.5 {
+		t.Fatalf("deadline = %v", cfg.Request.DeadlineS)
+	}
+}
+
+func TestRejections(t *testing.T) {
+	cases := []struct {
+		name string
+		yaml string
+		want []string // every fragment must appear in the error
+	}{
+		{"unknown top-level key names key and line", "servr: {}\n" + minimal,
+			[]string{`line 1: unknown key "servr" at the top level`, "server"}},
+		{"unknown nested key lists known keys", "server:\n  listen: \":1\"\n  lissen: \":2\"\n" + minimal,
+			[]string{`line 3: unknown key "lissen" under server`, "admin_listen"}},
+		{"unknown key inside an engine", "engines:\n  - {name: p0, url: \"http://a:1\", role: both, wieght: 2}\n",
+			[]string{`unknown key "wieght" under engines[0]`}},
+		{"duplicate key", "log: {level: info, level: debug}\n" + minimal, []string{`key "level" appears twice under log`}},
+		{"unset env var", "server: {admin_token: \"${NOPE}\"}\n" + minimal, []string{"line 1", "NOPE is not set"}},
+		{"wrong type", "request: {deadline_s: soon}\n" + minimal, []string{"wrong type", "line 1"}},
+		{"bad role lists roles", "engines:\n  - {name: p0, url: \"http://a:1\", role: decoder}\n",
+			[]string{`line 2: engines[0].role: "decoder" is not allowed (allowed: prefill, decode, both)`}},
+		{"no decode engine", "engines:\n  - {name: p0, url: \"http://a:1\", role: prefill}\n",
+			[]string{"no engine can run the decode leg"}},
+		{"no engines", "log: {level: info}\n", []string{"engines: lists no engine"}},
+		{"duplicate names", "engines:\n  - {name: a, url: \"http://a:1\", role: both}\n  - {name: a, url: \"http://b:1\", role: both}\n",
+			[]string{`"a" is already the name of engines[0]`}},
+		{"url with path", "engines:\n  - {name: a, url: \"http://a:1/v1\", role: both}\n", []string{"not an engine base URL"}},
+		{"bad on_missing", "handoff: {on_missing: retry}\n" + minimal, []string{`"retry" is not allowed (allowed: recompute, fail)`}},
+		{"negative timeout", "engine: {first_token_timeout_s: -1}\n" + minimal, []string{"engine.first_token_timeout_s", "greater than 0"}},
+		{"max interval below interval", "recovery: {probe_interval_s: 10, probe_max_interval_s: 5}\n" + minimal,
+			[]string{"recovery.probe_max_interval_s", "at least recovery.probe_interval_s"}},
+		{"bad transfer mode", "engines:\n  - {name: a, url: \"http://a:1\", role: both, kv: {transfer_modes: [pul]}}\n",
+			[]string{`engines[0].kv.transfer_modes[0]: "pul" is not allowed (allowed: pull, push)`}},
+		{"several problems reported together", "log: {level: loud, format: xml}\n" + minimal,
+			[]string{"log.level", "log.format"}},
+		{"empty contract", "engine_contract: {}\n" + minimal, []string{"engine_contract: pins nothing"}},
+		{"bad listen", "server: {listen: \"8000\"}\n" + minimal, []string{"server.listen", "host:port"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.yaml), noEnv)
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,192 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"regexp"
+	"strings"
+)
+
+// Validate checks every value and reports all problems at once.
+func (c *Config) Validate() error { return c.validate(nil) }
+
+type checker struct {
+	lines map[string]int
+	errs  []error
+}
+
+// fail records a problem at path; the message says what is wrong and what is allowed.
+func (ck *checker) fail(path, format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	if line := ck.line(path); line > 0 {
+		ck.errs = append(ck.errs, fmt.Errorf("line %d: %s: %s", line, path, msg))
+		return
+	}
+	ck.errs = append(ck.errs, fmt.Errorf("%s: %s", path, msg))
+}
+
+// line finds the line of path, or of its closest parent that appeared in the file.
+func (ck *checker) line(path string) int {
+	for p := path; p != ""; {
+		if l, ok := ck.lines[p]; ok {
+			return l
+		}
+		i := strings.LastIndexAny(p, ".[")
+		if i < 0 {
+			break
+		}
+		p = p[:i]
+	}
+	return 0
+}
+
+func (ck *checker) positive(path string, v Seconds) {
+	if v <= 0 {
+		ck.fail(path, "must be a number of seconds greater than 0, got %v", float64(v))
+	}
+}
+
+func (ck *checker) nonNegative(path string, v Seconds) {
+	if v < 0 {
+		ck.fail(path, "must be a number of seconds, 0 or more, got %v", float64(v))
+	}
+}
+
+func (ck *checker) hostPort(path, v string) {
+	if _, port, err := net.SplitHostPort(v); err != nil || port == "" {
+		ck.fail(path, "%q is not an address; write host:port (e.g. 127.0.0.1:8001 or :8000)", v)
+	}
+}
+
+func (ck *checker) oneOf(path, v string, allowed ...string) {
+	for _, a := range allowed {
+		if v == a {
+			return
+		}
+	}
+	ck.fail(path, "%q is not allowed (allowed: %s)", v, strings.Join(allowed, ", "))
+}
+
+var engineName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
+
+func (c *Config) validate(lines map[string]int) error {
+	ck := &checker{lines: lines}
+
+	ck.hostPort("server.listen", c.Server.Listen)
+	if c.Server.AdminListen != "" {
+		ck.hostPort("server.admin_listen", c.Server.AdminListen)
+	}
+	if c.Server.MaxBodyBytes <= 0 {
+		ck.fail("server.max_body_bytes", "must be a byte count greater than 0, got %d", c.Server.MaxBodyBytes)
+	}
+	ck.nonNegative("server.shutdown_grace_s", c.Server.ShutdownGraceS)
+	ck.positive("server.header_timeout_s", c.Server.HeaderTimeoutS)
+	ck.positive("server.idle_timeout_s", c.Server.IdleTimeoutS)
+
+	ck.positive("request.deadline_s", c.Request.DeadlineS)
+
+	if c.Admission.MaxQueue < 0 {
+		ck.fail("admission.max_queue", "must be 0 (no waiting) or more, got %d", c.Admission.MaxQueue)
+	}
+	ck.nonNegative("admission.queue_timeout_s", c.Admission.QueueTimeoutS)
+
+	ck.positive("engine.prefill_timeout_s", c.Engine.PrefillTimeoutS)
+	ck.positive("engine.first_token_timeout_s", c.Engine.FirstTokenTimeoutS)
+	ck.nonNegative("engine.decode_read_timeout_s", c.Engine.DecodeReadTimeoutS)
+	ck.positive("engine.connect_timeout_s", c.Engine.ConnectTimeoutS)
+	ck.positive("engine.idle_conn_timeout_s", c.Engine.IdleConnTimeoutS)
+
+	ck.positive("handoff.max_age_s", c.Handoff.MaxAgeS)
+	ck.oneOf("handoff.on_missing", c.Handoff.OnMissing, OnMissingRecompute, OnMissingFail)
+
+	r := c.Recovery
+	if r.MaxAttempts < 1 || r.MaxAttempts > 10 {
+		ck.fail("recovery.max_attempts", "must be between 1 (no retries) and 10, got %d", r.MaxAttempts)
+	}
+	if r.RetryBudget.Ratio < 0 || r.RetryBudget.Ratio > 1 {
+		ck.fail("recovery.retry_budget.ratio", "must be a fraction between 0 and 1, got %v", r.RetryBudget.Ratio)
+	}
+	if r.RetryBudget.MinPerS < 0 {
+		ck.fail("recovery.retry_budget.min_per_s", "must be 0 or more retries per second, got %v", r.RetryBudget.MinPerS)
+	}
+	ck.positive("recovery.retry_budget.window_s", r.RetryBudget.WindowS)
+	if r.EjectAfter < 1 {
+		ck.fail("recovery.eject_after", "must be 1 or more consecutive stream failures, got %d", r.EjectAfter)
+	}
+	ck.nonNegative("recovery.failure_quarantine_s", r.FailureQuarantineS)
+	ck.positive("recovery.probe_interval_s", r.ProbeIntervalS)
+	if r.ProbeMaxIntervalS < r.ProbeIntervalS {
+		ck.fail("recovery.probe_max_interval_s", "must be at least recovery.probe_interval_s (%v), got %v",
+			float64(r.ProbeIntervalS), float64(r.ProbeMaxIntervalS))
+	}
+
+	if ec := c.EngineContract; ec != nil {
+		if ec.Model == "" && ec.Version == "" && ec.Connector == "" && ec.MaxModelLen == 0 {
+			ck.fail("engine_contract", "pins nothing; set at least one of model, max_model_len, version, connector")
+		}
+		if ec.MaxModelLen < 0 {
+			ck.fail("engine_contract.max_model_len", "must be a token count, got %d", ec.MaxModelLen)
+		}
+	}
+	if c.Preflight.Concurrency < 1 {
+		ck.fail("preflight.concurrency", "must be 1 or more, got %d", c.Preflight.Concurrency)
+	}
+
+	c.validateEngines(ck)
+
+	if s := c.Metrics.Statsd; s != nil {
+		ck.hostPort("metrics.statsd.address", s.Address)
+		ck.positive("metrics.statsd.flush_interval_s", s.FlushIntervalS)
+	}
+	ck.oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
+	ck.oneOf("log.format", c.Log.Format, "json", "text")
+
+	return errors.Join(ck.errs...)
+}
+
+func (c *Config) validateEngines(ck *checker) {
+	if len(c.Engines) == 0 {
+		ck.fail("engines", "lists no engine; add at least one prefill-capable and one decode-capable engine")
+		return
+	}
+	names := map[string]int{}
+	var canPrefill, canDecode bool
+	for i, e := range c.Engines {
+		p := fmt.Sprintf("engines[%d]", i)
+		if !engineName.MatchString(e.Name) {
+			ck.fail(p+".name", "%q is not a usable name (letters, digits, '_', '.', '-', up to 64, starting with a letter or digit)", e.Name)
+		} else if j, dup := names[e.Name]; dup {
+			ck.fail(p+".name", "%q is already the name of engines[%d]; names must be unique", e.Name, j)
+		}
+		names[e.Name] = i
+		if u, err := url.Parse(e.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
+			(u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+			ck.fail(p+".url", "%q is not an engine base URL; write http://host:port or https://host:port (no path)", e.URL)
+		}
+		ck.oneOf(p+".role", string(e.Role), string(RolePrefill), string(RoleDecode), string(RoleBoth))
+		canPrefill = canPrefill || e.Role.CanPrefill()
+		canDecode = canDecode || e.Role.CanDecode()
+		if e.MaxInflight < 0 {
+			ck.fail(p+".max_inflight", "must be 0 (no cap) or more, got %d", e.MaxInflight)
+		}
+		for j, m := range e.Models {
+			if strings.TrimSpace(m) == "" {
+				ck.fail(fmt.Sprintf("%s.models[%d]", p, j), "is empty; write a model name as clients send it")
+			}
+		}
+		if e.KV.Endpoint != "" {
+			ck.hostPort(p+".kv.endpoint", e.KV.Endpoint)
+		}
+		for j, m := range e.KV.TransferModes {
+			ck.oneOf(fmt.Sprintf("%s.kv.transfer_modes[%d]", p, j), m, "pull", "push")
+		}
+	}
+	if !canPrefill {
+		ck.fail("engines", "no engine can run the prefill leg; give at least one the role prefill or both")
+	}
+	if !canDecode {
+		ck.fail("engines", "no engine can run the decode leg; give at least one the role decode or both")
+	}
+}

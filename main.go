@@ -1,0 +1,153 @@
+// Command narwhal is a disaggregated prefill/decode router for vLLM-compatible engines.
+//
+//	narwhal serve --config narwhal.yaml   run the router
+//	narwhal demo                          run it in front of a simulated fleet (no GPU)
+//	narwhal sim ...                       run the engine simulator
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/narwhal-router/narwhal/bench/sim"
+	"github.com/narwhal-router/narwhal/config"
+	"github.com/narwhal-router/narwhal/transport/server"
+)
+
+func main() {
+	root := &cobra.Command{
+		Use:           "narwhal",
+		Short:         "Disaggregated prefill/decode router for vLLM-compatible engines",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(serveCommand(), demoCommand(), sim.Command())
+	if err := root.Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "narwhal:", err)
+		os.Exit(1)
+	}
+}
+
+func serveCommand() *cobra.Command {
+	var path string
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the router with a configuration file",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := config.Load(path)
+			if err != nil {
+				return err
+			}
+			return run(cfg, newLogger(cfg.Log, os.Stderr), nil)
+		},
+	}
+	cmd.Flags().StringVarP(&path, "config", "c", "narwhal.yaml", "configuration file (YAML)")
+	return cmd
+}
+
+func demoCommand() *cobra.Command {
+	var listen, adminListen string
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Run the router in front of an embedded simulated fleet (2 prefill + 2 decode engines)",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			fleet, err := sim.StartFleet(sim.FleetOptions{Prefill: 2, Decode: 2, Engine: sim.Options{
+				Models: []string{"sim-model"}, TTFT: 40 * time.Millisecond, PrefillPerToken: 200 * time.Microsecond,
+				ITL: 30 * time.Millisecond, Tokens: 24,
+			}})
+			if err != nil {
+				return fmt.Errorf("start simulated fleet: %w", err)
+			}
+			defer fleet.Close()
+			cfg := config.Default()
+			cfg.Server.Listen, cfg.Server.AdminListen = listen, adminListen
+			cfg.Log.Format = "text"
+			for _, e := range fleet.Engines {
+				cfg.Engines = append(cfg.Engines, config.Engine{
+					Name: e.Name(), URL: e.URL(), Role: config.Role(e.Role()), Models: e.Models(),
+					KV: config.KV{Connector: config.ConnectorNIXL, EngineID: e.EngineID(), Endpoint: e.KVEndpoint(),
+						TransferModes: []string{"pull"}},
+				})
+			}
+			if err := cfg.Validate(); err != nil {
+				return err
+			}
+			return run(cfg, newLogger(cfg.Log, os.Stderr), func(s *server.Server) {
+				fmt.Printf(`Narwhal is routing to a simulated fleet: %d prefill + %d decode engines.
+
+  API    http://%[3]s/v1   (model "sim-model")
+  admin  http://%[4]s/debug/tree?format=text   /engines   /metrics
+
+Try it:
+
+  curl -N http://%[3]s/v1/chat/completions -H 'Content-Type: application/json' \
+    -d '{"model":"sim-model","messages":[{"role":"user","content":"Explain disaggregated prefill."}],"stream":true}'
+
+Ctrl-C stops it.
+`, len(fleet.ByRole(sim.RolePrefill)), len(fleet.ByRole(sim.RoleDecode)), s.Addr(), s.AdminAddr())
+			})
+		},
+	}
+	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:8000", "client API address")
+	cmd.Flags().StringVar(&adminListen, "admin-listen", "127.0.0.1:8001", "admin address")
+	return cmd
+}
+
+// run serves until SIGTERM or SIGINT, then shuts down gracefully. SIGUSR1 writes the supervisor
+// tree to stderr.
+func run(cfg config.Config, log *slog.Logger, started func(*server.Server)) error {
+	srv, err := server.Start(cfg, server.Options{Logger: log, AccessLog: os.Stdout})
+	if err != nil {
+		return err
+	}
+	log.Info("narwhal listening", "addr", srv.Addr(), "admin", srv.AdminAddr(), "engines", len(cfg.Engines))
+	if started != nil {
+		started(srv)
+	}
+	signals := make(chan os.Signal, 4)
+	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1)
+	defer signal.Stop(signals)
+	for {
+		select {
+		case err := <-srv.Failed():
+			srv.Shutdown(context.Background())
+			return err
+		case sig := <-signals:
+			if sig == syscall.SIGUSR1 {
+				dumpTree(srv, os.Stderr)
+				continue
+			}
+			log.Info("shutting down", "signal", sig.String(), "grace", cfg.Server.ShutdownGraceS.Duration().String())
+			return srv.Shutdown(context.Background())
+		}
+	}
+}
+
+func dumpTree(srv *server.Server, w io.Writer) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	tree, err := srv.Router().Tree(ctx)
+	if err != nil {
+		fmt.Fprintln(w, "tree dump failed:", err)
+		return
+	}
+	fmt.Fprint(w, tree.Text())
+}
+
+func newLogger(c config.Log, w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(c.Level))
+	opts := &slog.HandlerOptions{Level: level}
+	if c.Format == "text" {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}

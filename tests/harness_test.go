@@ -1,0 +1,270 @@
+package tests
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/narwhal-router/narwhal/bench/sim"
+	"github.com/narwhal-router/narwhal/config"
+	"github.com/narwhal-router/narwhal/messages"
+	"github.com/narwhal-router/narwhal/transport/server"
+)
+
+// setup describes a simulated fleet and the router in front of it.
+type setup struct {
+	prefill, decode, both int
+	engine                sim.Options
+	// config adjusts the router configuration after the engines are filled in.
+	config func(*config.Config)
+}
+
+// harness is a running router with its fleet. Everything stops when the test ends, and the
+// test fails if a reservation was left behind.
+type harness struct {
+	t      *testing.T
+	fleet  *sim.Fleet
+	srv    *server.Server
+	base   string
+	admin  string
+	access *syncBuffer
+	client *http.Client
+}
+
+func start(t *testing.T, s setup) *harness {
+	t.Helper()
+	if s.prefill+s.decode+s.both == 0 {
+		s.prefill, s.decode = 2, 2
+	}
+	fleet, err := sim.StartFleet(sim.FleetOptions{Prefill: s.prefill, Decode: s.decode, Both: s.both, Engine: s.engine})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Default()
+	cfg.Server.ShutdownGraceS = 2
+	cfg.Engine.PrefillTimeoutS = 10
+	cfg.Engine.FirstTokenTimeoutS = 10
+	cfg.Engine.DecodeReadTimeoutS = 10
+	cfg.Request.DeadlineS = 30
+	cfg.Recovery.ProbeIntervalS = 0.2
+	cfg.Recovery.ProbeMaxIntervalS = 1
+	for _, e := range fleet.Engines {
+		cfg.Engines = append(cfg.Engines, config.Engine{
+			Name: e.Name(), URL: e.URL(), Role: config.Role(e.Role()), Models: e.Models(),
+			KV: config.KV{Connector: config.ConnectorNIXL, EngineID: e.EngineID(), Endpoint: e.KVEndpoint(), TransferModes: []string{"pull"}},
+		})
+	}
+	if s.config != nil {
+		s.config(&cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		fleet.Close()
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	adminLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	access := &syncBuffer{}
+	srv, err := server.Start(cfg, server.Options{Logger: testLogger(t), AccessLog: access, Listener: ln, AdminListener: adminLn})
+	if err != nil {
+		fleet.Close()
+		t.Fatal(err)
+	}
+	h := &harness{t: t, fleet: fleet, srv: srv, base: "http://" + srv.Addr(), admin: "http://" + srv.AdminAddr(),
+		access: access, client: &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
+	t.Cleanup(func() {
+		if !t.Failed() {
+			h.assertNoReservations()
+		}
+		h.client.CloseIdleConnections()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+		fleet.Close()
+	})
+	return h
+}
+
+// post sends a JSON body to path and returns the response with its body read.
+func (h *harness) post(path, body string, headers ...string) (*http.Response, []byte) {
+	h.t.Helper()
+	req, err := http.NewRequest(http.MethodPost, h.base+path, strings.NewReader(body))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := h.client.Do(req)
+	if err != nil {
+		h.t.Fatalf("POST %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		h.t.Fatalf("POST %s: reading body: %v", path, err)
+	}
+	return resp, b
+}
+
+// engines returns the router's view of every engine.
+func (h *harness) engines() []messages.EngineState {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	es, err := h.srv.Router().Engines(ctx)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return es
+}
+
+// assertNoReservations waits briefly for releases in flight, then fails if any engine still
+// holds a reservation.
+func (h *harness) assertNoReservations() {
+	h.t.Helper()
+	var held []string
+	eventually(h.t, 3*time.Second, func() bool {
+		held = held[:0]
+		for _, e := range h.engines() {
+			if e.Reserved.Prefill != 0 || e.Reserved.Decode != 0 {
+				held = append(held, fmt.Sprintf("%s prefill=%d decode=%d", e.Name, e.Reserved.Prefill, e.Reserved.Decode))
+			}
+		}
+		return len(held) == 0 && h.srv.Router().InFlight() == 0
+	}, func() string {
+		return fmt.Sprintf("reservations still held: %v; live requests: %d", held, h.srv.Router().InFlight())
+	})
+}
+
+// accessLines returns the access log's records so far.
+func (h *harness) accessLines() []map[string]any {
+	var out []map[string]any
+	eventually(h.t, 2*time.Second, func() bool { return h.access.Len() > 0 }, func() string { return "no access log line" })
+	sc := bufio.NewScanner(bytes.NewReader(h.access.Bytes()))
+	for sc.Scan() {
+		var m map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+			h.t.Fatalf("access log line is not JSON: %q", sc.Text())
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// legs returns the generation requests the fleet received, by leg kind.
+func (h *harness) legs(kind string) []sim.RecordedRequest {
+	var out []sim.RecordedRequest
+	for _, e := range h.fleet.Engines {
+		for _, r := range e.Requests() {
+			if r.Leg == kind {
+				out = append(out, r)
+			}
+		}
+	}
+	return out
+}
+
+// eventually polls cond until it holds or the timeout passes.
+func eventually(t *testing.T, timeout time.Duration, cond func() bool, msg func() string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal(msg())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// sseEvents splits an SSE body into its data payloads.
+func sseEvents(t *testing.T, body []byte) []string {
+	t.Helper()
+	var out []string
+	for _, ev := range strings.Split(string(body), "\n\n") {
+		if ev == "" {
+			continue
+		}
+		if !strings.HasPrefix(ev, "data: ") {
+			t.Fatalf("event %q is not a data event", ev)
+		}
+		out = append(out, strings.TrimPrefix(ev, "data: "))
+	}
+	return out
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) Bytes() []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]byte(nil), s.b.Bytes()...)
+}
+
+func (s *syncBuffer) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Len()
+}
+
+// testLogger sends the router's log to the test log (shown on failure or with -v); lines
+// written after the test ended are dropped.
+func testLogger(t *testing.T) *slog.Logger {
+	w := &testWriter{t: t}
+	t.Cleanup(func() { w.mu.Lock(); w.done = true; w.mu.Unlock() })
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+type testWriter struct {
+	t    *testing.T
+	mu   sync.Mutex
+	done bool
+}
+
+func (w *testWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.done {
+		w.t.Log(strings.TrimRight(string(p), "\n"))
+	}
+	return len(p), nil
+}
+// producedDescriptors returns the kv_transfer_params of every prefill response the fleet sent.
+func (h *harness) producedDescriptors() [][]byte {
+	var out [][]byte
+	for _, r := range h.legs("prefill") {
+		var resp struct {
+			KV json.RawMessage `json:"kv_transfer_params"`
+		}
+		if err := json.Unmarshal(r.Response, &resp); err != nil {
+			h.t.Fatalf("prefill response is not JSON: %q", r.Response)
+		}
+		out = append(out, resp.KV)
+	}
+	return out
+}

@@ -1,0 +1,115 @@
+// Package admin is Narwhal's operator listener: health and readiness, engine breaker state and
+// manual eject/readmit, the live supervisor-tree dump, Prometheus metrics and pprof. It listens
+// on loopback by default and, with server.admin_token set, requires that bearer token on every
+// route but /healthz and /readyz (which orchestrators probe without credentials).
+package admin
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"net/http"
+	"net/http/pprof"
+	"strings"
+	"time"
+
+	"github.com/goccy/go-json"
+
+	"github.com/narwhal-router/narwhal/actors"
+)
+
+// Handler serves the admin routes for router; prom serves /metrics (nil: 404).
+func Handler(router *actors.Router, prom http.Handler, token string) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !router.Ready() {
+			http.Error(w, "not ready: a role has no admitted engine", http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte("ready\n"))
+	})
+	mux.HandleFunc("GET /engines", func(w http.ResponseWriter, r *http.Request) {
+		engines, err := router.Engines(askContext(r))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		writeJSON(w, http.StatusOK, engines)
+	})
+	mux.HandleFunc("POST /engines/{name}/eject", func(w http.ResponseWriter, r *http.Request) {
+		state, err := router.Eject(askContext(r), r.PathValue("name"), r.URL.Query().Get("reason"))
+		answerAdmin(w, r.PathValue("name"), state, err)
+	})
+	mux.HandleFunc("POST /engines/{name}/readmit", func(w http.ResponseWriter, r *http.Request) {
+		state, err := router.Readmit(askContext(r), r.PathValue("name"), r.URL.Query().Get("force") == "true")
+		answerAdmin(w, r.PathValue("name"), state, err)
+	})
+	mux.HandleFunc("GET /debug/tree", func(w http.ResponseWriter, r *http.Request) {
+		tree, err := router.Tree(askContext(r))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		if r.URL.Query().Get("format") == "text" {
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			w.Write([]byte(tree.Text()))
+			return
+		}
+		writeJSON(w, http.StatusOK, tree)
+	})
+	if prom != nil {
+		mux.Handle("GET /metrics", prom)
+	}
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	if token == "" {
+		return mux
+	}
+	want := []byte("Bearer " + token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/healthz" && r.URL.Path != "/readyz" &&
+			subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="narwhal-admin"`)
+			http.Error(w, "missing or wrong bearer token", http.StatusUnauthorized)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+func askContext(r *http.Request) context.Context {
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	context.AfterFunc(r.Context(), cancel)
+	return ctx
+}
+
+func answerAdmin(w http.ResponseWriter, name, state string, err error) {
+	switch {
+	case errors.Is(err, actors.ErrUnknownEngine):
+		http.Error(w, err.Error(), http.StatusNotFound)
+	case err != nil:
+		http.Error(w, err.Error(), http.StatusConflict)
+	default:
+		writeJSON(w, http.StatusOK, map[string]string{"name": name, "state": state})
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+}
+
+// BearerHeader returns the Authorization value for token, for clients such as `narwhal dump`.
+func BearerHeader(token string) string { return "Bearer " + strings.TrimSpace(token) }

@@ -1,0 +1,201 @@
+package transport
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// EventKind says what an SSE event of a decode stream carries.
+type EventKind uint8
+
+// Event kinds.
+const (
+	EventMeta  EventKind = iota // no generated output: comments, the role delta, empty deltas
+	EventToken                  // generated output: text, content, reasoning, a tool call or a finish
+	EventUsage                  // the usage chunk
+	EventDone                   // data: [DONE]
+	EventError                  // an error object inside the 200 stream
+)
+
+// Event is one SSE event of a decode stream.
+type Event struct {
+	// Raw is the event's bytes, terminating blank line included, ready to relay. Raw and Data
+	// are valid until the next call to Next.
+	Raw  []byte
+	Data []byte
+	Kind EventKind
+}
+
+// DecodeStream is an open decode leg whose first generated token has arrived. Events held
+// before commit (metadata and the first token) come out of Next first, then the live stream.
+// Only one goroutine may use a DecodeStream; cancelling the context Decode got aborts it from
+// anywhere.
+type DecodeStream struct {
+	ctx      context.Context
+	c        *EngineClient
+	lc       *legConn
+	resp     *fasthttp.Response
+	br       *bufio.Reader
+	sse      sseReader
+	deadline time.Time
+
+	// Opened is when the decode leg started; FirstTokenAt when its first generated token arrived.
+	Opened       time.Time
+	FirstTokenAt time.Time
+
+	held     []byte
+	heldEnds []int
+	heldKind []EventKind
+	heldNext int
+	done     bool
+	closed   bool
+}
+
+var streamReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 4096) }}
+
+func newDecodeStream(ctx context.Context, c *EngineClient, lc *legConn, resp *fasthttp.Response, deadline, opened time.Time) *DecodeStream {
+	br := streamReaders.Get().(*bufio.Reader)
+	br.Reset(resp.BodyStream())
+	return &DecodeStream{ctx: ctx, c: c, lc: lc, resp: resp, br: br, sse: sseReader{br: br},
+		deadline: deadline, Opened: opened}
+}
+
+// Engine is the name of the engine serving the stream.
+func (s *DecodeStream) Engine() string { return s.c.name }
+
+// awaitFirstToken reads until the first generated token, holding every event before it.
+func (s *DecodeStream) awaitFirstToken(deadline time.Time, byRequest bool) error {
+	for {
+		ev, err := s.sse.next()
+		if err != nil {
+			return s.readFault(err, true, byRequest)
+		}
+		data := eventData(ev)
+		switch kind := classify(data); kind {
+		case EventDone:
+			return s.c.fault(LegDecode, FaultDoneBeforeToken, "stream ended with [DONE] before any token arrived", nil)
+		case EventError:
+			return s.streamFault(data)
+		case EventToken:
+			s.hold(ev, kind)
+			s.FirstTokenAt = time.Now()
+			return nil
+		default:
+			s.hold(ev, kind)
+		}
+	}
+}
+
+func (s *DecodeStream) hold(ev []byte, kind EventKind) {
+	s.held = append(s.held, ev...)
+	s.heldEnds = append(s.heldEnds, len(s.held))
+	s.heldKind = append(s.heldKind, kind)
+}
+
+// Next returns the next event. After EventDone it returns io.EOF. An error event is returned
+// together with its Fault; any other failure (silence, a close before [DONE], cancellation) comes
+// back as a *Fault with no event.
+func (s *DecodeStream) Next() (Event, error) {
+	if s.heldNext < len(s.heldEnds) {
+		start := 0
+		if s.heldNext > 0 {
+			start = s.heldEnds[s.heldNext-1]
+		}
+		raw := s.held[start:s.heldEnds[s.heldNext]]
+		kind := s.heldKind[s.heldNext]
+		s.heldNext++
+		return Event{Raw: raw, Data: eventData(raw), Kind: kind}, nil
+	}
+	if s.done {
+		return Event{}, io.EOF
+	}
+	readDeadline, byRequest := s.deadline, true
+	if rt := s.c.timeouts.DecodeReadTimeoutS.Duration(); rt > 0 {
+		readDeadline, byRequest = earliest(time.Now().Add(rt), s.deadline)
+	}
+	if err := s.lc.setReadDeadline(readDeadline); err != nil {
+		return Event{}, s.readFault(err, false, byRequest)
+	}
+	ev, err := s.sse.next()
+	if err != nil {
+		return Event{}, s.readFault(err, false, byRequest)
+	}
+	data := eventData(ev)
+	kind := classifyFast(data)
+	switch kind {
+	case EventDone:
+		s.done = true
+	case EventError:
+		s.done = true
+		return Event{Raw: ev, Data: data, Kind: kind}, s.streamFault(data)
+	}
+	return Event{Raw: ev, Data: data, Kind: kind}, nil
+}
+
+// Buffered reports whether more of the stream is already in memory, so a relay can batch the
+// next event into the same client write.
+func (s *DecodeStream) Buffered() bool { return s.heldNext < len(s.heldEnds) || s.sse.buffered() }
+
+func (s *DecodeStream) streamFault(data []byte) *Fault {
+	se := parseStreamError(data)
+	return &Fault{Kind: FaultStreamError, Leg: LegDecode, Engine: s.c.name, Status: se.Status,
+		Body: appendEnvelope(nil, se.Body), Detail: se.Message}
+}
+
+func (s *DecodeStream) readFault(err error, beforeFirst, byRequest bool) *Fault {
+	c := s.c
+	switch {
+	case s.ctx.Err() != nil:
+		return c.fault(LegDecode, FaultCanceled, "the request was cancelled", context.Cause(s.ctx))
+	case isTimeout(err) && byRequest:
+		return c.fault(LegDecode, FaultDeadline, "the request deadline passed during the decode leg", err)
+	case isTimeout(err) && beforeFirst:
+		return c.fault(LegDecode, FaultFirstTokenTimeout, c.firstTokenDetail(), err)
+	case isTimeout(err):
+		return c.fault(LegDecode, FaultSilence, "engine went silent between tokens (nothing for "+
+			c.timeouts.DecodeReadTimeoutS.Duration().String()+")", err)
+	case errors.Is(err, errEventTooLarge):
+		return c.fault(LegDecode, FaultBadResponse, err.Error(), err)
+	}
+	return c.fault(LegDecode, FaultClosedEarly, "stream closed before [DONE]", err)
+}
+
+// readAll reads the rest of the body, up to limit bytes (for error responses).
+func (s *DecodeStream) readAll(limit int) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(s.br, int64(limit)))
+	if err == nil && len(b) < limit {
+		s.lc.bodyDone = true
+	}
+	return b, err
+}
+
+// Close releases the stream. A stream that ended with [DONE] has its connection pooled again
+// once the engine's end of body arrives (waited for briefly); any other is closed, which tells
+// the engine to stop generating.
+func (s *DecodeStream) Close() {
+	if s.closed {
+		return
+	}
+	s.closed = true
+	if s.done && s.ctx.Err() == nil {
+		if err := s.lc.setReadDeadline(time.Now().Add(50 * time.Millisecond)); err == nil {
+			var tmp [64]byte
+			for {
+				if _, err := s.br.Read(tmp[:]); err != nil {
+					s.lc.bodyDone = errors.Is(err, io.EOF)
+					break
+				}
+			}
+		}
+	}
+	s.lc.close()
+	s.br.Reset(nil)
+	streamReaders.Put(s.br)
+	fasthttp.ReleaseResponse(s.resp)
+}

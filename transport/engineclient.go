@@ -1,0 +1,297 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/goccy/go-json"
+	"github.com/valyala/bytebufferpool"
+	"github.com/valyala/fasthttp"
+
+	"github.com/narwhal-router/narwhal/config"
+)
+
+// EngineClient speaks to one vLLM-compatible engine: the prefill leg, the decode leg and the
+// small GET endpoints probes use. It is safe for concurrent use.
+type EngineClient struct {
+	name      string
+	base      string
+	urls      [3]string // by Endpoint
+	hc        *fasthttp.HostClient
+	auth      string
+	kv        KVSide
+	connector Connector
+	timeouts  config.EngineTimeouts
+}
+
+// Request is one attempt's view of a client request, as both legs send it.
+type Request struct {
+	Body *ClientBody
+	// BackendRequestID is the X-Request-Id of both legs of the attempt; fresh per attempt.
+	BackendRequestID string
+	// Deadline is the original request's deadline; every leg ends by then.
+	Deadline time.Time
+	// TraceParent and TraceState are the client's W3C trace headers, forwarded when present.
+	TraceParent string
+	TraceState  string
+}
+
+// maxPrefillBody bounds a prefill response (one token plus the descriptor, or prompt logprobs).
+const maxPrefillBody = 16 << 20
+
+// maxErrorBody bounds an engine error body kept for the client.
+const maxErrorBody = 64 << 10
+
+// NewEngineClient builds the client for one configured engine.
+func NewEngineClient(e config.Engine, t config.EngineTimeouts) (*EngineClient, error) {
+	u, err := url.Parse(e.URL)
+	if err != nil {
+		return nil, fmt.Errorf("engine %s: url: %w", e.Name, err)
+	}
+	conn, err := LookupConnector(e.KV.Connector)
+	if err != nil {
+		return nil, fmt.Errorf("engine %s: %w", e.Name, err)
+	}
+	addr := u.Host
+	if u.Port() == "" {
+		port := "80"
+		if u.Scheme == "https" {
+			port = "443"
+		}
+		addr = u.Hostname() + ":" + port
+	}
+	maxConns := 1 << 20
+	if e.MaxInflight > 0 {
+		maxConns = e.MaxInflight + 64 // headroom for probes and connections still closing
+	}
+	c := &EngineClient{
+		name: e.Name,
+		base: u.Scheme + "://" + u.Host,
+		hc: &fasthttp.HostClient{
+			Addr:                addr,
+			IsTLS:               u.Scheme == "https",
+			Name:                "narwhal",
+			MaxConns:            maxConns,
+			MaxIdleConnDuration: t.IdleConnTimeoutS.Duration(),
+			ConnPoolStrategy:    fasthttp.LIFO,
+		},
+		kv: KVSide{
+			Engine:        e.Name,
+			Connector:     e.KV.Connector,
+			EngineID:      e.KV.EngineID,
+			Endpoint:      e.KV.Endpoint,
+			TransferModes: e.KV.TransferModes,
+		},
+		connector: conn,
+		timeouts:  t,
+	}
+	if e.APIKey != "" {
+		c.auth = "Bearer " + e.APIKey
+	}
+	c.urls[EndpointCompletions] = c.base + EndpointCompletions.Path()
+	c.urls[EndpointChat] = c.base + EndpointChat.Path()
+	return c, nil
+}
+
+// Name is the engine's configured name.
+func (c *EngineClient) Name() string { return c.name }
+
+// URL is the engine's base URL.
+func (c *EngineClient) URL() string { return c.base }
+
+// Close drops the idle connections to the engine.
+func (c *EngineClient) Close() { c.hc.CloseIdleConnections() }
+
+// Prefill runs the prefill leg: a non-streaming one-token request whose generated token is
+// discarded. It returns once the response is fully read. The leg is bounded by
+// engine.prefill_timeout_s and the request deadline, and cancelled with ctx.
+func (c *EngineClient) Prefill(ctx context.Context, req *Request) (PrefillResult, error) {
+	start := time.Now()
+	deadline, byRequest := earliest(start.Add(c.timeouts.PrefillTimeoutS.Duration()), req.Deadline)
+
+	hreq := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(hreq)
+	buf := bytebufferpool.Get()
+	defer bytebufferpool.Put(buf)
+	buf.B = req.Body.AppendPrefillBody(buf.B[:0], c.connector.PrefillParams())
+	c.prepare(hreq, req, buf.B)
+
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseResponse(resp)
+	lc, err := openLeg(ctx, c.hc, hreq, resp, deadline, c.timeouts.ConnectTimeoutS.Duration(), false, maxPrefillBody)
+	if err != nil {
+		return PrefillResult{}, c.legFault(ctx, LegPrefill, err, byRequest, FaultTimeout,
+			fmt.Sprintf("prefill engine did not answer within %s", c.timeouts.PrefillTimeoutS.Duration()))
+	}
+	defer lc.close()
+	if f := c.statusFault(LegPrefill, resp.StatusCode(), resp.Body(), resp); f != nil {
+		return PrefillResult{}, f
+	}
+
+	res := PrefillResult{
+		producerKV:       c.kv,
+		Producer:         c.name,
+		ProducerURL:      c.base,
+		Endpoint:         req.Body.Endpoint,
+		BackendRequestID: req.BackendRequestID,
+		Started:          start,
+		Completed:        time.Now(),
+	}
+	body := resp.Body()
+	if !json.Valid(body) {
+		return PrefillResult{}, c.fault(LegPrefill, FaultBadResponse, "prefill response is not valid JSON", nil)
+	}
+	fields, err := scanObject(body, make([]field, 0, 12))
+	if err != nil {
+		return PrefillResult{}, c.fault(LegPrefill, FaultBadResponse, "prefill response is not a JSON object", nil)
+	}
+	f, ok := lastField(body, fields, "kv_transfer_params")
+	if !ok || isNull(body[f.valStart:f.valEnd]) {
+		return res, nil
+	}
+	raw := append([]byte(nil), body[f.valStart:f.valEnd]...) // resp is recycled on return
+	d, rej := ParseDescriptor(raw, req.Body.Endpoint)
+	if rej != nil {
+		return PrefillResult{}, c.descriptorFault(rej)
+	}
+	res.descriptor = d
+	return res, nil
+}
+
+// Decode validates res's descriptor for this engine, opens the decode stream and returns once
+// the first generated token has arrived, so the caller may commit. Connecting, headers and the
+// wait for that token share engine.first_token_timeout_s. A result without a descriptor (see
+// PrefillResult.WithoutTransfer) decodes with no transfer parameters at all.
+func (c *EngineClient) Decode(ctx context.Context, res PrefillResult, req *Request) (*DecodeStream, error) {
+	start := time.Now()
+	var params []byte
+	if res.descriptor != nil {
+		pair := Pair{Producer: res.producerKV, Consumer: c.kv, Endpoint: req.Body.Endpoint}
+		if rej := ValidateDescriptor(res.descriptor, pair); rej != nil {
+			f := c.descriptorFault(rej)
+			f.Engine = res.Producer
+			return nil, f
+		}
+		params = res.descriptor.raw
+	}
+	deadline, byRequest := earliest(start.Add(c.timeouts.FirstTokenTimeoutS.Duration()), req.Deadline)
+
+	hreq := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(hreq)
+	buf := bytebufferpool.Get()
+	defer bytebufferpool.Put(buf)
+	buf.B = req.Body.AppendDecodeBody(buf.B[:0], params)
+	c.prepare(hreq, req, buf.B)
+
+	resp := fasthttp.AcquireResponse()
+	lc, err := openLeg(ctx, c.hc, hreq, resp, deadline, c.timeouts.ConnectTimeoutS.Duration(), true, 0)
+	if err != nil {
+		fasthttp.ReleaseResponse(resp)
+		return nil, c.legFault(ctx, LegDecode, err, byRequest, FaultFirstTokenTimeout, c.firstTokenDetail())
+	}
+	s := newDecodeStream(ctx, c, lc, resp, req.Deadline, start)
+	if status := resp.StatusCode(); status != fasthttp.StatusOK {
+		body, _ := s.readAll(maxErrorBody)
+		f := c.statusFault(LegDecode, status, body, resp)
+		s.Close()
+		return nil, f
+	}
+	if ct := resp.Header.ContentType(); len(ct) < 17 || string(ct[:17]) != "text/event-stream" {
+		s.Close()
+		return nil, c.fault(LegDecode, FaultBadResponse, "decode response is not an event stream ("+string(ct)+")", nil)
+	}
+	if err := s.awaitFirstToken(deadline, byRequest); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (c *EngineClient) firstTokenDetail() string {
+	return fmt.Sprintf("no token from the decode engine within %s", c.timeouts.FirstTokenTimeoutS.Duration())
+}
+
+// prepare fills the request line and the allowlisted headers; no client header reaches an engine
+// unless it is listed here.
+func (c *EngineClient) prepare(hreq *fasthttp.Request, req *Request, body []byte) {
+	hreq.Header.SetMethod(fasthttp.MethodPost)
+	hreq.SetRequestURI(c.urls[req.Body.Endpoint])
+	hreq.Header.SetContentType("application/json")
+	hreq.Header.Set("X-Request-Id", req.BackendRequestID)
+	if req.TraceParent != "" {
+		hreq.Header.Set("traceparent", req.TraceParent)
+		if req.TraceState != "" {
+			hreq.Header.Set("tracestate", req.TraceState)
+		}
+	}
+	if c.auth != "" {
+		hreq.Header.Set("Authorization", c.auth)
+	}
+	hreq.SetBodyRaw(body)
+}
+
+// legFault turns an error from opening or reading a leg into a Fault. A cancelled context wins
+// over whatever the closed connection reported; a timeout is the request's deadline when that
+// bound the leg, else the leg's own timeout kind.
+func (c *EngineClient) legFault(ctx context.Context, leg Leg, err error, byRequest bool, timeoutKind FaultKind, timeoutDetail string) *Fault {
+	if ctx.Err() != nil {
+		return c.fault(leg, FaultCanceled, "the request was cancelled", context.Cause(ctx))
+	}
+	if isTimeout(err) {
+		if errors.Is(err, fasthttp.ErrDialTimeout) && !byRequest {
+			return c.fault(leg, FaultTimeout, "could not connect to the engine in time", err)
+		}
+		if byRequest {
+			return c.fault(leg, FaultDeadline, "the request deadline passed during the "+leg.String()+" leg", err)
+		}
+		return c.fault(leg, timeoutKind, timeoutDetail, err)
+	}
+	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+		return c.fault(leg, FaultBadResponse, "engine response is too large", err)
+	}
+	return c.fault(leg, FaultUnreachable, "could not reach the engine or it closed the connection before answering", err)
+}
+
+func (c *EngineClient) fault(leg Leg, kind FaultKind, detail string, err error) *Fault {
+	return &Fault{Kind: kind, Leg: leg, Engine: c.name, Detail: detail, Err: err}
+}
+
+func (c *EngineClient) descriptorFault(rej *Rejection) *Fault {
+	return &Fault{Kind: FaultDescriptor, Leg: LegPrefill, Engine: c.name, Reason: rej.Reason,
+		Detail: "invalid handoff descriptor: " + rej.Error(), Err: rej}
+}
+
+// statusFault maps a non-200 engine answer: 429/503 are backpressure, other 4xx are the client's
+// problem and pass through, everything else is an engine failure.
+func (c *EngineClient) statusFault(leg Leg, status int, body []byte, resp *fasthttp.Response) *Fault {
+	if status == fasthttp.StatusOK {
+		return nil
+	}
+	f := &Fault{Leg: leg, Engine: c.name, Status: status, Body: append([]byte(nil), body...)}
+	switch {
+	case status == fasthttp.StatusTooManyRequests || status == fasthttp.StatusServiceUnavailable:
+		f.Kind = FaultBackpressure
+		f.Detail = "engine is overloaded (" + strconv.Itoa(status) + ")"
+		f.RetryAfter = string(resp.Header.Peek("Retry-After"))
+	case status >= 400 && status < 500:
+		f.Kind = FaultRejected
+		f.Detail = "engine rejected the request (" + strconv.Itoa(status) + ")"
+	default:
+		f.Kind = FaultStatus
+		f.Detail = "engine failed (" + strconv.Itoa(status) + ")"
+	}
+	return f
+}
+
+// earliest returns the earlier of a leg's own deadline and the request's, and whether the
+// request's was the binding one.
+func earliest(leg, request time.Time) (time.Time, bool) {
+	if !request.IsZero() && !request.After(leg) {
+		return request, true
+	}
+	return leg, false
+}

@@ -1,0 +1,134 @@
+package transport
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// legConn is one HTTP exchange with an engine that can be aborted at any moment — while the
+// request is written, while the engine thinks before its headers, or mid-body — by cancelling the
+// context it was opened with. fasthttp's client has no cancellation, so the exchange is driven
+// through HostClient's exported pieces (AcquireConn, AcquireReader, ReleaseConn) with the
+// connection in hand: cancelling closes it, which unblocks any read at once, and the engine sees
+// the disconnect and frees the sequence.
+type legConn struct {
+	conn    net.Conn
+	br      *bufio.Reader
+	resp    *fasthttp.Response
+	stop    func() bool // stops the cancellation hook; false if it already fired
+	release func(reuse bool)
+	// bodyDone is set when the body was read to its end, so the connection may be reused.
+	bodyDone bool
+}
+
+
+// openLeg sends req and reads the response header (and, unless stream is set, the whole body,
+// bounded by maxBody). The deadline bounds the connect, the write and the header read; the caller
+// moves it for the body. On error nothing needs releasing.
+func openLeg(ctx context.Context, hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response,
+	deadline time.Time, connectTimeout time.Duration, stream bool, maxBody int) (*legConn, error) {
+	for try := 0; ; try++ {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return nil, fasthttp.ErrTimeout
+		}
+		lc, reused, err := tryLeg(ctx, hc, req, resp, deadline, min(left, connectTimeout), stream, maxBody)
+		if err == nil {
+			return lc, nil
+		}
+		// A keep-alive connection the engine closed while it sat idle fails before any byte of
+		// response arrives; the request was not processed, so it is safe to send once more.
+		if reused && try < 2 && ctx.Err() == nil && isStaleConnError(err) {
+			continue
+		}
+		return nil, err
+	}
+}
+
+func tryLeg(ctx context.Context, hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response,
+	deadline time.Time, dialTimeout time.Duration, stream bool, maxBody int) (lc *legConn, reused bool, err error) {
+	cc, err := hc.AcquireConn(dialTimeout, false)
+	if err != nil {
+		return nil, false, err
+	}
+	conn := cc.Conn()
+	reused = !cc.LastUseTime().IsZero()
+	stop := context.AfterFunc(ctx, func() { _ = conn.Close() })
+	release := func(reuse bool) {
+		if reuse {
+			hc.ReleaseConn(cc)
+		} else {
+			hc.CloseConn(cc)
+		}
+	}
+	fail := func(err error) (*legConn, bool, error) {
+		stop()
+		release(false)
+		return nil, reused, err
+	}
+
+	if err := conn.SetDeadline(deadline); err != nil {
+		return fail(err)
+	}
+	bw := hc.AcquireWriter(conn)
+	err = req.Write(bw)
+	if err == nil {
+		err = bw.Flush()
+	}
+	hc.ReleaseWriter(bw)
+	if err != nil {
+		return fail(err)
+	}
+
+	br := hc.AcquireReader(conn)
+	resp.StreamBody = stream
+	if err := resp.ReadLimitBody(br, maxBody); err != nil {
+		hc.ReleaseReader(br)
+		return fail(err)
+	}
+	lc = &legConn{conn: conn, br: br, resp: resp, stop: stop, bodyDone: !stream}
+	lc.release = func(reuse bool) {
+		hc.ReleaseReader(br)
+		release(reuse)
+	}
+	return lc, reused, nil
+}
+
+// close ends the exchange: the connection goes back to the pool only if the body was read to its
+// end, the engine did not ask to close it, and the cancellation hook never fired.
+func (lc *legConn) close() {
+	hookIdle := lc.stop()
+	reuse := hookIdle && lc.bodyDone && !lc.resp.ConnectionClose()
+	if lc.resp.StreamBody {
+		_ = lc.resp.CloseBodyStream()
+	}
+	lc.release(reuse)
+}
+
+// setReadDeadline moves the deadline for the next body reads.
+func (lc *legConn) setReadDeadline(t time.Time) error { return lc.conn.SetReadDeadline(t) }
+
+func isStaleConnError(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, fasthttp.ErrConnectionClosed) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+func isTimeout(err error) bool {
+	if errors.Is(err, fasthttp.ErrTimeout) || errors.Is(err, os.ErrDeadlineExceeded) ||
+		errors.Is(err, fasthttp.ErrDialTimeout) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}

@@ -1,0 +1,313 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/goccy/go-json"
+	"github.com/google/uuid"
+	"github.com/valyala/fasthttp"
+
+	"github.com/narwhal-router/narwhal/config"
+	"github.com/narwhal-router/narwhal/transport/telemetry"
+)
+
+// ModelLister reports the models the fleet serves, for GET /v1/models.
+type ModelLister interface {
+	Models() []string
+}
+
+// Ingress is the client-facing OpenAI API listener. It parses and validates requests, hands
+// each to a request supervisor through the Dispatcher, and carries out the supervisor's verdict:
+// an error response, or the relay of a committed decode stream.
+type Ingress struct {
+	cfg        config.Config
+	dispatcher Dispatcher
+	models     ModelLister
+	metrics    *telemetry.Metrics
+	gone       *goneWatcher
+	srv        *fasthttp.Server
+	deadline   time.Duration
+}
+
+// NewIngress builds the listener; Serve starts it.
+func NewIngress(cfg config.Config, d Dispatcher, models ModelLister, m *telemetry.Metrics) (*Ingress, error) {
+	gone, err := newGoneWatcher()
+	if err != nil {
+		return nil, err
+	}
+	in := &Ingress{cfg: cfg, dispatcher: d, models: models, metrics: m, gone: gone,
+		deadline: cfg.Request.DeadlineS.Duration()}
+	in.srv = &fasthttp.Server{
+		Name:                  "narwhal",
+		Handler:               in.handle,
+		ErrorHandler:          in.handleTransportError,
+		MaxRequestBodySize:    cfg.Server.MaxBodyBytes,
+		ReadTimeout:           cfg.Server.HeaderTimeoutS.Duration(),
+		IdleTimeout:           cfg.Server.IdleTimeoutS.Duration(),
+		CloseOnShutdown:       true,
+		NoDefaultServerHeader: true,
+		NoDefaultDate:         true,
+	}
+	return in, nil
+}
+
+// Serve accepts connections on ln until Shutdown.
+func (in *Ingress) Serve(ln net.Listener) error { return in.srv.Serve(ln) }
+
+// Shutdown stops accepting and waits, until ctx ends, for in-flight requests to finish.
+func (in *Ingress) Shutdown(ctx context.Context) error { return in.srv.ShutdownWithContext(ctx) }
+
+// Close releases the disconnect watcher; call it after Shutdown.
+func (in *Ingress) Close() { in.gone.close() }
+
+func (in *Ingress) handle(ctx *fasthttp.RequestCtx) {
+	path := ctx.Path()
+	switch string(path) {
+	case "/v1/completions":
+		in.generate(ctx, EndpointCompletions)
+	case "/v1/chat/completions":
+		in.generate(ctx, EndpointChat)
+	case "/v1/models":
+		in.listModels(ctx)
+	case "/health":
+		if !ctx.IsGet() && !ctx.IsHead() {
+			methodNotAllowed(ctx, "GET")
+			return
+		}
+		ctx.SetStatusCode(fasthttp.StatusOK)
+	default:
+		writeError(ctx, fasthttp.StatusNotFound, ErrorBody{Message: "no route for " + string(path), Type: "invalid_request_error", Code: "not_found"})
+	}
+}
+
+func (in *Ingress) handleTransportError(ctx *fasthttp.RequestCtx, err error) {
+	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+		writeError(ctx, fasthttp.StatusRequestEntityTooLarge, ErrorBody{
+			Message: "request body is larger than server.max_body_bytes (" + strconv.Itoa(in.cfg.Server.MaxBodyBytes) + " bytes)",
+			Type:    errorType(413), Code: "request_too_large"})
+		return
+	}
+	writeError(ctx, fasthttp.StatusBadRequest, ErrorBody{Message: "malformed HTTP request", Type: errorType(400), Code: "bad_request"})
+}
+
+func (in *Ingress) generate(ctx *fasthttp.RequestCtx, ep Endpoint) {
+	arrival := time.Now()
+	if !ctx.IsPost() {
+		methodNotAllowed(ctx, "POST")
+		return
+	}
+	id := clientRequestID(ctx.Request.Header.Peek("X-Request-Id"))
+	ctx.Response.Header.Set("x-request-id", id)
+
+	deadline, err := in.requestDeadline(arrival, ctx.Request.Header.Peek("X-Narwhal-Deadline-S"))
+	if err != nil {
+		in.reject(ctx, ep, arrival, fasthttp.StatusBadRequest, ErrorBody{Message: err.Error(), Type: errorType(400), Code: "invalid_deadline"})
+		return
+	}
+	body, err := ParseClientBody(ep, ctx.PostBody())
+	if err != nil {
+		var bre *BadRequestError
+		errors.As(err, &bre)
+		var param *string
+		if bre.Param != "" {
+			param = &bre.Param
+		}
+		in.reject(ctx, ep, arrival, fasthttp.StatusBadRequest, ErrorBody{Message: bre.Message, Type: errorType(400), Param: param, Code: "invalid_request"})
+		return
+	}
+
+	x := NewExchange(id, body, arrival, deadline)
+	x.TraceParent = string(ctx.Request.Header.Peek("traceparent"))
+	x.TraceState = string(ctx.Request.Header.Peek("tracestate"))
+	in.dispatcher.Dispatch(x)
+	stopWatch := in.gone.watch(ctx.Conn(), func() { in.dispatcher.ClientGone(x) })
+
+	v := <-x.verdict
+	in.setCommonHeaders(ctx, v)
+	switch {
+	case v.Stream == nil:
+		stopWatch()
+		if v.Status == 0 { // the client is gone; nothing to say
+			ctx.SetConnectionClose()
+			return
+		}
+		if v.RetryAfter != "" {
+			ctx.Response.Header.Set("Retry-After", v.RetryAfter)
+		}
+		ctx.SetStatusCode(v.Status)
+		ctx.SetContentType("application/json")
+		ctx.SetBody(v.Body)
+	case body.Stream:
+		ctx.SetStatusCode(fasthttp.StatusOK)
+		ctx.SetContentType("text/event-stream")
+		ctx.Response.Header.Set("Cache-Control", "no-cache")
+		ctx.Response.Header.Set("X-Accel-Buffering", "no")
+		ctx.Response.SetBodyStream(newRelay(in, x, v.Stream, stopWatch), -1)
+	default:
+		in.respondAssembled(ctx, x, v.Stream)
+		stopWatch()
+	}
+}
+
+// reject answers a request that never reached a supervisor.
+func (in *Ingress) reject(ctx *fasthttp.RequestCtx, ep Endpoint, arrival time.Time, status int, e ErrorBody) {
+	writeError(ctx, status, e)
+	ctx.Response.Header.Set("Server-Timing", serverTiming(Timing{}))
+	in.metrics.Rejected(ep.String(), status, time.Since(arrival))
+}
+
+func (in *Ingress) setCommonHeaders(ctx *fasthttp.RequestCtx, v Verdict) {
+	h := &ctx.Response.Header
+	h.Set("Server-Timing", serverTiming(v.Timing))
+	if in.cfg.Server.ExposeRoutingHeaders {
+		if v.Routing.Producer != "" {
+			h.Set("x-narwhal-producer", v.Routing.Producer)
+		}
+		if v.Routing.Consumer != "" {
+			h.Set("x-narwhal-consumer", v.Routing.Consumer)
+		}
+		h.Set("x-narwhal-attempts", strconv.Itoa(v.Routing.Attempts))
+	}
+}
+
+// respondAssembled reads a committed stream to its end and answers with one JSON body. Nothing
+// has reached the client yet, so a failure after the first token still gets an error status.
+func (in *Ingress) respondAssembled(ctx *fasthttp.RequestCtx, x *Exchange, s *DecodeStream) {
+	a := newAssembler(x.Body.Endpoint)
+	end := StreamEnd{}
+	for {
+		ev, err := s.Next()
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				end.Fault, _ = AsFault(err)
+			}
+			break
+		}
+		if ev.Kind == EventToken {
+			end.Events++
+		}
+		a.add(ev.Data)
+	}
+	s.Close()
+	end.OutputTokens = usageCompletionTokens(a.usage, end.Events)
+	if f := end.Fault; f != nil {
+		if f.Kind == FaultCanceled && errors.Is(f.Err, errClientGone) {
+			end.ClientGone = true
+			ctx.SetConnectionClose()
+		} else {
+			ctx.SetStatusCode(f.ClientStatus())
+			ctx.SetContentType("application/json")
+			ctx.SetBody(FaultEnvelope(f))
+		}
+	} else if out, err := a.body(); err != nil {
+		end.Fault = &Fault{Kind: FaultBadResponse, Leg: LegDecode, Engine: s.Engine(), Detail: "could not assemble the response", Err: err}
+		ctx.SetStatusCode(fasthttp.StatusBadGateway)
+		ctx.SetContentType("application/json")
+		ctx.SetBody(FaultEnvelope(end.Fault))
+	} else {
+		ctx.SetStatusCode(fasthttp.StatusOK)
+		ctx.SetContentType("application/json")
+		ctx.SetBody(out)
+		end.Bytes = int64(len(out))
+	}
+	end.Ended = time.Now()
+	in.dispatcher.Finished(x, end)
+}
+
+// requestDeadline is arrival + request.deadline_s, which X-Narwhal-Deadline-S may only shorten.
+func (in *Ingress) requestDeadline(arrival time.Time, header []byte) (time.Time, error) {
+	d := in.deadline
+	if len(header) > 0 {
+		s, err := strconv.ParseFloat(strings.TrimSpace(string(header)), 64)
+		if err != nil || s <= 0 {
+			return time.Time{}, errors.New("X-Narwhal-Deadline-S must be a positive number of seconds")
+		}
+		if hd := time.Duration(s * float64(time.Second)); hd < d {
+			d = hd
+		}
+	}
+	return arrival.Add(d), nil
+}
+
+func (in *Ingress) listModels(ctx *fasthttp.RequestCtx) {
+	if !ctx.IsGet() {
+		methodNotAllowed(ctx, "GET")
+		return
+	}
+	type model struct {
+		ID      string `json:"id"`
+		Object  string `json:"object"`
+		Created int64  `json:"created"`
+		OwnedBy string `json:"owned_by"`
+	}
+	out := struct {
+		Object string  `json:"object"`
+		Data   []model `json:"data"`
+	}{Object: "list", Data: []model{}}
+	now := time.Now().Unix()
+	for _, m := range in.models.Models() {
+		out.Data = append(out.Data, model{ID: m, Object: "model", Created: now, OwnedBy: "narwhal"})
+	}
+	writeJSON(ctx, fasthttp.StatusOK, out)
+}
+
+// clientRequestID honours a client's X-Request-Id when it is printable ASCII of at most 128
+// bytes, and otherwise makes a fresh one.
+func clientRequestID(h []byte) string {
+	if len(h) == 0 || len(h) > 128 {
+		return uuid.NewString()
+	}
+	for _, c := range h {
+		if c < 0x21 || c > 0x7e {
+			return uuid.NewString()
+		}
+	}
+	return string(h)
+}
+
+// serverTiming renders the measurement contract as a Server-Timing header. Both metrics are
+// always named; a duration is given only for events that happened.
+func serverTiming(t Timing) string {
+	b := make([]byte, 0, 48)
+	b = append(b, "ttft"...)
+	b = appendDur(b, t.TTFT)
+	b = append(b, ", first_byte"...)
+	b = appendDur(b, t.FirstByte)
+	return string(b)
+}
+
+func appendDur(b []byte, d time.Duration) []byte {
+	if d <= 0 {
+		return b
+	}
+	b = append(b, ";dur="...)
+	return strconv.AppendFloat(b, float64(d)/float64(time.Millisecond), 'f', 3, 64)
+}
+
+func methodNotAllowed(ctx *fasthttp.RequestCtx, allow string) {
+	ctx.Response.Header.Set("Allow", allow)
+	writeError(ctx, fasthttp.StatusMethodNotAllowed, ErrorBody{Message: "use " + allow, Type: "invalid_request_error", Code: "method_not_allowed"})
+}
+
+func writeError(ctx *fasthttp.RequestCtx, status int, e ErrorBody) {
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(AppendErrorEnvelope(nil, e))
+}
+
+func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		writeError(ctx, fasthttp.StatusInternalServerError, ErrorBody{Message: "internal error", Type: "server_error"})
+		return
+	}
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(b)
+}

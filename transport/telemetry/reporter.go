@@ -1,0 +1,206 @@
+package telemetry
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/cactus/go-statsd-client/v5/statsd"
+	prom "github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/uber-go/tally/v4"
+	tallyprom "github.com/uber-go/tally/v4/prometheus"
+
+	"github.com/narwhal-router/narwhal/config"
+)
+
+// Reporting is the tally root scope wired to Narwhal's reporters: Prometheus (always, served on
+// the admin listener's /metrics) and statsd (when metrics.statsd is configured).
+type Reporting struct {
+	Metrics *Metrics
+	// Prometheus serves the scrape endpoint.
+	Prometheus http.Handler
+
+	closer  io.Closer
+	statter statsd.Statter
+}
+
+// PrometheusPrefix starts every Prometheus metric name.
+const PrometheusPrefix = "narwhal_"
+
+// secondsBuckets are the Prometheus buckets for latency timers, in seconds.
+var secondsBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
+
+// NewReporting starts the root scope. Counters, gauges and histograms are reported every
+// flush interval (metrics.statsd.flush_interval_s, else 1 s); timers are sent at once.
+func NewReporting(cfg config.Metrics) (*Reporting, error) {
+	reg := prom.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	pr := tallyprom.NewReporter(tallyprom.Options{
+		Registerer:              reg,
+		Gatherer:                reg,
+		DefaultTimerType:        tallyprom.HistogramTimerType,
+		DefaultHistogramBuckets: secondsBuckets,
+		OnRegisterError:         func(error) {}, // one name, one tag-key set: enforced by Metrics
+	})
+	rep := &fanout{prom: pr}
+	interval := time.Second
+	if s := cfg.Statsd; s != nil {
+		statter, err := statsd.NewClientWithConfig(&statsd.ClientConfig{
+			Address: s.Address, Prefix: s.Prefix, UseBuffered: true, FlushInterval: s.FlushIntervalS.Duration(),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("statsd %s: %w", s.Address, err)
+		}
+		rep.statter = statter
+		interval = s.FlushIntervalS.Duration()
+	}
+	scope, closer := tally.NewRootScope(tally.ScopeOptions{
+		CachedReporter:  rep,
+		Separator:       tallyprom.DefaultSeparator,
+		SanitizeOptions: &tallyprom.DefaultSanitizerOpts,
+	}, interval)
+	return &Reporting{Metrics: New(scope), Prometheus: pr.HTTPHandler(), closer: closer, statter: rep.statter}, nil
+}
+
+// Close reports what is pending and closes the statsd client.
+func (r *Reporting) Close() error {
+	err := r.closer.Close()
+	if r.statter != nil {
+		if cerr := r.statter.Close(); err == nil {
+			err = cerr
+		}
+	}
+	return err
+}
+
+// fanout is a tally cached reporter that feeds both Prometheus (with tags as labels) and statsd
+// (which has no tags: they are flattened into the name once, when the instrument is made).
+type fanout struct {
+	prom    tallyprom.Reporter
+	statter statsd.Statter // nil: statsd off
+}
+
+// StatsdName is the statsd name of a metric: the name, then each tag as ".key.value" in key
+// order, values with anything but letters, digits, '_' and '-' replaced by '_'. For example
+// requests{endpoint=chat,outcome=success,status=200} is requests.endpoint.chat.outcome.success.status.200
+// (after the configured prefix).
+func StatsdName(name string, tags map[string]string) string {
+	keys := make([]string, 0, len(tags))
+	for k := range tags {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	b.WriteString(name)
+	for _, k := range keys {
+		b.WriteByte('.')
+		b.WriteString(statsdSafe(k))
+		b.WriteByte('.')
+		b.WriteString(statsdSafe(tags[k]))
+	}
+	return b.String()
+}
+
+func statsdSafe(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-' {
+			return r
+		}
+		return '_'
+	}, s)
+}
+
+func (f *fanout) Capabilities() tally.Capabilities { return f }
+func (f *fanout) Reporting() bool                  { return true }
+func (f *fanout) Tagging() bool                    { return true }
+func (f *fanout) Flush()                           { f.prom.Flush() }
+
+type (
+	count struct {
+		p  tally.CachedCount
+		s  statsd.Statter
+		sn string
+	}
+	gauge struct {
+		p  tally.CachedGauge
+		s  statsd.Statter
+		sn string
+	}
+	timer struct {
+		p  tally.CachedTimer
+		s  statsd.Statter
+		sn string
+	}
+	histogram struct {
+		p  tally.CachedHistogram
+		s  statsd.Statter
+		sn string
+	}
+	bucket struct {
+		p  tally.CachedHistogramBucket
+		s  statsd.Statter
+		sn string
+	}
+)
+
+func (f *fanout) AllocateCounter(name string, tags map[string]string) tally.CachedCount {
+	return &count{p: f.prom.AllocateCounter(PrometheusPrefix+name, tags), s: f.statter, sn: StatsdName(name, tags)}
+}
+
+func (f *fanout) AllocateGauge(name string, tags map[string]string) tally.CachedGauge {
+	return &gauge{p: f.prom.AllocateGauge(PrometheusPrefix+name, tags), s: f.statter, sn: StatsdName(name, tags)}
+}
+
+func (f *fanout) AllocateTimer(name string, tags map[string]string) tally.CachedTimer {
+	return &timer{p: f.prom.AllocateTimer(PrometheusPrefix+name, tags), s: f.statter, sn: StatsdName(name, tags)}
+}
+
+func (f *fanout) AllocateHistogram(name string, tags map[string]string, b tally.Buckets) tally.CachedHistogram {
+	return &histogram{p: f.prom.AllocateHistogram(PrometheusPrefix+name, tags, b), s: f.statter, sn: StatsdName(name, tags)}
+}
+
+func (c *count) ReportCount(v int64) {
+	c.p.ReportCount(v)
+	if c.s != nil {
+		_ = c.s.Inc(c.sn, v, 1)
+	}
+}
+
+func (g *gauge) ReportGauge(v float64) {
+	g.p.ReportGauge(v)
+	switch s := g.s.(type) {
+	case nil:
+	case statsd.ExtendedStatSender: // fractional gauges (kv usage, ratios) stay fractional
+		_ = s.GaugeFloat(g.sn, v, 1)
+	default:
+		_ = s.Gauge(g.sn, int64(v), 1)
+	}
+}
+
+func (t *timer) ReportTimer(d time.Duration) {
+	t.p.ReportTimer(d)
+	if t.s != nil {
+		_ = t.s.TimingDuration(t.sn, d, 1)
+	}
+}
+
+// Histogram buckets reach statsd as counters named <name>.le_<upper bound>: statsd has no
+// histogram type, and cumulative-free bucket counts sum correctly over any time range.
+func (h *histogram) ValueBucket(lo, hi float64) tally.CachedHistogramBucket {
+	return &bucket{p: h.p.ValueBucket(lo, hi), s: h.s, sn: h.sn + ".le_" + statsdSafe(fmt.Sprintf("%g", hi))}
+}
+
+func (h *histogram) DurationBucket(lo, hi time.Duration) tally.CachedHistogramBucket {
+	return &bucket{p: h.p.DurationBucket(lo, hi), s: h.s, sn: h.sn + ".le_" + statsdSafe(fmt.Sprintf("%g", hi.Seconds()))}
+}
+
+func (b *bucket) ReportSamples(v int64) {
+	b.p.ReportSamples(v)
+	if b.s != nil {
+		_ = b.s.Inc(b.sn, v, 1)
+	}
+}
