@@ -50,9 +50,9 @@ type engineActor struct {
 
 // Timer and probe messages, private to the engine actor.
 type (
-	quarantineOver  struct{}
-	probeDue        struct{}
-	probeFinished   struct {
+	quarantineOver struct{}
+	probeDue       struct{}
+	probeFinished  struct {
 		gen     int
 		outcome messages.Probe
 	}

@@ -62,10 +62,10 @@ func (f *fleet) engine(name string) *engineView { return f.byName[name] }
 type scarcity uint8
 
 const (
-	available     scarcity = iota
-	noRoom                 // engines serve the model but all are full: queue
-	noAdmitted             // engines serve the model but none is admitted: 503
-	unknownModel           // no engine serves the model at all: 404
+	available    scarcity = iota
+	noRoom                // engines serve the model but all are full: queue
+	noAdmitted            // engines serve the model but none is admitted: 503
+	unknownModel          // no engine serves the model at all: 404
 )
 
 // pick chooses an engine for phase by power of two choices on reservations: two random

@@ -254,6 +254,7 @@ func (w *testWriter) Write(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
+
 // producedDescriptors returns the kv_transfer_params of every prefill response the fleet sent.
 func (h *harness) producedDescriptors() [][]byte {
 	var out [][]byte

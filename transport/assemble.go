@@ -30,7 +30,7 @@ type choiceAcc struct {
 	// completions logprobs, concatenated field by field
 	lpTokens, lpTokenLogprobs, lpTopLogprobs, lpTextOffset []json.RawMessage
 	// chat logprobs
-	lpContent []json.RawMessage
+	lpContent   []json.RawMessage
 	sawLogprobs bool
 }
 

@@ -20,7 +20,6 @@ func fixture(t testing.TB, name string) []byte {
 	return bytes.TrimSpace(b)
 }
 
-
 // The client request that vLLM's fixtures were derived from.
 const fixtureClientBody = `{"model":"Qwen/Qwen3-0.6B","prompt":"Explain disaggregated prefill in one paragraph.","max_tokens":256,"min_tokens":16,"temperature":0.7,"top_p":0.95,"seed":7,"stream":true,"stream_options":{"include_usage":true}}`
 
@@ -151,7 +150,7 @@ func TestDecodeBodyKeepsClientStreamOptions(t *testing.T) {
 func TestParseClientBodyRejections(t *testing.T) {
 	cases := []struct {
 		name, in, param string
-		ep               Endpoint
+		ep              Endpoint
 	}{
 		{"not json", `{"model":`, "", EndpointCompletions},
 		{"not an object", `["model"]`, "", EndpointCompletions},

@@ -29,7 +29,6 @@ type legConn struct {
 	bodyDone bool
 }
 
-
 // openLeg sends req and reads the response header (and, unless stream is set, the whole body,
 // bounded by maxBody). The deadline bounds the connect, the write and the header read; the caller
 // moves it for the body. On error nothing needs releasing.
