@@ -1,17 +1,22 @@
 // Command narwhal is a disaggregated prefill/decode router for vLLM-compatible engines.
 //
-//	narwhal serve --config narwhal.yaml   run the router
-//	narwhal demo                          run it in front of a simulated fleet (no GPU)
-//	narwhal sim ...                       run the engine simulator
+//	narwhal serve --config narwhal.yaml      run the router (after a preflight)
+//	narwhal preflight --config narwhal.yaml  check every engine and KV transfer, print a matrix
+//	narwhal dump [--admin ADDR]              print the live supervisor tree
+//	narwhal demo                             run it in front of a simulated fleet (no GPU)
+//	narwhal sim ...                          run the engine simulator
 package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -19,6 +24,8 @@ import (
 
 	"github.com/narwhal-router/narwhal/bench/sim"
 	"github.com/narwhal-router/narwhal/config"
+	"github.com/narwhal-router/narwhal/transport"
+	"github.com/narwhal-router/narwhal/transport/admin"
 	"github.com/narwhal-router/narwhal/transport/server"
 )
 
@@ -29,7 +36,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(serveCommand(), demoCommand(), sim.Command())
+	root.AddCommand(serveCommand(), preflightCommand(), dumpCommand(), demoCommand(), sim.Command())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "narwhal:", err)
 		os.Exit(1)
@@ -38,6 +45,7 @@ func main() {
 
 func serveCommand() *cobra.Command {
 	var path string
+	var skipPreflight bool
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the router with a configuration file",
@@ -46,10 +54,83 @@ func serveCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return run(cfg, newLogger(cfg.Log, os.Stderr), nil)
+			log := newLogger(cfg.Log, os.Stderr)
+			if !skipPreflight {
+				if err := preflight(cfg, os.Stderr); err != nil {
+					return fmt.Errorf("%w (start anyway with --skip-preflight)", err)
+				}
+				log.Info("preflight passed")
+			}
+			return run(cfg, log, nil)
 		},
 	}
 	cmd.Flags().StringVarP(&path, "config", "c", "narwhal.yaml", "configuration file (YAML)")
+	cmd.Flags().BoolVar(&skipPreflight, "skip-preflight", false, "start without checking engines and KV transfers first")
+	return cmd
+}
+
+func preflightCommand() *cobra.Command {
+	var path string
+	cmd := &cobra.Command{
+		Use:   "preflight",
+		Short: "Check every engine's contract and every producer→consumer KV transfer; exit 1 on any failure",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := config.Load(path)
+			if err != nil {
+				return err
+			}
+			return preflight(cfg, os.Stdout)
+		},
+	}
+	cmd.Flags().StringVarP(&path, "config", "c", "narwhal.yaml", "configuration file (YAML)")
+	return cmd
+}
+
+// preflight prints the matrix and fails unless every check passed.
+func preflight(cfg config.Config, w io.Writer) error {
+	res, err := transport.Preflight(context.Background(), cfg)
+	if err != nil {
+		return err
+	}
+	fmt.Fprint(w, res.Matrix())
+	if !res.OK() {
+		return errors.New("preflight failed")
+	}
+	return nil
+}
+
+func dumpCommand() *cobra.Command {
+	var addr, format, token string
+	cmd := &cobra.Command{
+		Use:   "dump",
+		Short: "Print the live supervisor tree of a running Narwhal (from its admin listener)",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if format != "text" && format != "json" {
+				return fmt.Errorf("--format %q: want text or json", format)
+			}
+			req, err := http.NewRequest(http.MethodGet, "http://"+addr+"/debug/tree?format="+format, nil)
+			if err != nil {
+				return err
+			}
+			if token != "" {
+				req.Header.Set("Authorization", admin.BearerHeader(token))
+			}
+			resp, err := (&http.Client{Timeout: 15 * time.Second}).Do(req)
+			if err != nil {
+				return fmt.Errorf("dump: %w", err)
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+				return fmt.Errorf("dump: %s: %s", resp.Status, strings.TrimSpace(string(b)))
+			}
+			_, err = io.Copy(os.Stdout, resp.Body)
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&addr, "admin", "127.0.0.1:8001", "admin listener address")
+	cmd.Flags().StringVar(&format, "format", "text", "text or json")
+	cmd.Flags().StringVar(&token, "token", os.Getenv("NARWHAL_ADMIN_TOKEN"), "admin bearer token (default $NARWHAL_ADMIN_TOKEN)")
 	return cmd
 }
 

@@ -85,7 +85,7 @@ func (a *engineActor) Receive(ctx actor.Context) {
 		if st.breaker.quarantineOver(time.Now()) {
 			a.transition(ctx, quarantined)
 		}
-	case probeDue:
+	case probeDue, *messages.ProbeNow:
 		a.startProbe(ctx)
 	case probeFinished:
 		a.probeFinished(ctx, m)
@@ -177,7 +177,7 @@ func (a *engineActor) publish(ctx actor.Context, notify bool) {
 	st.view.placeable.Store(st.breaker.placeable())
 	a.r.metrics.EngineInflight(st.cfg.Name, st.reserved[0], st.reserved[1])
 	if notify && ctx.Parent() != nil {
-		ctx.Send(ctx.Parent(), &messages.EngineChanged{Engine: st.cfg.Name,
+		ctx.Send(ctx.Parent(), &messages.EngineChanged{Engine: st.cfg.Name, State: st.breaker.state.String(),
 			Placeable: st.breaker.placeable(), HasRoom: st.view.hasRoom()})
 	}
 }

@@ -39,6 +39,13 @@ func (v *engineView) serves(model string) bool {
 	return false
 }
 
+func (v *engineView) firstModel() string {
+	if p := v.models.Load(); p != nil && len(*p) > 0 {
+		return (*p)[0]
+	}
+	return ""
+}
+
 func (v *engineView) hasRoom() bool {
 	return v.maxInflight == 0 || int(v.load.Load()) < v.maxInflight
 }

@@ -14,6 +14,10 @@ type poolActor struct {
 	r       *Router
 	states  []*engineState
 	waiters []waiter
+	// breaker is each engine's last reported breaker state; inWave marks a role whose engines
+	// were all ejected and restarted together, until one of them is admitted again.
+	breaker map[string]string
+	inWave  [2]bool
 }
 
 type waiter struct {
@@ -33,6 +37,7 @@ var engineSupervision = actor.NewOneForOneStrategy(100, time.Minute, func(any) a
 func (p *poolActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
+		p.breaker = map[string]string{}
 		for _, st := range p.states {
 			st := st
 			props := actor.PropsFromProducer(func() actor.Actor { return &engineActor{r: p.r, st: st} })
@@ -65,8 +70,46 @@ func (p *poolActor) Receive(ctx actor.Context) {
 		}
 		p.r.metrics.QueueDepth(len(p.waiters))
 	case *messages.EngineChanged:
+		p.breaker[m.Engine] = m.State
 		if m.Placeable && m.HasRoom {
 			p.wake(ctx, p.r.fleet.engine(m.Engine))
+		}
+		p.checkWaves(ctx)
+	}
+}
+
+// checkWaves applies the whole-wave policy: when every engine able to run a phase is ejected
+// at once, the fault is fleet-wide (a bad deploy, a network partition), so the engine actors of
+// that wave are restarted together and all probed at once instead of one by one on their
+// backed-off cadences. Requests meanwhile get fast 503s (no admitted engine) rather than
+// queueing. Probes still decide readmission, engine by engine.
+func (p *poolActor) checkWaves(ctx actor.Context) {
+	for _, phase := range []messages.Phase{messages.PhasePrefill, messages.PhaseDecode} {
+		var wave []*actor.PID
+		var names []string
+		all := true
+		for _, v := range p.r.fleet.engines {
+			if !v.canServe(phase) {
+				continue
+			}
+			if s := p.breaker[v.name]; s != ejected.String() && s != probing.String() {
+				all = false
+				break
+			}
+			wave = append(wave, v.pid)
+			names = append(names, v.name)
+		}
+		switch {
+		case !all || len(wave) == 0:
+			p.inWave[phase] = false
+		case !p.inWave[phase]:
+			p.inWave[phase] = true
+			p.r.metrics.WaveRestart(phase.String())
+			p.r.log.Warn("every engine of a role is ejected: restarting the wave and probing it", "role", phase.String(), "engines", names)
+			ctx.(actor.Supervisor).RestartChildren(wave...)
+			for _, pid := range wave {
+				ctx.Send(pid, &messages.ProbeNow{})
+			}
 		}
 	}
 }

@@ -2,13 +2,10 @@ package actors
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"github.com/google/uuid"
 
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/messages"
@@ -113,124 +110,47 @@ func (p *probe) legTimeout() time.Duration { return p.r.cfg.Engine.FirstTokenTim
 
 func (p *probe) run() messages.Probe {
 	contract := p.r.cfg.EngineContract
+	ctx, cancel := context.WithTimeout(context.Background(), 3*p.legTimeout())
+	defer cancel()
 	if contract == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), p.legTimeout())
-		defer cancel()
 		if err := p.target.client.Health(ctx); err != nil {
 			return p.result(probeFailure, "health check: %v", err)
 		}
 		return p.result(probeSuccess, "health check passed")
 	}
-	if reason := p.lifecycle(contract); reason != "" {
-		return p.result(probeFailure, "lifecycle: %s", reason)
+	if err := transport.CheckContract(ctx, p.target.client, contract); err != nil {
+		return p.result(probeFailure, "lifecycle: %v", err)
 	}
-	return p.inference(contract)
-}
-
-// lifecycle checks the pinned contract: the model (and max_model_len) is served, the version
-// matches, and the engine is configured with the pinned connector.
-func (p *probe) lifecycle(c *config.EngineContract) string {
-	if c.Connector != "" && p.cfg.KV.Connector != c.Connector {
-		return fmt.Sprintf("engine uses connector %q, contract pins %q", p.cfg.KV.Connector, c.Connector)
+	if p.producer == nil {
+		return p.result(probeInconclusive, "no admitted producer to make a handoff")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), p.legTimeout())
-	defer cancel()
-	if c.Model != "" || c.MaxModelLen > 0 {
-		models, err := p.target.client.Models(ctx)
-		if err != nil {
-			return err.Error()
-		}
-		found := false
-		for _, m := range models {
-			if m.ID == c.Model || c.Model == "" {
-				found = true
-				if c.MaxModelLen > 0 && m.MaxModelLen != c.MaxModelLen {
-					return fmt.Sprintf("model %s has max_model_len %d, contract pins %d", m.ID, m.MaxModelLen, c.MaxModelLen)
-				}
-			}
-		}
-		if !found {
-			return fmt.Sprintf("engine does not serve the pinned model %q", c.Model)
-		}
-	}
-	if c.Version != "" {
-		v, err := p.target.client.Version(ctx)
-		if err != nil {
-			return err.Error()
-		}
-		if v != c.Version {
-			return fmt.Sprintf("engine runs version %q, contract pins %q", v, c.Version)
-		}
-	}
-	return ""
-}
-
-// inference runs prefill then decode with the target on its own side of the handoff. A failure
-// of the partner's leg says nothing about the target: the probe is inconclusive.
-func (p *probe) inference(c *config.EngineContract) messages.Probe {
-	model := c.Model
+	model := contract.Model
 	if model == "" {
-		if ms := p.target.models.Load(); ms != nil && len(*ms) > 0 {
-			model = (*ms)[0]
-		}
+		model = p.target.firstModel()
 	}
 	if model == "" {
 		return p.result(probeFailure, "no model to probe with")
 	}
-	body, err := transport.ParseClientBody(transport.EndpointCompletions,
-		[]byte(fmt.Sprintf(`{"model":%q,"prompt":"narwhal readmission probe","max_tokens":2,"temperature":0}`, model)))
-	if err != nil {
-		return p.result(probeFailure, "probe body: %v", err)
+	var consumer *transport.EngineClient // nil: a producer with no admitted consumer is judged on its prefill
+	if p.consumer != nil {
+		consumer = p.consumer.client
 	}
-	producer, consumer, targetIsConsumer := p.producer, p.consumer, p.targetIsConsumer
-	if producer == nil {
-		return p.result(probeInconclusive, "no producer available to make a handoff")
+	_, err := transport.ProbeTransfer(ctx, p.producer.client, consumer, model, p.legTimeout())
+	if err == nil {
+		return p.result(probeSuccess, "inference probe completed")
 	}
-	req := &transport.Request{Body: body, BackendRequestID: "probe-" + uuid.NewString()}
-
-	req.Deadline = time.Now().Add(p.legTimeout())
-	res, err := producer.client.Prefill(context.Background(), req)
-	if err != nil {
-		if targetIsConsumer {
-			return p.result(probeInconclusive, "partner %s could not make a handoff: %v", producer.name, err)
-		}
-		return p.result(probeFailure, "prefill: %v", err)
+	// Which side failed decides: the target's own leg failing is a failure, the partner's
+	// leg failing says nothing about the target.
+	leg := transport.LegDecode
+	if f, ok := transport.AsFault(err); ok {
+		leg = f.Leg
 	}
-	if consumer == nil { // a producer with no admitted consumer to hand to: judge the prefill alone
-		if !res.HasDescriptor() {
-			return p.result(probeFailure, "prefill returned no handoff descriptor")
-		}
-		return p.result(probeSuccess, "prefill produced a handoff; no consumer to complete it")
+	targetLeg := transport.LegPrefill
+	if p.targetIsConsumer {
+		targetLeg = transport.LegDecode
 	}
-	if consumer == producer {
-		res = res.WithoutTransfer()
+	if p.producer == p.consumer || leg == targetLeg {
+		return p.result(probeFailure, "%v", err)
 	}
-
-	req.Deadline = time.Now().Add(p.legTimeout())
-	stream, err := consumer.client.Decode(context.Background(), res, req)
-	if err != nil {
-		if f, ok := transport.AsFault(err); ok && f.Kind == transport.FaultDescriptor {
-			if targetIsConsumer {
-				return p.result(probeInconclusive, "partner %s made an invalid handoff: %s", producer.name, f.Detail)
-			}
-			return p.result(probeFailure, "lifecycle: %s", f.Detail)
-		}
-		if targetIsConsumer {
-			return p.result(probeFailure, "decode: %v", err)
-		}
-		return p.result(probeInconclusive, "partner %s could not decode: %v", consumer.name, err)
-	}
-	defer stream.Close()
-	for {
-		_, err := stream.Next()
-		if errors.Is(err, io.EOF) {
-			return p.result(probeSuccess, "inference probe completed")
-		}
-		if err != nil {
-			if targetIsConsumer {
-				return p.result(probeFailure, "decode stream: %v", err)
-			}
-			return p.result(probeInconclusive, "partner %s decode stream: %v", consumer.name, err)
-		}
-	}
+	return p.result(probeInconclusive, "partner %s failed its leg: %v", p.partner().name, err)
 }

@@ -102,12 +102,16 @@ type StopWaiting struct{}
 
 // ---- engine actor → pool ----
 
-// EngineChanged tells the pool an engine's placeability or capacity changed.
+// EngineChanged tells the pool an engine's breaker state or capacity changed.
 type EngineChanged struct {
 	Engine    string
+	State     string // admitted, quarantined, ejected, probing
 	Placeable bool
 	HasRoom   bool
 }
+
+// ProbeNow asks an ejected engine to probe at once (the whole-wave policy).
+type ProbeNow struct{}
 
 // ---- administration and dumps ----
 
@@ -123,10 +127,10 @@ type EngineState struct {
 	Reserved       PhaseSlots `json:"reservations"`
 	MaxInflight    int        `json:"max_inflight"`
 	Models         []string   `json:"models"`
-	QuarantineEnds *time.Time `json:"quarantine_until,omitempty"`
-	EjectedAt      *time.Time `json:"ejected_at,omitempty"`
-	NextProbe      *time.Time `json:"next_probe,omitempty"`
-	LastProbe      *Probe     `json:"last_probe,omitempty"`
+	QuarantineEnds *time.Time `json:"quarantine_until"`
+	EjectedAt      *time.Time `json:"ejected_at"`
+	NextProbe      *time.Time `json:"next_probe"`
+	LastProbe      *Probe     `json:"last_probe"`
 	Restarts       int        `json:"restarts"`
 }
 

@@ -269,3 +269,40 @@ func (h *harness) producedDescriptors() [][]byte {
 	}
 	return out
 }
+
+// adminDo sends a request to the admin listener and returns the status and body.
+func (h *harness) adminDo(method, path string) (int, []byte) {
+	h.t.Helper()
+	req, err := http.NewRequest(method, h.admin+path, nil)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	resp, err := h.client.Do(req)
+	if err != nil {
+		h.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+// engine returns the router's view of one engine.
+func (h *harness) engine(name string) messages.EngineState {
+	h.t.Helper()
+	for _, e := range h.engines() {
+		if e.Name == name {
+			return e
+		}
+	}
+	h.t.Fatalf("no engine %q", name)
+	return messages.EngineState{}
+}
+
+// waitState waits until the named engine's breaker is in state.
+func (h *harness) waitState(name, state string, timeout time.Duration) messages.EngineState {
+	h.t.Helper()
+	var last messages.EngineState
+	eventually(h.t, timeout, func() bool { last = h.engine(name); return last.State == state },
+		func() string { return fmt.Sprintf("engine %s is %s, want %s (%+v)", name, last.State, state, last) })
+	return last
+}

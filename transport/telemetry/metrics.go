@@ -222,3 +222,6 @@ func (m *Metrics) BreakerTransition(engine, from, to string) {
 func (m *Metrics) ProbeResult(engine, result string) {
 	m.counter("probe_results", "engine", engine, "result", result).Inc(1)
 }
+
+// WaveRestart counts a whole-wave restart of a role's engine actors.
+func (m *Metrics) WaveRestart(role string) { m.counter("wave_restarts", "role", role).Inc(1) }

@@ -1,0 +1,108 @@
+package actors
+
+import (
+	"testing"
+	"time"
+
+	"github.com/narwhal-router/narwhal/config"
+)
+
+func recovery() config.Recovery {
+	r := config.Default().Recovery
+	r.EjectAfter, r.ProbeIntervalS, r.ProbeMaxIntervalS = 3, 1, 4
+	return r
+}
+
+func TestBreakerEjectsAtTheNthConsecutiveFailure(t *testing.T) {
+	b := newBreaker(recovery())
+	now := time.Now()
+	for i := 1; i < 3; i++ {
+		if b.failure(now, "") || b.state != admitted || b.streak != i {
+			t.Fatalf("after %d failures: state %s streak %d", i, b.state, b.streak)
+		}
+	}
+	b.success()
+	if b.streak != 0 {
+		t.Fatal("success did not reset the streak")
+	}
+	b.failure(now, "")
+	b.failure(now, "")
+	if !b.failure(now, "p1") || b.state != ejected || b.partner != "p1" || !b.nextProbe.Equal(now.Add(time.Second)) {
+		t.Fatalf("third failure: %+v", b)
+	}
+	if b.failure(now, "") {
+		t.Fatal("an ejected engine was ejected again")
+	}
+}
+
+func TestBreakerQuarantineThenAdmits(t *testing.T) {
+	r := recovery()
+	r.FailureQuarantineS = 2
+	b := newBreaker(r)
+	now := time.Now()
+	b.failure(now, "")
+	if b.state != quarantined || !b.quarantineEnds.Equal(now.Add(2*time.Second)) {
+		t.Fatalf("%+v", b)
+	}
+	if b.quarantineOver(now.Add(time.Second)) {
+		t.Fatal("quarantine ended early")
+	}
+	if !b.quarantineOver(now.Add(2*time.Second)) || b.state != admitted || b.streak != 1 {
+		t.Fatalf("%+v", b)
+	}
+}
+
+func TestBreakerProbeCadence(t *testing.T) {
+	b := newBreaker(recovery())
+	now := time.Now()
+	b.eject(now, "")
+	var intervals []time.Duration
+	for i := 0; i < 4; i++ {
+		b.probeStarted()
+		b.probeFailed(now)
+		intervals = append(intervals, b.nextProbe.Sub(now))
+	}
+	want := []time.Duration{2 * time.Second, 4 * time.Second, 4 * time.Second, 4 * time.Second}
+	for i := range want {
+		if intervals[i] != want[i] {
+			t.Fatalf("failed-probe backoff %v, want %v", intervals, want)
+		}
+	}
+	b.probeStarted()
+	b.probeInconclusive(now)
+	if b.state != ejected || b.nextProbe.Sub(now) != 4*time.Second {
+		t.Fatalf("an inconclusive probe changed the cadence: %+v", b)
+	}
+	b.probeStarted()
+	b.probeSucceeded()
+	if b.state != admitted || b.streak != 0 || b.probeInterval != time.Second {
+		t.Fatalf("after success: %+v", b)
+	}
+}
+
+func TestRetryBudget(t *testing.T) {
+	b := newRetryBudget(config.RetryBudget{Ratio: 0.1, MinPerS: 0.5, WindowS: 10})
+	now := time.Unix(1_000_000, 0)
+	b.now = func() time.Time { return now }
+	allowed := 0
+	for b.tryRetry() {
+		allowed++
+	}
+	if allowed != 5 { // the reserve: 0.5/s over a 10 s window
+		t.Fatalf("reserve allowed %d retries, want 5", allowed)
+	}
+	for i := 0; i < 100; i++ {
+		b.deposit()
+	}
+	allowed = 0
+	for b.tryRetry() {
+		allowed++
+	}
+	if allowed != 10 { // 10% of 100 requests
+		t.Fatalf("ratio allowed %d more retries, want 10", allowed)
+	}
+	now = now.Add(11 * time.Second) // the window slid past all of it
+	if !b.tryRetry() {
+		t.Fatal("the reserve did not come back")
+	}
+}

@@ -1,0 +1,84 @@
+package actors
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/narwhal-router/narwhal/config"
+	"github.com/narwhal-router/narwhal/messages"
+)
+
+func testRouter(t *testing.T) *Router {
+	t.Helper()
+	cfg := config.Default()
+	cfg.Recovery.ProbeIntervalS, cfg.Recovery.ProbeMaxIntervalS = 60, 60
+	for _, e := range []config.Engine{
+		{Name: "p0", URL: "http://127.0.0.1:1", Role: config.RolePrefill, Models: []string{"m"}},
+		{Name: "d0", URL: "http://127.0.0.1:1", Role: config.RoleDecode, Models: []string{"m"}},
+		{Name: "d1", URL: "http://127.0.0.1:1", Role: config.RoleDecode, Models: []string{"m"}}, // no whole-wave restart
+	} {
+		e.KV = config.KV{Connector: config.ConnectorNIXL, TransferModes: []string{"pull"}}
+		cfg.Engines = append(cfg.Engines, e)
+	}
+	r, err := NewRouter(cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	return r
+}
+
+func describeEngine(t *testing.T, r *Router, name string) messages.EngineState {
+	t.Helper()
+	es, err := r.Engines(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range es {
+		if e.Name == name {
+			return e
+		}
+	}
+	t.Fatalf("no engine %s", name)
+	return messages.EngineState{}
+}
+
+// A message the engine actor cannot handle makes it panic; its supervisor restarts it, and
+// the breaker and the reservations it held come through the restart unchanged.
+func TestEngineActorRestartKeepsBreakerStateAndReservations(t *testing.T) {
+	r := testRouter(t)
+	d0 := r.fleet.engine("d0")
+	res, err := r.root.RequestFuture(d0.pid, &messages.Reserve{Phase: messages.PhaseDecode, Request: "r1", Attempt: 1}, time.Second).Result()
+	if err != nil || !res.(*messages.Reserved).Granted {
+		t.Fatalf("reserve: %v %+v", err, res)
+	}
+	if _, err := r.Eject(context.Background(), "d0", "test"); err != nil {
+		t.Fatal(err)
+	}
+
+	r.root.Send(d0.pid, &messages.Release{Phase: messages.Phase(9), Request: "r1"}) // index out of range
+
+	deadline := time.Now().Add(3 * time.Second)
+	for describeEngine(t, r, "d0").Restarts == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the engine actor was not restarted")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	e := describeEngine(t, r, "d0")
+	if e.State != "ejected" || e.Reserved.Decode != 1 || e.EjectedAt == nil || e.Restarts != 1 {
+		t.Fatalf("state lost in the restart: %+v", e)
+	}
+	if d0.placeable.Load() || d0.load.Load() != 1 {
+		t.Fatalf("placement view lost in the restart: placeable=%v load=%d", d0.placeable.Load(), d0.load.Load())
+	}
+	// The restarted actor still serves its protocol.
+	r.root.Send(d0.pid, &messages.Release{Phase: messages.PhaseDecode, Request: "r1", Neutral: true})
+	for describeEngine(t, r, "d0").Reserved.Decode != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("release after restart not applied")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
