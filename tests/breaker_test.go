@@ -92,7 +92,9 @@ func TestSuccessResetsTheStreakAndClientErrorsNeverCount(t *testing.T) {
 		}
 		want := s.streak
 		eventually(t, 2*time.Second, func() bool { return h.engine("d0").Streak == want },
-			func() string { return fmt.Sprintf("step %d (%s): %+v, want streak %d", i, s.prompt, h.engine("d0"), want) })
+			func() string {
+				return fmt.Sprintf("step %d (%s): %+v, want streak %d", i, s.prompt, h.engine("d0"), want)
+			})
 	}
 	if e := h.engine("d0"); e.State != "admitted" {
 		t.Fatalf("state %s", e.State)
