@@ -183,7 +183,7 @@ func (r *Router) requestDone(s *requestSupervisor) {
 		line.HandoffAge = s.handoffAge.Seconds()
 	}
 	if f := s.lastFault; f != nil {
-		line.ErrorKind, line.ErrorEngine, line.ErrorDetail, line.Reason = f.Kind.String(), f.Engine, f.Detail, f.Reason
+		line.ErrorKind, line.ErrorEngine, line.ErrorDetail, line.Reason = f.Kind.String(), f.Engine, f.Error(), f.Reason
 	}
 	r.access.write(line)
 }

@@ -141,3 +141,17 @@ func TestRejections(t *testing.T) {
 		})
 	}
 }
+
+func TestExampleConfigParses(t *testing.T) {
+	cfg, err := Load("../docs/narwhal.example.yaml")
+	if err == nil || !strings.Contains(err.Error(), "NARWHAL_ADMIN_TOKEN is not set") {
+		t.Fatalf("without the token variable: %v", err)
+	}
+	t.Setenv("NARWHAL_ADMIN_TOKEN", "t")
+	if cfg, err = Load("../docs/narwhal.example.yaml"); err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Engines) != 2 || cfg.Server.AdminToken != "t" || cfg.Recovery.MaxAttempts != 2 {
+		t.Fatalf("%+v", cfg)
+	}
+}

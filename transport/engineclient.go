@@ -260,9 +260,11 @@ func (c *EngineClient) fault(leg Leg, kind FaultKind, detail string, err error) 
 	return &Fault{Kind: kind, Leg: leg, Engine: c.name, Detail: detail, Err: err}
 }
 
+// descriptorFault reports a rejected descriptor. The client sees only the reason: the
+// rejection's own detail names engine identities and KV addresses, which stay in the logs.
 func (c *EngineClient) descriptorFault(rej *Rejection) *Fault {
 	return &Fault{Kind: FaultDescriptor, Leg: LegPrefill, Engine: c.name, Reason: rej.Reason,
-		Detail: "invalid handoff descriptor: " + rej.Error(), Err: rej}
+		Detail: "the producer's handoff descriptor failed validation (" + rej.Reason + ")", Err: rej}
 }
 
 // statusFault maps a non-200 engine answer: 429/503 are backpressure, other 4xx are the client's
