@@ -156,7 +156,7 @@ func (s *requestSupervisor) Receive(ctx actor.Context) {
 		}
 	case *messages.QueueTimeout:
 		if s.phase == phaseQueued {
-			ctx.Send(s.r.pool, &messages.StopWaiting{})
+			s.stopWaiting(ctx)
 			if !time.Now().Before(s.x.Deadline) {
 				s.respondFault(ctx, &transport.Fault{Kind: transport.FaultDeadline, Detail: "the request deadline passed while waiting for an engine"})
 				return
@@ -184,7 +184,7 @@ func (s *requestSupervisor) abort(ctx actor.Context) {
 	switch s.phase {
 	case phaseQueued:
 		s.stopQueueTimer()
-		ctx.Send(s.r.pool, &messages.StopWaiting{})
+		s.stopWaiting(ctx)
 		s.respondShutdown(ctx)
 	case phasePlacing:
 		if s.replies == 0 {
@@ -195,7 +195,7 @@ func (s *requestSupervisor) abort(ctx actor.Context) {
 
 func (s *requestSupervisor) respondShutdown(ctx actor.Context) {
 	s.releaseAll(ctx)
-	s.respondFault(ctx, &transport.Fault{Kind: transport.FaultCanceled, Detail: errShutdown.Error(), Err: errShutdown})
+	s.respondFault(ctx, &transport.Fault{Kind: transport.FaultAborted, Detail: errShutdown.Error(), Err: errShutdown})
 }
 
 // place picks a producer and a consumer and asks both for a slot.
@@ -250,6 +250,13 @@ func (s *requestSupervisor) await(ctx actor.Context) {
 	ctx.Request(s.r.pool, &messages.AwaitCapacity{Model: s.x.Body.Model, Front: s.frontOfQ})
 	self, root := s.self, s.r.root
 	s.queueTimer = time.AfterFunc(wait, func() { root.Send(self, &messages.QueueTimeout{}) })
+}
+
+// stopWaiting takes the request out of the admission queue. The pool finds the waiter by its
+// sender, so this must be a Request: a plain Send has none, and the waiter would stay queued
+// after the supervisor stopped, taking a later wake-up meant for a live request.
+func (s *requestSupervisor) stopWaiting(ctx actor.Context) {
+	ctx.Request(s.r.pool, &messages.StopWaiting{})
 }
 
 func (s *requestSupervisor) stopQueueTimer() {
@@ -395,7 +402,11 @@ func (s *requestSupervisor) onStreamFinished(ctx actor.Context, m *messages.Stre
 	case m.End.ClientGone:
 		s.r.metrics.ClientDisconnect(phaseStreaming.String())
 		s.release(ctx, messages.PhaseDecode, nil, true)
-		s.finalize(ctx, 200, outcomeClientGone)
+		status := 200
+		if !s.x.Body.Stream { // the assembled response was never sent
+			status = 0
+		}
+		s.finalize(ctx, status, outcomeClientGone)
 	case f != nil:
 		s.lastFault = f
 		s.r.metrics.EngineFault(f.Engine, f.Leg.String(), f.Kind.String(), f.Reason)
@@ -420,7 +431,7 @@ func (s *requestSupervisor) onClientGone(ctx actor.Context) {
 	switch s.phase {
 	case phaseQueued:
 		s.stopQueueTimer()
-		ctx.Send(s.r.pool, &messages.StopWaiting{})
+		s.stopWaiting(ctx)
 		s.finishGone(ctx)
 	case phasePlacing:
 		if s.replies == 0 {

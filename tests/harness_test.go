@@ -39,6 +39,8 @@ type harness struct {
 	admin  string
 	access *syncBuffer
 	client *http.Client
+	// stopped is set once the test shut the router down itself.
+	stopped bool
 }
 
 func start(t *testing.T, s setup) *harness {
@@ -58,12 +60,7 @@ func start(t *testing.T, s setup) *harness {
 	cfg.Request.DeadlineS = 30
 	cfg.Recovery.ProbeIntervalS = 0.2
 	cfg.Recovery.ProbeMaxIntervalS = 1
-	for _, e := range fleet.Engines {
-		cfg.Engines = append(cfg.Engines, config.Engine{
-			Name: e.Name(), URL: e.URL(), Role: config.Role(e.Role()), Models: e.Models(),
-			KV: config.KV{Connector: config.ConnectorNIXL, EngineID: e.EngineID(), Endpoint: e.KVEndpoint(), TransferModes: []string{"pull"}},
-		})
-	}
+	cfg.Engines = fleetEngines(fleet)
 	if s.config != nil {
 		s.config(&cfg)
 	}
@@ -88,7 +85,7 @@ func start(t *testing.T, s setup) *harness {
 	h := &harness{t: t, fleet: fleet, srv: srv, base: "http://" + srv.Addr(), admin: "http://" + srv.AdminAddr(),
 		access: access, client: &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
 	t.Cleanup(func() {
-		if !t.Failed() {
+		if !t.Failed() && !h.stopped {
 			h.assertNoReservations()
 		}
 		h.client.CloseIdleConnections()
@@ -98,6 +95,25 @@ func start(t *testing.T, s setup) *harness {
 		fleet.Close()
 	})
 	return h
+}
+
+// fleetEngines configures a fleet the way an operator would: models listed, identities and
+// KV endpoints pinned.
+func fleetEngines(f *sim.Fleet) []config.Engine {
+	var out []config.Engine
+	for _, e := range f.Engines {
+		out = append(out, config.Engine{
+			Name: e.Name(), URL: e.URL(), Role: config.Role(e.Role()), Models: e.Models(),
+			KV: config.KV{Connector: config.ConnectorNIXL, EngineID: e.EngineID(), Endpoint: e.KVEndpoint(), TransferModes: []string{"pull"}},
+		})
+	}
+	return out
+}
+
+// shutdown stops the router as SIGTERM would.
+func (h *harness) shutdown() error {
+	h.stopped = true
+	return h.srv.Shutdown(context.Background())
 }
 
 // post sends a JSON body to path and returns the response with its body read.

@@ -180,7 +180,9 @@ func TestMetricsReportTheMeasurementContract(t *testing.T) {
 	eventually(t, 3*time.Second, func() bool {
 		scrape = h.scrape()
 		return strings.Contains(scrape, `narwhal_requests{endpoint="completions",outcome="success",status="200"} 4`)
-	}, func() string { return "Prometheus requests counter never reached 4:\n" + grep(scrape, "narwhal_requests") })
+	}, func() string {
+		return "Prometheus requests counter never reached 4:\n" + grep(scrape, "narwhal_requests")
+	})
 	count := promValue(t, scrape, `narwhal_ttft_s_count{endpoint="completions"}`)
 	sum := promValue(t, scrape, `narwhal_ttft_s_sum{endpoint="completions"}`)
 	if count != n {
@@ -212,7 +214,9 @@ func TestRetriedRequestTimingsIncludeTheFailedAttempt(t *testing.T) {
 		func() string { return "no ttft sample" })
 	within(t, "statsd ttft of a retried request", sink.values("narwhal.ttft_s.endpoint.completions", "ms")[0], 400, 600)
 	eventually(t, 3*time.Second, func() bool { return sink.sum("narwhal.attempts.endpoint.completions") == 2 },
-		func() string { return fmt.Sprintf("attempts = %v, want 2", sink.sum("narwhal.attempts.endpoint.completions")) })
+		func() string {
+			return fmt.Sprintf("attempts = %v, want 2", sink.sum("narwhal.attempts.endpoint.completions"))
+		})
 	if got := sink.sum("narwhal.retries.reason.first_token_timeout"); got != 1 {
 		t.Errorf("retries = %v", got)
 	}
@@ -314,4 +318,3 @@ func grep(s, substr string) string {
 	}
 	return strings.Join(out, "\n")
 }
-

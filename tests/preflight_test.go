@@ -16,9 +16,9 @@ func fleetConfig(f *sim.Fleet) config.Config {
 	cfg := config.Default()
 	cfg.Engine.FirstTokenTimeoutS = 2
 	pinContract(&cfg)
-	for _, e := range f.Engines {
-		cfg.Engines = append(cfg.Engines, config.Engine{Name: e.Name(), URL: e.URL(), Role: config.Role(e.Role()),
-			KV: config.KV{Connector: "nixl", EngineID: e.EngineID(), Endpoint: e.KVEndpoint(), TransferModes: []string{"pull"}}})
+	cfg.Engines = fleetEngines(f)
+	for i := range cfg.Engines {
+		cfg.Engines[i].Models = nil // discovered, as most operators leave it
 	}
 	return cfg
 }

@@ -142,5 +142,7 @@ func TestTreeDumpShowsEveryParkedRequest(t *testing.T) {
 		r.hangUp()
 	}
 	eventually(t, 3*time.Second, func() bool { return len(h.tree().child("requests").Children) == 0 },
-		func() string { return fmt.Sprintf("requests still in the dump: %+v", h.tree().child("requests").Children) })
+		func() string {
+			return fmt.Sprintf("requests still in the dump: %+v", h.tree().child("requests").Children)
+		})
 }

@@ -152,7 +152,7 @@ func (s *DecodeStream) readFault(err error, beforeFirst, byRequest bool) *Fault 
 	c := s.c
 	switch {
 	case s.ctx.Err() != nil:
-		return c.fault(LegDecode, FaultCanceled, "the request was cancelled", context.Cause(s.ctx))
+		return cancelFault(c.name, LegDecode, s.ctx)
 	case isTimeout(err) && byRequest:
 		return c.fault(LegDecode, FaultDeadline, "the request deadline passed during the decode leg", err)
 	case isTimeout(err) && beforeFirst:

@@ -52,6 +52,9 @@ func NewEngineClient(e config.Engine, t config.EngineTimeouts) (*EngineClient, e
 	if err != nil {
 		return nil, fmt.Errorf("engine %s: url: %w", e.Name, err)
 	}
+	if e.KV.Connector == "" {
+		e.KV.Connector = config.ConnectorNIXL
+	}
 	conn, err := LookupConnector(e.KV.Connector)
 	if err != nil {
 		return nil, fmt.Errorf("engine %s: %w", e.Name, err)
@@ -239,7 +242,7 @@ func (c *EngineClient) prepare(hreq *fasthttp.Request, req *Request, body []byte
 // bound the leg, else the leg's own timeout kind.
 func (c *EngineClient) legFault(ctx context.Context, leg Leg, err error, byRequest bool, timeoutKind FaultKind, timeoutDetail string) *Fault {
 	if ctx.Err() != nil {
-		return c.fault(leg, FaultCanceled, "the request was cancelled", context.Cause(ctx))
+		return cancelFault(c.name, leg, ctx)
 	}
 	if isTimeout(err) {
 		if errors.Is(err, fasthttp.ErrDialTimeout) && !byRequest {

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -28,6 +29,7 @@ const (
 	FaultMissingDescriptor                      // 502: no descriptor and handoff.on_missing is fail
 	FaultDeadline                               // 504: the request deadline passed
 	FaultCanceled                               // none: the client went away
+	FaultAborted                                // 503: the router cancelled the request (shutdown)
 )
 
 var faultNames = [...]string{
@@ -47,6 +49,7 @@ var faultNames = [...]string{
 	FaultMissingDescriptor: "missing_descriptor",
 	FaultDeadline:          "deadline_exceeded",
 	FaultCanceled:          "client_disconnected",
+	FaultAborted:           "aborted",
 }
 
 // String is the kind's stable name, used in metrics, logs and the error envelope's code.
@@ -111,7 +114,7 @@ func (f *Fault) ClientStatus() int {
 		return f.Status
 	case FaultBackpressure:
 		return 503
-	case FaultCanceled: // the client never sees this unless the router itself cancelled
+	case FaultCanceled, FaultAborted: // a gone client sees nothing; an aborted one, 503
 		return 503
 	}
 	return 502
@@ -120,7 +123,7 @@ func (f *Fault) ClientStatus() int {
 // Retriable says whether a fresh attempt (before visible output) may cure the fault.
 func (f *Fault) Retriable() bool {
 	switch f.Kind {
-	case FaultRejected, FaultDeadline, FaultCanceled:
+	case FaultRejected, FaultDeadline, FaultCanceled, FaultAborted:
 		return false
 	case FaultStreamError:
 		return f.Status >= 500
@@ -142,7 +145,7 @@ func (f *Fault) StreamFailure() bool {
 // backpressure (load, not failure), the client's own deadline and cancellation never count.
 func (f *Fault) CountsAgainstEngine() bool {
 	switch f.Kind {
-	case FaultRejected, FaultBackpressure, FaultDeadline, FaultCanceled:
+	case FaultRejected, FaultBackpressure, FaultDeadline, FaultCanceled, FaultAborted:
 		return false
 	case FaultStreamError:
 		return f.Status >= 500
@@ -155,4 +158,14 @@ func AsFault(err error) (*Fault, bool) {
 	var f *Fault
 	ok := errors.As(err, &f)
 	return f, ok
+}
+
+// cancelFault is the fault of a leg whose context was cancelled: the client hung up, or the
+// router aborted the request (its cause says why, e.g. a shutdown).
+func cancelFault(engine string, leg Leg, ctx context.Context) *Fault {
+	cause := context.Cause(ctx)
+	if errors.Is(cause, errClientGone) {
+		return &Fault{Kind: FaultCanceled, Leg: leg, Engine: engine, Detail: "the client disconnected", Err: cause}
+	}
+	return &Fault{Kind: FaultAborted, Leg: leg, Engine: engine, Detail: cause.Error(), Err: cause}
 }

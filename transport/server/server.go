@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/narwhal-router/narwhal/actors"
@@ -44,6 +45,8 @@ type Server struct {
 	ln        net.Listener
 	adminLn   net.Listener
 	served    chan error
+	stopOnce  sync.Once
+	stopErr   error
 }
 
 // Start builds everything and begins serving. On error nothing is left running.
@@ -136,8 +139,13 @@ func (s *Server) Failed() <-chan error { return s.served }
 
 // Shutdown stops accepting, lets in-flight requests finish within server.shutdown_grace_s (or
 // ctx, if sooner), then cancels what is left — streams end with a terminal error event — and
-// releases everything.
+// releases everything. Calls after the first wait for it and return its result.
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.stopOnce.Do(func() { s.stopErr = s.shutdown(ctx) })
+	return s.stopErr
+}
+
+func (s *Server) shutdown(ctx context.Context) error {
 	grace, cancel := context.WithTimeout(ctx, s.cfg.Server.ShutdownGraceS.Duration())
 	defer cancel()
 	err := s.ingress.Shutdown(grace)

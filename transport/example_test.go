@@ -1,0 +1,71 @@
+package transport_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/narwhal-router/narwhal/bench/sim"
+	"github.com/narwhal-router/narwhal/config"
+	"github.com/narwhal-router/narwhal/transport"
+)
+
+// The engine-side API on its own: a prefill on one engine, its result passed as is to a decode
+// on another, which validates the handoff and streams the tokens.
+func ExampleEngineClient() {
+	fleet, err := sim.StartFleet(sim.FleetOptions{Prefill: 1, Decode: 1, Engine: sim.Options{Tokens: 3}})
+	if err != nil {
+		panic(err)
+	}
+	defer fleet.Close()
+	timeouts := config.Default().Engine
+	producer, _ := transport.NewEngineClient(config.Engine{Name: "p0", URL: fleet.Engine("p0").URL(), Role: config.RolePrefill}, timeouts)
+	consumer, _ := transport.NewEngineClient(config.Engine{Name: "d0", URL: fleet.Engine("d0").URL(), Role: config.RoleDecode}, timeouts)
+
+	body, err := transport.ParseClientBody(transport.EndpointCompletions, []byte(`{"model":"sim-model","prompt":"Hello","max_tokens":3}`))
+	if err != nil {
+		panic(err)
+	}
+	req := &transport.Request{Body: body, BackendRequestID: "example-1", Deadline: time.Now().Add(10 * time.Second)}
+	ctx := context.Background()
+
+	res, err := producer.Prefill(ctx, req)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(res.HasDescriptor(), res.Producer, res.Endpoint, res.BackendRequestID)
+
+	params := res.Parameters() // a detached copy: changing it changes nothing Decode sends
+	params["remote_host"] = "10.9.9.9"
+
+	stream, err := consumer.Decode(ctx, res, req)
+	if err != nil {
+		panic(err)
+	}
+	defer stream.Close()
+	var text strings.Builder
+	for {
+		ev, err := stream.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			panic(err)
+		}
+		if ev.Kind == transport.EventToken {
+			var chunk struct {
+				Choices []struct{ Text string } `json:"choices"`
+			}
+			json.Unmarshal(ev.Data, &chunk)
+			text.WriteString(chunk.Choices[0].Text)
+		}
+	}
+	fmt.Printf("%q\n", text.String())
+	// Output:
+	// true p0 completions example-1
+	// " alpha beta gamma"
+}
