@@ -47,8 +47,9 @@ type Router struct {
 	states   []*engineState
 	budget   *retryBudget
 
-	requestGuardian actor.SupervisorStrategy
-	seq             atomic.Uint64
+	// requestRoot spawns request supervisors under a guardian that stops, never restarts, them.
+	requestRoot *actor.RootContext
+	seq         atomic.Uint64
 	live            sync.Map // request supervisor PID id → *actor.PID
 }
 
@@ -88,10 +89,10 @@ func NewRouter(cfg config.Config, opts Options) (*Router, error) {
 	r.root = r.system.Root
 	// A crashed request supervisor is stopped, never restarted: its Stopped handler answers the
 	// client and releases what it held. A restarted one would have lost track of both.
-	r.requestGuardian = actor.NewOneForOneStrategy(0, 0, func(reason any) actor.Directive {
+	r.requestRoot = r.root.Copy().WithGuardian(actor.NewOneForOneStrategy(0, 0, func(reason any) actor.Directive {
 		r.log.Error("request supervisor crashed", "panic", fmt.Sprint(reason))
 		return actor.StopDirective
-	})
+	}))
 	guardian, err := r.root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &guardianActor{r: r} },
 		actor.WithSupervisor(actor.NewOneForOneStrategy(10, time.Minute, func(any) actor.Directive { return actor.RestartDirective }))),
 		"narwhal")
@@ -128,9 +129,8 @@ func (r *Router) WaitForModels(timeout time.Duration) error {
 
 // Dispatch spawns the request supervisor for x.
 func (r *Router) Dispatch(x *transport.Exchange) {
-	props := actor.PropsFromProducer(func() actor.Actor { return &requestSupervisor{r: r, x: x} },
-		actor.WithGuardian(r.requestGuardian))
-	pid, err := r.root.SpawnNamed(props, "requests/"+strconv.FormatUint(r.seq.Add(1), 10))
+	props := actor.PropsFromProducer(func() actor.Actor { return &requestSupervisor{r: r, x: x} })
+	pid, err := r.requestRoot.SpawnNamed(props, "requests/"+strconv.FormatUint(r.seq.Add(1), 10))
 	if err != nil { // unreachable: names come from a counter
 		x.Deliver(transport.Verdict{Status: 500})
 		return

@@ -77,3 +77,26 @@ func TestUnpinnedIdentityStillFailsWhenTheKVCannotBeRead(t *testing.T) {
 		t.Fatalf("status %d: %s", resp.StatusCode, body)
 	}
 }
+
+func TestRejectedDescriptorIsRetriedWithAFreshPrefill(t *testing.T) {
+	h := start(t, setup{prefill: 1, decode: 1, engine: sim.Options{Tokens: 2}, config: func(c *config.Config) {
+		c.Recovery.MaxAttempts = 2
+	}})
+	p0 := h.fleet.Engine("p0")
+	p0.InjectFault("prefill.bad_descriptor=bad_blocks", 1) // the first handoff only
+	resp, body := h.post("/v1/completions", `{"model":"sim-model","prompt":"x","stream":true}`, "X-Request-Id", "retried")
+	if resp.StatusCode != 200 || !strings.HasSuffix(string(body), "data: [DONE]\n\n") {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	prefills, decodes := h.legs("prefill"), h.legs("decode")
+	if len(prefills) != 2 || len(decodes) != 1 {
+		t.Fatalf("%d prefill and %d decode legs, want 2 and 1", len(prefills), len(decodes))
+	}
+	if prefills[0].Get("X-Request-Id") == prefills[1].Get("X-Request-Id") ||
+		decodes[0].Get("X-Request-Id") != prefills[1].Get("X-Request-Id") {
+		t.Fatal("the retry did not get a fresh backend request id shared by both of its legs")
+	}
+	if l := h.accessLine("retried"); l["attempts"] != 2.0 {
+		t.Fatalf("access log: %v", l)
+	}
+}

@@ -43,6 +43,9 @@ func (x *Exchange) Abort(cause error) { x.cancel(cause) }
 // leg it started has returned, so the client body is never read after ingress lets it go.
 func (x *Exchange) Deliver(v Verdict) { x.verdict <- v }
 
+// Await blocks until the supervisor delivers the verdict.
+func (x *Exchange) Await() Verdict { return <-x.verdict }
+
 // EngineRequest is the attempt-independent part of the engine request for this exchange.
 func (x *Exchange) EngineRequest(backendRequestID string) *Request {
 	return &Request{Body: x.Body, BackendRequestID: backendRequestID, Deadline: x.Deadline,

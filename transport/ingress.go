@@ -128,7 +128,7 @@ func (in *Ingress) generate(ctx *fasthttp.RequestCtx, ep Endpoint) {
 	in.dispatcher.Dispatch(x)
 	stopWatch := in.gone.watch(ctx.Conn(), func() { in.dispatcher.ClientGone(x) })
 
-	v := <-x.verdict
+	v := x.Await()
 	in.setCommonHeaders(ctx, v)
 	switch {
 	case v.Stream == nil:

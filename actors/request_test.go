@@ -1,0 +1,76 @@
+package actors
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/narwhal-router/narwhal/bench/sim"
+	"github.com/narwhal-router/narwhal/config"
+	"github.com/narwhal-router/narwhal/messages"
+	"github.com/narwhal-router/narwhal/transport"
+)
+
+// A request supervisor that crashes is stopped, not restarted: the client gets a 500, every
+// reservation it held is released and its running leg is cancelled (the engine sees the abort).
+func TestCrashedRequestSupervisorAnswersAndReleasesEverything(t *testing.T) {
+	fleet, err := sim.StartFleet(sim.FleetOptions{Prefill: 1, Decode: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fleet.Close()
+	cfg := config.Default()
+	for _, e := range fleet.Engines {
+		cfg.Engines = append(cfg.Engines, config.Engine{Name: e.Name(), URL: e.URL(), Role: config.Role(e.Role()),
+			Models: e.Models(), KV: config.KV{Connector: "nixl", TransferModes: []string{"pull"}}})
+	}
+	r, err := NewRouter(cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	fleet.Engine("p0").InjectFault("prefill.hang_headers", 1)
+
+	body, _ := transport.ParseClientBody(transport.EndpointCompletions, []byte(`{"model":"sim-model","prompt":"x"}`))
+	x := transport.NewExchange("crash-1", body, time.Now(), time.Now().Add(time.Minute))
+	r.Dispatch(x)
+	deadline := time.Now().Add(3 * time.Second)
+	for fleet.Engine("p0").Stats().InFlight == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the prefill never started")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// A DecodeStarted with no stream behind it is a protocol violation: the supervisor panics.
+	r.root.Send(x.Handle.(*actor.PID), &messages.DecodeStarted{Attempt: 1})
+
+	v := x.Await()
+	if v.Status != 500 {
+		t.Fatalf("verdict status %d, want 500", v.Status)
+	}
+	for fleet.Engine("p0").Stats().Aborted != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the running prefill leg was not cancelled")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for {
+		es, err := r.Engines(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		held := 0
+		for _, e := range es {
+			held += e.Reserved.Prefill + e.Reserved.Decode
+		}
+		if held == 0 && r.InFlight() == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the crash: %d reservations held, %d live requests", held, r.InFlight())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
