@@ -50,7 +50,7 @@ type Router struct {
 	// requestRoot spawns request supervisors under a guardian that stops, never restarts, them.
 	requestRoot *actor.RootContext
 	seq         atomic.Uint64
-	live            sync.Map // request supervisor PID id → *actor.PID
+	live        sync.Map // request supervisor PID id → *actor.PID
 }
 
 // NewRouter builds the engine clients and starts the actor system.
