@@ -201,13 +201,21 @@ func (r *Router) Engines(ctx context.Context) ([]messages.EngineState, error) {
 	return out, nil
 }
 
-// Requests returns the state of every live request supervisor.
+// Requests returns the state of every live request supervisor. All are asked at once; one that
+// finishes meanwhile may drop the question unanswered, so the wait for stragglers is short.
 func (r *Router) Requests(ctx context.Context) []messages.RequestState {
-	var pids []*actor.PID
-	r.live.Range(func(_, v any) bool { pids = append(pids, v.(*actor.PID)); return true })
-	out := make([]messages.RequestState, 0, len(pids))
-	for _, pid := range pids {
-		res, err := r.ask(ctx, pid, &messages.Describe{})
+	timeout := time.Second
+	if d, ok := ctx.Deadline(); ok && time.Until(d) < timeout {
+		timeout = time.Until(d)
+	}
+	var futures []*actor.Future
+	r.live.Range(func(_, v any) bool {
+		futures = append(futures, r.root.RequestFuture(v.(*actor.PID), &messages.Describe{}, timeout))
+		return true
+	})
+	out := make([]messages.RequestState, 0, len(futures))
+	for _, f := range futures {
+		res, err := f.Result()
 		if err != nil {
 			continue // it finished while we asked
 		}

@@ -49,14 +49,28 @@ const flushAt = 16 << 10
 // WriteTo relays the stream until [DONE], an error event, a failure or a client hang-up. After
 // any failure the client gets exactly one terminal error event and no [DONE].
 func (r *relay) WriteTo(w io.Writer) (int64, error) {
-	bp := relayBuffers.Get().(*[]byte)
-	batch := (*bp)[:0]
-	defer func() { *bp = batch[:0]; relayBuffers.Put(bp) }()
-
 	includeUsage := r.x.Body.IncludeUsage
 	endpoint := r.x.Body.Endpoint.String()
-	var lastToken time.Time
-	var werr error
+	var (
+		lastToken time.Time
+		werr      error
+		// batch gathers events that arrived together; it is borrowed from a pool only while in
+		// use, so a quiet stream holds no buffer of its own.
+		batch *[]byte
+	)
+	write := func(p []byte) bool {
+		n, err := w.Write(p)
+		r.end.Bytes += int64(n)
+		werr = err
+		return err == nil
+	}
+	flush := func() bool {
+		ok := write(*batch)
+		*batch = (*batch)[:0]
+		relayBuffers.Put(batch)
+		batch = nil
+		return ok
+	}
 	for {
 		ev, err := r.s.Next()
 		if err != nil {
@@ -72,14 +86,15 @@ func (r *relay) WriteTo(w io.Writer) (int64, error) {
 				r.end.ClientGone = true
 				break
 			}
-			if ev.Kind == EventError {
-				batch = append(batch, ev.Raw...) // the engine's own error event, as it sent it
-			} else {
-				batch = appendErrorEvent(batch, f)
+			if batch == nil {
+				batch = relayBuffers.Get().(*[]byte)
 			}
-			_, werr = w.Write(batch)
-			r.end.Bytes += int64(len(batch))
-			batch = batch[:0]
+			if ev.Kind == EventError {
+				*batch = append(*batch, ev.Raw...) // the engine's own error event, as it sent it
+			} else {
+				*batch = appendErrorEvent(*batch, f)
+			}
+			flush()
 			break
 		}
 		switch ev.Kind {
@@ -96,15 +111,27 @@ func (r *relay) WriteTo(w io.Writer) (int64, error) {
 				continue
 			}
 		}
-		batch = append(batch, ev.Raw...)
-		if len(batch) < flushAt && r.s.Buffered() && ev.Kind != EventDone {
+		more := r.s.Buffered() && ev.Kind != EventDone
+		if batch == nil && !more {
+			if !write(ev.Raw) { // the common case: one event, straight from the read buffer
+				break
+			}
 			continue
 		}
-		if _, werr = w.Write(batch); werr != nil {
+		if batch == nil {
+			batch = relayBuffers.Get().(*[]byte)
+		}
+		*batch = append(*batch, ev.Raw...)
+		if more && len(*batch) < flushAt {
+			continue
+		}
+		if !flush() {
 			break
 		}
-		r.end.Bytes += int64(len(batch))
-		batch = batch[:0]
+	}
+	if batch != nil {
+		*batch = (*batch)[:0]
+		relayBuffers.Put(batch)
 	}
 	if werr != nil {
 		r.end.ClientGone = true
