@@ -17,9 +17,9 @@ type Metrics struct {
 	scope tally.Scope
 
 	mu       sync.RWMutex
-	counters map[string]tally.Counter
-	timers   map[string]tally.Timer
-	gauges   map[string]tally.Gauge
+	counters map[instrumentKey]tally.Counter
+	timers   map[instrumentKey]tally.Timer
+	gauges   map[instrumentKey]tally.Gauge
 
 	tokenGap tally.Histogram
 }
@@ -28,9 +28,9 @@ type Metrics struct {
 func New(scope tally.Scope) *Metrics {
 	return &Metrics{
 		scope:    scope,
-		counters: map[string]tally.Counter{},
-		timers:   map[string]tally.Timer{},
-		gauges:   map[string]tally.Gauge{},
+		counters: map[instrumentKey]tally.Counter{},
+		timers:   map[instrumentKey]tally.Timer{},
+		gauges:   map[instrumentKey]tally.Gauge{},
 		tokenGap: scope.Histogram("inter_token_gap_s", gapBuckets),
 	}
 }
@@ -45,19 +45,20 @@ var (
 	gapBuckets = tally.DurationBuckets{time.Millisecond, 2 * time.Millisecond, 5 * time.Millisecond, 10 * time.Millisecond, 20 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond, 500 * time.Millisecond, time.Second, 5 * time.Second}
 )
 
-// key joins a metric name and tag values into a cache key.
-func key(name string, kv ...string) string {
-	n := len(name)
-	for _, s := range kv {
-		n += len(s) + 1
+// instrumentKey identifies one instrument: a name and up to three tag key/value pairs. It is a
+// comparable value, so looking an instrument up allocates nothing.
+type instrumentKey struct {
+	name string
+	kv   [6]string
+}
+
+func key(name string, kv ...string) instrumentKey {
+	k := instrumentKey{name: name}
+	if len(kv) > len(k.kv) {
+		panic("telemetry: " + name + " has more than three tags")
 	}
-	b := make([]byte, 0, n)
-	b = append(b, name...)
-	for _, s := range kv {
-		b = append(b, 0)
-		b = append(b, s...)
-	}
-	return string(b)
+	copy(k.kv[:], kv)
+	return k
 }
 
 func tags(kv []string) map[string]string {
