@@ -151,6 +151,7 @@ func demoCommand() *cobra.Command {
 			cfg := config.Default()
 			cfg.Server.Listen, cfg.Server.AdminListen = listen, adminListen
 			cfg.Log.Format = "text"
+			cfg.Server.ShutdownGraceS = 5
 			for _, e := range fleet.Engines {
 				cfg.Engines = append(cfg.Engines, config.Engine{
 					Name: e.Name(), URL: e.URL(), Role: config.Role(e.Role()), Models: e.Models(),
