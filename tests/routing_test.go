@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/narwhal-router/narwhal/bench/sim"
+	"github.com/narwhal-router/narwhal/config"
 )
 
 // expectedText is what the simulator generates for n tokens.
@@ -333,5 +334,29 @@ func mustJSON(t *testing.T, s string, v any) {
 	t.Helper()
 	if err := json.Unmarshal([]byte(s), v); err != nil {
 		t.Fatalf("not JSON (%v): %s", err, s)
+	}
+}
+
+func TestEnginesGetOnlyAllowlistedHeaders(t *testing.T) {
+	h := start(t, setup{prefill: 1, decode: 1, engine: sim.Options{Tokens: 1}, config: func(c *config.Config) {
+		c.Engines[0].APIKey, c.Engines[1].APIKey = "p-key", "d-key"
+	}})
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	resp, body := h.post("/v1/completions", `{"model":"sim-model","prompt":"x"}`,
+		"traceparent", tp, "tracestate", "vendor=1", "Authorization", "Bearer client-secret", "X-Secret", "nope", "Cookie", "a=b")
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	for _, leg := range []struct{ kind, key string }{{"prefill", "Bearer p-key"}, {"decode", "Bearer d-key"}} {
+		r := h.legs(leg.kind)[0]
+		if r.Get("Traceparent") != tp || r.Get("Tracestate") != "vendor=1" {
+			t.Errorf("%s leg trace headers: %v", leg.kind, r.Header)
+		}
+		if r.Get("Authorization") != leg.key {
+			t.Errorf("%s leg Authorization = %q, want the engine's key", leg.kind, r.Get("Authorization"))
+		}
+		if r.Get("X-Secret") != "" || r.Get("Cookie") != "" {
+			t.Errorf("%s leg got client headers: %v", leg.kind, r.Header)
+		}
 	}
 }
