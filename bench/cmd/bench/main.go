@@ -1,0 +1,174 @@
+// Command bench is Narwhal's benchmark harness (`make bench`, or
+// `go run ./bench/cmd/bench [-scenarios overhead,faults]`). It runs each scenario against a
+// simulated fleet, the built router (bin/narwhal) and a load generator, each in its own
+// process, prints a readable report and ends with one JSON line of the headline figures.
+// See bench/README.md.
+//
+// `bench loadgen` is the load generator's own mode: the harness starts this same binary that
+// way and drives it over stdin/stdout.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/narwhal-router/narwhal/bench/harness"
+	"github.com/narwhal-router/narwhal/bench/loadgen"
+	"github.com/narwhal-router/narwhal/bench/report"
+	"github.com/narwhal-router/narwhal/bench/scenarios"
+)
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "loadgen" {
+		if err := loadgen.Serve(os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "loadgen:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	os.Exit(run())
+}
+
+func run() int {
+	list := flag.String("scenarios", os.Getenv("BENCH_SCENARIOS"), "comma-separated scenarios to run (default: all: overhead, saturation, streams, faults)")
+	narwhal := flag.String("narwhal", "bin/narwhal", "the router binary (make build puts it there)")
+	out := flag.String("out", "bench/out", "directory for logs, generated configurations and profiles")
+	profile := flag.Bool("profile", true, "capture router CPU/heap profiles in extra windows (figures are measured without them)")
+	quick := flag.Bool("quick", false, "shorten every window (a smoke run; figures are rough)")
+	strict := flag.Bool("strict", false, "exit 1 when a target is missed")
+	var routerEnv []string
+	flag.Func("router-env", "NAME=VALUE added to the router's environment, repeatable (experiments: GOGC=50)", func(v string) error {
+		if !strings.Contains(v, "=") {
+			return fmt.Errorf("want NAME=VALUE, got %q", v)
+		}
+		routerEnv = append(routerEnv, v)
+		return nil
+	})
+	flag.Parse()
+
+	selected, err := scenarios.Select(*list)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 2
+	}
+	bin, err := filepath.Abs(*narwhal)
+	if err == nil {
+		_, err = os.Stat(bin)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bench: no router binary at %s (run `make build` first): %v\n", *narwhal, err)
+		return 2
+	}
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench: cannot find my own binary:", err)
+		return 2
+	}
+	if limit, err := harness.RaiseFileLimit(scenarios.FileLimit); limit < scenarios.FileLimit {
+		fmt.Fprintf(os.Stderr, "bench: warning: the file descriptor limit is %d and cannot be raised to %d here (%v);\n"+
+			"the streams scenario will hold fewer streams\n", limit, scenarios.FileLimit, errOr(err, "the hard limit needs CAP_SYS_RESOURCE"))
+	}
+
+	// Children die with us: on a signal, kill every process group we started.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	go func() {
+		s := <-sigs
+		fmt.Fprintf(os.Stderr, "\nbench: %s: stopping every child process\n", s)
+		harness.KillAll()
+		os.Exit(130)
+	}()
+	defer harness.KillAll()
+
+	start, rev := time.Now(), commit() // the commit bin/narwhal was built from, as of now
+	fmt.Printf("Narwhal benchmark — %s, %s, %d CPUs, commit %s\n", start.Format(time.RFC3339), runtime.Version(), runtime.NumCPU(), rev)
+	fmt.Printf("router %s · fleet `narwhal sim fleet` · load generator `bench loadgen` (fasthttp), each its own process, on loopback\n", *narwhal)
+	if len(routerEnv) > 0 {
+		fmt.Printf("router environment: %s\n", strings.Join(routerEnv, " "))
+	}
+	fmt.Println()
+
+	var sections []*report.Section
+	failed := 0
+	for _, sc := range selected {
+		dir := filepath.Join(*out, sc.Name)
+		_ = os.RemoveAll(dir)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			return 1
+		}
+		env := harness.Env{Narwhal: bin, Self: self, Dir: dir, Profile: *profile, Quick: *quick, RouterEnv: routerEnv}
+		harness.Logf("scenario %s: starting (logs in %s)", sc.Name, dir)
+		t0, load0 := time.Now(), scenarios.LoadAverage()
+		sec, err := sc.Run(env)
+		harness.KillAll() // nothing of a scenario outlives it, even on error
+		if err != nil {
+			failed++
+			fmt.Printf("== %s: FAILED after %s ==\n%v\n\n", sc.Name, time.Since(t0).Round(time.Second), err)
+			continue
+		}
+		sec.Printf("(%s; load average %s before, %s after: above ~2 on 2 CPUs, neighbours shared the machine)",
+			time.Since(t0).Round(time.Second), load0, scenarios.LoadAverage())
+		fmt.Println(sec.Text())
+		sections = append(sections, sec)
+	}
+
+	wall := time.Since(start)
+	fmt.Println("== targets ==")
+	fmt.Print(report.Targets(sections))
+	fmt.Printf("wall time %s\n\n", wall.Round(time.Second))
+	names := make([]string, len(selected))
+	for i, s := range selected {
+		names[i] = s.Name
+	}
+	line, err := report.JSONLine(sections, map[string]any{
+		"scenarios": names, "failed_scenarios": failed, "wall_s": report.Round(wall.Seconds(), 1),
+		"go": runtime.Version(), "cpus": runtime.NumCPU(), "commit": rev, "router_env": routerEnv,
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 1
+	}
+	fmt.Println(string(line))
+	if failed > 0 {
+		return 1
+	}
+	if *strict {
+		for _, s := range sections {
+			for _, t := range s.Targets {
+				if !t.Met() {
+					return 1
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// commit names the checked-out commit, "+dirty" with local changes.
+func commit() string {
+	out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		return "unknown"
+	}
+	c := strings.TrimSpace(string(out))
+	if st, err := exec.Command("git", "status", "--porcelain").Output(); err == nil && len(st) > 0 {
+		c += "+dirty"
+	}
+	return c
+}
+
+func errOr(err error, otherwise string) string {
+	if err != nil {
+		return err.Error()
+	}
+	return otherwise
+}

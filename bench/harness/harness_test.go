@@ -1,0 +1,101 @@
+package harness
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/narwhal-router/narwhal/bench/loadgen"
+)
+
+func TestRouterConfigIsAValidNarwhalConfiguration(t *testing.T) {
+	c := DefaultRouterConfig()
+	c.Listen, c.AdminListen = "127.0.0.1:18000", "127.0.0.1:18001"
+	c.MaxAttempts, c.PrefillTimeoutS, c.ExposeRoutingHeaders = 3, 0.5, true
+	c.Engines = []loadgen.Engine{
+		{Name: "p0", Role: "prefill", URL: "http://127.0.0.1:9000", EngineID: "id-p0", KVEndpoint: "127.0.0.1:9100"},
+		{Name: "d0", Role: "decode", URL: "http://127.0.0.1:9001", EngineID: "id-d0", KVEndpoint: "127.0.0.1:9101"},
+	}
+	cfg, err := c.Write(t.TempDir() + "/router.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Recovery.MaxAttempts != 3 || cfg.Engine.PrefillTimeoutS != 0.5 || !cfg.Server.ExposeRoutingHeaders ||
+		cfg.Log.AccessLog || cfg.Metrics.Statsd != nil || len(cfg.Engines) != 2 ||
+		cfg.Engines[0].KV.EngineID != "id-p0" || cfg.Engines[1].KV.Endpoint != "127.0.0.1:9101" {
+		t.Fatalf("%+v", cfg)
+	}
+}
+
+func TestReadUsageOfThisProcess(t *testing.T) {
+	u, err := ReadUsage(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.RSSKiB <= 0 || u.Threads <= 0 {
+		t.Fatalf("%+v", u)
+	}
+	if ClockTicks() <= 0 {
+		t.Fatal("clock ticks")
+	}
+}
+
+func TestCounterSumsMatchingSeries(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, `# HELP narwhal_requests requests
+narwhal_requests{endpoint="chat",outcome="success",status="200"} 7
+narwhal_requests{endpoint="chat",outcome="error",status="502"} 2
+narwhal_requests_total 99
+narwhal_retries{reason="timeout"} 3
+`)
+	}))
+	defer srv.Close()
+	r := &Router{Admin: strings.TrimPrefix(srv.URL, "http://"), client: srv.Client()}
+	all, err := r.Counter("narwhal_requests", "")
+	if err != nil || all[""] != 9 {
+		t.Fatalf("%v %v", all, err)
+	}
+	by, _ := r.Counter("narwhal_requests", "outcome", `status="502"`)
+	if len(by) != 1 || by["error"] != 2 {
+		t.Fatalf("%v", by)
+	}
+}
+
+func TestProcessDeathIsReportedWithItsLog(t *testing.T) {
+	dir := t.TempDir()
+	p, err := Start(Spec{Name: "sh", Path: "/bin/sh", Args: []string{"-c", "echo boom >&2; exit 3"}, Log: dir + "/sh.log"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.Exited():
+	case <-time.After(5 * time.Second):
+		t.Fatal("no exit")
+	}
+	err = p.Died()
+	if err == nil || !strings.Contains(err.Error(), "boom") || !strings.Contains(err.Error(), "exit status 3") {
+		t.Fatalf("%v", err)
+	}
+	q, err := Start(Spec{Name: "sleep", Path: "/bin/sleep", Args: []string{"30"}, Log: dir + "/sleep.log"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.Stop(time.Second)
+	if q.Died() != nil {
+		t.Fatal("a stopped process did not die unexpectedly")
+	}
+}
+
+func TestFloorIsPositive(t *testing.T) {
+	f, err := MeasureFloor()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Syscall <= 0 || f.WriteRead <= 0 || f.Relay <= 0 {
+		t.Fatalf("%+v", f)
+	}
+}

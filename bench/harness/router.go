@@ -1,0 +1,158 @@
+package harness
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/narwhal-router/narwhal/config"
+)
+
+// Router is a running `narwhal serve`.
+type Router struct {
+	Proc   *Proc
+	Addr   string // API host:port
+	Admin  string // admin host:port
+	Config config.Config
+	client *http.Client
+}
+
+// StartRouter writes the configuration (on free loopback ports) and starts the router, and
+// returns once its admin listener says it is ready.
+func StartRouter(env Env, c RouterConfig) (*Router, error) {
+	var err error
+	if c.Listen, err = freePort(); err != nil {
+		return nil, err
+	}
+	if c.AdminListen, err = freePort(); err != nil {
+		return nil, err
+	}
+	path := env.Path("router.yaml")
+	cfg, err := c.Write(path)
+	if err != nil {
+		return nil, err
+	}
+	p, err := Start(Spec{Name: "router", Path: env.Narwhal, Args: []string{"serve", "--config", path},
+		Log: env.Path("router.log"), Env: env.RouterEnv})
+	if err != nil {
+		return nil, err
+	}
+	r := &Router{Proc: p, Addr: c.Listen, Admin: c.AdminListen, Config: cfg,
+		client: &http.Client{Timeout: 2 * time.Minute}}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if err := p.Died(); err != nil {
+			return nil, err
+		}
+		if b, err := r.Get("/readyz"); err == nil && strings.HasPrefix(string(b), "ready") {
+			return r, nil
+		}
+		if time.Now().After(deadline) {
+			p.Stop(time.Second)
+			return nil, fmt.Errorf("router not ready within 20 s; log:\n%s", indent(p.Tail(15)))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Get fetches an admin path.
+func (r *Router) Get(path string) ([]byte, error) {
+	resp, err := r.client.Get("http://" + r.Admin + path)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return b, fmt.Errorf("GET %s: %s", path, resp.Status)
+	}
+	return b, nil
+}
+
+// Save fetches an admin path into a file (profiles).
+func (r *Router) Save(path, file string) error {
+	b, err := r.Get(path)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(file, b, 0o644)
+}
+
+// Counter sums a Prometheus metric from /metrics over the series whose labels contain every
+// `key="value"` in match, grouped by the value of label by ("" sums everything).
+func (r *Router) Counter(name, by string, match ...string) (map[string]float64, error) {
+	b, err := r.Get("/metrics")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name) {
+			continue
+		}
+		rest := line[len(name):]
+		labels := ""
+		if strings.HasPrefix(rest, "{") {
+			end := strings.Index(rest, "}")
+			if end < 0 {
+				continue
+			}
+			labels, rest = rest[1:end], rest[end+1:]
+		} else if !strings.HasPrefix(rest, " ") {
+			continue // another metric sharing the prefix
+		}
+		if !containsAll(labels, match) {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+		if err != nil {
+			continue
+		}
+		out[labelValue(labels, by)] += v
+	}
+	return out, nil
+}
+
+func containsAll(labels string, match []string) bool {
+	for _, m := range match {
+		if !strings.Contains(labels, m) {
+			return false
+		}
+	}
+	return true
+}
+
+func labelValue(labels, key string) string {
+	if key == "" {
+		return ""
+	}
+	for _, kv := range strings.Split(labels, ",") {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == key {
+			return strings.Trim(v, `"`)
+		}
+	}
+	return ""
+}
+
+// freePort returns a loopback address nobody listens on at the moment.
+func freePort() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}

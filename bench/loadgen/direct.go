@@ -1,0 +1,116 @@
+package loadgen
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/narwhal-router/narwhal/config"
+	"github.com/narwhal-router/narwhal/transport"
+)
+
+// directArm runs a request the way the router does, with the router's own engine client:
+// parse the client body, prefill on a producer, hand the PrefillResult to a consumer's
+// Decode, read the stream to [DONE]. Producers and consumers are picked round-robin.
+type directArm struct {
+	producers, consumers []*transport.EngineClient
+	next                 atomic.Uint64
+}
+
+func newDirectArm(s Setup) (*directArm, error) {
+	d := &directArm{}
+	for _, e := range s.Engines {
+		role := config.Role(e.Role)
+		c, err := transport.NewEngineClient(config.Engine{
+			Name: e.Name, URL: e.URL, Role: role, Models: []string{s.Model},
+			KV: config.KV{Connector: config.ConnectorNIXL, EngineID: e.EngineID, Endpoint: e.KVEndpoint,
+				TransferModes: []string{"pull"}},
+		}, s.Timeouts)
+		if err != nil {
+			return nil, err
+		}
+		if role.CanPrefill() {
+			d.producers = append(d.producers, c)
+		}
+		if role.CanDecode() {
+			d.consumers = append(d.consumers, c)
+		}
+	}
+	if len(d.producers) == 0 || len(d.consumers) == 0 {
+		return nil, errors.New("direct arm: the fleet needs a prefill-capable and a decode-capable engine")
+	}
+	return d, nil
+}
+
+// do runs one request that started at start (its scheduled time in open loop).
+func (d *directArm) do(start time.Time, body []byte, maxTokens int, guard time.Duration) Outcome {
+	o := Outcome{Started: start}
+	n := d.next.Add(1)
+	prod := d.producers[n%uint64(len(d.producers))]
+	cons := d.consumers[n%uint64(len(d.consumers))]
+	if cons == prod && len(d.consumers) > 1 {
+		cons = d.consumers[(n+1)%uint64(len(d.consumers))]
+	}
+
+	cb, err := transport.ParseClientBody(transport.EndpointChat, body)
+	if err != nil {
+		o.Error = "bad request body: " + err.Error()
+		return o
+	}
+	ctx := context.Background()
+	req := &transport.Request{Body: cb, BackendRequestID: uuid.NewString(), Deadline: start.Add(guard)}
+	res, err := prod.Prefill(ctx, req)
+	if err != nil {
+		o.Error = faultClass(err)
+		return o
+	}
+	o.TTFT = res.Completed.Sub(start)
+	if cons == prod {
+		res = res.WithoutTransfer() // same-worker decode, as the router does it
+	}
+	s, err := cons.Decode(ctx, res, req)
+	if err != nil {
+		o.Error = faultClass(err)
+		return o
+	}
+	defer s.Close()
+	o.FirstByte = s.FirstTokenAt.Sub(start)
+	for {
+		ev, err := s.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			o.Error = faultClass(err)
+			return o
+		}
+		switch ev.Kind {
+		case transport.EventToken:
+			o.Tokens++
+		case transport.EventDone:
+			o.Total = time.Since(start)
+		}
+	}
+	if o.Tokens != maxTokens {
+		o.Error = "short output"
+		return o
+	}
+	o.OK = true
+	return o
+}
+
+// faultClass names an engine-client error by leg and fault kind.
+func faultClass(err error) string {
+	if f, ok := transport.AsFault(err); ok {
+		if f.Status != 0 {
+			return fmt.Sprintf("%s %s %d", f.Leg, f.Kind, f.Status)
+		}
+		return fmt.Sprintf("%s %s", f.Leg, f.Kind)
+	}
+	return "error: " + err.Error()
+}
