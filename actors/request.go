@@ -128,6 +128,7 @@ func (s *requestSupervisor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		s.self = ctx.Self()
+		s.r.live.Store(s.self.Id, s.self) // here, not in Dispatch: a fast failure could retire first
 		s.slot = &streamSlot{}
 		s.r.budget.deposit()
 		s.startAttempt(ctx)
@@ -223,6 +224,12 @@ func (s *requestSupervisor) place(ctx actor.Context) {
 }
 
 func (s *requestSupervisor) noPlacement(ctx actor.Context, why scarcity, phase messages.Phase) {
+	if why == noAdmitted && s.lastFault != nil {
+		// A retry with nowhere to go (the other engines pushed back or are out of placement):
+		// the client learns what failed, not that the fleet has no engine.
+		s.respondFault(ctx, s.lastFault)
+		return
+	}
 	switch why {
 	case unknownModel:
 		s.reject(ctx, 404, "the model `"+s.x.Body.Model+"` does not exist", "model_not_found")

@@ -136,7 +136,6 @@ func (r *Router) Dispatch(x *transport.Exchange) {
 		return
 	}
 	x.Handle = pid
-	r.live.Store(pid.Id, pid)
 }
 
 // ClientGone implements transport.Dispatcher.

@@ -176,15 +176,12 @@ func TestCrossedDecodeProbeUsesTheOriginalProducer(t *testing.T) {
 	}})
 	d0 := h.fleet.Engine("d0")
 	d0.InjectFault("decode.close_after=0", 1)
-	for d0.Stats().DecodeRequests == 0 {
-		h.post("/v1/completions", shortPrompt)
+	var failed string
+	for i := 0; d0.Stats().DecodeRequests == 0; i++ {
+		failed = fmt.Sprintf("crossed-%d", i)
+		h.post("/v1/completions", shortPrompt, "X-Request-Id", failed)
 	}
-	var producer string
-	for _, l := range h.accessLines() {
-		if l["consumer"] == "d0" && l["outcome"] != "success" {
-			producer, _ = l["producer"].(string)
-		}
-	}
+	producer, _ := h.accessLine(failed)["producer"].(string)
 	if producer == "" {
 		t.Fatal("no failed request on d0 in the access log")
 	}

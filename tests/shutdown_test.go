@@ -1,7 +1,6 @@
 package tests
 
 import (
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -29,7 +28,10 @@ func TestShutdownLetsInFlightStreamsFinishWithinTheGrace(t *testing.T) {
 
 	// No new connections once shutdown has begun.
 	eventually(t, 2*time.Second, func() bool {
-		_, err := http.Post(h.base+"/v1/completions", "application/json", strings.NewReader(`{}`))
+		resp, err := h.client.Post(h.base+"/v1/completions", "application/json", strings.NewReader(`{}`))
+		if err == nil {
+			resp.Body.Close()
+		}
 		return err != nil
 	}, func() string { return "the listener still accepts during shutdown" })
 

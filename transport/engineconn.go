@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -42,27 +43,56 @@ func openLeg(ctx context.Context, hc *fasthttp.HostClient, req *fasthttp.Request
 		if left <= 0 {
 			return nil, fasthttp.ErrTimeout
 		}
-		lc, reused, err := tryLeg(ctx, hc, req, resp, deadline, min(left, connectTimeout), stream, maxBody)
+		lc, unsent, err := tryLeg(ctx, hc, req, resp, deadline, min(left, connectTimeout), stream, maxBody)
 		if err == nil {
 			return lc, nil
 		}
-		// A keep-alive connection the engine closed while it sat idle fails before any byte of
-		// response arrives; the request was not processed, so it is safe to send once more.
-		if reused && try < 2 && ctx.Err() == nil && isStaleConnError(err) {
+		if left <= connectTimeout && errors.Is(err, fasthttp.ErrDialTimeout) {
+			return nil, errConnectUsedBudget // the leg's own timeout, not engine.connect_timeout_s
+		}
+		// A keep-alive connection the engine closed while it sat idle is found before the
+		// request is written, or fails the write: the engine never saw the request, so it goes
+		// out once more on another connection. A request that was written is never resent here,
+		// even if the engine closed without a byte of answer: it may have started on it, and a
+		// second try is a retry, which only the supervisor decides (with a fresh backend ID).
+		if unsent && try < 2 && ctx.Err() == nil {
 			continue
 		}
 		return nil, err
 	}
 }
 
+// errConnectUsedBudget reports a connect that took all the time the leg had left.
+var errConnectUsedBudget = fmt.Errorf("connecting to the engine used up the leg's time: %w", os.ErrDeadlineExceeded)
+
+// staleAfter is how long a pooled connection may sit idle before it is checked for a close.
+const staleAfter = 50 * time.Millisecond
+
+// errStaleConn reports a pooled connection the engine had closed.
+var errStaleConn = errors.New("pooled engine connection was closed by the engine")
+
 func tryLeg(ctx context.Context, hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response,
-	deadline time.Time, dialTimeout time.Duration, stream bool, maxBody int) (lc *legConn, reused bool, err error) {
+	deadline time.Time, dialTimeout time.Duration, stream bool, maxBody int) (lc *legConn, unsent bool, err error) {
 	cc, err := hc.AcquireConn(dialTimeout, false)
 	if err != nil {
+		if isTimeout(err) && !errors.Is(err, fasthttp.ErrDialTimeout) {
+			// fasthttp passes the dialer's own timeout on when it fires before the context's
+			err = fmt.Errorf("%w: %w", fasthttp.ErrDialTimeout, err)
+		}
 		return nil, false, err
 	}
 	conn := cc.Conn()
-	reused = !cc.LastUseTime().IsZero()
+	reused := !cc.LastUseTime().IsZero()
+	if err := conn.SetDeadline(deadline); err != nil {
+		hc.CloseConn(cc)
+		return nil, false, err
+	}
+	// Peeking costs a system call, so only connections idle long enough for the engine to have
+	// dropped them are checked; one used moments ago is alive, or fails its write.
+	if reused && time.Since(cc.LastUseTime()) > staleAfter && peerClosed(conn) {
+		hc.CloseConn(cc)
+		return nil, true, errStaleConn
+	}
 	stop := context.AfterFunc(ctx, func() { _ = conn.Close() })
 	release := func(reuse bool) {
 		if reuse {
@@ -71,15 +101,12 @@ func tryLeg(ctx context.Context, hc *fasthttp.HostClient, req *fasthttp.Request,
 			hc.CloseConn(cc)
 		}
 	}
-	fail := func(err error) (*legConn, bool, error) {
+	fail := func(err error, unsent bool) (*legConn, bool, error) {
 		stop()
 		release(false)
-		return nil, reused, err
+		return nil, unsent, err
 	}
 
-	if err := conn.SetDeadline(deadline); err != nil {
-		return fail(err)
-	}
 	bw := hc.AcquireWriter(conn)
 	err = req.Write(bw)
 	if err == nil {
@@ -87,14 +114,14 @@ func tryLeg(ctx context.Context, hc *fasthttp.HostClient, req *fasthttp.Request,
 	}
 	hc.ReleaseWriter(bw)
 	if err != nil {
-		return fail(err)
+		return fail(err, reused && isStaleConnError(err))
 	}
 
 	br := hc.AcquireReader(conn)
 	resp.StreamBody = stream
 	if err := resp.ReadLimitBody(br, maxBody); err != nil {
 		hc.ReleaseReader(br)
-		return fail(err)
+		return fail(err, false)
 	}
 	lc = &legConn{conn: conn, br: br, resp: resp, stop: stop, bodyDone: !stream}
 	lc.release = func(reuse bool) {

@@ -49,6 +49,8 @@ const (
 	faultWrongEngineID
 	faultToolCall
 	faultReasoning
+	faultSlowHeaders
+	faultKeepAlive
 )
 
 type faultSyntax struct {
@@ -71,6 +73,8 @@ var faultNames = map[string]faultSyntax{
 	"wrong_engine_id":  {kind: faultWrongEngineID, only: legPrefill},
 	"tool_call":        {kind: faultToolCall, only: legDecode},
 	"reasoning":        {kind: faultReasoning, arg: "N", only: legDecode},
+	"slow_headers":     {kind: faultSlowHeaders, arg: "MS"},
+	"keepalive":        {kind: faultKeepAlive, arg: "MS", only: legDecode},
 }
 
 // Values of bad_descriptor.
@@ -137,9 +141,15 @@ func parseFault(spec string) (fault, error) {
 				return bad()
 			}
 		}
-	case faultSlowFirstToken:
+	case faultSlowFirstToken, faultSlowHeaders:
 		ms, err := strconv.Atoi(arg)
 		if err != nil || ms < 0 {
+			return bad()
+		}
+		f.delay = time.Duration(ms) * time.Millisecond
+	case faultKeepAlive:
+		ms, err := strconv.Atoi(arg)
+		if err != nil || ms <= 0 {
 			return bad()
 		}
 		f.delay = time.Duration(ms) * time.Millisecond
@@ -162,7 +172,8 @@ type faultPlan struct {
 	status                                         int
 	silenceAfter, closeAfter, errorAfter           int // token index; -1 = none
 	errorCode                                      int
-	slow                                           time.Duration
+	slow, slowHeaders                              time.Duration
+	keepAlive                                      time.Duration // decode streams: comment interval while waiting
 	badDescriptor                                  string
 	reasoning                                      int
 }
@@ -195,6 +206,12 @@ func (p *faultPlan) apply(f fault, g leg) {
 		p.status = f.code
 	case faultSlowFirstToken:
 		p.slow += f.delay
+	case faultSlowHeaders:
+		p.slowHeaders += f.delay
+	case faultKeepAlive:
+		if g == legDecode {
+			p.keepAlive = f.delay
+		}
 	case faultBadDescriptor:
 		if g == legPrefill {
 			p.badDescriptor = f.variant

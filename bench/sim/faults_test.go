@@ -252,6 +252,60 @@ func TestSlowFirstToken(t *testing.T) {
 	}
 }
 
+// slow_headers holds the response headers back, and everything after them moves back
+// by as much: a stream's first token comes after both delays.
+func TestSlowHeaders(t *testing.T) {
+	t.Parallel()
+	e := startEngine(t, Options{Tokens: 1})
+	start := time.Now()
+	w := exchange(t, e.URL(), request("/v1/completions",
+		completionsStream("hi @sim:decode.slow_headers=100 @sim:decode.slow_first_token=100")), quiet, false)
+	resp, body, err := w.response(t)
+	if resp.StatusCode != 200 || err != nil || !strings.HasSuffix(string(body), "data: [DONE]\n\n") {
+		t.Fatalf("want a normal stream, got %d %q %v", resp.StatusCode, body, err)
+	}
+	if w.first < 100*time.Millisecond {
+		t.Errorf("headers after %v, want at least 100ms", w.first)
+	}
+	if took := time.Since(start); took < 200*time.Millisecond {
+		t.Errorf("stream over after %v, want the first token after at least 200ms", took)
+	}
+	start = time.Now()
+	if code, _, _ := post(t, e.URL(), "/v1/completions", prefillBody("hi @sim:prefill.slow_headers=120")); code != 200 {
+		t.Errorf("prefill: %d", code)
+	}
+	if took := time.Since(start); took < 120*time.Millisecond {
+		t.Errorf("prefill answered after %v, want at least 120ms", took)
+	}
+}
+
+// keepalive sends SSE comments while a stream waits, before the first token and between
+// tokens, and nothing else changes.
+func TestKeepAliveComments(t *testing.T) {
+	t.Parallel()
+	e := startEngine(t, Options{Tokens: 2, ITL: 90 * time.Millisecond})
+	w := exchange(t, e.URL(), request("/v1/completions",
+		completionsStream("hi @sim:decode.slow_first_token=90 @sim:decode.keepalive=25")), quiet, false)
+	resp, body, err := w.response(t)
+	if resp.StatusCode != 200 || err != nil {
+		t.Fatalf("got %d %v", resp.StatusCode, err)
+	}
+	var comments, data []string
+	for _, ev := range strings.Split(strings.TrimSuffix(string(body), "\n\n"), "\n\n") {
+		if ev == ": keep-alive" {
+			comments = append(comments, ev)
+		} else {
+			data = append(data, ev)
+		}
+	}
+	if len(comments) < 4 || len(data) != 3 || data[2] != "data: [DONE]" {
+		t.Errorf("want keep-alive comments around 2 tokens and [DONE], got %q", body)
+	}
+	if i := strings.Index(string(body), ": keep-alive"); i < 0 || i > strings.Index(string(body), "data: ") {
+		t.Errorf("no keep-alive before the first token: %q", body)
+	}
+}
+
 func TestBadDescriptors(t *testing.T) {
 	t.Parallel()
 	e := startEngine(t, Options{})
@@ -382,6 +436,10 @@ func TestParseFault(t *testing.T) {
 		{spec: "prefill.slow_first_token=250", want: fault{leg: legPrefillOnly, kind: faultSlowFirstToken, delay: 250 * time.Millisecond}},
 		{spec: "prefill.bad_descriptor=bad_blocks", want: fault{leg: legPrefillOnly, kind: faultBadDescriptor, variant: badBlocks}},
 		{spec: "decode.reasoning=2", want: fault{leg: legDecodeOnly, kind: faultReasoning, n: 2}},
+		{spec: "any.slow_headers=40", want: fault{leg: legAny, kind: faultSlowHeaders, delay: 40 * time.Millisecond}},
+		{spec: "decode.keepalive=15", want: fault{leg: legDecodeOnly, kind: faultKeepAlive, delay: 15 * time.Millisecond}},
+		{spec: "decode.keepalive=0", err: "bad argument"},
+		{spec: "prefill.keepalive=10", err: "decode leg only"},
 		{spec: "refuse", err: "want <leg>.<fault>"},
 		{spec: "both.refuse", err: "unknown leg"},
 		{spec: "any.refuse=1", err: "takes no argument"},

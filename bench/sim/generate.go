@@ -33,6 +33,9 @@ type generation struct {
 	timer   *time.Timer
 	aborted bool
 	record  uint64 // the recorder's sequence number of this request
+	// sse is the open event stream of a streaming decode; with a keepalive fault, waits
+	// on it send comments.
+	sse *sseWriter
 }
 
 func (e *Engine) serveGeneration(api endpoint) http.HandlerFunc {
@@ -121,6 +124,9 @@ func (g *generation) serve(w http.ResponseWriter) {
 		}
 	}()
 
+	if f.slowHeaders > 0 && !g.sleepUntil(g.arrived.Add(f.slowHeaders)) {
+		return
+	}
 	switch {
 	case f.refuse:
 		refuse(w)
@@ -144,10 +150,24 @@ func refuse(w http.ResponseWriter) {
 	conn.Close()
 }
 
-// hang keeps the request open and silent until the client goes away.
+// hang keeps the request open and silent (but for keep-alive comments) until the client
+// goes away.
 func (g *generation) hang() {
-	<-g.ctx.Done()
-	g.abortIfClient()
+	if g.keepAliveDue().IsZero() {
+		<-g.ctx.Done()
+		g.abortIfClient()
+		return
+	}
+	for g.sleepUntil(time.Now().Add(time.Hour)) {
+	}
+}
+
+// keepAliveDue is when a waiting stream sends its next keep-alive comment; zero for none.
+func (g *generation) keepAliveDue() time.Time {
+	if g.sse == nil || g.faults.keepAlive <= 0 {
+		return time.Time{}
+	}
+	return g.sse.last.Add(g.faults.keepAlive)
 }
 
 // abortIfClient counts the generation as aborted unless the engine itself is closing.
@@ -158,8 +178,29 @@ func (g *generation) abortIfClient() {
 	}
 }
 
-// sleepUntil waits until t and reports whether the client is still there.
+// sleepUntil waits until t and reports whether the client is still there. A stream with a
+// keepalive fault sends its comments while it waits.
 func (g *generation) sleepUntil(t time.Time) bool {
+	for {
+		wake, ping := t, false
+		if due := g.keepAliveDue(); !due.IsZero() && due.Before(t) {
+			wake, ping = due, true
+		}
+		if !g.wait(wake) {
+			return false
+		}
+		if !ping {
+			return true
+		}
+		if g.sse.comment("keep-alive") != nil {
+			g.abortIfClient()
+			return false
+		}
+	}
+}
+
+// wait sleeps until t and reports whether the client is still there.
+func (g *generation) wait(t time.Time) bool {
 	d := time.Until(t)
 	if d <= 0 {
 		if g.ctx.Err() != nil {
@@ -195,7 +236,7 @@ func (g *generation) prefill(w http.ResponseWriter) {
 		g.hang()
 		return
 	}
-	if !g.sleepUntil(g.arrived.Add(e.opts.TTFT + g.prefillTime() + f.slow)) {
+	if !g.sleepUntil(g.arrived.Add(f.slowHeaders + e.opts.TTFT + g.prefillTime() + f.slow)) {
 		return
 	}
 	if g.failInsteadOfResponse(w) {
@@ -236,7 +277,7 @@ func (g *generation) decode(w http.ResponseWriter) {
 			}
 		}
 	}
-	first := g.arrived.Add(e.opts.TTFT + f.slow)
+	first := g.arrived.Add(f.slowHeaders + e.opts.TTFT + f.slow)
 	if computePrompt {
 		first = first.Add(g.prefillTime())
 	}
@@ -305,6 +346,7 @@ func (g *generation) stream(w http.ResponseWriter, first time.Time) {
 		g.abortIfClient()
 		return
 	}
+	g.sse = s
 	if f.hangFirstToken {
 		g.hang()
 		return

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/narwhal-router/narwhal/actors"
@@ -45,6 +46,8 @@ type Server struct {
 	ln        net.Listener
 	adminLn   net.Listener
 	served    chan error
+	serving   chan struct{} // closed when the client listener's Serve returns
+	stopping  atomic.Bool
 	stopOnce  sync.Once
 	stopErr   error
 }
@@ -104,7 +107,14 @@ func Start(cfg config.Config, opts Options) (_ *Server, err error) {
 		}
 	}
 
-	go func() { s.served <- s.ingress.Serve(s.ln) }()
+	s.serving = make(chan struct{})
+	go func() {
+		err := s.ingress.Serve(s.ln)
+		close(s.serving)
+		if !s.stopping.Load() {
+			s.served <- fmt.Errorf("client listener: %w", err)
+		}
+	}()
 	if s.adminLn != nil {
 		s.admin = &http.Server{Handler: admin.Handler(s.router, s.reporting.Prometheus, cfg.Server.AdminToken),
 			ReadHeaderTimeout: 10 * time.Second}
@@ -146,9 +156,18 @@ func (s *Server) Shutdown(ctx context.Context) error {
 }
 
 func (s *Server) shutdown(ctx context.Context) error {
+	s.stopping.Store(true)
 	grace, cancel := context.WithTimeout(ctx, s.cfg.Server.ShutdownGraceS.Duration())
 	defer cancel()
 	err := s.ingress.Shutdown(grace)
+	// fasthttp only closes listeners Serve has registered; one that had not started yet would
+	// go on accepting, so the listener is closed here too and Serve waited for.
+	s.ln.Close()
+	select {
+	case <-s.serving:
+	case <-time.After(5 * time.Second):
+		s.log.Error("client listener did not stop")
+	}
 	if err != nil {
 		s.log.Warn("shutdown grace period over; cancelling in-flight requests", "in_flight", s.router.InFlight())
 		s.router.AbortAll()
