@@ -12,12 +12,12 @@ import (
 )
 
 // engineState is everything one engine actor owns. It lives outside the actor value so that a
-// restarted actor (after a panic) carries on with the same breaker and reservations.
+// restarted actor (after a panic) carries on with the same breaker; the reservations live in
+// the view, where supervisors take them.
 type engineState struct {
-	cfg      config.Engine
-	view     *engineView
-	breaker  breaker
-	reserved [2]int
+	cfg     config.Engine
+	view    *engineView
+	breaker breaker
 	// lastProbe is the outcome of the newest probe.
 	lastProbe *messages.Probe
 	restarts  int
@@ -41,8 +41,8 @@ func (t *engineTimers) stop() {
 	}
 }
 
-// engineActor owns one engine's phase reservations, breaker and probes. Every change to them
-// happens in Receive, one message at a time.
+// engineActor owns one engine's breaker and probes, and decides whether it may be placed. Every
+// change to them happens in Receive, one message at a time.
 type engineActor struct {
 	r  *Router
 	st *engineState
@@ -76,10 +76,8 @@ func (a *engineActor) Receive(ctx actor.Context) {
 	case *actor.Stopping:
 		st.timers.stop()
 
-	case *messages.Reserve:
-		a.reserve(ctx, m)
-	case *messages.Release:
-		a.release(ctx, m)
+	case *messages.LegOutcome:
+		a.legOutcome(ctx, m)
 
 	case quarantineOver:
 		if st.breaker.quarantineOver(time.Now()) {
@@ -116,45 +114,20 @@ func (a *engineActor) Receive(ctx actor.Context) {
 	}
 }
 
-func (a *engineActor) reserve(ctx actor.Context, m *messages.Reserve) {
+// legOutcome feeds the breaker: a failure counts, a success resets the streak.
+func (a *engineActor) legOutcome(ctx actor.Context, m *messages.LegOutcome) {
 	st := a.st
-	reply := &messages.Reserved{Engine: st.cfg.Name, Phase: m.Phase, Attempt: m.Attempt}
-	switch {
-	case !st.breaker.placeable():
-		reply.Reason = st.breaker.state.String()
-	case st.cfg.MaxInflight > 0 && st.reserved[0]+st.reserved[1] >= st.cfg.MaxInflight:
-		reply.Reason = "full"
-	default:
-		st.reserved[m.Phase]++
-		reply.Granted = true
-		a.publish(ctx, false)
-	}
-	ctx.Respond(reply)
-}
-
-func (a *engineActor) release(ctx actor.Context, m *messages.Release) {
-	st := a.st
-	if st.reserved[m.Phase] <= 0 {
-		a.r.log.Error("engine released a slot it did not hold", "engine", st.cfg.Name, "phase", m.Phase.String(), "request", m.Request)
-		return
-	}
-	wasFull := !st.view.hasRoom()
-	st.reserved[m.Phase]--
 	prev := st.breaker.state
-	now := time.Now()
-	switch {
-	case m.Neutral:
-	case m.Fault == nil:
+	if m.Fault == nil {
 		st.breaker.success()
-	case m.Fault.CountsAgainstEngine():
-		st.breaker.failure(now, m.Partner)
+	} else if m.Fault.CountsAgainstEngine() {
+		st.breaker.failure(time.Now(), m.Partner)
 	}
+	st.view.streak.Store(int32(st.breaker.streak))
 	if st.breaker.state != prev {
 		a.transition(ctx, prev)
 		a.schedule(ctx)
-		return
 	}
-	a.publish(ctx, wasFull)
 }
 
 // transition publishes a breaker state change and counts it.
@@ -173,9 +146,8 @@ func (a *engineActor) transition(ctx actor.Context, from breakerState) {
 // find room here.
 func (a *engineActor) publish(ctx actor.Context, notify bool) {
 	st := a.st
-	st.view.load.Store(int32(st.reserved[0] + st.reserved[1]))
 	st.view.placeable.Store(st.breaker.placeable())
-	a.r.metrics.EngineInflight(st.cfg.Name, st.reserved[0], st.reserved[1])
+	st.view.streak.Store(int32(st.breaker.streak))
 	if notify && ctx.Parent() != nil {
 		ctx.Send(ctx.Parent(), &messages.EngineChanged{Engine: st.cfg.Name, State: st.breaker.state.String(),
 			Placeable: st.breaker.placeable(), HasRoom: st.view.hasRoom()})
@@ -247,7 +219,7 @@ func (a *engineActor) snapshot() *messages.EngineState {
 	b := &st.breaker
 	s := &messages.EngineState{
 		Name: st.cfg.Name, Role: string(st.cfg.Role), State: b.state.String(), Streak: b.streak,
-		Reserved:    messages.PhaseSlots{Prefill: st.reserved[messages.PhasePrefill], Decode: st.reserved[messages.PhaseDecode]},
+		Reserved:    reservedSlots(st.view),
 		MaxInflight: st.cfg.MaxInflight, LastProbe: st.lastProbe, Restarts: st.restarts,
 	}
 	if p := st.view.models.Load(); p != nil {
@@ -273,4 +245,9 @@ func errString(err error) string {
 		return ""
 	}
 	return err.Error()
+}
+
+func reservedSlots(v *engineView) messages.PhaseSlots {
+	p, d := v.reserved()
+	return messages.PhaseSlots{Prefill: p, Decode: d}
 }

@@ -11,9 +11,12 @@ import (
 	"github.com/narwhal-router/narwhal/transport"
 )
 
-// engineView is the read-only face an engine actor shows to placement. Only the engine actor
-// writes it; request supervisors read it to choose candidates, then ask the engine actor, which
-// has the final word (so a stale view costs a refused Reserve, never a broken invariant).
+// engineView is an engine as placement sees it, shared by every request supervisor. Its phase
+// reservations are taken and returned by supervisors with a compare-and-swap, bounded by
+// max_inflight: a slot costs no message, because a round trip to the engine actor is two
+// goroutine hand-offs per phase per request (bench/README.md has the measurements). Everything
+// else here — placeability, the failure streak, the models — is written by the engine actor
+// alone and only read by others.
 type engineView struct {
 	name        string
 	role        config.Role
@@ -22,8 +25,61 @@ type engineView struct {
 	pid         *actor.PID
 
 	models    atomic.Pointer[[]string]
-	load      atomic.Int32 // reservations held, both phases
-	placeable atomic.Bool  // admitted: neither quarantined nor ejected
+	slots     atomic.Uint64 // reservations held: prefill in the high 32 bits, decode in the low
+	placeable atomic.Bool   // admitted: neither quarantined nor ejected
+	streak    atomic.Int32  // the breaker's failure streak, so a success is reported only if it matters
+}
+
+func packSlots(prefill, decode uint32) uint64 { return uint64(prefill)<<32 | uint64(decode) }
+
+func unpackSlots(v uint64) (prefill, decode uint32) { return uint32(v >> 32), uint32(v) }
+
+// reserved returns the reservations held per phase.
+func (v *engineView) reserved() (prefill, decode int) {
+	p, d := unpackSlots(v.slots.Load())
+	return int(p), int(d)
+}
+
+// load is the reservations held in both phases.
+func (v *engineView) load() int {
+	p, d := v.reserved()
+	return p + d
+}
+
+// reserve takes a slot in phase unless the engine is out of placement or at max_inflight.
+func (v *engineView) reserve(phase messages.Phase) bool {
+	for {
+		cur := v.slots.Load()
+		p, d := unpackSlots(cur)
+		if !v.placeable.Load() || (v.maxInflight > 0 && int(p+d) >= v.maxInflight) {
+			return false
+		}
+		if phase == messages.PhasePrefill {
+			p++
+		} else {
+			d++
+		}
+		if v.slots.CompareAndSwap(cur, packSlots(p, d)) {
+			return true
+		}
+	}
+}
+
+// release returns a slot taken with reserve, reporting whether the engine was full before.
+func (v *engineView) release(phase messages.Phase) (wasFull bool) {
+	for {
+		cur := v.slots.Load()
+		p, d := unpackSlots(cur)
+		wasFull = v.maxInflight > 0 && int(p+d) >= v.maxInflight
+		if phase == messages.PhasePrefill {
+			p--
+		} else {
+			d--
+		}
+		if v.slots.CompareAndSwap(cur, packSlots(p, d)) {
+			return wasFull
+		}
+	}
 }
 
 func (v *engineView) serves(model string) bool {
@@ -47,7 +103,7 @@ func (v *engineView) firstModel() string {
 }
 
 func (v *engineView) hasRoom() bool {
-	return v.maxInflight == 0 || int(v.load.Load()) < v.maxInflight
+	return v.maxInflight == 0 || v.load() < v.maxInflight
 }
 
 func (v *engineView) canServe(p messages.Phase) bool {
@@ -117,7 +173,7 @@ func (f *fleet) pick(phase messages.Phase, model string, avoid, full, exclude []
 		j++
 	}
 	a, b := cands[i], cands[j]
-	if b.load.Load() < a.load.Load() {
+	if b.load() < a.load() {
 		return b, available
 	}
 	return a, available

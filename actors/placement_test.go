@@ -1,6 +1,8 @@
 package actors
 
 import (
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/narwhal-router/narwhal/config"
@@ -11,7 +13,7 @@ func view(name string, role config.Role, load int32, max int) *engineView {
 	v := &engineView{name: name, role: role, maxInflight: max}
 	ms := []string{"m"}
 	v.models.Store(&ms)
-	v.load.Store(load)
+	v.slots.Store(packSlots(uint32(load), 0))
 	v.placeable.Store(true)
 	return v
 }
@@ -80,5 +82,46 @@ func TestPickSaysWhyNothingWasFound(t *testing.T) {
 	}
 	if v, why := fleetOf(view("a", config.RoleDecode, 0, 0)).pick(messages.PhaseDecode, "m", nil, nil, []string{"a"}); v != nil || why != noAdmitted {
 		t.Errorf("an excluded engine: %v %v", v, why)
+	}
+}
+
+func TestReserveHonoursMaxInflightAndPlaceability(t *testing.T) {
+	v := view("a", config.RoleBoth, 0, 2)
+	if !v.reserve(messages.PhasePrefill) || !v.reserve(messages.PhaseDecode) {
+		t.Fatal("two slots on an engine with max_inflight 2")
+	}
+	if v.reserve(messages.PhaseDecode) {
+		t.Fatal("a third slot past max_inflight")
+	}
+	if p, d := v.reserved(); p != 1 || d != 1 {
+		t.Fatalf("reserved %d/%d", p, d)
+	}
+	if !v.release(messages.PhaseDecode) {
+		t.Fatal("release did not report the engine was full")
+	}
+	v.placeable.Store(false)
+	if v.reserve(messages.PhaseDecode) {
+		t.Fatal("a slot on an engine out of placement")
+	}
+}
+
+func TestReserveIsExactUnderContention(t *testing.T) {
+	v := view("a", config.RoleDecode, 0, 100)
+	var wg sync.WaitGroup
+	var granted atomic.Int32
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 50; i++ {
+				if v.reserve(messages.PhaseDecode) {
+					granted.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if granted.Load() != 100 || v.load() != 100 {
+		t.Fatalf("granted %d, load %d, want exactly max_inflight", granted.Load(), v.load())
 	}
 }

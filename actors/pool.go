@@ -60,7 +60,7 @@ func (p *poolActor) Receive(ctx actor.Context) {
 		} else {
 			p.waiters = append(p.waiters, w)
 		}
-		p.r.metrics.QueueDepth(len(p.waiters))
+		p.depthChanged()
 	case *messages.StopWaiting:
 		for i, w := range p.waiters {
 			if w.pid.Equal(ctx.Sender()) {
@@ -68,7 +68,11 @@ func (p *poolActor) Receive(ctx actor.Context) {
 				break
 			}
 		}
-		p.r.metrics.QueueDepth(len(p.waiters))
+		p.depthChanged()
+	case *messages.CapacityFreed:
+		if v := p.r.fleet.engine(m.Engine); v != nil && v.placeable.Load() {
+			p.wake(ctx, v)
+		}
 	case *messages.EngineChanged:
 		p.breaker[m.Engine] = m.State
 		if m.Placeable && m.HasRoom {
@@ -121,7 +125,7 @@ func (p *poolActor) wake(ctx actor.Context, v *engineView) {
 	}
 	room := len(p.waiters)
 	if v.maxInflight > 0 {
-		room = v.maxInflight - int(v.load.Load())
+		room = v.maxInflight - v.load()
 	}
 	kept := p.waiters[:0]
 	for _, w := range p.waiters {
@@ -133,5 +137,12 @@ func (p *poolActor) wake(ctx actor.Context, v *engineView) {
 		kept = append(kept, w)
 	}
 	p.waiters = kept
+	p.depthChanged()
+}
+
+// depthChanged publishes the queue depth: a gauge, and the count supervisors read to decide
+// whether a released slot is worth telling the pool about.
+func (p *poolActor) depthChanged() {
+	p.r.queued.Store(int32(len(p.waiters)))
 	p.r.metrics.QueueDepth(len(p.waiters))
 }

@@ -3,7 +3,6 @@ package actors
 import (
 	"errors"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -18,15 +17,14 @@ import (
 type reqPhase uint8
 
 const (
-	phasePlacing   reqPhase = iota // reserving a producer and a consumer slot
+	phasePlacing   reqPhase = iota // choosing engines and taking their slots
 	phaseQueued                    // waiting for an engine to free a slot
-	phasePrefill                   // the prefill leg runs
-	phaseDecode                    // the decode leg runs, waiting for the first token
+	phaseRunning                   // ingress runs the planned attempt (prefill, then decode)
 	phaseStreaming                 // committed: the data plane relays the stream
 	phaseDone
 )
 
-var phaseNames = [...]string{"placing", "queued", "prefill", "decode", "streaming", "done"}
+var phaseNames = [...]string{"placing", "queued", "running", "streaming", "done"}
 
 func (p reqPhase) String() string { return phaseNames[p] }
 
@@ -45,10 +43,12 @@ var errShutdown = errors.New("the router is shutting down")
 // Abort asks a request supervisor to cancel its request (router shutdown).
 type Abort struct{}
 
-// requestSupervisor owns one client request from admission to cleanup: placement and phase
-// reservations, the prefill and decode legs, handoff age, retries, the commit point, and the
-// release of everything it holds. The legs run on goroutines that report back with messages;
-// the supervisor never blocks, so a client hang-up or a timer is handled at once.
+// requestSupervisor owns one client request from admission to cleanup: placement and the phase
+// reservations, each attempt's plan, handoff policy, retries, the answer before commit, and
+// the release of everything it holds. It decides; the request's own ingress goroutine carries
+// each planned attempt out (prefill, handoff checks, decode to the first token) and reports
+// back, so a request costs a handful of messages and never a goroutine per leg. The
+// supervisor never blocks: a hang-up, a timer or a shutdown is handled the moment it arrives.
 type requestSupervisor struct {
 	r    *Router
 	x    *transport.Exchange
@@ -59,69 +59,24 @@ type requestSupervisor struct {
 	backendID  string
 	producer   *engineView
 	consumer   *engineView
-	held       [2]*engineView // the reservation held per phase
-	replies    int            // Reserve answers still to come
-	legRunning bool
-	full       []string // engines that refused a slot this placement round
-	avoid      []string // engines that failed this request: used only if nothing else can serve
-	exclude    []string // engines that pushed back (429/503): never retried for this request
+	held       [2]*engineView // the slot held per phase
+	full       []string       // engines found full this placement round
+	avoid      []string       // engines that failed this request: used only if nothing else can serve
+	exclude    []string       // engines that pushed back (429/503): never retried for this request
 	frontOfQ   bool
 	queueTimer *time.Timer
-	slot       *streamSlot
 
-	gone      bool
-	delivered bool
+	gone      bool // the client hung up
+	answered  bool // ingress got its final command
 	finalized bool
 
 	// measurements, all from x.Arrival
 	ttft, firstByte, handoffAge time.Duration
 	decodeStart                 time.Time
-	prefillStarted              time.Time
-	retries                     int
 	lastFault                   *transport.Fault
 	end                         transport.StreamEnd
 	status                      int
 	outcome                     string
-}
-
-// streamSlot hands a decode stream from its leg goroutine to the supervisor. If the supervisor
-// stopped abnormally before taking it, the slot closes the stream so the engine connection
-// never leaks.
-type streamSlot struct {
-	mu     sync.Mutex
-	stream *transport.DecodeStream
-	closed bool
-}
-
-func (s *streamSlot) put(stream *transport.DecodeStream, notify func()) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		if stream != nil {
-			stream.Close()
-		}
-		return
-	}
-	s.stream = stream
-	notify()
-}
-
-func (s *streamSlot) take() *transport.DecodeStream {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st := s.stream
-	s.stream = nil
-	return st
-}
-
-func (s *streamSlot) close() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.closed = true
-	if s.stream != nil {
-		s.stream.Close()
-		s.stream = nil
-	}
 }
 
 func (s *requestSupervisor) Receive(ctx actor.Context) {
@@ -129,15 +84,10 @@ func (s *requestSupervisor) Receive(ctx actor.Context) {
 	case *actor.Started:
 		s.self = ctx.Self()
 		s.r.live.Store(s.self.Id, s.self) // here, not in Dispatch: a fast failure could retire first
-		s.slot = &streamSlot{}
 		s.r.budget.deposit()
 		s.startAttempt(ctx)
-	case *messages.Reserved:
-		s.onReserved(ctx, m)
-	case *messages.PrefillDone:
-		s.onPrefillDone(ctx, m)
-	case *messages.DecodeStarted:
-		s.onDecodeStarted(ctx, m)
+	case *messages.AttemptEnded:
+		s.onAttemptEnded(ctx, &m.Outcome)
 	case *messages.StreamFinished:
 		s.onStreamFinished(ctx, m)
 	case *messages.ClientGone:
@@ -178,28 +128,7 @@ func (s *requestSupervisor) startAttempt(ctx actor.Context) {
 	s.place(ctx)
 }
 
-// abort cancels the request for a router shutdown: a running leg fails with the cause and its
-// handler answers 503; a request with nothing running is answered here.
-func (s *requestSupervisor) abort(ctx actor.Context) {
-	s.x.Abort(errShutdown)
-	switch s.phase {
-	case phaseQueued:
-		s.stopQueueTimer()
-		s.stopWaiting(ctx)
-		s.respondShutdown(ctx)
-	case phasePlacing:
-		if s.replies == 0 {
-			s.respondShutdown(ctx)
-		}
-	}
-}
-
-func (s *requestSupervisor) respondShutdown(ctx actor.Context) {
-	s.releaseAll(ctx)
-	s.respondFault(ctx, &transport.Fault{Kind: transport.FaultAborted, Detail: errShutdown.Error(), Err: errShutdown})
-}
-
-// place picks a producer and a consumer and asks both for a slot.
+// place picks a producer and a consumer, takes a slot on each and hands ingress the plan.
 func (s *requestSupervisor) place(ctx actor.Context) {
 	if s.x.Context().Err() != nil {
 		s.respondShutdown(ctx)
@@ -207,20 +136,45 @@ func (s *requestSupervisor) place(ctx actor.Context) {
 	}
 	s.phase = phasePlacing
 	model := s.x.Body.Model
-	prod, why := s.r.fleet.pick(messages.PhasePrefill, model, s.avoid, s.full, s.exclude)
-	if prod == nil {
-		s.noPlacement(ctx, why, messages.PhasePrefill)
-		return
+	for {
+		prod, why := s.r.fleet.pick(messages.PhasePrefill, model, s.avoid, s.full, s.exclude)
+		if prod == nil {
+			s.noPlacement(ctx, why, messages.PhasePrefill)
+			return
+		}
+		cons, why := s.r.fleet.pick(messages.PhaseDecode, model, append(s.avoid[:len(s.avoid):len(s.avoid)], prod.name), s.full, s.exclude)
+		if cons == nil {
+			s.noPlacement(ctx, why, messages.PhaseDecode)
+			return
+		}
+		// The views were read a moment ago; the slots are the authority. A refusal narrows the
+		// next round, so the loop ends.
+		if !prod.reserve(messages.PhasePrefill) {
+			s.full = append(s.full, prod.name)
+			continue
+		}
+		if !cons.reserve(messages.PhaseDecode) {
+			s.held[messages.PhasePrefill] = prod
+			s.release(ctx, messages.PhasePrefill, nil, true)
+			s.full = append(s.full, cons.name)
+			continue
+		}
+		s.producer, s.consumer = prod, cons
+		s.held = [2]*engineView{prod, cons}
+		s.reportSlots(prod)
+		s.reportSlots(cons)
+		break
 	}
-	cons, why := s.r.fleet.pick(messages.PhaseDecode, model, append(s.avoid[:len(s.avoid):len(s.avoid)], prod.name), s.full, s.exclude)
-	if cons == nil {
-		s.noPlacement(ctx, why, messages.PhaseDecode)
-		return
-	}
-	s.producer, s.consumer = prod, cons
-	s.replies = 2
-	ctx.Request(prod.pid, &messages.Reserve{Phase: messages.PhasePrefill, Request: s.x.ID, Attempt: s.attempt})
-	ctx.Request(cons.pid, &messages.Reserve{Phase: messages.PhaseDecode, Request: s.x.ID, Attempt: s.attempt})
+	s.phase = phaseRunning
+	s.x.Send(transport.Command{Plan: &transport.Plan{
+		Attempt:          s.attempt,
+		BackendRequestID: s.backendID,
+		Producer:         s.producer.client,
+		Consumer:         s.consumer.client,
+		SameWorker:       s.producer == s.consumer,
+		FailOnMissing:    s.r.cfg.Handoff.OnMissing == config.OnMissingFail,
+		MaxHandoffAge:    s.r.cfg.Handoff.MaxAgeS.Duration(),
+	}})
 }
 
 func (s *requestSupervisor) noPlacement(ctx actor.Context, why scarcity, phase messages.Phase) {
@@ -273,134 +227,41 @@ func (s *requestSupervisor) stopQueueTimer() {
 	}
 }
 
-func (s *requestSupervisor) onReserved(ctx actor.Context, m *messages.Reserved) {
-	if m.Attempt != s.attempt || s.replies == 0 {
-		return
+// onAttemptEnded takes ingress's report of the planned attempt: the commit, or the fault.
+func (s *requestSupervisor) onAttemptEnded(ctx actor.Context, o *transport.Outcome) {
+	if o.Attempt != s.attempt || s.phase != phaseRunning {
+		return // unreachable: one attempt runs at a time
 	}
-	s.replies--
-	if m.Granted {
-		s.held[m.Phase] = s.r.fleet.engine(m.Engine)
-	} else {
-		s.full = append(s.full, m.Engine)
+	if !o.PrefillDone.IsZero() {
+		s.ttft = o.PrefillDone.Sub(s.x.Arrival)
 	}
-	if s.replies > 0 {
-		return
+	if !o.DecodeStarted.IsZero() {
+		s.decodeStart, s.handoffAge = o.DecodeStarted, o.HandoffAge
+		s.r.metrics.HandoffAge(s.x.Body.Endpoint.String(), o.HandoffAge)
 	}
-	if s.gone {
-		s.releaseAll(ctx)
-		s.finishGone(ctx)
-		return
-	}
-	if s.x.Context().Err() != nil {
-		s.respondShutdown(ctx)
-		return
-	}
-	if s.held[messages.PhasePrefill] != nil && s.held[messages.PhaseDecode] != nil {
-		s.startPrefill(ctx)
-		return
-	}
-	s.releaseAll(ctx) // half a placement is no placement: retry both with the refusers excluded
-	s.place(ctx)
-}
-
-func (s *requestSupervisor) startPrefill(ctx actor.Context) {
-	s.phase = phasePrefill
-	s.legRunning = true
-	s.prefillStarted = time.Now()
-	req := s.x.EngineRequest(s.backendID)
-	client, legCtx := s.producer.client, s.x.Context()
-	self, root, attempt := s.self, s.r.root, s.attempt
-	go func() {
-		res, err := client.Prefill(legCtx, req)
-		root.Send(self, &messages.PrefillDone{Attempt: attempt, Result: res, Err: err})
-	}()
-}
-
-func (s *requestSupervisor) onPrefillDone(ctx actor.Context, m *messages.PrefillDone) {
-	s.legRunning = false
-	if m.Err != nil {
-		f := asFault(m.Err, transport.LegPrefill, s.producer.name)
-		s.release(ctx, messages.PhasePrefill, f, false)
-		s.release(ctx, messages.PhaseDecode, nil, true)
-		s.fail(ctx, f)
-		return
-	}
-	res := m.Result
-	s.ttft = res.Completed.Sub(s.x.Arrival)
-	if s.gone {
-		s.release(ctx, messages.PhasePrefill, nil, false)
-		s.release(ctx, messages.PhaseDecode, nil, true)
-		s.finishGone(ctx)
-		return
-	}
-	switch {
-	case s.producer == s.consumer:
-		res = res.WithoutTransfer() // same-worker decode: prefix caching or recompute
-	case !res.HasDescriptor():
-		if s.r.cfg.Handoff.OnMissing == config.OnMissingFail {
-			s.r.metrics.MissingDescriptor(s.producer.name, config.OnMissingFail)
-			f := &transport.Fault{Kind: transport.FaultMissingDescriptor, Leg: transport.LegPrefill, Engine: s.producer.name,
-				Detail: "the producer returned no handoff descriptor"}
-			s.release(ctx, messages.PhasePrefill, f, false)
-			s.release(ctx, messages.PhaseDecode, nil, true)
-			s.fail(ctx, f)
-			return
-		}
+	if o.MissingDescriptor {
 		s.r.metrics.MissingDescriptor(s.producer.name, config.OnMissingRecompute)
 	}
-	now := time.Now()
-	s.handoffAge = res.Age(now)
-	if max := s.r.cfg.Handoff.MaxAgeS.Duration(); s.handoffAge > max {
-		f := &transport.Fault{Kind: transport.FaultStaleHandoff, Leg: transport.LegPrefill, Engine: s.producer.name,
-			Detail: "the handoff is " + s.handoffAge.Round(time.Millisecond).String() + " old, older than handoff.max_age_s (" + max.String() + ")"}
-		s.release(ctx, messages.PhasePrefill, f, false)
+	if o.Stream != nil {
+		// Committed. The first token means the KV cache has moved: the producer's part is over.
+		s.firstByte = o.Stream.FirstTokenAt.Sub(s.x.Arrival)
+		s.phase = phaseStreaming
+		s.release(ctx, messages.PhasePrefill, nil, false)
+		return // ingress relays the stream; a hang-up meanwhile shows in StreamFinished
+	}
+	f := o.Fault
+	if f.Kind == transport.FaultMissingDescriptor {
+		s.r.metrics.MissingDescriptor(s.producer.name, config.OnMissingFail)
+	}
+	cancelled := f.Kind == transport.FaultCanceled || f.Kind == transport.FaultAborted
+	if f.Leg == transport.LegPrefill { // the prefill, or the handoff it made: the consumer never ran
+		s.release(ctx, messages.PhasePrefill, f, cancelled)
 		s.release(ctx, messages.PhaseDecode, nil, true)
-		s.fail(ctx, f)
-		return
+	} else {
+		s.release(ctx, messages.PhasePrefill, nil, cancelled)
+		s.release(ctx, messages.PhaseDecode, f, cancelled)
 	}
-	s.r.metrics.HandoffAge(s.x.Body.Endpoint.String(), s.handoffAge)
-	s.startDecode(res, now)
-}
-
-func (s *requestSupervisor) startDecode(res transport.PrefillResult, now time.Time) {
-	s.phase = phaseDecode
-	s.legRunning = true
-	s.decodeStart = now
-	req := s.x.EngineRequest(s.backendID)
-	client, legCtx, slot := s.consumer.client, s.x.Context(), s.slot
-	self, root, attempt := s.self, s.r.root, s.attempt
-	go func() {
-		stream, err := client.Decode(legCtx, res, req)
-		slot.put(stream, func() { root.Send(self, &messages.DecodeStarted{Attempt: attempt, Err: err}) })
-	}()
-}
-
-func (s *requestSupervisor) onDecodeStarted(ctx actor.Context, m *messages.DecodeStarted) {
-	s.legRunning = false
-	stream := s.slot.take()
-	if m.Err != nil {
-		f := asFault(m.Err, transport.LegDecode, s.consumer.name)
-		if f.Kind == transport.FaultDescriptor { // the producer's fault: the consumer never ran
-			s.release(ctx, messages.PhasePrefill, f, false)
-			s.release(ctx, messages.PhaseDecode, nil, true)
-		} else {
-			s.release(ctx, messages.PhasePrefill, nil, false)
-			s.releaseDecode(ctx, f)
-		}
-		s.fail(ctx, f)
-		return
-	}
-	// The first token is in: the KV cache has moved and the producer's part is over.
-	s.release(ctx, messages.PhasePrefill, nil, false)
-	if s.gone {
-		stream.Close()
-		s.release(ctx, messages.PhaseDecode, nil, true)
-		s.finishGone(ctx)
-		return
-	}
-	s.firstByte = stream.FirstTokenAt.Sub(s.x.Arrival)
-	s.phase = phaseStreaming
-	s.deliver(transport.Verdict{Stream: stream, Timing: s.timing(), Routing: s.routing()})
+	s.fail(ctx, f)
 }
 
 func (s *requestSupervisor) onStreamFinished(ctx actor.Context, m *messages.StreamFinished) {
@@ -417,7 +278,7 @@ func (s *requestSupervisor) onStreamFinished(ctx actor.Context, m *messages.Stre
 	case f != nil:
 		s.lastFault = f
 		s.r.metrics.EngineFault(f.Engine, f.Leg.String(), f.Kind.String(), f.Reason)
-		s.releaseDecode(ctx, f)
+		s.release(ctx, messages.PhaseDecode, f, f.Kind == transport.FaultAborted)
 		status := 200
 		if !s.x.Body.Stream { // nothing was sent yet: the client got an error status
 			status = f.ClientStatus()
@@ -435,19 +296,28 @@ func (s *requestSupervisor) onClientGone(ctx actor.Context) {
 	}
 	s.gone = true
 	s.x.Abort(transport.ErrClientGone)
-	switch s.phase {
-	case phaseQueued:
+	if s.phase == phaseQueued {
 		s.stopQueueTimer()
 		s.stopWaiting(ctx)
 		s.finishGone(ctx)
-	case phasePlacing:
-		if s.replies == 0 {
-			s.finishGone(ctx)
-		}
-	case phaseStreaming:
-		// the relay sees the cancelled stream and reports StreamFinished
 	}
-	// prefill and decode: the aborted leg reports back, and its handler finishes
+	// Running: the aborted attempt reports back, and finishes. Streaming: the relay sees the
+	// cancelled stream and reports StreamFinished.
+}
+
+// abort cancels the request for a router shutdown: a running attempt fails with the cause and
+// is answered 503; a queued request is answered here.
+func (s *requestSupervisor) abort(ctx actor.Context) {
+	s.x.Abort(errShutdown)
+	if s.phase == phaseQueued {
+		s.stopQueueTimer()
+		s.stopWaiting(ctx)
+		s.respondShutdown(ctx)
+	}
+}
+
+func (s *requestSupervisor) respondShutdown(ctx actor.Context) {
+	s.respondFault(ctx, &transport.Fault{Kind: transport.FaultAborted, Detail: errShutdown.Error(), Err: errShutdown})
 }
 
 // fail decides between a fresh attempt and an error response (SPEC §8): a retry only for a
@@ -458,18 +328,18 @@ func (s *requestSupervisor) fail(ctx actor.Context, f *transport.Fault) {
 		s.finishGone(ctx)
 		return
 	}
-	if f.Kind == transport.FaultCanceled {
+	if f.Kind == transport.FaultCanceled || f.Kind == transport.FaultAborted {
 		s.respondFault(ctx, f)
 		return
 	}
 	s.r.metrics.EngineFault(f.Engine, f.Leg.String(), f.Kind.String(), f.Reason)
 	if f.Retriable() && s.attempt < s.r.cfg.Recovery.MaxAttempts && time.Now().Before(s.x.Deadline) {
 		if s.r.budget.tryRetry() {
-			s.retries++
 			s.r.metrics.Retry(f.Kind.String())
-			if f.Kind == transport.FaultBackpressure {
+			switch {
+			case f.Kind == transport.FaultBackpressure, s.breakerTakesOut(f):
 				s.exclude = append(s.exclude, f.Engine)
-			} else if !contains(s.avoid, f.Engine) {
+			case !contains(s.avoid, f.Engine):
 				s.avoid = append(s.avoid, f.Engine)
 			}
 			s.startAttempt(ctx)
@@ -478,6 +348,18 @@ func (s *requestSupervisor) fail(ctx actor.Context, f *transport.Fault) {
 		s.r.metrics.RetryBudgetExhausted()
 	}
 	s.respondFault(ctx, f)
+}
+
+// breakerTakesOut says the fault just reported will take its engine out of placement (a
+// quarantine, or the failure that completes the ejection streak). The engine actor applies it a
+// moment later; the retry must not land there in that moment.
+func (s *requestSupervisor) breakerTakesOut(f *transport.Fault) bool {
+	e := s.r.fleet.engine(f.Engine)
+	if e == nil || !f.CountsAgainstEngine() {
+		return false
+	}
+	rc := s.r.cfg.Recovery
+	return rc.FailureQuarantineS > 0 || int(e.streak.Load())+1 >= rc.EjectAfter
 }
 
 func (s *requestSupervisor) respondFault(ctx actor.Context, f *transport.Fault) {
@@ -490,7 +372,7 @@ func (s *requestSupervisor) respondFault(ctx actor.Context, f *transport.Fault) 
 			v.RetryAfter = s.retryAfter()
 		}
 	}
-	s.deliver(v)
+	s.answer(v)
 	s.finalize(ctx, status, outcomeError)
 }
 
@@ -502,7 +384,7 @@ func (s *requestSupervisor) reject(ctx actor.Context, status int, message, code 
 		v.RetryAfter = s.retryAfter()
 		s.r.metrics.AdmissionRejected(code)
 	}
-	s.deliver(v)
+	s.answer(v)
 	s.finalize(ctx, status, outcomeRejected)
 }
 
@@ -519,45 +401,49 @@ func errorTypeFor(status int) string {
 
 func (s *requestSupervisor) finishGone(ctx actor.Context) {
 	s.r.metrics.ClientDisconnect(s.phase.String())
-	s.deliver(transport.Verdict{})
+	s.answer(transport.Verdict{})
 	s.finalize(ctx, 0, outcomeClientGone)
 }
 
-func (s *requestSupervisor) deliver(v transport.Verdict) {
-	if !s.delivered {
-		s.delivered = true
-		s.x.Deliver(v)
+// answer gives ingress its final command. It is only ever called while ingress waits for one:
+// after the dispatch, after a failed attempt, or while queued.
+func (s *requestSupervisor) answer(v transport.Verdict) {
+	if !s.answered {
+		s.answered = true
+		s.x.Send(transport.Command{Verdict: v})
 	}
 }
 
-// release returns the slot held for phase. fault is what the engine's breaker learns; neutral
-// says the leg's end says nothing about the engine.
+// release returns the slot held for phase and tells the engine's breaker what it needs to know:
+// a fault that counts against it, or a success while it has a streak to reset. neutral says
+// the leg's end says nothing about the engine.
 func (s *requestSupervisor) release(ctx actor.Context, phase messages.Phase, f *transport.Fault, neutral bool) {
 	e := s.held[phase]
 	if e == nil {
 		return
 	}
 	s.held[phase] = nil
+	if wasFull := e.release(phase); wasFull && s.r.queued.Load() > 0 {
+		ctx.Send(s.r.pool, &messages.CapacityFreed{Engine: e.name})
+	}
+	s.reportSlots(e)
+	if neutral || (f == nil && e.streak.Load() == 0) || (f != nil && !f.CountsAgainstEngine()) {
+		return
+	}
+	out := &messages.LegOutcome{Phase: phase, Fault: f}
 	partner := s.consumer
 	if phase == messages.PhaseDecode {
 		partner = s.producer
 	}
-	rel := &messages.Release{Phase: phase, Request: s.x.ID, Fault: f, Neutral: neutral}
 	if partner != nil && partner != e {
-		rel.Partner = partner.name
+		out.Partner = partner.name
 	}
-	ctx.Send(e.pid, rel)
+	ctx.Send(e.pid, out)
 }
 
-// releaseDecode releases the consumer's slot with a decode fault, which counts against the
-// consumer unless the client's cancellation caused it.
-func (s *requestSupervisor) releaseDecode(ctx actor.Context, f *transport.Fault) {
-	s.release(ctx, messages.PhaseDecode, f, f.Kind == transport.FaultCanceled)
-}
-
-func (s *requestSupervisor) releaseAll(ctx actor.Context) {
-	s.release(ctx, messages.PhasePrefill, nil, true)
-	s.release(ctx, messages.PhaseDecode, nil, true)
+func (s *requestSupervisor) reportSlots(e *engineView) {
+	p, d := e.reserved()
+	s.r.metrics.EngineInflight(e.name, p, d)
 }
 
 // finalize records the request's one outcome and stops the supervisor.
@@ -569,7 +455,8 @@ func (s *requestSupervisor) finalize(ctx actor.Context, status int, outcome stri
 	s.phase = phaseDone
 	s.status, s.outcome = status, outcome
 	s.stopQueueTimer()
-	s.releaseAll(ctx)
+	s.release(ctx, messages.PhasePrefill, nil, true)
+	s.release(ctx, messages.PhaseDecode, nil, true)
 	s.x.Abort(errFinished) // nothing of the request may run on
 	s.r.requestDone(s)
 	ctx.Stop(s.self)
@@ -577,23 +464,24 @@ func (s *requestSupervisor) finalize(ctx actor.Context, status int, outcome stri
 
 var errFinished = errors.New("request finished")
 
-// cleanupAbnormalStop runs when the supervisor stops; after a panic it answers the client,
-// releases every slot and closes a stream nobody took.
+// cleanupAbnormalStop runs when the supervisor stops; after a panic it answers the client (once
+// ingress is back from a running attempt), releases every slot and cancels what still runs.
 func (s *requestSupervisor) cleanupAbnormalStop() {
-	s.slot.close()
 	if s.finalized {
 		return
 	}
+	s.finalized = true
 	s.x.Abort(errors.New("request supervisor crashed"))
-	s.deliver(transport.Verdict{Status: 500, Body: transport.AppendErrorEnvelope(nil,
-		transport.ErrorBody{Message: "internal error in the router", Type: "server_error", Code: "internal_error"})})
+	if s.phase != phaseStreaming {
+		s.answer(transport.Verdict{Status: 500, Body: transport.AppendErrorEnvelope(nil,
+			transport.ErrorBody{Message: "internal error in the router", Type: "server_error", Code: "internal_error"})})
+	}
 	for p, e := range s.held {
 		if e != nil {
-			s.r.root.Send(e.pid, &messages.Release{Phase: messages.Phase(p), Request: s.x.ID, Neutral: true})
+			e.release(messages.Phase(p))
 			s.held[p] = nil
 		}
 	}
-	s.finalized = true
 	s.status, s.outcome = 500, outcomeError
 	s.r.requestDone(s)
 }
@@ -618,11 +506,21 @@ func (s *requestSupervisor) snapshot() *messages.RequestState {
 		ID: s.x.ID, Endpoint: s.x.Body.Endpoint.String(), Model: s.x.Body.Model, Phase: s.phase.String(),
 		Attempt: s.attempt, ElapsedS: time.Since(s.x.Arrival).Seconds(),
 	}
-	if s.producer != nil && s.phase != phasePlacing && s.phase != phaseQueued {
-		st.Producer, st.Consumer = s.producer.name, s.consumer.name
-	}
-	if s.phase == phaseDecode || s.phase == phaseStreaming {
+	switch s.phase {
+	case phaseRunning:
+		leg, prefillStart := s.x.Progress()
+		switch leg {
+		case transport.ProgressPrefill:
+			st.Phase = "prefill"
+		case transport.ProgressDecode:
+			st.Phase = "decode"
+			st.HandoffAgeS = time.Since(prefillStart).Seconds()
+		}
+	case phaseStreaming:
 		st.HandoffAgeS = s.handoffAge.Seconds()
+	}
+	if (s.phase == phaseRunning || s.phase == phaseStreaming) && s.producer != nil {
+		st.Producer, st.Consumer = s.producer.name, s.consumer.name
 	}
 	if s.held[messages.PhasePrefill] != nil {
 		st.Reserved.Prefill = 1
@@ -631,11 +529,4 @@ func (s *requestSupervisor) snapshot() *messages.RequestState {
 		st.Reserved.Decode = 1
 	}
 	return st
-}
-
-func asFault(err error, leg transport.Leg, engine string) *transport.Fault {
-	if f, ok := transport.AsFault(err); ok {
-		return f
-	}
-	return &transport.Fault{Kind: transport.FaultUnreachable, Leg: leg, Engine: engine, Detail: "engine leg failed", Err: err}
 }

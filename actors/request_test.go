@@ -36,6 +36,13 @@ func TestCrashedRequestSupervisorAnswersAndReleasesEverything(t *testing.T) {
 	body, _ := transport.ParseClientBody(transport.EndpointCompletions, []byte(`{"model":"sim-model","prompt":"x"}`))
 	x := transport.NewExchange("crash-1", body, time.Now(), time.Now().Add(time.Minute))
 	r.Dispatch(x)
+	// The test plays ingress: it runs the planned attempt, which hangs in the prefill.
+	cmd := x.Await()
+	if cmd.Plan == nil {
+		t.Fatalf("first command %+v, want a plan", cmd)
+	}
+	outcome := make(chan transport.Outcome, 1)
+	go func() { outcome <- x.Run(cmd.Plan) }()
 	deadline := time.Now().Add(3 * time.Second)
 	for fleet.Engine("p0").Stats().InFlight == 0 {
 		if time.Now().After(deadline) {
@@ -43,12 +50,16 @@ func TestCrashedRequestSupervisorAnswersAndReleasesEverything(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	// A DecodeStarted with no stream behind it is a protocol violation: the supervisor panics.
-	r.root.Send(x.Handle.(*actor.PID), &messages.DecodeStarted{Attempt: 1})
 
-	v := x.Await()
-	if v.Status != 500 {
-		t.Fatalf("verdict status %d, want 500", v.Status)
+	r.root.Send(x.Handle.(*actor.PID), (*messages.AttemptEnded)(nil)) // malformed: the supervisor panics
+
+	out := <-outcome
+	if out.Fault == nil {
+		t.Fatalf("the running attempt was not cancelled: %+v", out)
+	}
+	r.AttemptEnded(x, out) // to the stopped supervisor: a dead letter
+	if cmd := x.Await(); cmd.Plan != nil || cmd.Verdict.Status != 500 {
+		t.Fatalf("answer %+v, want 500", cmd)
 	}
 	for fleet.Engine("p0").Stats().Aborted != 1 {
 		if time.Now().After(deadline) {

@@ -50,7 +50,8 @@ type Router struct {
 	// requestRoot spawns request supervisors under a guardian that stops, never restarts, them.
 	requestRoot *actor.RootContext
 	seq         atomic.Uint64
-	live        sync.Map // request supervisor PID id → *actor.PID
+	queued      atomic.Int32 // requests in the admission queue (written by the pool)
+	live        sync.Map     // request supervisor PID id → *actor.PID
 }
 
 // NewRouter builds the engine clients and starts the actor system.
@@ -132,7 +133,7 @@ func (r *Router) Dispatch(x *transport.Exchange) {
 	props := actor.PropsFromProducer(func() actor.Actor { return &requestSupervisor{r: r, x: x} })
 	pid, err := r.requestRoot.SpawnNamed(props, "requests/"+strconv.FormatUint(r.seq.Add(1), 10))
 	if err != nil { // unreachable: names come from a counter
-		x.Deliver(transport.Verdict{Status: 500})
+		x.Send(transport.Command{Verdict: transport.Verdict{Status: 500}})
 		return
 	}
 	x.Handle = pid
@@ -141,6 +142,11 @@ func (r *Router) Dispatch(x *transport.Exchange) {
 // ClientGone implements transport.Dispatcher.
 func (r *Router) ClientGone(x *transport.Exchange) {
 	r.root.Send(x.Handle.(*actor.PID), &messages.ClientGone{})
+}
+
+// AttemptEnded implements transport.Dispatcher.
+func (r *Router) AttemptEnded(x *transport.Exchange, o transport.Outcome) {
+	r.root.Send(x.Handle.(*actor.PID), &messages.AttemptEnded{Outcome: o})
 }
 
 // Finished implements transport.Dispatcher.

@@ -27,48 +27,21 @@ func (p Phase) String() string {
 
 // ---- request supervisor → engine actor ----
 
-// Reserve asks an engine for a slot in Phase. The engine answers Reserved.
-type Reserve struct {
+// LegOutcome tells an engine's breaker how one of its legs ended. Supervisors send it for every
+// failure that is the engine's fault, and for a success only while the engine has a failure
+// streak to reset: the common case costs no message. Partner is the other engine of the
+// attempt (for a consumer, the producer whose handoff it was decoding).
+type LegOutcome struct {
 	Phase   Phase
-	Request string
-	Attempt int
-}
-
-// Reserved answers Reserve. Reason says why a slot was refused.
-type Reserved struct {
-	Engine  string
-	Phase   Phase
-	Attempt int
-	Granted bool
-	Reason  string
-}
-
-// Release returns a slot and reports how the engine's leg went, which is what its breaker
-// learns from. Fault is nil on success; Partner is the other engine of the attempt.
-type Release struct {
-	Phase   Phase
-	Request string
-	Fault   *transport.Fault
-	// Neutral says the leg ended for a reason that says nothing about the engine (the client
-	// left, the attempt failed elsewhere before this leg ran).
-	Neutral bool
+	Fault   *transport.Fault // nil: success
 	Partner string
 }
 
 // ---- data plane → request supervisor ----
 
-// PrefillDone reports the end of a prefill leg.
-type PrefillDone struct {
-	Attempt int
-	Result  transport.PrefillResult
-	Err     error
-}
-
-// DecodeStarted reports the end of the first-token wait of a decode leg. On success the stream
-// waits in the supervisor's hand-off slot.
-type DecodeStarted struct {
-	Attempt int
-	Err     error
+// AttemptEnded reports how an attempt ran by ingress ended: committed or failed before commit.
+type AttemptEnded struct {
+	Outcome transport.Outcome
 }
 
 // StreamFinished reports how a committed response ended.
@@ -99,6 +72,12 @@ type QueueFull struct{}
 
 // StopWaiting removes a request from the queue.
 type StopWaiting struct{}
+
+// CapacityFreed tells the pool a full engine just released a slot (sent only while requests
+// wait in the admission queue).
+type CapacityFreed struct {
+	Engine string
+}
 
 // ---- engine actor → pool ----
 

@@ -2,12 +2,15 @@ package transport
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 )
 
 // Exchange is one admitted client request as the data plane holds it: what ingress parsed, the
-// context that aborts its engine legs, and the channel on which the request supervisor delivers
-// its verdict. Ingress owns the client connection; the supervisor owns every decision.
+// context that aborts its engine legs, and the channel on which the request supervisor tells
+// ingress what to do next — run an attempt it planned, or answer. Ingress owns the client
+// connection and runs the engine legs on the request's own goroutine; the supervisor owns every
+// decision (placement, reservations, retries, the answer, cleanup).
 type Exchange struct {
 	// ID is the client-facing request ID: the client's sane X-Request-Id, or a generated one.
 	ID       string
@@ -21,16 +24,21 @@ type Exchange struct {
 	// Handle is the dispatcher's reference to the request's supervisor.
 	Handle any
 
-	ctx     context.Context
-	cancel  context.CancelCauseFunc
-	verdict chan Verdict
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
+	commands chan Command
+
+	// progress is where the running attempt stands (for supervisor-tree dumps only: no decision
+	// reads it); prefillStart is when its prefill leg started, in Unix nanoseconds.
+	progress     atomic.Int32
+	prefillStart atomic.Int64
 }
 
 // NewExchange prepares an exchange; ingress calls it, tests may too.
 func NewExchange(id string, body *ClientBody, arrival, deadline time.Time) *Exchange {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	return &Exchange{ID: id, Body: body, Arrival: arrival, Deadline: deadline,
-		ctx: ctx, cancel: cancel, verdict: make(chan Verdict, 1)}
+		ctx: ctx, cancel: cancel, commands: make(chan Command, 2)}
 }
 
 // Context is cancelled when the request must stop: engine legs opened with it are aborted.
@@ -39,25 +47,53 @@ func (x *Exchange) Context() context.Context { return x.ctx }
 // Abort cancels every engine leg of the exchange with cause.
 func (x *Exchange) Abort(cause error) { x.cancel(cause) }
 
-// Deliver hands ingress the verdict. The supervisor calls it exactly once, after every engine
-// leg it started has returned, so the client body is never read after ingress lets it go.
-func (x *Exchange) Deliver(v Verdict) { x.verdict <- v }
+// Command is what the supervisor tells ingress: run Plan, or (Plan nil) answer with Verdict.
+// Ingress waits for a command after the dispatch and after each attempt that failed before
+// commit; the supervisor sends exactly one in each of those moments, and nothing otherwise —
+// except a supervisor that crashed, which leaves its 500 behind a plan ingress has not read
+// yet (hence room for two).
+type Command struct {
+	Plan    *Plan
+	Verdict Verdict
+}
 
-// Await blocks until the supervisor delivers the verdict.
-func (x *Exchange) Await() Verdict { return <-x.verdict }
+// Send hands ingress its next command.
+func (x *Exchange) Send(c Command) {
+	select {
+	case x.commands <- c:
+	default: // unreachable by the protocol above; an actor must never block on it
+	}
+}
 
-// EngineRequest is the attempt-independent part of the engine request for this exchange.
+// Await blocks until the supervisor's next command.
+func (x *Exchange) Await() Command { return <-x.commands }
+
+// EngineRequest is the engine request of one attempt.
 func (x *Exchange) EngineRequest(backendRequestID string) *Request {
 	return &Request{Body: x.Body, BackendRequestID: backendRequestID, Deadline: x.Deadline,
 		TraceParent: x.TraceParent, TraceState: x.TraceState}
 }
 
-// Verdict is how ingress must answer: relay Stream (commit), or send the error.
+// Progress values of a running attempt.
+const (
+	ProgressIdle int32 = iota
+	ProgressPrefill
+	ProgressDecode
+)
+
+// Progress reports the running attempt's leg and when its prefill started (for dumps).
+func (x *Exchange) Progress() (int32, time.Time) {
+	p := x.progress.Load()
+	var start time.Time
+	if ns := x.prefillStart.Load(); ns != 0 {
+		start = time.Unix(0, ns)
+	}
+	return p, start
+}
+
+// Verdict is an answer ingress sends to the client before commit: an error response, or
+// (Status 0) nothing at all, because the client is gone.
 type Verdict struct {
-	// Stream is set when the request committed: its first token has arrived.
-	Stream *DecodeStream
-	// Status and Body are the error response when Stream is nil; Status 0 means the client is
-	// gone and nothing is to be written.
 	Status     int
 	Body       []byte
 	RetryAfter string
@@ -96,10 +132,13 @@ type StreamEnd struct {
 
 // Dispatcher runs request supervisors; the actor system implements it.
 type Dispatcher interface {
-	// Dispatch starts x's supervisor, which answers with x.Deliver.
+	// Dispatch starts x's supervisor, which sends x its first command.
 	Dispatch(x *Exchange)
 	// ClientGone tells x's supervisor the client disconnected.
 	ClientGone(x *Exchange)
+	// AttemptEnded tells x's supervisor how the attempt it planned ended: committed (the
+	// outcome holds the stream, which ingress keeps and relays) or failed before commit.
+	AttemptEnded(x *Exchange, o Outcome)
 	// Finished tells x's supervisor how its committed response ended.
 	Finished(x *Exchange, end StreamEnd)
 }

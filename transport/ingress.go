@@ -128,51 +128,71 @@ func (in *Ingress) generate(ctx *fasthttp.RequestCtx, ep Endpoint) {
 	in.dispatcher.Dispatch(x)
 	stopWatch := in.gone.watch(ctx.Conn(), func() { in.dispatcher.ClientGone(x) })
 
-	v := x.Await()
-	in.setCommonHeaders(ctx, v)
-	switch {
-	case v.Stream == nil:
-		stopWatch()
-		if v.Status == 0 { // the client is gone; nothing to say
-			ctx.SetConnectionClose()
+	// The supervisor decides, this goroutine carries out: each attempt it plans runs here, and
+	// it answers once no attempt will commit.
+	for {
+		cmd := x.Await()
+		if cmd.Plan == nil {
+			stopWatch()
+			in.answer(ctx, cmd.Verdict)
 			return
 		}
-		if v.RetryAfter != "" {
-			ctx.Response.Header.Set("Retry-After", v.RetryAfter)
+		out := x.Run(cmd.Plan)
+		in.dispatcher.AttemptEnded(x, out)
+		if out.Stream == nil {
+			continue
 		}
-		ctx.SetStatusCode(v.Status)
-		ctx.SetContentType("application/json")
-		ctx.SetBody(v.Body)
-	case body.Stream:
-		ctx.SetStatusCode(fasthttp.StatusOK)
-		ctx.SetContentType("text/event-stream")
-		ctx.Response.Header.Set("Cache-Control", "no-cache")
-		ctx.Response.Header.Set("X-Accel-Buffering", "no")
-		ctx.Response.SetBodyStream(newRelay(in, x, v.Stream, stopWatch), -1)
-	default:
-		in.respondAssembled(ctx, x, v.Stream)
+		// Committed: the first token is in and the status is 200 from here on.
+		in.setCommonHeaders(ctx, out.timing(arrival), Routing{Producer: cmd.Plan.Producer.name,
+			Consumer: cmd.Plan.Consumer.name, Attempts: cmd.Plan.Attempt})
+		if body.Stream {
+			ctx.SetStatusCode(fasthttp.StatusOK)
+			ctx.SetContentType("text/event-stream")
+			ctx.Response.Header.Set("Cache-Control", "no-cache")
+			ctx.Response.Header.Set("X-Accel-Buffering", "no")
+			ctx.Response.SetBodyStream(newRelay(in, x, out.Stream, stopWatch), -1)
+			return
+		}
+		in.respondAssembled(ctx, x, out.Stream)
 		stopWatch()
+		return
 	}
+}
+
+// answer writes the supervisor's answer before commit: an error response, or nothing for a
+// client that is gone.
+func (in *Ingress) answer(ctx *fasthttp.RequestCtx, v Verdict) {
+	in.setCommonHeaders(ctx, v.Timing, v.Routing)
+	if v.Status == 0 {
+		ctx.SetConnectionClose()
+		return
+	}
+	if v.RetryAfter != "" {
+		ctx.Response.Header.Set("Retry-After", v.RetryAfter)
+	}
+	ctx.SetStatusCode(v.Status)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(v.Body)
 }
 
 // reject answers a request that never reached a supervisor.
 func (in *Ingress) reject(ctx *fasthttp.RequestCtx, ep Endpoint, arrival time.Time, status int, e ErrorBody) {
 	writeError(ctx, status, e)
-	ctx.Response.Header.Set("Server-Timing", serverTiming(Timing{}))
+	in.setCommonHeaders(ctx, Timing{}, Routing{})
 	in.metrics.Rejected(ep.String(), status, time.Since(arrival))
 }
 
-func (in *Ingress) setCommonHeaders(ctx *fasthttp.RequestCtx, v Verdict) {
+func (in *Ingress) setCommonHeaders(ctx *fasthttp.RequestCtx, t Timing, r Routing) {
 	h := &ctx.Response.Header
-	h.Set("Server-Timing", serverTiming(v.Timing))
+	h.Set("Server-Timing", serverTiming(t))
 	if in.cfg.Server.ExposeRoutingHeaders {
-		if v.Routing.Producer != "" {
-			h.Set("x-narwhal-producer", v.Routing.Producer)
+		if r.Producer != "" {
+			h.Set("x-narwhal-producer", r.Producer)
 		}
-		if v.Routing.Consumer != "" {
-			h.Set("x-narwhal-consumer", v.Routing.Consumer)
+		if r.Consumer != "" {
+			h.Set("x-narwhal-consumer", r.Consumer)
 		}
-		h.Set("x-narwhal-attempts", strconv.Itoa(v.Routing.Attempts))
+		h.Set("x-narwhal-attempts", strconv.Itoa(r.Attempts))
 	}
 }
 

@@ -1,0 +1,95 @@
+package transport
+
+import (
+	"time"
+)
+
+// Plan is one attempt as the request supervisor decided it: which engines run the two legs under
+// which backend request ID, and the handoff policy to apply between them. Ingress runs it.
+type Plan struct {
+	Attempt          int
+	BackendRequestID string
+	Producer         *EngineClient
+	Consumer         *EngineClient
+	// SameWorker decodes on the producer itself, without any transfer parameters.
+	SameWorker bool
+	// FailOnMissing turns a prefill without a descriptor into a fault (handoff.on_missing:
+	// fail); otherwise the decode recomputes the prompt.
+	FailOnMissing bool
+	// MaxHandoffAge is handoff.max_age_s: an older handoff is stale when decode would start.
+	MaxHandoffAge time.Duration
+}
+
+// Outcome is how an attempt ended: committed (Stream set: the first token is in) or failed
+// before commit (Fault set). Times are zero for what did not happen.
+type Outcome struct {
+	Attempt int
+	Stream  *DecodeStream
+	Fault   *Fault
+
+	PrefillStarted time.Time
+	PrefillDone    time.Time // the prefill response fully read: ttft
+	DecodeStarted  time.Time
+	HandoffAge     time.Duration
+	// MissingDescriptor says the producer returned none and the decode recomputed.
+	MissingDescriptor bool
+}
+
+// Run executes p: the prefill leg, the handoff checks, the decode leg up to its first token. It
+// runs on the request's own goroutine and never blocks on the supervisor.
+func (x *Exchange) Run(p *Plan) Outcome {
+	out := Outcome{Attempt: p.Attempt}
+	req := x.EngineRequest(p.BackendRequestID)
+
+	out.PrefillStarted = time.Now()
+	x.prefillStart.Store(out.PrefillStarted.UnixNano())
+	x.progress.Store(ProgressPrefill)
+	defer x.progress.Store(ProgressIdle)
+	res, err := p.Producer.Prefill(x.ctx, req)
+	if err != nil {
+		out.Fault = faultOf(err, LegPrefill, p.Producer.name)
+		return out
+	}
+	out.PrefillDone = res.Completed
+
+	switch {
+	case p.SameWorker:
+		res = res.WithoutTransfer() // prefix caching or recompute on the same engine
+	case !res.HasDescriptor() && p.FailOnMissing:
+		out.Fault = &Fault{Kind: FaultMissingDescriptor, Leg: LegPrefill, Engine: p.Producer.name,
+			Detail: "the producer returned no handoff descriptor"}
+		return out
+	case !res.HasDescriptor():
+		out.MissingDescriptor = true
+	}
+	now := time.Now()
+	out.HandoffAge = res.Age(now)
+	if out.HandoffAge > p.MaxHandoffAge {
+		out.Fault = &Fault{Kind: FaultStaleHandoff, Leg: LegPrefill, Engine: p.Producer.name,
+			Detail: "the handoff is " + out.HandoffAge.Round(time.Millisecond).String() +
+				" old, older than handoff.max_age_s (" + p.MaxHandoffAge.String() + ")"}
+		return out
+	}
+
+	out.DecodeStarted = now
+	x.progress.Store(ProgressDecode)
+	stream, err := p.Consumer.Decode(x.ctx, res, req)
+	if err != nil {
+		out.Fault = faultOf(err, LegDecode, p.Consumer.name)
+		return out
+	}
+	out.Stream = stream
+	return out
+}
+
+func faultOf(err error, leg Leg, engine string) *Fault {
+	if f, ok := AsFault(err); ok {
+		return f
+	}
+	return &Fault{Kind: FaultUnreachable, Leg: leg, Engine: engine, Detail: "engine leg failed", Err: err}
+}
+
+// timing is the measurement contract of a committed attempt.
+func (o Outcome) timing(arrival time.Time) Timing {
+	return Timing{TTFT: o.PrefillDone.Sub(arrival), FirstByte: o.Stream.FirstTokenAt.Sub(arrival)}
+}
