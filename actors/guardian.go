@@ -14,7 +14,7 @@ func (g *guardianActor) Receive(ctx actor.Context) {
 	switch ctx.Message().(type) {
 	case *actor.Started:
 		props := actor.PropsFromProducer(func() actor.Actor { return &poolActor{r: g.r, states: g.r.states} },
-			actor.WithSupervisor(engineSupervision))
+			actor.WithSupervisor(engineSupervision), inline)
 		pid, err := ctx.SpawnNamed(props, "engines")
 		if err != nil {
 			panic(err)

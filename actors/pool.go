@@ -40,7 +40,7 @@ func (p *poolActor) Receive(ctx actor.Context) {
 		p.breaker = map[string]string{}
 		for _, st := range p.states {
 			st := st
-			props := actor.PropsFromProducer(func() actor.Actor { return &engineActor{r: p.r, st: st} })
+			props := actor.PropsFromProducer(func() actor.Actor { return &engineActor{r: p.r, st: st} }, inline)
 			pid, err := ctx.SpawnNamed(props, st.cfg.Name)
 			if err != nil {
 				panic(err) // names are unique by validation; a clash is a programming error

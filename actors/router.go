@@ -130,7 +130,7 @@ func (r *Router) WaitForModels(timeout time.Duration) error {
 
 // Dispatch spawns the request supervisor for x.
 func (r *Router) Dispatch(x *transport.Exchange) {
-	props := actor.PropsFromProducer(func() actor.Actor { return &requestSupervisor{r: r, x: x} })
+	props := actor.PropsFromProducer(func() actor.Actor { return &requestSupervisor{r: r, x: x} }, inline)
 	pid, err := r.requestRoot.SpawnNamed(props, "requests/"+strconv.FormatUint(r.seq.Add(1), 10))
 	if err != nil { // unreachable: names come from a counter
 		x.Send(transport.Command{Verdict: transport.Verdict{Status: 500}})
@@ -310,6 +310,14 @@ func (r *Router) ask(ctx context.Context, pid *actor.PID, msg any) (any, error) 
 	}
 	return r.root.RequestFuture(pid, msg, timeout).Result()
 }
+
+// inline runs an actor's mailbox on the goroutine that sent it a message, instead of starting a
+// goroutine per mailbox run (protoactor's default). The mailbox still processes one message at
+// a time; what changes is who pays for it. Narwhal's actors never block (legs run on ingress
+// goroutines, probes on their own), so a sender is delayed by the receiver's handling only, and
+// a request no longer costs a goroutine start and an OS-thread wake-up per message — on the
+// benchmark machine those hand-offs were most of the router's CPU per request.
+var inline = actor.WithDispatcher(actor.NewSynchronizedDispatcher(300))
 
 // levelFloor drops records below a level: protoactor logs every dead letter at info, and a
 // message to a request that just finished is routine, not news.
