@@ -127,6 +127,10 @@ func ParseClientBody(ep Endpoint, raw []byte) (*ClientBody, error) {
 	return b, nil
 }
 
+// release drops the client's bytes once no engine request will be built from them again; the
+// parsed fields (model, stream, usage) stay.
+func (b *ClientBody) release() { b.raw, b.fields, b.streamOptions = nil, nil, nil }
+
 // member returns the raw value of the last top-level member named key.
 func (b *ClientBody) member(key string) ([]byte, bool) {
 	f, ok := lastField(b.raw, b.fields, key)

@@ -57,7 +57,10 @@ type DecodeStream struct {
 	closed   bool
 }
 
-var streamReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 4096) }}
+// streamReaders hold the SSE reader of each open stream. 2 KiB holds several of vLLM's events
+// (a few hundred bytes each); a longer line is read in pieces. Every open stream holds one, so
+// the size is a per-stream memory cost (bench: the streams scenario).
+var streamReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 2048) }}
 
 func newDecodeStream(ctx context.Context, c *EngineClient, lc *legConn, resp *fasthttp.Response, deadline, opened time.Time) *DecodeStream {
 	br := streamReaders.Get().(*bufio.Reader)

@@ -49,7 +49,9 @@ func newGoneWatcher() (*goneWatcher, error) {
 }
 
 // watch calls onGone once if the peer of c hangs up before the returned stop is called. stop
-// must be called before c is closed (the socket's descriptor could otherwise be reused).
+// only forgets the request: the socket stays registered (a keep-alive connection's next request
+// re-arms it with EPOLL_CTL_MOD, and the kernel drops it from the set when it is closed), so a
+// request costs one epoll_ctl, and a late event for a forgotten request finds nobody.
 func (w *goneWatcher) watch(c net.Conn, onGone func()) (stop func()) {
 	if tc, ok := c.(interface{ NetConn() net.Conn }); ok { // TLS: watch the TCP socket under it
 		c = tc.NetConn()
@@ -73,16 +75,16 @@ func (w *goneWatcher) watch(c net.Conn, onGone func()) (stop func()) {
 		fd = int(s)
 		ev := unix.EpollEvent{Events: unix.EPOLLRDHUP | unix.EPOLLONESHOT,
 			Fd: int32(token), Pad: int32(token >> 32)}
-		err = unix.EpollCtl(w.epfd, unix.EPOLL_CTL_ADD, fd, &ev)
+		err = unix.EpollCtl(w.epfd, unix.EPOLL_CTL_MOD, fd, &ev)
+		if errors.Is(err, unix.ENOENT) { // the connection's first watched request
+			err = unix.EpollCtl(w.epfd, unix.EPOLL_CTL_ADD, fd, &ev)
+		}
 	})
 	if ctlErr != nil || err != nil {
 		w.forget(token)
 		return func() {}
 	}
-	return func() {
-		_ = unix.EpollCtl(w.epfd, unix.EPOLL_CTL_DEL, fd, nil)
-		w.forget(token)
-	}
+	return func() { w.forget(token) }
 }
 
 func (w *goneWatcher) forget(token uint64) func() {

@@ -81,6 +81,9 @@ func NewEngineClient(e config.Engine, t config.EngineTimeouts) (*EngineClient, e
 			MaxConns:            maxConns,
 			MaxIdleConnDuration: t.IdleConnTimeoutS.Duration(),
 			ConnPoolStrategy:    fasthttp.LIFO,
+			// Each open decode stream holds its connection's read buffer: 2 KiB fits an engine's
+			// response headers with room to spare and halves what a stream costs.
+			ReadBufferSize: 2048,
 		},
 		kv: KVSide{
 			Engine:        e.Name,

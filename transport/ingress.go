@@ -44,13 +44,16 @@ func NewIngress(cfg config.Config, d Dispatcher, models ModelLister, m *telemetr
 	in := &Ingress{cfg: cfg, dispatcher: d, models: models, metrics: m, gone: gone,
 		deadline: cfg.Request.DeadlineS.Duration()}
 	in.srv = &fasthttp.Server{
-		Name:                  "narwhal",
-		Handler:               in.handle,
-		ErrorHandler:          in.handleTransportError,
-		MaxRequestBodySize:    cfg.Server.MaxBodyBytes,
-		ReadTimeout:           cfg.Server.HeaderTimeoutS.Duration(),
-		IdleTimeout:           cfg.Server.IdleTimeoutS.Duration(),
-		CloseOnShutdown:       true,
+		Name:               "narwhal",
+		Handler:            in.handle,
+		ErrorHandler:       in.handleTransportError,
+		MaxRequestBodySize: cfg.Server.MaxBodyBytes,
+		ReadTimeout:        cfg.Server.HeaderTimeoutS.Duration(),
+		IdleTimeout:        cfg.Server.IdleTimeoutS.Duration(),
+		CloseOnShutdown:    true,
+		// A streaming response holds its connection's write buffer for as long as it streams;
+		// events are a few hundred bytes, and larger writes bypass the buffer anyway.
+		WriteBufferSize:       2048,
 		NoDefaultServerHeader: true,
 		NoDefaultDate:         true,
 	}
@@ -145,6 +148,10 @@ func (in *Ingress) generate(ctx *fasthttp.RequestCtx, ep Endpoint) {
 		// Committed: the first token is in and the status is 200 from here on.
 		in.setCommonHeaders(ctx, out.timing(arrival), Routing{Producer: cmd.Plan.Producer.name,
 			Consumer: cmd.Plan.Consumer.name, Attempts: cmd.Plan.Attempt})
+		// The client's body is not read again (no retry after commit): hand its buffer back
+		// instead of keeping it for the whole stream.
+		body.release()
+		ctx.Request.ResetBody()
 		if body.Stream {
 			ctx.SetStatusCode(fasthttp.StatusOK)
 			ctx.SetContentType("text/event-stream")
