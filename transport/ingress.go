@@ -140,7 +140,7 @@ func (in *Ingress) generate(ctx *fasthttp.RequestCtx, ep Endpoint) {
 			in.answer(ctx, cmd.Verdict)
 			return
 		}
-		out := x.Run(cmd.Plan)
+		out := runOffStack(x, cmd.Plan)
 		in.dispatcher.AttemptEnded(x, out)
 		if out.Stream == nil {
 			continue
@@ -164,6 +164,16 @@ func (in *Ingress) generate(ctx *fasthttp.RequestCtx, ep Endpoint) {
 		stopWatch()
 		return
 	}
+}
+
+// runOffStack runs an attempt on a goroutine of its own and waits for it. The engine legs need a
+// deep stack (HTTP client, header parsing, JSON), and a stack grown on the connection's
+// goroutine would stay grown for the whole stream that follows: measured, 16 KiB instead of 8
+// per open stream. The hand-back is cheap: the waiting goroutine runs next on the same P.
+func runOffStack(x *Exchange, p *Plan) Outcome {
+	done := make(chan Outcome, 1)
+	go func() { done <- x.Run(p) }()
+	return <-done
 }
 
 // answer writes the supervisor's answer before commit: an error response, or nothing for a
