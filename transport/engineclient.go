@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/goccy/go-json"
@@ -258,6 +259,9 @@ func (c *EngineClient) legFault(ctx context.Context, leg Leg, err error, byReque
 	}
 	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
 		return c.fault(leg, FaultBadResponse, "engine response is too large", err)
+	}
+	if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, fasthttp.ErrNoFreeConns) {
+		return c.fault(leg, FaultOverloaded, "the router has no connection to spare", err)
 	}
 	return c.fault(leg, FaultUnreachable, "could not reach the engine or it closed the connection before answering", err)
 }

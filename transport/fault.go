@@ -30,6 +30,7 @@ const (
 	FaultDeadline                               // 504: the request deadline passed
 	FaultCanceled                               // none: the client went away
 	FaultAborted                                // 503: the router cancelled the request (shutdown)
+	FaultOverloaded                             // 503: the router ran out of file descriptors or connections
 )
 
 var faultNames = [...]string{
@@ -50,6 +51,7 @@ var faultNames = [...]string{
 	FaultDeadline:          "deadline_exceeded",
 	FaultCanceled:          "client_disconnected",
 	FaultAborted:           "aborted",
+	FaultOverloaded:        "router_overloaded",
 }
 
 // String is the kind's stable name, used in metrics, logs and the error envelope's code.
@@ -114,7 +116,7 @@ func (f *Fault) ClientStatus() int {
 		return f.Status
 	case FaultBackpressure:
 		return 503
-	case FaultCanceled, FaultAborted: // a gone client sees nothing; an aborted one, 503
+	case FaultCanceled, FaultAborted, FaultOverloaded: // a gone client sees nothing; the others, 503
 		return 503
 	}
 	return 502
@@ -123,7 +125,7 @@ func (f *Fault) ClientStatus() int {
 // Retriable says whether a fresh attempt (before visible output) may cure the fault.
 func (f *Fault) Retriable() bool {
 	switch f.Kind {
-	case FaultRejected, FaultDeadline, FaultCanceled, FaultAborted:
+	case FaultRejected, FaultDeadline, FaultCanceled, FaultAborted, FaultOverloaded:
 		return false
 	case FaultStreamError:
 		return f.Status >= 500
@@ -145,8 +147,8 @@ func (f *Fault) StreamFailure() bool {
 // backpressure (load, not failure), the client's own deadline and cancellation never count.
 func (f *Fault) CountsAgainstEngine() bool {
 	switch f.Kind {
-	case FaultRejected, FaultBackpressure, FaultDeadline, FaultCanceled, FaultAborted:
-		return false
+	case FaultRejected, FaultBackpressure, FaultDeadline, FaultCanceled, FaultAborted, FaultOverloaded:
+		return false // the router's own trouble is never the engine's
 	case FaultStreamError:
 		return f.Status >= 500
 	}

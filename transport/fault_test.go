@@ -1,0 +1,23 @@
+package transport
+
+import (
+	"context"
+	"fmt"
+	"syscall"
+	"testing"
+
+	"github.com/narwhal-router/narwhal/config"
+)
+
+// Running out of file descriptors is the router's trouble: a 503, no retry, and nothing
+// against the engine (it once ejected healthy engines under 10,000 streams).
+func TestRouterOutOfDescriptorsIsNotAnEngineFault(t *testing.T) {
+	c, err := NewEngineClient(config.Engine{Name: "e", URL: "http://127.0.0.1:1", Role: config.RoleBoth}, config.Default().Engine)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := c.legFault(context.Background(), LegDecode, fmt.Errorf("dial: %w", syscall.EMFILE), false, FaultFirstTokenTimeout, "")
+	if f.Kind != FaultOverloaded || f.ClientStatus() != 503 || f.Retriable() || f.CountsAgainstEngine() {
+		t.Fatalf("%+v", f)
+	}
+}
