@@ -1,8 +1,9 @@
-// Package actors owns every state change of the router: the guardian, one actor per engine
-// (phase reservations, breaker, probes), the engine pool with its admission queue, and one
-// request supervisor per client request (placement, reservations, both legs, handoff age,
-// retries, the commit point and cleanup). Actors carry the control plane only; tokens flow on the
-// data plane in transport.
+// Package actors owns every decision of the router: the guardian, one actor per engine (breaker,
+// probes, placeability), the engine pool with its admission queue, and one request supervisor
+// per client request (placement and phase reservations, each attempt's plan and handoff policy,
+// retries, the answer before commit, cleanup). Actors carry the control plane only: the request's
+// ingress goroutine runs the engine legs a supervisor plans, and tokens flow on the data plane in
+// transport.
 package actors
 
 import (
