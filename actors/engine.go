@@ -240,13 +240,6 @@ func (a *engineActor) snapshot() *messages.EngineState {
 	return s
 }
 
-func errString(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
-}
-
 func reservedSlots(v *engineView) messages.PhaseSlots {
 	p, d := v.reserved()
 	return messages.PhaseSlots{Prefill: p, Decode: d}

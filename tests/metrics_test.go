@@ -85,19 +85,6 @@ func (s *statsdSink) sum(name string) float64 {
 	return total
 }
 
-// names returns every metric name received so far.
-func (s *statsdSink) names() map[string]bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := map[string]bool{}
-	for _, l := range s.lines {
-		if n, _, ok := strings.Cut(l, ":"); ok {
-			out[n] = true
-		}
-	}
-	return out
-}
-
 func withStatsd(sink *statsdSink) func(*config.Config) {
 	return func(c *config.Config) {
 		c.Metrics.Statsd = &config.Statsd{Address: sink.addr(), Prefix: "narwhal", FlushIntervalS: 0.05}

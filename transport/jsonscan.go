@@ -3,7 +3,6 @@ package transport
 import (
 	"bytes"
 	"errors"
-	"unicode/utf8"
 
 	"github.com/goccy/go-json"
 )
@@ -145,20 +144,6 @@ func keyIs(raw []byte, want string) bool {
 		return false
 	}
 	return s == want
-}
-
-// keyName returns the unescaped key (allocates only for keys with escapes).
-func keyName(data []byte, f field) string {
-	raw := data[f.keyStart:f.keyEnd]
-	inner := raw[1 : len(raw)-1]
-	if bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
-		return string(inner)
-	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err != nil {
-		return string(inner)
-	}
-	return s
 }
 
 // lastField returns the last member named key (JSON parsers keep the last of duplicate keys,

@@ -160,9 +160,8 @@ func SortedKeys(m map[string]int) []string {
 
 // recorder collects outcomes from many goroutines into a Result.
 type recorder struct {
-	mu       sync.Mutex
-	res      Result
-	inFlight int
+	mu  sync.Mutex
+	res Result
 }
 
 func newRecorder(p Phase) *recorder {
