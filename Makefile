@@ -3,7 +3,7 @@ GO        ?= go
 BIN       ?= bin/narwhal
 FUZZTIME  ?= 5s
 
-.PHONY: run build test test-unit test-e2e fuzz vet fmt-check bench clean
+.PHONY: run build test fuzz vet lint fmt-check bench clean
 
 run: build ## run the router in front of an embedded simulated fleet
 	./$(BIN) demo
@@ -21,6 +21,9 @@ fuzz: ## a few seconds of each fuzz target
 
 vet:
 	$(GO) vet ./...
+
+lint: ## staticcheck (fetched from the module proxy on first use)
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
