@@ -311,3 +311,25 @@ func TestAdminEjectAndReadmit(t *testing.T) {
 		t.Fatalf("unknown engine: %d", code)
 	}
 }
+
+func TestAdminReadmitProbesFirst(t *testing.T) {
+	h := start(t, setup{prefill: 1, decode: 2, engine: sim.Options{Tokens: 2}, config: func(c *config.Config) {
+		pinContract(c)
+		c.Recovery.ProbeIntervalS, c.Recovery.ProbeMaxIntervalS = 30, 30 // only the admin starts a probe
+	}})
+	d1 := h.fleet.Engine("d1")
+	h.adminDo("POST", "/engines/d1/eject")
+	d1.InjectFault("decode.status=500", 1) // the readmission probe fails once
+	if code, body := h.adminDo("POST", "/engines/d1/readmit"); code != 200 || strings.Contains(string(body), `"admitted"`) {
+		t.Fatalf("readmit of a failing engine: %d %s", code, body)
+	}
+	e := h.waitState("d1", "ejected", 3*time.Second)
+	if e.LastProbe == nil || e.LastProbe.Result != "failure" {
+		t.Fatalf("after a failed readmission probe: %+v", e)
+	}
+	h.adminDo("POST", "/engines/d1/readmit")
+	e = h.waitState("d1", "admitted", 3*time.Second)
+	if e.LastProbe == nil || e.LastProbe.Result != "success" || d1.Stats().DecodeRequests != 2 {
+		t.Fatalf("readmitted without its probe: %+v, %d decodes", e, d1.Stats().DecodeRequests)
+	}
+}
