@@ -45,8 +45,7 @@ type DecodeStream struct {
 	sse      sseReader
 	deadline time.Time
 
-	// Opened is when the decode leg started; FirstTokenAt when its first generated token arrived.
-	Opened       time.Time
+	// FirstTokenAt is when the first generated token arrived.
 	FirstTokenAt time.Time
 
 	held     []byte
@@ -62,11 +61,11 @@ type DecodeStream struct {
 // the size is a per-stream memory cost (bench: the streams scenario).
 var streamReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 2048) }}
 
-func newDecodeStream(ctx context.Context, c *EngineClient, lc *legConn, resp *fasthttp.Response, deadline, opened time.Time) *DecodeStream {
+func newDecodeStream(ctx context.Context, c *EngineClient, lc *legConn, resp *fasthttp.Response, deadline time.Time) *DecodeStream {
 	br := streamReaders.Get().(*bufio.Reader)
 	br.Reset(resp.BodyStream())
 	return &DecodeStream{ctx: ctx, c: c, lc: lc, resp: resp, br: br, sse: sseReader{br: br},
-		deadline: deadline, Opened: opened}
+		deadline: deadline}
 }
 
 // Engine is the name of the engine serving the stream.

@@ -200,7 +200,7 @@ func (c *EngineClient) Decode(ctx context.Context, res PrefillResult, req *Reque
 		fasthttp.ReleaseResponse(resp)
 		return nil, c.legFault(ctx, LegDecode, err, byRequest, FaultFirstTokenTimeout, c.firstTokenDetail())
 	}
-	s := newDecodeStream(ctx, c, lc, resp, req.Deadline, start)
+	s := newDecodeStream(ctx, c, lc, resp, req.Deadline)
 	if status := resp.StatusCode(); status != fasthttp.StatusOK {
 		body, _ := s.readAll(maxErrorBody)
 		f := c.statusFault(LegDecode, status, body, resp)

@@ -166,7 +166,7 @@ func AsFault(err error) (*Fault, bool) {
 // router aborted the request (its cause says why, e.g. a shutdown).
 func cancelFault(engine string, leg Leg, ctx context.Context) *Fault {
 	cause := context.Cause(ctx)
-	if errors.Is(cause, errClientGone) {
+	if errors.Is(cause, ErrClientGone) {
 		return &Fault{Kind: FaultCanceled, Leg: leg, Engine: engine, Detail: "the client disconnected", Err: cause}
 	}
 	return &Fault{Kind: FaultAborted, Leg: leg, Engine: engine, Detail: cause.Error(), Err: cause}

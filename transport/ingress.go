@@ -234,7 +234,7 @@ func (in *Ingress) respondAssembled(ctx *fasthttp.RequestCtx, x *Exchange, s *De
 	s.Close()
 	end.OutputTokens = usageCompletionTokens(a.usage, end.Events)
 	if f := end.Fault; f != nil {
-		if f.Kind == FaultCanceled && errors.Is(f.Err, errClientGone) {
+		if f.Kind == FaultCanceled && errors.Is(f.Err, ErrClientGone) {
 			end.ClientGone = true
 			ctx.SetConnectionClose()
 		} else {

@@ -10,11 +10,9 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// errClientGone is the cause given to an exchange's context when writing to its client failed.
-var errClientGone = errors.New("client disconnected")
-
-// ErrClientGone reports that the client went away; supervisors cancel with it too.
-var ErrClientGone = errClientGone
+// ErrClientGone is the cause an exchange is cancelled with when its client went away: the
+// relay uses it when a write fails, supervisors when the disconnect watcher fires.
+var ErrClientGone = errors.New("client disconnected")
 
 // relay copies a committed decode stream to a streaming client. fasthttp calls WriteTo on the
 // connection's own goroutine after the handler returns, and frames every Write as one flushed
@@ -82,7 +80,7 @@ func (r *relay) WriteTo(w io.Writer) (int64, error) {
 				f = &Fault{Kind: FaultClosedEarly, Leg: LegDecode, Engine: r.s.Engine(), Detail: "stream failed", Err: err}
 			}
 			r.end.Fault = f
-			if f.Kind == FaultCanceled && errors.Is(f.Err, errClientGone) {
+			if f.Kind == FaultCanceled && errors.Is(f.Err, ErrClientGone) {
 				r.end.ClientGone = true
 				break
 			}
@@ -135,7 +133,7 @@ func (r *relay) WriteTo(w io.Writer) (int64, error) {
 	}
 	if werr != nil {
 		r.end.ClientGone = true
-		r.x.Abort(errClientGone) // closes the engine connection: the engine stops generating
+		r.x.Abort(ErrClientGone) // closes the engine connection: the engine stops generating
 	}
 	if r.end.OutputTokens == 0 {
 		r.end.OutputTokens = r.end.Events
