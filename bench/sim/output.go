@@ -102,8 +102,8 @@ func (g *generation) appendHead(b []byte, object string) []byte {
 	return appendString(b, g.req.model)
 }
 
-// appendUsageObject appends "usage":{...}; details adds the non-streaming
-// prompt_tokens_details:null.
+// appendUsageObject appends "usage":{...}; details says the body is non-streaming, where
+// vLLM writes prompt_tokens_details even when it is null.
 func (g *generation) appendUsageObject(b []byte, details bool) []byte {
 	completion := g.plan.len()
 	b = append(b, `"usage":{"prompt_tokens":`...)
@@ -112,7 +112,18 @@ func (g *generation) appendUsageObject(b []byte, details bool) []byte {
 	b = appendInt(b, g.req.promptTokens+completion)
 	b = append(b, `,"completion_tokens":`...)
 	b = appendInt(b, completion)
-	if details {
+	cached := 0
+	if g.e.opts.PromptTokensDetails {
+		cached = g.cachedTokens()
+	}
+	switch {
+	case cached > 0:
+		// vLLM sets prompt_tokens_details only when some tokens were cached; stream
+		// chunks (dumped with exclude_unset) omit it otherwise.
+		b = append(b, `,"prompt_tokens_details":{"cached_tokens":`...)
+		b = appendInt(b, cached)
+		b = append(b, '}')
+	case details:
 		b = append(b, `,"prompt_tokens_details":null`...)
 	}
 	return append(b, '}')
