@@ -1,15 +1,23 @@
 package trace
 
 import (
+	"bytes"
+	"io"
+	"net/http"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
 	json "github.com/goccy/go-json"
+	"go.uber.org/goleak"
 
 	"github.com/narwhal-router/narwhal/bench/sim"
 )
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
 
 const excerpt = "testdata/mooncake-head200.jsonl" // the first 200 lines of the shared trace
 
@@ -181,4 +189,50 @@ func TestFullTraceSummary(t *testing.T) {
 		t.Errorf("summary %v", s)
 	}
 	t.Logf("%s: %v", r.Scale, s)
+}
+
+// Replayed one after the other against a simulated engine with the capacity model on
+// (and a cache too large to evict), the trace's prompts hit the prefix cache exactly as
+// much as their shared leading blocks allow.
+func TestReplayHitsTheSimulatorsPrefixCache(t *testing.T) {
+	recs, err := Load(excerpt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewReplay(recs, Scale{BlockTokens: 32, MaxInputTokens: 1024, MaxOutputTokens: 2, Limit: 140})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := sim.Start(sim.Options{MaxNumSeqs: 4, KVBlocks: 1 << 14, MaxModelLen: 2048, PromptTokensDetails: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	client := &http.Client{Transport: &http.Transport{Proxy: nil}}
+	defer client.CloseIdleConnections()
+	seen := map[uint64]bool{}
+	var wantHits int
+	for _, q := range r.Requests {
+		resp, err := client.Post(e.URL()+"/v1/completions", "application/json", bytes.NewReader(q.CompletionsBody("sim-model")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("record %d: %d %s", q.Index, resp.StatusCode, body)
+		}
+		hs := sim.BlockHashes(q.Prompt, 16)
+		hit := 0
+		for hit < len(hs) && hit < (q.InputTokens-1)/16 && seen[hs[hit]] {
+			hit++
+		}
+		wantHits += 16 * hit
+		for _, h := range hs {
+			seen[h] = true
+		}
+	}
+	if s := e.Stats(); s.PrefixCacheHits != int64(wantHits) || wantHits == 0 {
+		t.Errorf("engine hit %d prompt tokens of %d queried; want %d", s.PrefixCacheHits, s.PrefixCacheQueries, wantHits)
+	}
 }
