@@ -5,7 +5,6 @@ import (
 	"hash/fnv"
 	"strconv"
 	"strings"
-	"time"
 )
 
 // outputPlan is the sequence of output pieces one generation emits: first reasoning
@@ -141,12 +140,4 @@ func (g *generation) toolCallID() string {
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(g.id))
 	return fmt.Sprintf("chatcmpl-tool-%016x", h.Sum64())
-}
-
-// generationTime is how long the engine takes from the first token to the last.
-func (g *generation) generationTime() time.Duration {
-	if n := g.plan.len(); n > 1 {
-		return time.Duration(n-1) * g.e.opts.ITL
-	}
-	return 0
 }
