@@ -52,7 +52,7 @@ func metrics(t testing.TB, e *Engine) map[string]float64 {
 		default:
 			nameLabels, value, ok := strings.Cut(line, " ")
 			name, labels, hasLabels := strings.Cut(nameLabels, "{")
-			if !ok || !hasLabels || !strings.HasSuffix(labels, "}") || !strings.Contains(labels, `model_name="`) {
+			if !ok || !hasLabels || !strings.HasSuffix(labels, "}") || !strings.Contains(labels, `engine="0"`) {
 				t.Fatalf("line %d %q: not a labelled sample", i+1, line)
 			}
 			v, err := strconv.ParseFloat(value, 64)
@@ -197,7 +197,7 @@ func TestCapacityPrefixCacheSkipsCompute(t *testing.T) {
 		t.Errorf("half-shared prompt: %s; want 96 cached tokens", body)
 	}
 	m := metrics(t, e)
-	if m["vllm:prefix_cache_queries_total"] != 600 || m["vllm:prefix_cache_hits_total"] != 192+96 {
+	if m["vllm:prefix_cache_queries_total"] != 600 || m["vllm:prefix_cache_hits_total"] != 192+96 || m["vllm:cache_config_info"] != 1 {
 		t.Errorf("prefix-cache counters %v; want 600 queried and 288 hit tokens", m)
 	}
 	if s := e.Stats(); s.PromptTokensComputed != 600-288 || s.KVBlocksUsed != 0 || s.KVBlocksCached == 0 {
@@ -340,6 +340,10 @@ func TestTransferCostWithoutCapacityModel(t *testing.T) {
 	m := metrics(t, d)
 	if m["vllm:prefix_cache_queries_total"] != 0 || m["vllm:num_requests_waiting"] != 0 {
 		t.Errorf("metrics without the capacity model: %v", m)
+	}
+	_, _, text := get(t, d.URL()+"/metrics")
+	if want := `vllm:cache_config_info{block_size="16",enable_prefix_caching="False",engine="0",num_gpu_blocks="8192"} 1.0`; !strings.Contains(string(text), want) {
+		t.Errorf("/metrics lacks %s:\n%s", want, text)
 	}
 }
 

@@ -138,5 +138,17 @@ func (e *Engine) appendMetrics(b []byte) []byte {
 		"_total", float64(queries))
 	metric("vllm:prefix_cache_hits", "counter", "Prefix cache hits, in terms of number of cached tokens.",
 		"_total", float64(hits))
+	// vLLM publishes its cache configuration as an info gauge; a router can read the
+	// block size and capacity from it.
+	caching := "False"
+	if e.sched != nil {
+		caching = "True"
+	}
+	b = append(b, "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"+
+		"# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{block_size=\""...)
+	b = strconv.AppendInt(b, int64(e.opts.BlockSize), 10)
+	b = append(b, `",enable_prefix_caching="`+caching+`",engine="0",num_gpu_blocks="`...)
+	b = strconv.AppendInt(b, int64(e.opts.KVBlocks), 10)
+	b = append(b, "\"} 1.0\n"...)
 	return b
 }

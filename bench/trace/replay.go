@@ -240,3 +240,35 @@ func (q Request) CompletionsBody(model string) []byte {
 	b = append(b, `,"stream":true,"stream_options":{"include_usage":true}}`...)
 	return b
 }
+
+// ChatBody returns a streaming /v1/chat/completions body for q: the prompt as one user
+// message, usage included, max_completion_tokens the scaled output length.
+func (q Request) ChatBody(model string) []byte {
+	name, _ := json.Marshal(model)
+	b := make([]byte, 0, len(q.Prompt)+160)
+	b = append(b, `{"model":`...)
+	b = append(b, name...)
+	b = append(b, `,"messages":[{"role":"user","content":`...)
+	b = strconv.AppendQuote(b, q.Prompt) // the prompt is ASCII: Go and JSON quoting agree
+	b = append(b, `}],"max_completion_tokens":`...)
+	b = strconv.AppendInt(b, int64(q.OutputTokens), 10)
+	b = append(b, `,"stream":true,"stream_options":{"include_usage":true}}`...)
+	return b
+}
+
+// WithoutSharing returns recs with the same arrivals and lengths but hash ids no two
+// records share: the control workload, where a prefix cache can gain nothing.
+func WithoutSharing(recs []Record) []Record {
+	out := make([]Record, len(recs))
+	next := 0
+	for i, r := range recs {
+		ids := make([]int, len(r.HashIDs))
+		for j := range ids {
+			ids[j] = next
+			next++
+		}
+		r.HashIDs = ids
+		out[i] = r
+	}
+	return out
+}

@@ -108,6 +108,28 @@ func TestScaling(t *testing.T) {
 		t.Errorf("completions body: %v %+v", err, body)
 	}
 
+	var chat struct {
+		Messages []struct{ Role, Content string } `json:"messages"`
+		Max      int                              `json:"max_completion_tokens"`
+	}
+	if err := json.Unmarshal(q.ChatBody("m"), &chat); err != nil || len(chat.Messages) != 1 ||
+		chat.Messages[0].Content != q.Prompt || chat.Max != 50 {
+		t.Errorf("chat body: %v %+v", err, chat)
+	}
+
+	// The control workload keeps arrivals and lengths and shares nothing.
+	control, err := NewReplay(WithoutSharing(recs), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum := control.Summary(); sum.BlockReuse != 0 || control.Requests[5].InputTokens != 2048 ||
+		control.Requests[9].At != 30*time.Millisecond {
+		t.Errorf("control summary %v", sum)
+	}
+	if a, b := control.Requests[0].Prompt, control.Requests[1].Prompt; strings.Fields(a)[0] == strings.Fields(b)[0] {
+		t.Errorf("control prompts share their first word %q", strings.Fields(a)[0])
+	}
+
 	for _, bad := range []Scale{{TimeScale: -1}, {BlockTokens: -1}, {OutputScale: -2}, {MaxInputTokens: -1}, {Skip: 200}} {
 		if _, err := NewReplay(recs, bad); err == nil {
 			t.Errorf("%+v: no error", bad)
