@@ -3,6 +3,7 @@ package sim
 import (
 	"bufio"
 	"fmt"
+	"net/http"
 	"strconv"
 	"strings"
 	"sync"
@@ -387,5 +388,34 @@ func TestCapacityOptionsValidated(t *testing.T) {
 			}
 			t.Errorf("%+v: %v, want an error naming %q", tc.o, err, tc.want)
 		}
+	}
+}
+
+// A router's scrape tests can make /metrics fail or lag.
+func TestMetricsFault(t *testing.T) {
+	t.Parallel()
+	e := startEngine(t, Options{})
+	if code, _, body := post(t, e.URL(), "/sim/metrics", `{"status":503}`); code != 200 {
+		t.Fatalf("POST /sim/metrics: %d %s", code, body)
+	}
+	if code, hdr, body := get(t, e.URL()+"/metrics"); code != 503 || hdr.Get("Retry-After") != "1" ||
+		!strings.Contains(string(body), `"type":"Service Unavailable"`) {
+		t.Errorf("/metrics with a 503 fault: %d %s", code, body)
+	}
+	if code, _, _ := post(t, e.URL(), "/sim/metrics", `{"status":200}`); code != 400 {
+		t.Errorf("a 200 'fault': %d, want 400", code)
+	}
+	post(t, e.URL(), "/sim/metrics", `{"delay_ms":300}`)
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil}, Timeout: 50 * time.Millisecond}
+	if resp, err := client.Get(e.URL() + "/metrics"); err == nil {
+		resp.Body.Close()
+		t.Errorf("/metrics with a 300ms delay answered a 50ms client: %d", resp.StatusCode)
+	}
+	req, _ := http.NewRequest(http.MethodDelete, e.URL()+"/sim/metrics", nil)
+	if code, _, _ := do(t, req); code != 204 {
+		t.Errorf("DELETE /sim/metrics: %d", code)
+	}
+	if m := metrics(t, e); m["vllm:num_requests_running"] != 0 {
+		t.Errorf("metrics after the fault was cleared: %v", m)
 	}
 }

@@ -30,6 +30,8 @@ type Engine struct {
 
 	identity atomic.Pointer[string] // engine id; Restart replaces it
 	dead     atomic.Bool
+	// metricsFault bends /metrics for scrape tests (nil: none).
+	metricsFault atomic.Pointer[MetricsFault]
 
 	blocks   *blockTable
 	sched    *scheduler // nil unless the capacity model is on (Options.MaxNumSeqs > 0)
@@ -193,6 +195,17 @@ func (e *Engine) Restart() {
 
 // SetDead makes /health answer 503 (dead) or 200.
 func (e *Engine) SetDead(dead bool) { e.dead.Store(dead) }
+
+// MetricsFault makes /metrics misbehave, for a router's scrape tests: Delay holds the
+// answer back (the client may give up first), then Status, if not 0, replaces it with
+// an error (vLLM's envelope).
+type MetricsFault struct {
+	Status int           `json:"status"`
+	Delay  time.Duration `json:"-"`
+}
+
+// SetMetricsFault installs f, or clears it when f is nil.
+func (e *Engine) SetMetricsFault(f *MetricsFault) { e.metricsFault.Store(f) }
 
 // EngineInfo describes an engine in fleet listings and the command's output.
 type EngineInfo struct {
