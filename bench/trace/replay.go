@@ -11,24 +11,27 @@ import (
 )
 
 // Scale fits a trace to the machine that replays it. The zero value replays the trace
-// as written (real time, real lengths).
+// as written (real time, real lengths). It travels as JSON (to a load generator running
+// in its own process) under the tags below.
 type Scale struct {
 	// TimeScale multiplies arrival times: 0.1 replays the trace ten times faster.
 	// 0 means 1.
-	TimeScale float64
+	TimeScale float64 `json:"time_scale,omitempty"`
 	// BlockTokens is how many prompt tokens stand for one 512-token trace block; the
 	// length scale is BlockTokens / 512 (64 shrinks prompts eightfold). 0 means 512.
 	// Make it a multiple of the engines' KV block size so that trace blocks and
 	// prefix-cache blocks line up.
-	BlockTokens int
+	BlockTokens int `json:"block_tokens,omitempty"`
 	// OutputScale multiplies output lengths; 0 means the length scale.
-	OutputScale float64
+	OutputScale float64 `json:"output_scale,omitempty"`
 	// MaxInputTokens and MaxOutputTokens cap the scaled lengths (0: no cap). A capped
 	// prompt keeps its leading blocks.
-	MaxInputTokens, MaxOutputTokens int
+	MaxInputTokens  int `json:"max_input_tokens,omitempty"`
+	MaxOutputTokens int `json:"max_output_tokens,omitempty"`
 	// Skip drops the first Skip records; Limit keeps at most Limit of the rest (0: all).
 	// Arrival times count from the first record kept.
-	Skip, Limit int
+	Skip  int `json:"skip,omitempty"`
+	Limit int `json:"limit,omitempty"`
 }
 
 func (s Scale) normalized() (Scale, error) {
