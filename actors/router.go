@@ -23,6 +23,8 @@ import (
 	"github.com/narwhal-router/narwhal/messages"
 	"github.com/narwhal-router/narwhal/transport"
 	"github.com/narwhal-router/narwhal/transport/telemetry"
+
+	"github.com/narwhal-router/narwhal/transport/ingress"
 )
 
 // Options are the router's collaborators; zero values work (no metrics, no logs).
@@ -33,7 +35,7 @@ type Options struct {
 	AccessLog io.Writer
 }
 
-// Router is the actor system behind the client API. It implements transport.Dispatcher.
+// Router is the actor system behind the client API. It implements ingress.Dispatcher.
 type Router struct {
 	cfg     config.Config
 	metrics *telemetry.Metrics
@@ -130,32 +132,32 @@ func (r *Router) WaitForModels(timeout time.Duration) error {
 }
 
 // Dispatch spawns the request supervisor for x.
-func (r *Router) Dispatch(x *transport.Exchange) {
+func (r *Router) Dispatch(x *ingress.Exchange) {
 	props := actor.PropsFromProducer(func() actor.Actor { return &requestSupervisor{r: r, x: x} }, inline)
 	pid, err := r.requestRoot.SpawnNamed(props, "requests/"+strconv.FormatUint(r.seq.Add(1), 10))
 	if err != nil { // unreachable: names come from a counter
-		x.Send(transport.Command{Verdict: transport.Verdict{Status: 500}})
+		x.Send(ingress.Command{Verdict: ingress.Verdict{Status: 500}})
 		return
 	}
 	x.Handle = pid
 }
 
-// ClientGone implements transport.Dispatcher.
-func (r *Router) ClientGone(x *transport.Exchange) {
+// ClientGone implements ingress.Dispatcher.
+func (r *Router) ClientGone(x *ingress.Exchange) {
 	r.root.Send(x.Handle.(*actor.PID), &messages.ClientGone{})
 }
 
-// AttemptEnded implements transport.Dispatcher.
-func (r *Router) AttemptEnded(x *transport.Exchange, o transport.Outcome) {
-	r.root.Send(x.Handle.(*actor.PID), &messages.AttemptEnded{Outcome: o})
+// AttemptEnded implements ingress.Dispatcher.
+func (r *Router) AttemptEnded(x *ingress.Exchange, m *messages.AttemptEnded) {
+	r.root.Send(x.Handle.(*actor.PID), m)
 }
 
-// Finished implements transport.Dispatcher.
-func (r *Router) Finished(x *transport.Exchange, end transport.StreamEnd) {
-	r.root.Send(x.Handle.(*actor.PID), &messages.StreamFinished{End: end})
+// Finished implements ingress.Dispatcher.
+func (r *Router) Finished(x *ingress.Exchange, m *messages.StreamFinished) {
+	r.root.Send(x.Handle.(*actor.PID), m)
 }
 
-// Models implements transport.ModelLister.
+// Models implements ingress.ModelLister.
 func (r *Router) Models() []string { return r.fleet.models() }
 
 // requestDone records a finished request; its supervisor calls it once.
@@ -283,7 +285,7 @@ func (r *Router) InFlight() int {
 // a terminal error event, requests before commit get 503.
 func (r *Router) AbortAll() {
 	r.live.Range(func(_, v any) bool {
-		r.root.Send(v.(*actor.PID), &Abort{})
+		r.root.Send(v.(*actor.PID), &messages.Abort{})
 		return true
 	})
 }

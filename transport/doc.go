@@ -13,12 +13,12 @@
 // detached copy of the descriptor for inspection. Cancelling ctx aborts a leg at any point (the
 // engine connection is closed, so the engine frees the sequence).
 //
-// Connectors: a KV transfer mechanism is one Connector (connector.go); NIXL is nixl.go. A
+// Connectors: a KV transfer mechanism is one kv.Connector (connector.go); NIXL is nixl.go. A
 // connector whose legs run concurrently — Mooncake, where the router chooses a transfer_id and
 // the producer's remote_bootstrap_addr before either leg starts — also implements
 // ConcurrentConnector: the request supervisor then starts both legs at once with the planned
 // parameters, and Validate checks the plan instead of a producer response.
 //
-// Only the EngineClient, PrefillResult, Request, DecodeStream and Fault types are meant for use
+// Only the EngineClient, PrefillResult, Request, DecodeStream and fault.Fault types are meant for use
 // outside Narwhal, and even they are internal APIs that may change between releases.
 package transport

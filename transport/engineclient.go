@@ -14,6 +14,12 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/narwhal-router/narwhal/config"
+
+	"github.com/narwhal-router/narwhal/transport/fault"
+
+	"github.com/narwhal-router/narwhal/transport/wire"
+
+	"github.com/narwhal-router/narwhal/transport/kv"
 )
 
 // EngineClient speaks to one vLLM-compatible engine: the prefill leg, the decode leg and the
@@ -24,14 +30,14 @@ type EngineClient struct {
 	urls      [3]string // by Endpoint
 	hc        *fasthttp.HostClient
 	auth      string
-	kv        KVSide
-	connector Connector
+	kv        kv.Side
+	connector kv.Connector
 	timeouts  config.EngineTimeouts
 }
 
 // Request is one attempt's view of a client request, as both legs send it.
 type Request struct {
-	Body *ClientBody
+	Body *wire.ClientBody
 	// BackendRequestID is the X-Request-Id of both legs of the attempt; fresh per attempt.
 	BackendRequestID string
 	// Deadline is the original request's deadline; every leg ends by then.
@@ -56,7 +62,7 @@ func NewEngineClient(e config.Engine, t config.EngineTimeouts) (*EngineClient, e
 	if e.KV.Connector == "" {
 		e.KV.Connector = config.ConnectorNIXL
 	}
-	conn, err := LookupConnector(e.KV.Connector)
+	conn, err := kv.LookupConnector(e.KV.Connector)
 	if err != nil {
 		return nil, fmt.Errorf("engine %s: %w", e.Name, err)
 	}
@@ -86,7 +92,7 @@ func NewEngineClient(e config.Engine, t config.EngineTimeouts) (*EngineClient, e
 			// response headers with room to spare and halves what a stream costs.
 			ReadBufferSize: 2048,
 		},
-		kv: KVSide{
+		kv: kv.Side{
 			Engine:        e.Name,
 			Connector:     e.KV.Connector,
 			EngineID:      e.KV.EngineID,
@@ -99,8 +105,8 @@ func NewEngineClient(e config.Engine, t config.EngineTimeouts) (*EngineClient, e
 	if e.APIKey != "" {
 		c.auth = "Bearer " + e.APIKey
 	}
-	c.urls[EndpointCompletions] = c.base + EndpointCompletions.Path()
-	c.urls[EndpointChat] = c.base + EndpointChat.Path()
+	c.urls[wire.EndpointCompletions] = c.base + wire.EndpointCompletions.Path()
+	c.urls[wire.EndpointChat] = c.base + wire.EndpointChat.Path()
 	return c, nil
 }
 
@@ -131,11 +137,11 @@ func (c *EngineClient) Prefill(ctx context.Context, req *Request) (PrefillResult
 	defer fasthttp.ReleaseResponse(resp)
 	lc, err := openLeg(ctx, c.hc, hreq, resp, deadline, c.timeouts.ConnectTimeoutS.Duration(), false, maxPrefillBody)
 	if err != nil {
-		return PrefillResult{}, c.legFault(ctx, LegPrefill, err, byRequest, FaultTimeout,
+		return PrefillResult{}, c.legFault(ctx, fault.PhasePrefill, err, byRequest, fault.Timeout,
 			fmt.Sprintf("prefill engine did not answer within %s", c.timeouts.PrefillTimeoutS.Duration()))
 	}
 	defer lc.close()
-	if f := c.statusFault(LegPrefill, resp.StatusCode(), resp.Body(), resp); f != nil {
+	if f := c.statusFault(fault.PhasePrefill, resp.StatusCode(), resp.Body(), resp); f != nil {
 		return PrefillResult{}, f
 	}
 
@@ -150,18 +156,18 @@ func (c *EngineClient) Prefill(ctx context.Context, req *Request) (PrefillResult
 	}
 	body := resp.Body()
 	if !json.Valid(body) {
-		return PrefillResult{}, c.fault(LegPrefill, FaultBadResponse, "prefill response is not valid JSON", nil)
+		return PrefillResult{}, c.fault(fault.PhasePrefill, fault.BadResponse, "prefill response is not valid JSON", nil)
 	}
-	fields, err := scanObject(body, make([]field, 0, 12))
+	fields, err := wire.ScanObject(body, make([]wire.Field, 0, 12))
 	if err != nil {
-		return PrefillResult{}, c.fault(LegPrefill, FaultBadResponse, "prefill response is not a JSON object", nil)
+		return PrefillResult{}, c.fault(fault.PhasePrefill, fault.BadResponse, "prefill response is not a JSON object", nil)
 	}
-	f, ok := lastField(body, fields, "kv_transfer_params")
-	if !ok || isNull(body[f.valStart:f.valEnd]) {
+	v, ok := wire.Member(body, fields, "kv_transfer_params")
+	if !ok || wire.IsNull(v) {
 		return res, nil
 	}
-	raw := append([]byte(nil), body[f.valStart:f.valEnd]...) // resp is recycled on return
-	d, rej := ParseDescriptor(raw, req.Body.Endpoint)
+	raw := append([]byte(nil), v...) // resp is recycled on return
+	d, rej := kv.ParseDescriptor(raw, req.Body.Endpoint)
 	if rej != nil {
 		return PrefillResult{}, c.descriptorFault(rej)
 	}
@@ -177,13 +183,13 @@ func (c *EngineClient) Decode(ctx context.Context, res PrefillResult, req *Reque
 	start := time.Now()
 	var params []byte
 	if res.descriptor != nil {
-		pair := Pair{Producer: res.producerKV, Consumer: c.kv, Endpoint: req.Body.Endpoint}
-		if rej := ValidateDescriptor(res.descriptor, pair); rej != nil {
+		pair := kv.Pair{Producer: res.producerKV, Consumer: c.kv, Endpoint: req.Body.Endpoint}
+		if rej := kv.ValidateDescriptor(res.descriptor, pair); rej != nil {
 			f := c.descriptorFault(rej)
 			f.Engine = res.Producer
 			return nil, f
 		}
-		params = res.descriptor.raw
+		params = res.descriptor.Raw()
 	}
 	deadline, byRequest := earliest(start.Add(c.timeouts.FirstTokenTimeoutS.Duration()), req.Deadline)
 
@@ -198,18 +204,18 @@ func (c *EngineClient) Decode(ctx context.Context, res PrefillResult, req *Reque
 	lc, err := openLeg(ctx, c.hc, hreq, resp, deadline, c.timeouts.ConnectTimeoutS.Duration(), true, 0)
 	if err != nil {
 		fasthttp.ReleaseResponse(resp)
-		return nil, c.legFault(ctx, LegDecode, err, byRequest, FaultFirstTokenTimeout, c.firstTokenDetail())
+		return nil, c.legFault(ctx, fault.PhaseDecode, err, byRequest, fault.FirstTokenTimeout, c.firstTokenDetail())
 	}
 	s := newDecodeStream(ctx, c, lc, resp, req.Deadline)
 	if status := resp.StatusCode(); status != fasthttp.StatusOK {
 		body, _ := s.readAll(maxErrorBody)
-		f := c.statusFault(LegDecode, status, body, resp)
+		f := c.statusFault(fault.PhaseDecode, status, body, resp)
 		s.Close()
 		return nil, f
 	}
 	if ct := resp.Header.ContentType(); len(ct) < 17 || string(ct[:17]) != "text/event-stream" {
 		s.Close()
-		return nil, c.fault(LegDecode, FaultBadResponse, "decode response is not an event stream ("+string(ct)+")", nil)
+		return nil, c.fault(fault.PhaseDecode, fault.BadResponse, "decode response is not an event stream ("+string(ct)+")", nil)
 	}
 	if err := s.awaitFirstToken(deadline, byRequest); err != nil {
 		s.Close()
@@ -244,56 +250,56 @@ func (c *EngineClient) prepare(hreq *fasthttp.Request, req *Request, body []byte
 // legFault turns an error from opening or reading a leg into a Fault. A cancelled context wins
 // over whatever the closed connection reported; a timeout is the request's deadline when that
 // bound the leg, else the leg's own timeout kind.
-func (c *EngineClient) legFault(ctx context.Context, leg Leg, err error, byRequest bool, timeoutKind FaultKind, timeoutDetail string) *Fault {
+func (c *EngineClient) legFault(ctx context.Context, leg fault.Phase, err error, byRequest bool, timeoutKind fault.Kind, timeoutDetail string) *fault.Fault {
 	if ctx.Err() != nil {
-		return cancelFault(c.name, leg, ctx)
+		return fault.FromContext(ctx, c.name, leg)
 	}
 	if isTimeout(err) {
 		if errors.Is(err, fasthttp.ErrDialTimeout) && !byRequest {
-			return c.fault(leg, FaultTimeout, "could not connect to the engine in time", err)
+			return c.fault(leg, fault.Timeout, "could not connect to the engine in time", err)
 		}
 		if byRequest {
-			return c.fault(leg, FaultDeadline, "the request deadline passed during the "+leg.String()+" leg", err)
+			return c.fault(leg, fault.Deadline, "the request deadline passed during the "+leg.String()+" leg", err)
 		}
 		return c.fault(leg, timeoutKind, timeoutDetail, err)
 	}
 	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
-		return c.fault(leg, FaultBadResponse, "engine response is too large", err)
+		return c.fault(leg, fault.BadResponse, "engine response is too large", err)
 	}
 	if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, fasthttp.ErrNoFreeConns) {
-		return c.fault(leg, FaultOverloaded, "the router has no connection to spare", err)
+		return c.fault(leg, fault.Overloaded, "the router has no connection to spare", err)
 	}
-	return c.fault(leg, FaultUnreachable, "could not reach the engine or it closed the connection before answering", err)
+	return c.fault(leg, fault.Unreachable, "could not reach the engine or it closed the connection before answering", err)
 }
 
-func (c *EngineClient) fault(leg Leg, kind FaultKind, detail string, err error) *Fault {
-	return &Fault{Kind: kind, Leg: leg, Engine: c.name, Detail: detail, Err: err}
+func (c *EngineClient) fault(leg fault.Phase, kind fault.Kind, detail string, err error) *fault.Fault {
+	return &fault.Fault{Kind: kind, Phase: leg, Engine: c.name, Detail: detail, Err: err}
 }
 
 // descriptorFault reports a rejected descriptor. The client sees only the reason: the
 // rejection's own detail names engine identities and KV addresses, which stay in the logs.
-func (c *EngineClient) descriptorFault(rej *Rejection) *Fault {
-	return &Fault{Kind: FaultDescriptor, Leg: LegPrefill, Engine: c.name, Reason: rej.Reason,
+func (c *EngineClient) descriptorFault(rej *kv.Rejection) *fault.Fault {
+	return &fault.Fault{Kind: fault.Descriptor, Phase: fault.PhasePrefill, Engine: c.name, Reason: rej.Reason,
 		Detail: "the producer's handoff descriptor failed validation (" + rej.Reason + ")", Err: rej}
 }
 
 // statusFault maps a non-200 engine answer: 429/503 are backpressure, other 4xx are the client's
 // problem and pass through, everything else is an engine failure.
-func (c *EngineClient) statusFault(leg Leg, status int, body []byte, resp *fasthttp.Response) *Fault {
+func (c *EngineClient) statusFault(leg fault.Phase, status int, body []byte, resp *fasthttp.Response) *fault.Fault {
 	if status == fasthttp.StatusOK {
 		return nil
 	}
-	f := &Fault{Leg: leg, Engine: c.name, Status: status, Body: append([]byte(nil), body...)}
+	f := &fault.Fault{Phase: leg, Engine: c.name, Status: status, Body: append([]byte(nil), body...)}
 	switch {
 	case status == fasthttp.StatusTooManyRequests || status == fasthttp.StatusServiceUnavailable:
-		f.Kind = FaultBackpressure
+		f.Kind = fault.Backpressure
 		f.Detail = "engine is overloaded (" + strconv.Itoa(status) + ")"
 		f.RetryAfter = string(resp.Header.Peek("Retry-After"))
 	case status >= 400 && status < 500:
-		f.Kind = FaultRejected
+		f.Kind = fault.Rejected
 		f.Detail = "engine rejected the request (" + strconv.Itoa(status) + ")"
 	default:
-		f.Kind = FaultStatus
+		f.Kind = fault.Status
 		f.Detail = "engine failed (" + strconv.Itoa(status) + ")"
 	}
 	return f

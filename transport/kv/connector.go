@@ -1,4 +1,4 @@
-package transport
+package kv
 
 import (
 	"fmt"
@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/narwhal-router/narwhal/config"
+
+	"github.com/narwhal-router/narwhal/transport/wire"
 )
 
 // Connector is one KV transfer mechanism as the router sees it: what the producer is asked for,
@@ -34,8 +36,8 @@ type ConcurrentConnector interface {
 	Plan(pair Pair, backendRequestID string) (prefillParams, decodeParams []byte)
 }
 
-// KVSide is one engine's KV transfer configuration.
-type KVSide struct {
+// Side is one engine's KV transfer configuration.
+type Side struct {
 	Engine    string
 	Connector string
 	// EngineID is the pinned producer identity ("" = not pinned).
@@ -49,9 +51,9 @@ type KVSide struct {
 // Pair is what a descriptor is validated against: who produced it, who will consume it, and the
 // API endpoint of the decode call.
 type Pair struct {
-	Producer KVSide
-	Consumer KVSide
-	Endpoint Endpoint
+	Producer Side
+	Consumer Side
+	Endpoint wire.Endpoint
 }
 
 // Rejection reasons; each is a metric tag value and appears in the client's error detail.

@@ -1,7 +1,7 @@
-// Package server assembles a running Narwhal from a configuration: the metrics reporters, the
+// Package node assembles a running Narwhal from a configuration: the metrics reporters, the
 // actor router, the client listener and the admin listener, with graceful shutdown. The
 // `narwhal serve` and `narwhal demo` commands and the end-to-end tests all start Narwhal here.
-package server
+package node
 
 import (
 	"context"
@@ -17,9 +17,10 @@ import (
 
 	"github.com/narwhal-router/narwhal/actors"
 	"github.com/narwhal-router/narwhal/config"
-	"github.com/narwhal-router/narwhal/transport"
 	"github.com/narwhal-router/narwhal/transport/admin"
 	"github.com/narwhal-router/narwhal/transport/telemetry"
+
+	"github.com/narwhal-router/narwhal/transport/ingress"
 )
 
 // Options adjust how a Server starts; the zero value listens where the configuration says.
@@ -41,7 +42,7 @@ type Server struct {
 	log       *slog.Logger
 	reporting *telemetry.Reporting
 	router    *actors.Router
-	ingress   *transport.Ingress
+	ingress   *ingress.Ingress
 	admin     *http.Server
 	ln        net.Listener
 	adminLn   net.Listener
@@ -88,7 +89,7 @@ func Start(cfg config.Config, opts Options) (_ *Server, err error) {
 		s.log.Warn("starting without every engine's model list", "error", err)
 	}
 
-	if s.ingress, err = transport.NewIngress(cfg, s.router, s.router, s.reporting.Metrics); err != nil {
+	if s.ingress, err = ingress.NewIngress(cfg, s.router, s.router, s.reporting.Metrics); err != nil {
 		return nil, err
 	}
 	cleanup = append(cleanup, s.ingress.Close)
@@ -116,7 +117,7 @@ func Start(cfg config.Config, opts Options) (_ *Server, err error) {
 		}
 	}()
 	if s.adminLn != nil {
-		s.admin = &http.Server{Handler: admin.Handler(s.router, s.reporting.Prometheus, cfg.Server.AdminToken),
+		s.admin = &http.Server{Handler: admin.Handler(adminFleet{s.router}, s.reporting.Prometheus, cfg.Server.AdminToken),
 			ReadHeaderTimeout: 10 * time.Second}
 		go func() {
 			if err := s.admin.Serve(s.adminLn); !errors.Is(err, http.ErrServerClosed) {
@@ -189,3 +190,30 @@ func (s *Server) shutdown(ctx context.Context) error {
 	}
 	return err
 }
+
+// adminFleet adapts the actor router to what the admin listener asks of it.
+type adminFleet struct{ *actors.Router }
+
+func (a adminFleet) Tree(ctx context.Context) (admin.Tree, error) { return a.Router.Tree(ctx) }
+
+func (a adminFleet) Eject(ctx context.Context, name, reason string) (string, error) {
+	state, err := a.Router.Eject(ctx, name, reason)
+	return state, adminError(err)
+}
+
+func (a adminFleet) Readmit(ctx context.Context, name string, force bool) (string, error) {
+	state, err := a.Router.Readmit(ctx, name, force)
+	return state, adminError(err)
+}
+
+// adminError marks the router's unknown-engine error as admin.ErrUnknownEngine, keeping its text.
+func adminError(err error) error {
+	if errors.Is(err, actors.ErrUnknownEngine) {
+		return unknownEngine{err}
+	}
+	return err
+}
+
+type unknownEngine struct{ error }
+
+func (u unknownEngine) Unwrap() []error { return []error{u.error, admin.ErrUnknownEngine} }

@@ -1,7 +1,13 @@
-package transport
+package ingress
 
 import (
 	"time"
+
+	"github.com/narwhal-router/narwhal/transport/fault"
+
+	"github.com/narwhal-router/narwhal/transport"
+
+	"github.com/narwhal-router/narwhal/messages"
 )
 
 // Plan is one attempt as the request supervisor decided it: which engines run the two legs under
@@ -9,8 +15,8 @@ import (
 type Plan struct {
 	Attempt          int
 	BackendRequestID string
-	Producer         *EngineClient
-	Consumer         *EngineClient
+	Producer         *transport.EngineClient
+	Consumer         *transport.EngineClient
 	// SameWorker decodes on the producer itself, without any transfer parameters.
 	SameWorker bool
 	// FailOnMissing turns a prefill without a descriptor into a fault (handoff.on_missing:
@@ -24,8 +30,8 @@ type Plan struct {
 // before commit (Fault set). Times are zero for what did not happen.
 type Outcome struct {
 	Attempt int
-	Stream  *DecodeStream
-	Fault   *Fault
+	Stream  *transport.DecodeStream
+	Fault   *fault.Fault
 
 	PrefillStarted time.Time
 	PrefillDone    time.Time // the prefill response fully read: ttft
@@ -43,11 +49,11 @@ func (x *Exchange) Run(p *Plan) Outcome {
 
 	out.PrefillStarted = time.Now()
 	x.prefillStart.Store(out.PrefillStarted.UnixNano())
-	x.progress.Store(ProgressPrefill)
-	defer x.progress.Store(ProgressIdle)
+	x.setProgress(fault.PhasePrefill, true)
+	defer x.setProgress(0, false)
 	res, err := p.Producer.Prefill(x.ctx, req)
 	if err != nil {
-		out.Fault = faultOf(err, LegPrefill, p.Producer.name)
+		out.Fault = faultOf(err, fault.PhasePrefill, p.Producer.Name())
 		return out
 	}
 	out.PrefillDone = res.Completed
@@ -56,7 +62,7 @@ func (x *Exchange) Run(p *Plan) Outcome {
 	case p.SameWorker:
 		res = res.WithoutTransfer() // prefix caching or recompute on the same engine
 	case !res.HasDescriptor() && p.FailOnMissing:
-		out.Fault = &Fault{Kind: FaultMissingDescriptor, Leg: LegPrefill, Engine: p.Producer.name,
+		out.Fault = &fault.Fault{Kind: fault.MissingDescriptor, Phase: fault.PhasePrefill, Engine: p.Producer.Name(),
 			Detail: "the producer returned no handoff descriptor"}
 		return out
 	case !res.HasDescriptor():
@@ -65,28 +71,39 @@ func (x *Exchange) Run(p *Plan) Outcome {
 	now := time.Now()
 	out.HandoffAge = res.Age(now)
 	if out.HandoffAge > p.MaxHandoffAge {
-		out.Fault = &Fault{Kind: FaultStaleHandoff, Leg: LegPrefill, Engine: p.Producer.name,
+		out.Fault = &fault.Fault{Kind: fault.StaleHandoff, Phase: fault.PhasePrefill, Engine: p.Producer.Name(),
 			Detail: "the handoff is " + out.HandoffAge.Round(time.Millisecond).String() +
 				" old, older than handoff.max_age_s (" + p.MaxHandoffAge.String() + ")"}
 		return out
 	}
 
 	out.DecodeStarted = now
-	x.progress.Store(ProgressDecode)
+	x.setProgress(fault.PhaseDecode, true)
 	stream, err := p.Consumer.Decode(x.ctx, res, req)
 	if err != nil {
-		out.Fault = faultOf(err, LegDecode, p.Consumer.name)
+		out.Fault = faultOf(err, fault.PhaseDecode, p.Consumer.Name())
 		return out
 	}
 	out.Stream = stream
 	return out
 }
 
-func faultOf(err error, leg Leg, engine string) *Fault {
-	if f, ok := AsFault(err); ok {
+func faultOf(err error, leg fault.Phase, engine string) *fault.Fault {
+	if f, ok := fault.As(err); ok {
 		return f
 	}
-	return &Fault{Kind: FaultUnreachable, Leg: leg, Engine: engine, Detail: "engine leg failed", Err: err}
+	return &fault.Fault{Kind: fault.Unreachable, Phase: leg, Engine: engine, Detail: "engine leg failed", Err: err}
+}
+
+// Report is the outcome as the supervisor hears it: plain values, no handle on the stream.
+func (o *Outcome) Report() *messages.AttemptEnded {
+	m := &messages.AttemptEnded{Attempt: o.Attempt, Committed: o.Stream != nil, Fault: o.Fault,
+		PrefillDone: o.PrefillDone, DecodeStarted: o.DecodeStarted, HandoffAge: o.HandoffAge,
+		MissingDescriptor: o.MissingDescriptor}
+	if o.Stream != nil {
+		m.FirstTokenAt = o.Stream.FirstTokenAt
+	}
+	return m
 }
 
 // timing is the measurement contract of a committed attempt.

@@ -1,9 +1,11 @@
-package transport
+package kv
 
 import (
 	"net"
 	"strconv"
 	"strings"
+
+	"github.com/narwhal-router/narwhal/transport/wire"
 )
 
 // nixlConnector is vLLM's NixlConnector (v1, v2 and the newest grouped shapes): the producer
@@ -28,7 +30,7 @@ func (nixlConnector) Validate(d *Descriptor, pair Pair) *Rejection {
 	if v, ok := d.member("do_remote_prefill"); !ok || string(v) != "true" {
 		return reject(ReasonConnectorMismatch, "do_remote_prefill is not true, so the consumer would not load the KV cache")
 	}
-	if v, ok := d.member("transfer_mode"); ok && !isNull(v) {
+	if v, ok := d.member("transfer_mode"); ok && !wire.IsNull(v) {
 		mode, isStr := d.stringMember("transfer_mode")
 		if !isStr || !contains(pair.Consumer.TransferModes, mode) {
 			return reject(ReasonConnectorMismatch, "transfer_mode %s is not one consumer %s accepts (%s)",
