@@ -26,7 +26,6 @@ import (
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/node"
 	"github.com/narwhal-router/narwhal/transport/admin"
-
 	"github.com/narwhal-router/narwhal/transport/preflight"
 )
 

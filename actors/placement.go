@@ -8,7 +8,6 @@ import (
 
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/transport"
-
 	"github.com/narwhal-router/narwhal/transport/fault"
 )
 

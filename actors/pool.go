@@ -6,7 +6,6 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/narwhal-router/narwhal/messages"
-
 	"github.com/narwhal-router/narwhal/transport/fault"
 )
 

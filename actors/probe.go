@@ -10,7 +10,6 @@ import (
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/messages"
 	"github.com/narwhal-router/narwhal/transport"
-
 	"github.com/narwhal-router/narwhal/transport/fault"
 )
 

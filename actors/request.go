@@ -2,7 +2,6 @@ package actors
 
 import (
 	"errors"
-	"strconv"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -10,9 +9,7 @@ import (
 
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/messages"
-
 	"github.com/narwhal-router/narwhal/transport/fault"
-
 	"github.com/narwhal-router/narwhal/transport/ingress"
 )
 
@@ -172,8 +169,8 @@ func (s *requestSupervisor) place(ctx actor.Context) {
 		Producer:         s.producer.client,
 		Consumer:         s.consumer.client,
 		SameWorker:       s.producer == s.consumer,
-		FailOnMissing:    s.r.cfg.Handoff.OnMissing == config.OnMissingFail,
-		MaxHandoffAge:    s.r.cfg.Handoff.MaxAgeS.Duration(),
+		FailOnMissing:    s.r.rt.Request.FailOnMissing,
+		MaxHandoffAge:    s.r.rt.Request.MaxHandoffAge,
 	}})
 }
 
@@ -197,11 +194,11 @@ func (s *requestSupervisor) noPlacement(ctx actor.Context, why scarcity, phase f
 // await queues the request until an engine frees a slot, bounded by admission.queue_timeout_s
 // and the request deadline.
 func (s *requestSupervisor) await(ctx actor.Context) {
-	if s.r.cfg.Admission.MaxQueue == 0 {
+	if s.r.rt.Request.MaxQueue == 0 {
 		s.reject(ctx, 503, "no engine has room for the request", "no_capacity")
 		return
 	}
-	wait := min(s.r.cfg.Admission.QueueTimeoutS.Duration(), time.Until(s.x.Deadline))
+	wait := min(s.r.rt.Request.QueueTimeout, time.Until(s.x.Deadline))
 	if wait <= 0 {
 		s.reject(ctx, 503, "no engine has room for the request", "no_capacity")
 		return
@@ -334,7 +331,7 @@ func (s *requestSupervisor) fail(ctx actor.Context, f *fault.Fault) {
 		return
 	}
 	s.r.metrics.EngineFault(f.Engine, f.Phase.String(), f.Kind.String(), f.Reason)
-	if f.Retriable() && s.attempt < s.r.cfg.Recovery.MaxAttempts && time.Now().Before(s.x.Deadline) {
+	if f.Retriable() && s.attempt < s.r.rt.Request.MaxAttempts && time.Now().Before(s.x.Deadline) {
 		if s.r.budget.tryRetry() {
 			s.r.metrics.Retry(f.Kind.String())
 			switch {
@@ -390,7 +387,7 @@ func (s *requestSupervisor) reject(ctx actor.Context, status int, message, code 
 }
 
 func (s *requestSupervisor) retryAfter() string {
-	return strconv.Itoa(max(1, int(s.r.cfg.Recovery.ProbeIntervalS)))
+	return s.r.rt.Request.RetryAfter
 }
 
 func errorTypeFor(status int) string {

@@ -11,10 +11,8 @@ import (
 	"github.com/narwhal-router/narwhal/bench/sim"
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/messages"
-
-	"github.com/narwhal-router/narwhal/transport/wire"
-
 	"github.com/narwhal-router/narwhal/transport/ingress"
+	"github.com/narwhal-router/narwhal/transport/wire"
 )
 
 // A request supervisor that crashes is stopped, not restarted: the client gets a 500, every

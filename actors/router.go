@@ -22,9 +22,9 @@ import (
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/messages"
 	"github.com/narwhal-router/narwhal/transport"
-	"github.com/narwhal-router/narwhal/transport/telemetry"
-
 	"github.com/narwhal-router/narwhal/transport/ingress"
+	"github.com/narwhal-router/narwhal/transport/kv"
+	"github.com/narwhal-router/narwhal/transport/telemetry"
 )
 
 // Options are the router's collaborators; zero values work (no metrics, no logs).
@@ -33,11 +33,14 @@ type Options struct {
 	Logger  *slog.Logger
 	// AccessLog receives one JSON line per request; nil disables the access log.
 	AccessLog io.Writer
+	// Connectors are the KV connectors engines may name; zero: kv.Builtin.
+	Connectors kv.Registry
 }
 
 // Router is the actor system behind the client API. It implements ingress.Dispatcher.
 type Router struct {
 	cfg     config.Config
+	rt      config.Runtime // cfg provisioned: what the per-request paths read
 	metrics *telemetry.Metrics
 	log     *slog.Logger
 	access  *accessLog
@@ -59,7 +62,7 @@ type Router struct {
 
 // NewRouter builds the engine clients and starts the actor system.
 func NewRouter(cfg config.Config, opts Options) (*Router, error) {
-	r := &Router{cfg: cfg, metrics: opts.Metrics, log: opts.Logger, budget: newRetryBudget(cfg.Recovery.RetryBudget)}
+	r := &Router{cfg: cfg, rt: config.Provision(cfg), metrics: opts.Metrics, log: opts.Logger, budget: newRetryBudget(cfg.Recovery.RetryBudget)}
 	if r.metrics == nil {
 		r.metrics = telemetry.Noop()
 	}
@@ -70,8 +73,12 @@ func NewRouter(cfg config.Config, opts Options) (*Router, error) {
 		r.access = newAccessLog(opts.AccessLog)
 	}
 	r.fleet = &fleet{byName: map[string]*engineView{}}
+	connectors := opts.Connectors
+	if len(connectors.Names()) == 0 {
+		connectors = kv.Builtin()
+	}
 	for _, e := range cfg.Engines {
-		client, err := transport.NewEngineClient(e, cfg.Engine)
+		client, err := transport.NewEngineClientWith(e, cfg.Engine, connectors)
 		if err != nil {
 			return nil, err
 		}

@@ -18,9 +18,9 @@ import (
 	"github.com/narwhal-router/narwhal/actors"
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/transport/admin"
-	"github.com/narwhal-router/narwhal/transport/telemetry"
-
 	"github.com/narwhal-router/narwhal/transport/ingress"
+	"github.com/narwhal-router/narwhal/transport/kv"
+	"github.com/narwhal-router/narwhal/transport/telemetry"
 )
 
 // Options adjust how a Server starts; the zero value listens where the configuration says.
@@ -32,8 +32,8 @@ type Options struct {
 	// listeners on free ports).
 	Listener      net.Listener
 	AdminListener net.Listener
-	// ModelDiscoveryTimeout bounds the wait for engines without configured models.
-	ModelDiscoveryTimeout time.Duration
+	// Connectors are the KV connectors engines may name; zero: kv.Builtin (tests add their own).
+	Connectors kv.Registry
 }
 
 // Server is one running Narwhal.
@@ -77,15 +77,11 @@ func Start(cfg config.Config, opts Options) (_ *Server, err error) {
 	if cfg.Log.AccessLog {
 		access = opts.AccessLog
 	}
-	if s.router, err = actors.NewRouter(cfg, actors.Options{Metrics: s.reporting.Metrics, Logger: s.log, AccessLog: access}); err != nil {
+	if s.router, err = actors.NewRouter(cfg, actors.Options{Metrics: s.reporting.Metrics, Logger: s.log, AccessLog: access, Connectors: opts.Connectors}); err != nil {
 		return nil, err
 	}
 	cleanup = append(cleanup, s.router.Close)
-	wait := opts.ModelDiscoveryTimeout
-	if wait == 0 {
-		wait = cfg.Engine.FirstTokenTimeoutS.Duration()
-	}
-	if err := s.router.WaitForModels(wait); err != nil {
+	if err := s.router.WaitForModels(cfg.Engine.FirstTokenTimeoutS.Duration()); err != nil {
 		s.log.Warn("starting without every engine's model list", "error", err)
 	}
 
@@ -141,9 +137,6 @@ func (s *Server) AdminAddr() string {
 
 // Router is the actor router, for dumps and tests.
 func (s *Server) Router() *actors.Router { return s.router }
-
-// Metrics is the metrics recorder.
-func (s *Server) Metrics() *telemetry.Metrics { return s.reporting.Metrics }
 
 // Failed delivers an error if a listener stops on its own.
 func (s *Server) Failed() <-chan error { return s.served }

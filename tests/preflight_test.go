@@ -7,7 +7,6 @@ import (
 
 	"github.com/narwhal-router/narwhal/bench/sim"
 	"github.com/narwhal-router/narwhal/config"
-
 	"github.com/narwhal-router/narwhal/transport/preflight"
 )
 

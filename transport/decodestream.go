@@ -11,7 +11,6 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/narwhal-router/narwhal/transport/fault"
-
 	"github.com/narwhal-router/narwhal/transport/wire"
 )
 
@@ -110,7 +109,7 @@ func (s *DecodeStream) Next() (Event, error) {
 		return Event{}, io.EOF
 	}
 	readDeadline, byRequest := s.deadline, true
-	if rt := s.c.timeouts.DecodeReadTimeoutS.Duration(); rt > 0 {
+	if rt := s.c.timeouts.DecodeRead; rt > 0 {
 		readDeadline, byRequest = earliest(time.Now().Add(rt), s.deadline)
 	}
 	if err := s.lc.setReadDeadline(readDeadline); err != nil {
@@ -153,7 +152,7 @@ func (s *DecodeStream) readFault(err error, beforeFirst, byRequest bool) *fault.
 		return c.fault(fault.PhaseDecode, fault.FirstTokenTimeout, c.firstTokenDetail(), err)
 	case isTimeout(err):
 		return c.fault(fault.PhaseDecode, fault.Silence, "engine went silent between tokens (nothing for "+
-			c.timeouts.DecodeReadTimeoutS.Duration().String()+")", err)
+			c.timeouts.DecodeRead.String()+")", err)
 	case errors.Is(err, wire.ErrEventTooLarge):
 		return c.fault(fault.PhaseDecode, fault.BadResponse, err.Error(), err)
 	}

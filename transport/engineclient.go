@@ -14,12 +14,9 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/narwhal-router/narwhal/config"
-
 	"github.com/narwhal-router/narwhal/transport/fault"
-
-	"github.com/narwhal-router/narwhal/transport/wire"
-
 	"github.com/narwhal-router/narwhal/transport/kv"
+	"github.com/narwhal-router/narwhal/transport/wire"
 )
 
 // EngineClient speaks to one vLLM-compatible engine: the prefill leg, the decode leg and the
@@ -32,7 +29,7 @@ type EngineClient struct {
 	auth      string
 	kv        kv.Side
 	connector kv.Connector
-	timeouts  config.EngineTimeouts
+	timeouts  config.EngineTimings
 }
 
 // Request is one attempt's view of a client request, as both legs send it.
@@ -45,6 +42,9 @@ type Request struct {
 	// TraceParent and TraceState are the client's W3C trace headers, forwarded when present.
 	TraceParent string
 	TraceState  string
+	// Transfer is the attempt's connector plan (PlanTransfer). Zero: Prefill asks the
+	// producer's connector for a plan of its own, which only a sequential connector supports.
+	Transfer kv.Plan
 }
 
 // maxPrefillBody bounds a prefill response (one token plus the descriptor, or prompt logprobs).
@@ -53,19 +53,23 @@ const maxPrefillBody = 16 << 20
 // maxErrorBody bounds an engine error body kept for the client.
 const maxErrorBody = 64 << 10
 
-// NewEngineClient builds the client for one configured engine.
+// NewEngineClient builds the client for one configured engine, with Narwhal's own connectors.
 func NewEngineClient(e config.Engine, t config.EngineTimeouts) (*EngineClient, error) {
+	return NewEngineClientWith(e, t, kv.Builtin())
+}
+
+// NewEngineClientWith builds the client for one configured engine; its kv.connector is looked
+// up in connectors.
+func NewEngineClientWith(e config.Engine, t config.EngineTimeouts, connectors kv.Registry) (*EngineClient, error) {
 	u, err := url.Parse(e.URL)
 	if err != nil {
 		return nil, fmt.Errorf("engine %s: url: %w", e.Name, err)
 	}
-	if e.KV.Connector == "" {
-		e.KV.Connector = config.ConnectorNIXL
-	}
-	conn, err := kv.LookupConnector(e.KV.Connector)
+	conn, err := connectors.For(e.KV.Connector)
 	if err != nil {
 		return nil, fmt.Errorf("engine %s: %w", e.Name, err)
 	}
+	e.KV.Connector = conn.Name()
 	addr := u.Host
 	if u.Port() == "" {
 		port := "80"
@@ -86,7 +90,7 @@ func NewEngineClient(e config.Engine, t config.EngineTimeouts) (*EngineClient, e
 			IsTLS:               u.Scheme == "https",
 			Name:                "narwhal",
 			MaxConns:            maxConns,
-			MaxIdleConnDuration: t.IdleConnTimeoutS.Duration(),
+			MaxIdleConnDuration: t.IdleConnTimeoutS.Duration(), // once, here
 			ConnPoolStrategy:    fasthttp.LIFO,
 			// Each open decode stream holds its connection's read buffer: 2 KiB fits an engine's
 			// response headers with room to spare and halves what a stream costs.
@@ -100,7 +104,7 @@ func NewEngineClient(e config.Engine, t config.EngineTimeouts) (*EngineClient, e
 			TransferModes: e.KV.TransferModes,
 		},
 		connector: conn,
-		timeouts:  t,
+		timeouts:  t.Provision(),
 	}
 	if e.APIKey != "" {
 		c.auth = "Bearer " + e.APIKey
@@ -113,9 +117,6 @@ func NewEngineClient(e config.Engine, t config.EngineTimeouts) (*EngineClient, e
 // Name is the engine's configured name.
 func (c *EngineClient) Name() string { return c.name }
 
-// URL is the engine's base URL.
-func (c *EngineClient) URL() string { return c.base }
-
 // Close drops the idle connections to the engine.
 func (c *EngineClient) Close() { c.hc.CloseIdleConnections() }
 
@@ -124,21 +125,26 @@ func (c *EngineClient) Close() { c.hc.CloseIdleConnections() }
 // engine.prefill_timeout_s and the request deadline, and cancelled with ctx.
 func (c *EngineClient) Prefill(ctx context.Context, req *Request) (PrefillResult, error) {
 	start := time.Now()
-	deadline, byRequest := earliest(start.Add(c.timeouts.PrefillTimeoutS.Duration()), req.Deadline)
+	deadline, byRequest := earliest(start.Add(c.timeouts.Prefill), req.Deadline)
 
 	hreq := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(hreq)
 	buf := bytebufferpool.Get()
 	defer bytebufferpool.Put(buf)
-	buf.B = req.Body.AppendPrefillBody(buf.B[:0], c.connector.PrefillParams())
+	params := req.Transfer.Prefill
+	if params == nil {
+		params = c.connector.Plan(kv.Attempt{Pair: kv.Pair{Producer: c.kv, Endpoint: req.Body.Endpoint},
+			BackendRequestID: req.BackendRequestID}).Prefill
+	}
+	buf.B = req.Body.AppendPrefillBody(buf.B[:0], params)
 	c.prepare(hreq, req, buf.B)
 
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
-	lc, err := openLeg(ctx, c.hc, hreq, resp, deadline, c.timeouts.ConnectTimeoutS.Duration(), false, maxPrefillBody)
+	lc, err := openLeg(ctx, c.hc, hreq, resp, deadline, c.timeouts.Connect, false, maxPrefillBody)
 	if err != nil {
 		return PrefillResult{}, c.legFault(ctx, fault.PhasePrefill, err, byRequest, fault.Timeout,
-			fmt.Sprintf("prefill engine did not answer within %s", c.timeouts.PrefillTimeoutS.Duration()))
+			fmt.Sprintf("prefill engine did not answer within %s", c.timeouts.Prefill))
 	}
 	defer lc.close()
 	if f := c.statusFault(fault.PhasePrefill, resp.StatusCode(), resp.Body(), resp); f != nil {
@@ -147,6 +153,7 @@ func (c *EngineClient) Prefill(ctx context.Context, req *Request) (PrefillResult
 
 	res := PrefillResult{
 		producerKV:       c.kv,
+		connector:        c.connector,
 		Producer:         c.name,
 		ProducerURL:      c.base,
 		Endpoint:         req.Body.Endpoint,
@@ -184,14 +191,14 @@ func (c *EngineClient) Decode(ctx context.Context, res PrefillResult, req *Reque
 	var params []byte
 	if res.descriptor != nil {
 		pair := kv.Pair{Producer: res.producerKV, Consumer: c.kv, Endpoint: req.Body.Endpoint}
-		if rej := kv.ValidateDescriptor(res.descriptor, pair); rej != nil {
+		if rej := kv.ValidateDescriptor(res.connector, res.descriptor, pair); rej != nil {
 			f := c.descriptorFault(rej)
 			f.Engine = res.Producer
 			return nil, f
 		}
 		params = res.descriptor.Raw()
 	}
-	deadline, byRequest := earliest(start.Add(c.timeouts.FirstTokenTimeoutS.Duration()), req.Deadline)
+	deadline, byRequest := earliest(start.Add(c.timeouts.FirstToken), req.Deadline)
 
 	hreq := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(hreq)
@@ -201,7 +208,7 @@ func (c *EngineClient) Decode(ctx context.Context, res PrefillResult, req *Reque
 	c.prepare(hreq, req, buf.B)
 
 	resp := fasthttp.AcquireResponse()
-	lc, err := openLeg(ctx, c.hc, hreq, resp, deadline, c.timeouts.ConnectTimeoutS.Duration(), true, 0)
+	lc, err := openLeg(ctx, c.hc, hreq, resp, deadline, c.timeouts.Connect, true, 0)
 	if err != nil {
 		fasthttp.ReleaseResponse(resp)
 		return nil, c.legFault(ctx, fault.PhaseDecode, err, byRequest, fault.FirstTokenTimeout, c.firstTokenDetail())
@@ -224,8 +231,37 @@ func (c *EngineClient) Decode(ctx context.Context, res PrefillResult, req *Reque
 	return s, nil
 }
 
+// PlanTransfer asks the producer's connector for the transfer parameters of one attempt on the
+// producer→consumer pair, before either leg starts. A plan with decode parameters
+// (kv.Plan.Concurrent) runs both legs at once: see Planned.
+func PlanTransfer(producer, consumer *EngineClient, endpoint wire.Endpoint, backendRequestID string) kv.Plan {
+	return producer.connector.Plan(kv.Attempt{
+		Pair:             kv.Pair{Producer: producer.kv, Consumer: consumer.kv, Endpoint: endpoint},
+		BackendRequestID: backendRequestID,
+	})
+}
+
+// Planned is the PrefillResult of a concurrent plan, for a decode that starts together with its
+// prefill: its descriptor is the plan's decode parameters (validated by the connector like a
+// producer's), and the handoff's age counts from now.
+func Planned(producer *EngineClient, req *Request) (PrefillResult, error) {
+	res := PrefillResult{producerKV: producer.kv, connector: producer.connector, Producer: producer.name,
+		ProducerURL: producer.base, Endpoint: req.Body.Endpoint, BackendRequestID: req.BackendRequestID,
+		Started: time.Now()}
+	if !json.Valid(req.Transfer.Decode) {
+		return PrefillResult{}, producer.fault(fault.PhasePrefill, fault.Descriptor,
+			"connector "+producer.connector.Name()+" planned decode parameters that are not JSON", nil)
+	}
+	d, rej := kv.ParseDescriptor(req.Transfer.Decode, req.Body.Endpoint)
+	if rej != nil {
+		return PrefillResult{}, producer.descriptorFault(rej)
+	}
+	res.descriptor = d
+	return res, nil
+}
+
 func (c *EngineClient) firstTokenDetail() string {
-	return fmt.Sprintf("no token from the decode engine within %s", c.timeouts.FirstTokenTimeoutS.Duration())
+	return fmt.Sprintf("no token from the decode engine within %s", c.timeouts.FirstToken)
 }
 
 // prepare fills the request line and the allowlisted headers; no client header reaches an engine

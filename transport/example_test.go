@@ -12,7 +12,6 @@ import (
 	"github.com/narwhal-router/narwhal/bench/sim"
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/transport"
-
 	"github.com/narwhal-router/narwhal/transport/wire"
 )
 

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/narwhal-router/narwhal/config"
-
 	"github.com/narwhal-router/narwhal/transport/fault"
 )
 

@@ -5,9 +5,8 @@ import (
 
 	"github.com/goccy/go-json"
 
-	"github.com/narwhal-router/narwhal/transport/wire"
-
 	"github.com/narwhal-router/narwhal/transport/kv"
+	"github.com/narwhal-router/narwhal/transport/wire"
 )
 
 // PrefillResult is what a prefill leg hands to the decode leg: the producer's handoff descriptor
@@ -16,6 +15,7 @@ import (
 type PrefillResult struct {
 	descriptor *kv.Descriptor
 	producerKV kv.Side
+	connector  kv.Connector // the producer's: it validates the descriptor
 
 	// Producer is the producer engine's name; ProducerURL its base URL.
 	Producer    string

@@ -10,9 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/narwhal-router/narwhal/config"
-
 	"github.com/narwhal-router/narwhal/transport/fault"
-
 	"github.com/narwhal-router/narwhal/transport/wire"
 )
 

@@ -12,9 +12,7 @@ import (
 
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/transport"
-
 	"github.com/narwhal-router/narwhal/transport/fault"
-
 	"github.com/narwhal-router/narwhal/transport/wire"
 )
 

@@ -1,13 +1,13 @@
 package ingress
 
 import (
+	"context"
+	"errors"
 	"time"
 
-	"github.com/narwhal-router/narwhal/transport/fault"
-
-	"github.com/narwhal-router/narwhal/transport"
-
 	"github.com/narwhal-router/narwhal/messages"
+	"github.com/narwhal-router/narwhal/transport"
+	"github.com/narwhal-router/narwhal/transport/fault"
 )
 
 // Plan is one attempt as the request supervisor decided it: which engines run the two legs under
@@ -42,15 +42,22 @@ type Outcome struct {
 }
 
 // Run executes p: the prefill leg, the handoff checks, the decode leg up to its first token. It
-// runs on the request's own goroutine and never blocks on the supervisor.
+// runs on the request's own goroutine and never blocks on the supervisor. The producer's
+// connector plans the attempt first; a plan for concurrent legs runs both at once (runConcurrent).
 func (x *Exchange) Run(p *Plan) Outcome {
 	out := Outcome{Attempt: p.Attempt}
 	req := x.EngineRequest(p.BackendRequestID)
+	if !p.SameWorker {
+		req.Transfer = transport.PlanTransfer(p.Producer, p.Consumer, req.Body.Endpoint, req.BackendRequestID)
+	}
 
 	out.PrefillStarted = time.Now()
 	x.prefillStart.Store(out.PrefillStarted.UnixNano())
 	x.setProgress(fault.PhasePrefill, true)
 	defer x.setProgress(0, false)
+	if req.Transfer.Concurrent() {
+		return x.runConcurrent(p, req, out)
+	}
 	res, err := p.Producer.Prefill(x.ctx, req)
 	if err != nil {
 		out.Fault = faultOf(err, fault.PhasePrefill, p.Producer.Name())
@@ -87,6 +94,52 @@ func (x *Exchange) Run(p *Plan) Outcome {
 	out.Stream = stream
 	return out
 }
+
+// runConcurrent runs a concurrent connector's legs: the decode starts with the planned
+// parameters as the prefill does, and the attempt commits once the first token is in and the
+// prefill has answered. Either leg's failure fails the attempt; a failed prefill cancels the
+// decode (its KV will never come), and the prefill's fault is the one reported.
+func (x *Exchange) runConcurrent(p *Plan, req *transport.Request, out Outcome) Outcome {
+	res, err := transport.Planned(p.Producer, req)
+	if err != nil {
+		out.Fault = faultOf(err, fault.PhasePrefill, p.Producer.Name())
+		return out
+	}
+	decodeCtx, cancelDecode := context.WithCancelCause(x.ctx)
+	type prefilled struct {
+		res transport.PrefillResult
+		err error
+	}
+	done := make(chan prefilled, 1)
+	go func() {
+		r, err := p.Producer.Prefill(x.ctx, req)
+		if err != nil {
+			cancelDecode(errPrefillFailed)
+		}
+		done <- prefilled{r, err}
+	}()
+	out.DecodeStarted = time.Now()
+	x.setProgress(fault.PhaseDecode, true)
+	stream, derr := p.Consumer.Decode(decodeCtx, res, req)
+	pre := <-done
+	if pre.err != nil {
+		if stream != nil {
+			stream.Close()
+		}
+		out.Fault = faultOf(pre.err, fault.PhasePrefill, p.Producer.Name())
+		return out
+	}
+	out.PrefillDone = pre.res.Completed
+	if derr != nil {
+		out.Fault = faultOf(derr, fault.PhaseDecode, p.Consumer.Name())
+		return out
+	}
+	out.Stream = stream
+	return out
+}
+
+// errPrefillFailed cancels the decode leg of a concurrent attempt whose prefill failed.
+var errPrefillFailed = errors.New("the prefill leg of the attempt failed")
 
 func faultOf(err error, leg fault.Phase, engine string) *fault.Fault {
 	if f, ok := fault.As(err); ok {

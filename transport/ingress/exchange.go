@@ -5,13 +5,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/narwhal-router/narwhal/transport/wire"
-
-	"github.com/narwhal-router/narwhal/transport"
-
 	"github.com/narwhal-router/narwhal/messages"
-
+	"github.com/narwhal-router/narwhal/transport"
 	"github.com/narwhal-router/narwhal/transport/fault"
+	"github.com/narwhal-router/narwhal/transport/wire"
 )
 
 // Exchange is one admitted client request as the data plane holds it: what ingress parsed, the

@@ -14,15 +14,11 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/narwhal-router/narwhal/config"
-	"github.com/narwhal-router/narwhal/transport/telemetry"
-
-	"github.com/narwhal-router/narwhal/transport/fault"
-
-	"github.com/narwhal-router/narwhal/transport/wire"
-
-	"github.com/narwhal-router/narwhal/transport"
-
 	"github.com/narwhal-router/narwhal/messages"
+	"github.com/narwhal-router/narwhal/transport"
+	"github.com/narwhal-router/narwhal/transport/fault"
+	"github.com/narwhal-router/narwhal/transport/telemetry"
+	"github.com/narwhal-router/narwhal/transport/wire"
 )
 
 // ModelLister reports the models the fleet serves, for GET /v1/models.
@@ -34,7 +30,7 @@ type ModelLister interface {
 // each to a request supervisor through the Dispatcher, and carries out the supervisor's verdict:
 // an error response, or the relay of a committed decode stream.
 type Ingress struct {
-	cfg        config.Config
+	rt         config.ServerRuntime
 	dispatcher Dispatcher
 	models     ModelLister
 	metrics    *telemetry.Metrics
@@ -49,15 +45,16 @@ func NewIngress(cfg config.Config, d Dispatcher, models ModelLister, m *telemetr
 	if err != nil {
 		return nil, err
 	}
-	in := &Ingress{cfg: cfg, dispatcher: d, models: models, metrics: m, gone: gone,
-		deadline: cfg.Request.DeadlineS.Duration()}
+	rt := config.Provision(cfg)
+	in := &Ingress{rt: rt.Server, dispatcher: d, models: models, metrics: m, gone: gone,
+		deadline: rt.Request.Deadline}
 	in.srv = &fasthttp.Server{
 		Name:               "narwhal",
 		Handler:            in.handle,
 		ErrorHandler:       in.handleTransportError,
-		MaxRequestBodySize: cfg.Server.MaxBodyBytes,
-		ReadTimeout:        cfg.Server.HeaderTimeoutS.Duration(),
-		IdleTimeout:        cfg.Server.IdleTimeoutS.Duration(),
+		MaxRequestBodySize: rt.Server.MaxBodyBytes,
+		ReadTimeout:        rt.Server.HeaderTimeout,
+		IdleTimeout:        rt.Server.IdleTimeout,
 		CloseOnShutdown:    true,
 		// A streaming response holds its connection's write buffer for as long as it streams;
 		// events are a few hundred bytes, and larger writes bypass the buffer anyway.
@@ -100,7 +97,7 @@ func (in *Ingress) handle(ctx *fasthttp.RequestCtx) {
 func (in *Ingress) handleTransportError(ctx *fasthttp.RequestCtx, err error) {
 	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
 		writeError(ctx, fasthttp.StatusRequestEntityTooLarge, fault.ErrorBody{
-			Message: "request body is larger than server.max_body_bytes (" + strconv.Itoa(in.cfg.Server.MaxBodyBytes) + " bytes)",
+			Message: "request body is larger than server.max_body_bytes (" + strconv.Itoa(in.rt.MaxBodyBytes) + " bytes)",
 			Type:    fault.ErrorType(413), Code: "request_too_large"})
 		return
 	}
@@ -210,7 +207,7 @@ func (in *Ingress) reject(ctx *fasthttp.RequestCtx, ep wire.Endpoint, arrival ti
 func (in *Ingress) setCommonHeaders(ctx *fasthttp.RequestCtx, t Timing, r Routing) {
 	h := &ctx.Response.Header
 	h.Set("Server-Timing", serverTiming(t))
-	if in.cfg.Server.ExposeRoutingHeaders {
+	if in.rt.ExposeRoutingHeaders {
 		if r.Producer != "" {
 			h.Set("x-narwhal-producer", r.Producer)
 		}

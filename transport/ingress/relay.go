@@ -8,13 +8,10 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/narwhal-router/narwhal/transport/fault"
-
-	"github.com/narwhal-router/narwhal/transport/wire"
-
-	"github.com/narwhal-router/narwhal/transport"
-
 	"github.com/narwhal-router/narwhal/messages"
+	"github.com/narwhal-router/narwhal/transport"
+	"github.com/narwhal-router/narwhal/transport/fault"
+	"github.com/narwhal-router/narwhal/transport/wire"
 )
 
 // relay copies a committed decode stream to a streaming client. fasthttp calls WriteTo on the

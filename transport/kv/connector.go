@@ -2,39 +2,52 @@ package kv
 
 import (
 	"fmt"
-	"sort"
-	"strings"
-
-	"github.com/narwhal-router/narwhal/config"
 
 	"github.com/narwhal-router/narwhal/transport/wire"
 )
 
-// Connector is one KV transfer mechanism as the router sees it: what the producer is asked for,
-// and which descriptors may be forwarded to a consumer. Adding a connector is one new file that
-// implements this interface and registers itself in connectors below.
+// Connector is one KV transfer mechanism as the router sees it: what each leg of an attempt
+// carries as kv_transfer_params, and which descriptors may be forwarded to a consumer.
 //
-// The NIXL connector is sequential: the consumer's parameters come out of the producer's
-// response. A connector whose legs are dispatched concurrently, such as Mooncake (the router
-// picks a transfer_id and the producer's remote_bootstrap_addr up front and starts prefill and
-// decode together), additionally implements ConcurrentConnector; its Validate then checks the
-// planned parameters instead of a producer response.
+// A sequential connector (NIXL) plans only the prefill leg: the consumer's parameters are the
+// descriptor in the producer's response, and the decode leg starts once it is in and valid. A
+// concurrent connector (Mooncake-style: the router picks a transfer id and the producer's
+// bootstrap address up front) plans both legs: the attempt runner then starts prefill and decode
+// together, and Validate checks the planned decode parameters instead of a producer response.
+//
+// Adding one: implement this interface in a file of this package and list it in Builtin
+// (registry.go), and add its name to config.Connectors so configurations may use it.
 type Connector interface {
 	// Name is the value of engines[].kv.connector.
 	Name() string
-	// PrefillParams is the kv_transfer_params object sent to the producer.
-	PrefillParams() []byte
-	// Validate checks a producer's descriptor for one producer→consumer pair. It returns nil to
-	// forward the descriptor unchanged, or the rejection.
+	// Plan returns the transfer parameters of one attempt, before either leg starts.
+	Plan(a Attempt) Plan
+	// Validate checks the consumer-bound descriptor for one producer→consumer pair: a
+	// producer's response, or the planned decode parameters of a concurrent connector. It
+	// returns nil to forward the descriptor unchanged, or the rejection.
 	Validate(d *Descriptor, pair Pair) *Rejection
 }
 
-// ConcurrentConnector is implemented by connectors that dispatch both legs at once.
-type ConcurrentConnector interface {
-	Connector
-	// Plan returns the parameters for both legs of one attempt before either starts.
-	Plan(pair Pair, backendRequestID string) (prefillParams, decodeParams []byte)
+// Attempt is what a connector plans for: the engine pair and the attempt's backend request ID
+// (the X-Request-Id both legs carry). Pair.Consumer is zero when a caller runs a prefill leg
+// on its own (the standalone Go API); only sequential connectors support that.
+type Attempt struct {
+	Pair             Pair
+	BackendRequestID string
 }
+
+// Plan is a connector's parameters for the two legs of one attempt.
+type Plan struct {
+	// Prefill is the kv_transfer_params object sent to the producer.
+	Prefill []byte
+	// Decode, when set, is the consumer's kv_transfer_params, planned up front: the legs run
+	// concurrently. Nil for a sequential connector, whose consumer gets the producer's
+	// descriptor.
+	Decode []byte
+}
+
+// Concurrent says the plan runs both legs at once.
+func (p Plan) Concurrent() bool { return p.Decode != nil }
 
 // Side is one engine's KV transfer configuration.
 type Side struct {
@@ -72,41 +85,25 @@ type Rejection struct {
 
 func (r *Rejection) Error() string { return r.Reason + ": " + r.Detail }
 
-func reject(reason, format string, args ...any) *Rejection {
+// Reject makes a rejection; connectors outside this package use it too.
+func Reject(reason, format string, args ...any) *Rejection {
 	return &Rejection{Reason: reason, Detail: fmt.Sprintf(format, args...)}
 }
 
-var connectors = map[string]Connector{
-	config.ConnectorNIXL: nixlConnector{},
-}
-
-// LookupConnector returns the named connector, or an error listing the known ones.
-func LookupConnector(name string) (Connector, error) {
-	if c, ok := connectors[name]; ok {
-		return c, nil
-	}
-	known := make([]string, 0, len(connectors))
-	for k := range connectors {
-		known = append(known, k)
-	}
-	sort.Strings(known)
-	return nil, fmt.Errorf("unknown KV connector %q (known: %s)", name, strings.Join(known, ", "))
-}
-
 // ValidateDescriptor checks d for pair: the parts every connector shares (the pair's connectors
-// agree, the descriptor was made for the same API endpoint) and then the connector's own rules.
-func ValidateDescriptor(d *Descriptor, pair Pair) *Rejection {
+// agree, the descriptor was made for the same API endpoint) and then c's own rules; c is the
+// producer's connector.
+func ValidateDescriptor(c Connector, d *Descriptor, pair Pair) *Rejection {
 	if pair.Producer.Connector != pair.Consumer.Connector {
-		return reject(ReasonConnectorMismatch, "producer %s uses connector %q but consumer %s uses %q",
+		return Reject(ReasonConnectorMismatch, "producer %s uses connector %q but consumer %s uses %q",
 			pair.Producer.Engine, pair.Producer.Connector, pair.Consumer.Engine, pair.Consumer.Connector)
 	}
 	if d.endpoint != pair.Endpoint {
-		return reject(ReasonEndpointMismatch, "descriptor was produced for the %s endpoint, not %s",
+		return Reject(ReasonEndpointMismatch, "descriptor was produced for the %s endpoint, not %s",
 			d.endpoint, pair.Endpoint)
 	}
-	c, err := LookupConnector(pair.Producer.Connector)
-	if err != nil {
-		return reject(ReasonConnectorMismatch, "%v", err)
+	if c.Name() != pair.Producer.Connector {
+		return Reject(ReasonConnectorMismatch, "descriptor of connector %q checked as %q", pair.Producer.Connector, c.Name())
 	}
 	return c.Validate(d, pair)
 }

@@ -24,11 +24,11 @@ const maxDescriptorBytes = 1 << 20
 // valid JSON; it is referenced, not copied.
 func ParseDescriptor(raw []byte, ep wire.Endpoint) (*Descriptor, *Rejection) {
 	if len(raw) > maxDescriptorBytes {
-		return nil, reject(ReasonConnectorMismatch, "descriptor is %d bytes, more than the 1 MiB any connector sends", len(raw))
+		return nil, Reject(ReasonConnectorMismatch, "descriptor is %d bytes, more than the 1 MiB any connector sends", len(raw))
 	}
 	fields, err := wire.ScanObject(raw, make([]wire.Field, 0, 16))
 	if err != nil {
-		return nil, reject(ReasonConnectorMismatch, "kv_transfer_params is not a JSON object")
+		return nil, Reject(ReasonConnectorMismatch, "kv_transfer_params is not a JSON object")
 	}
 	return &Descriptor{raw: raw, fields: fields, endpoint: ep}, nil
 }
@@ -36,14 +36,14 @@ func ParseDescriptor(raw []byte, ep wire.Endpoint) (*Descriptor, *Rejection) {
 // Raw is the descriptor as the producer sent it.
 func (d *Descriptor) Raw() []byte { return d.raw }
 
-// member returns the raw value of the last member named key.
-func (d *Descriptor) member(key string) ([]byte, bool) {
+// Member returns the raw value of the last member named key.
+func (d *Descriptor) Member(key string) ([]byte, bool) {
 	return wire.Member(d.raw, d.fields, key)
 }
 
-// stringMember returns the member as a Go string; ok is false if it is absent or not a string.
-func (d *Descriptor) stringMember(key string) (string, bool) {
-	v, ok := d.member(key)
+// StringMember returns the member as a Go string; ok is false if it is absent or not a string.
+func (d *Descriptor) StringMember(key string) (string, bool) {
+	v, ok := d.Member(key)
 	if !ok || len(v) < 2 || v[0] != '"' {
 		return "", false
 	}
@@ -56,7 +56,7 @@ func (d *Descriptor) stringMember(key string) (string, bool) {
 
 // intMember returns the member as an integer; ok is false if it is absent or not an integer.
 func (d *Descriptor) intMember(key string) (int64, bool) {
-	v, ok := d.member(key)
+	v, ok := d.Member(key)
 	if !ok {
 		return 0, false
 	}
@@ -74,7 +74,7 @@ const (
 // arrays (one per KV-cache group), within the bounds above. It scans without allocating.
 func checkBlockIDs(v []byte) *Rejection {
 	bad := func(format string, args ...any) *Rejection {
-		return reject(ReasonMalformedBlockIDs, "remote_block_ids "+format, args...)
+		return Reject(ReasonMalformedBlockIDs, "remote_block_ids "+format, args...)
 	}
 	if len(v) == 0 || v[0] != '[' {
 		return bad("must be an array, got %s", excerpt(v))
@@ -155,7 +155,7 @@ func scanBlockID(v []byte, i int, where string) (int, *Rejection) {
 		if err != nil {
 			end = len(v)
 		}
-		return 0, reject(ReasonMalformedBlockIDs, "remote_block_ids%s holds %s, not a non-negative integer", where, excerpt(v[i:end]))
+		return 0, Reject(ReasonMalformedBlockIDs, "remote_block_ids%s holds %s, not a non-negative integer", where, excerpt(v[i:end]))
 	}
 	return j, nil
 }

@@ -53,7 +53,7 @@ func validate(t *testing.T, raw []byte, ep wire.Endpoint, p Pair) *Rejection {
 	if rej != nil {
 		return rej
 	}
-	return ValidateDescriptor(d, p)
+	return ValidateDescriptor(nixlConnector{}, d, p)
 }
 
 func TestAcceptedDescriptorShapes(t *testing.T) {
@@ -160,7 +160,7 @@ func TestDescriptorWithUnknownFieldsIsForwardedVerbatim(t *testing.T) {
 	if rej != nil {
 		t.Fatal(rej)
 	}
-	if rej := ValidateDescriptor(d, pair()); rej != nil {
+	if rej := ValidateDescriptor(nixlConnector{}, d, pair()); rej != nil {
 		t.Fatal(rej)
 	}
 	b, err := wire.ParseClientBody(wire.EndpointCompletions, []byte(`{"model":"m","prompt":"p"}`))
@@ -195,7 +195,7 @@ func FuzzValidateDescriptor(f *testing.F) {
 		if rej != nil {
 			return
 		}
-		if ValidateDescriptor(d, p) != nil {
+		if ValidateDescriptor(nixlConnector{}, d, p) != nil {
 			return
 		}
 		var m map[string]any

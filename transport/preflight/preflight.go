@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/narwhal-router/narwhal/config"
-
 	"github.com/narwhal-router/narwhal/transport"
 )
 
