@@ -36,7 +36,7 @@ func fixture(t testing.TB, name string) []byte {
 }
 
 // descriptorOf pulls kv_transfer_params out of a prefill response fixture.
-func descriptorOf(t *testing.T, name string) []byte {
+func descriptorOf(t testing.TB, name string) []byte {
 	t.Helper()
 	var r struct {
 		KV json.RawMessage `json:"kv_transfer_params"`
@@ -209,4 +209,24 @@ func FuzzValidateDescriptor(f *testing.F) {
 			t.Fatalf("accepted without block ids: %s", raw)
 		}
 	})
+}
+
+// BenchmarkValidateDescriptor is the per-attempt handoff check: index the producer's
+// descriptor and validate it for the pair (the newest grouped shape, identity pinned).
+func BenchmarkValidateDescriptor(b *testing.B) {
+	raw := descriptorOf(b, "prefill-response-newest.json")
+	p := pair(func(p *Pair) {
+		p.Endpoint = wire.EndpointChat
+		p.Producer.EngineID = "c53ac287-36cd-4b52-811f-16de4e4bd3a5"
+	})
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		d, rej := ParseDescriptor(raw, wire.EndpointChat)
+		if rej != nil {
+			b.Fatal(rej)
+		}
+		if rej := ValidateDescriptor(nixlConnector{}, d, p); rej != nil {
+			b.Fatal(rej)
+		}
+	}
 }
