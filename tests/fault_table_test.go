@@ -12,7 +12,7 @@ import (
 	"github.com/narwhal-router/narwhal/transport/fault"
 )
 
-// TestFaultTableEndToEnd walks the failure-policy table (transport/fault.Table) and checks each
+// TestFaultTableEndToEnd walks the failure-policy table (transport/fault: Kinds and Kind.Policy) and checks each
 // row against a real request through the simulator: the status the client gets, whether the
 // router retried (attempts in the access log), and whether the engines' failure streaks moved
 // (GET /engines on the admin listener). The expectations come from the table itself, so a row
@@ -85,7 +85,7 @@ func TestFaultTableEndToEnd(t *testing.T) {
 				f := &fault.Fault{Kind: kind, Status: sc.engineStatus}
 				want := f.ClientStatus()
 				if r.status != want {
-					t.Fatalf("status %d, want %d (row %+v): %s", r.status, want, *row, r.body)
+					t.Fatalf("status %d, want %d (row %+v): %s", r.status, want, row, r.body)
 				}
 				if row.Status != fault.PassThrough {
 					if e := envelope(t, r.body); e.code() != row.Name {

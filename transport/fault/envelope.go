@@ -49,7 +49,7 @@ func ErrorType(status int) string {
 // through (4xx, in-stream errors) keep the engine's own body; everything else gets a router
 // envelope whose code names the fault kind and whose message never holds an engine URL.
 func FaultEnvelope(f *Fault) []byte {
-	if (f.Kind.Policy().Status == PassThrough) && len(f.Body) > 0 && json.Valid(f.Body) {
+	if (f.Kind.row().Status == PassThrough) && len(f.Body) > 0 && json.Valid(f.Body) {
 		if isErrorData(f.Body) {
 			return f.Body
 		}

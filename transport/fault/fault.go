@@ -95,8 +95,9 @@ type Policy struct {
 	RouterSide bool
 }
 
-// Table is the failure policy, one row per kind. Every predicate on Fault reads it.
-var Table = [...]Policy{
+// table is the failure policy, one row per kind: the only place it is written down. Every
+// predicate on Fault reads it; Kind.Policy shows a row.
+var table = [...]Policy{
 	Unreachable:       {Name: "unreachable", Status: 502, Retry: Always, Counts: Always},
 	Timeout:           {Name: "timeout", Status: 504, Retry: Always, Counts: Always, StreamFailure: true},
 	FirstTokenTimeout: {Name: "first_token_timeout", Status: 504, Retry: Always, Counts: Always, StreamFailure: true},
@@ -119,19 +120,22 @@ var Table = [...]Policy{
 
 // Kinds lists every fault kind, in table order.
 func Kinds() []Kind {
-	out := make([]Kind, 0, len(Table))
-	for k := range Table {
-		if Table[k].Name != "" {
+	out := make([]Kind, 0, len(table))
+	for k := range table {
+		if table[k].Name != "" {
 			out = append(out, Kind(k))
 		}
 	}
 	return out
 }
 
-// Policy returns the kind's row; an unknown kind gets the row of an unreadable engine failure.
-func (k Kind) Policy() *Policy {
-	if int(k) < len(Table) && Table[k].Name != "" {
-		return &Table[k]
+// Policy returns the kind's row (a copy); an unknown kind gets the row of an unreadable engine
+// failure.
+func (k Kind) Policy() Policy { return *k.row() }
+
+func (k Kind) row() *Policy {
+	if int(k) < len(table) && table[k].Name != "" {
+		return &table[k]
 	}
 	return &unknownPolicy
 }
@@ -140,7 +144,7 @@ var unknownPolicy = Policy{Status: 502, Retry: Always, Counts: Always}
 
 // String is the kind's stable name, used in metrics, logs and the error envelope's code.
 func (k Kind) String() string {
-	if p := k.Policy(); p.Name != "" {
+	if p := k.row(); p.Name != "" {
 		return p.Name
 	}
 	return "fault(" + strconv.Itoa(int(k)) + ")"
@@ -177,29 +181,29 @@ func (f *Fault) Unwrap() error { return f.Err }
 
 // ClientStatus is the HTTP status the client gets when the fault ends the request before commit.
 func (f *Fault) ClientStatus() int {
-	if s := f.Kind.Policy().Status; s != PassThrough {
+	if s := f.Kind.row().Status; s != PassThrough {
 		return s
 	}
 	return f.Status
 }
 
 // Retriable says whether a fresh attempt (before visible output) may cure the fault.
-func (f *Fault) Retriable() bool { return f.Kind.Policy().Retry.holds(f.Status) }
+func (f *Fault) Retriable() bool { return f.Kind.row().Retry.holds(f.Status) }
 
 // StreamFailure says the fault is one of the stream failures of SPEC §8 (first-token timeout,
 // silence, close before [DONE], [DONE] before a token) or a timeout-shaped one.
-func (f *Fault) StreamFailure() bool { return f.Kind.Policy().StreamFailure }
+func (f *Fault) StreamFailure() bool { return f.Kind.row().StreamFailure }
 
 // CountsAgainstEngine says whether the engine's breaker counts the fault. Client errors (4xx),
 // backpressure (load, not failure), the client's own deadline and the router's own trouble
 // never count.
-func (f *Fault) CountsAgainstEngine() bool { return f.Kind.Policy().Counts.holds(f.Status) }
+func (f *Fault) CountsAgainstEngine() bool { return f.Kind.row().Counts.holds(f.Status) }
 
 // Shuns says a retry must avoid the fault's engine entirely.
-func (f *Fault) Shuns() bool { return f.Kind.Policy().Shun }
+func (f *Fault) Shuns() bool { return f.Kind.row().Shun }
 
 // RouterSide says the fault is the client's or the router's own end, not an engine failure.
-func (f *Fault) RouterSide() bool { return f.Kind.Policy().RouterSide }
+func (f *Fault) RouterSide() bool { return f.Kind.row().RouterSide }
 
 // As returns err's Fault, if it is one.
 func As(err error) (*Fault, bool) {

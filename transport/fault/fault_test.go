@@ -28,7 +28,7 @@ func TestEveryKindHasARowAndThePredicatesReadIt(t *testing.T) {
 			if f.ClientStatus() != wantStatus || f.Retriable() != row.Retry.holds(status) ||
 				f.CountsAgainstEngine() != row.Counts.holds(status) || f.StreamFailure() != row.StreamFailure ||
 				f.Shuns() != row.Shun || f.RouterSide() != row.RouterSide {
-				t.Fatalf("%s with engine status %d: predicates disagree with the row %+v", k, status, *row)
+				t.Fatalf("%s with engine status %d: predicates disagree with the row %+v", k, status, row)
 			}
 		}
 		if row.RouterSide && (row.Retry != Never || row.Counts != Never) {
