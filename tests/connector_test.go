@@ -155,3 +155,17 @@ func TestConcurrentConnectorPrefillFailureCancelsTheDecode(t *testing.T) {
 	h.expectAccess(r.id, 502, 1, "engine_status")
 	h.expectAborted("d0", 1, 3*time.Second)
 }
+
+// And the other way round: a failed decode cancels its prefill (whose blocks nobody would
+// read), and the client hears the decode's fault without waiting for the prefill.
+func TestConcurrentConnectorDecodeFailureCancelsThePrefill(t *testing.T) {
+	h := startWithConnector(t)
+	const prefillDelay = 5 * time.Second
+	r := h.send("/v1/completions", completion("hi @sim:decode.status=500 @sim:prefill.slow_headers="+strconv.Itoa(int(prefillDelay/time.Millisecond)), true))
+	expectError(t, r, 502, "engine_status", "engine failed (500)")
+	if r.elapsed >= prefillDelay {
+		t.Fatalf("answered after %v: the attempt waited for the prefill it should have cancelled", r.elapsed)
+	}
+	h.expectAccess(r.id, 502, 1, "engine_status")
+	h.expectAborted("p0", 1, 3*time.Second)
+}

@@ -3,6 +3,7 @@ package ingress
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/narwhal-router/narwhal/messages"
@@ -27,16 +28,16 @@ type Plan struct {
 }
 
 // Outcome is how an attempt ended: committed (Stream set: the first token is in) or failed
-// before commit (Fault set). Times are zero for what did not happen.
+// before commit (Fault set). Times are zero for what did not happen. Ingress keeps it (the stream
+// is its to relay); the supervisor hears Report.
 type Outcome struct {
 	Attempt int
 	Stream  *transport.DecodeStream
 	Fault   *fault.Fault
 
-	PrefillStarted time.Time
-	PrefillDone    time.Time // the prefill response fully read: ttft
-	DecodeStarted  time.Time
-	HandoffAge     time.Duration
+	PrefillDone   time.Time // the prefill response fully read: ttft
+	DecodeStarted time.Time
+	HandoffAge    time.Duration
 	// MissingDescriptor says the producer returned none and the decode recomputed.
 	MissingDescriptor bool
 }
@@ -51,8 +52,7 @@ func (x *Exchange) Run(p *Plan) Outcome {
 		req.Transfer = transport.PlanTransfer(p.Producer, p.Consumer, req.Body.Endpoint, req.BackendRequestID)
 	}
 
-	out.PrefillStarted = time.Now()
-	x.prefillStart.Store(out.PrefillStarted.UnixNano())
+	x.prefillStart.Store(time.Now().UnixNano())
 	x.setProgress(fault.PhasePrefill, true)
 	defer x.setProgress(0, false)
 	if req.Transfer.Concurrent() {
@@ -97,23 +97,30 @@ func (x *Exchange) Run(p *Plan) Outcome {
 
 // runConcurrent runs a concurrent connector's legs: the decode starts with the planned
 // parameters as the prefill does, and the attempt commits once the first token is in and the
-// prefill has answered. Either leg's failure fails the attempt; a failed prefill cancels the
-// decode (its KV will never come), and the prefill's fault is the one reported.
+// prefill has answered. Either leg's failure fails the attempt and cancels the other leg: a
+// decode without its prefill waits for a KV cache that will never come, and a prefill without
+// its decode pins blocks nobody will read. The fault reported is the leg that failed first.
 func (x *Exchange) runConcurrent(p *Plan, req *transport.Request, out Outcome) Outcome {
 	res, err := transport.Planned(p.Producer, req)
 	if err != nil {
 		out.Fault = faultOf(err, fault.PhasePrefill, p.Producer.Name())
 		return out
 	}
+	// Both contexts end with x.ctx at the latest (the request's end cancels it), so neither
+	// outlives the request even when the attempt succeeds.
+	prefillCtx, cancelPrefill := context.WithCancelCause(x.ctx)
+	defer cancelPrefill(nil) // every return below comes after the prefill leg has returned
 	decodeCtx, cancelDecode := context.WithCancelCause(x.ctx)
 	type prefilled struct {
 		res transport.PrefillResult
 		err error
 	}
+	var first atomic.Int32 // which leg failed first: 0 neither, 1 prefill, 2 decode
 	done := make(chan prefilled, 1)
 	go func() {
-		r, err := p.Producer.Prefill(x.ctx, req)
+		r, err := p.Producer.Prefill(prefillCtx, req)
 		if err != nil {
+			first.CompareAndSwap(0, 1)
 			cancelDecode(errPrefillFailed)
 		}
 		done <- prefilled{r, err}
@@ -121,25 +128,32 @@ func (x *Exchange) runConcurrent(p *Plan, req *transport.Request, out Outcome) O
 	out.DecodeStarted = time.Now()
 	x.setProgress(fault.PhaseDecode, true)
 	stream, derr := p.Consumer.Decode(decodeCtx, res, req)
+	if derr != nil {
+		first.CompareAndSwap(0, 2)
+		cancelPrefill(errDecodeFailed)
+	}
 	pre := <-done
-	if pre.err != nil {
+	if first.Load() == 1 {
 		if stream != nil {
 			stream.Close()
 		}
 		out.Fault = faultOf(pre.err, fault.PhasePrefill, p.Producer.Name())
 		return out
 	}
-	out.PrefillDone = pre.res.Completed
 	if derr != nil {
 		out.Fault = faultOf(derr, fault.PhaseDecode, p.Consumer.Name())
 		return out
 	}
+	out.PrefillDone = pre.res.Completed
 	out.Stream = stream
 	return out
 }
 
-// errPrefillFailed cancels the decode leg of a concurrent attempt whose prefill failed.
-var errPrefillFailed = errors.New("the prefill leg of the attempt failed")
+// errPrefillFailed and errDecodeFailed cancel the other leg of a concurrent attempt.
+var (
+	errPrefillFailed = errors.New("the prefill leg of the attempt failed")
+	errDecodeFailed  = errors.New("the decode leg of the attempt failed")
+)
 
 func faultOf(err error, leg fault.Phase, engine string) *fault.Fault {
 	if f, ok := fault.As(err); ok {
