@@ -6,6 +6,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/narwhal-router/narwhal/messages"
+	"github.com/narwhal-router/narwhal/transport/fault"
 )
 
 // poolActor is the parent of the engine actors and the admission queue: requests that found no
@@ -88,7 +89,7 @@ func (p *poolActor) Receive(ctx actor.Context) {
 // backed-off cadences. Requests meanwhile get fast 503s (no admitted engine) rather than
 // queueing. Probes still decide readmission, engine by engine.
 func (p *poolActor) checkWaves(ctx actor.Context) {
-	for _, phase := range []messages.Phase{messages.PhasePrefill, messages.PhaseDecode} {
+	for _, phase := range []fault.Phase{fault.PhasePrefill, fault.PhaseDecode} {
 		var wave []*actor.PID
 		var names []string
 		all := true

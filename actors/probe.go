@@ -10,6 +10,7 @@ import (
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/messages"
 	"github.com/narwhal-router/narwhal/transport"
+	"github.com/narwhal-router/narwhal/transport/fault"
 )
 
 // Probe results.
@@ -64,11 +65,11 @@ func (r *Router) planProbe(st *engineState) *probe {
 	switch {
 	case st.cfg.Role == config.RoleDecode || (st.cfg.Role == config.RoleBoth && partner != nil):
 		if partner == nil {
-			partner = r.fleet.anyAdmitted(messages.PhasePrefill, st.view)
+			partner = r.fleet.anyAdmitted(fault.PhasePrefill, st.view)
 		}
 		p.producer, p.consumer, p.targetIsConsumer = partner, st.view, true
 	case st.cfg.Role == config.RolePrefill:
-		p.producer, p.consumer = st.view, r.fleet.anyAdmitted(messages.PhaseDecode, st.view)
+		p.producer, p.consumer = st.view, r.fleet.anyAdmitted(fault.PhaseDecode, st.view)
 	default:
 		p.producer, p.consumer = st.view, st.view
 	}
@@ -141,13 +142,13 @@ func (p *probe) run() messages.Probe {
 	}
 	// Which side failed decides: the target's own leg failing is a failure, the partner's
 	// leg failing says nothing about the target.
-	leg := transport.LegDecode
-	if f, ok := transport.AsFault(err); ok {
-		leg = f.Leg
+	leg := fault.PhaseDecode
+	if f, ok := fault.As(err); ok {
+		leg = f.Phase
 	}
-	targetLeg := transport.LegPrefill
+	targetLeg := fault.PhasePrefill
 	if p.targetIsConsumer {
-		targetLeg = transport.LegDecode
+		targetLeg = fault.PhaseDecode
 	}
 	if p.producer == p.consumer || leg == targetLeg {
 		return p.result(probeFailure, "%v", err)

@@ -22,6 +22,8 @@ import (
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/messages"
 	"github.com/narwhal-router/narwhal/transport"
+	"github.com/narwhal-router/narwhal/transport/ingress"
+	"github.com/narwhal-router/narwhal/transport/kv"
 	"github.com/narwhal-router/narwhal/transport/telemetry"
 )
 
@@ -31,11 +33,14 @@ type Options struct {
 	Logger  *slog.Logger
 	// AccessLog receives one JSON line per request; nil disables the access log.
 	AccessLog io.Writer
+	// Connectors are the KV connectors engines may name; zero: kv.Builtin.
+	Connectors kv.Registry
 }
 
-// Router is the actor system behind the client API. It implements transport.Dispatcher.
+// Router is the actor system behind the client API. It implements ingress.Dispatcher.
 type Router struct {
 	cfg     config.Config
+	rt      config.Runtime // cfg provisioned: what the per-request paths read
 	metrics *telemetry.Metrics
 	log     *slog.Logger
 	access  *accessLog
@@ -57,7 +62,7 @@ type Router struct {
 
 // NewRouter builds the engine clients and starts the actor system.
 func NewRouter(cfg config.Config, opts Options) (*Router, error) {
-	r := &Router{cfg: cfg, metrics: opts.Metrics, log: opts.Logger, budget: newRetryBudget(cfg.Recovery.RetryBudget)}
+	r := &Router{cfg: cfg, rt: config.Provision(cfg), metrics: opts.Metrics, log: opts.Logger, budget: newRetryBudget(cfg.Recovery.RetryBudget)}
 	if r.metrics == nil {
 		r.metrics = telemetry.Noop()
 	}
@@ -68,8 +73,12 @@ func NewRouter(cfg config.Config, opts Options) (*Router, error) {
 		r.access = newAccessLog(opts.AccessLog)
 	}
 	r.fleet = &fleet{byName: map[string]*engineView{}}
+	connectors := opts.Connectors
+	if len(connectors.Names()) == 0 {
+		connectors = kv.Builtin()
+	}
 	for _, e := range cfg.Engines {
-		client, err := transport.NewEngineClient(e, cfg.Engine)
+		client, err := transport.NewEngineClientWith(e, cfg.Engine, connectors)
 		if err != nil {
 			return nil, err
 		}
@@ -130,32 +139,32 @@ func (r *Router) WaitForModels(timeout time.Duration) error {
 }
 
 // Dispatch spawns the request supervisor for x.
-func (r *Router) Dispatch(x *transport.Exchange) {
+func (r *Router) Dispatch(x *ingress.Exchange) {
 	props := actor.PropsFromProducer(func() actor.Actor { return &requestSupervisor{r: r, x: x} }, inline)
 	pid, err := r.requestRoot.SpawnNamed(props, "requests/"+strconv.FormatUint(r.seq.Add(1), 10))
 	if err != nil { // unreachable: names come from a counter
-		x.Send(transport.Command{Verdict: transport.Verdict{Status: 500}})
+		x.Send(ingress.Command{Verdict: ingress.Verdict{Status: 500}})
 		return
 	}
 	x.Handle = pid
 }
 
-// ClientGone implements transport.Dispatcher.
-func (r *Router) ClientGone(x *transport.Exchange) {
+// ClientGone implements ingress.Dispatcher.
+func (r *Router) ClientGone(x *ingress.Exchange) {
 	r.root.Send(x.Handle.(*actor.PID), &messages.ClientGone{})
 }
 
-// AttemptEnded implements transport.Dispatcher.
-func (r *Router) AttemptEnded(x *transport.Exchange, o transport.Outcome) {
-	r.root.Send(x.Handle.(*actor.PID), &messages.AttemptEnded{Outcome: o})
+// AttemptEnded implements ingress.Dispatcher.
+func (r *Router) AttemptEnded(x *ingress.Exchange, m *messages.AttemptEnded) {
+	r.root.Send(x.Handle.(*actor.PID), m)
 }
 
-// Finished implements transport.Dispatcher.
-func (r *Router) Finished(x *transport.Exchange, end transport.StreamEnd) {
-	r.root.Send(x.Handle.(*actor.PID), &messages.StreamFinished{End: end})
+// Finished implements ingress.Dispatcher.
+func (r *Router) Finished(x *ingress.Exchange, m *messages.StreamFinished) {
+	r.root.Send(x.Handle.(*actor.PID), m)
 }
 
-// Models implements transport.ModelLister.
+// Models implements ingress.ModelLister.
 func (r *Router) Models() []string { return r.fleet.models() }
 
 // requestDone records a finished request; its supervisor calls it once.
@@ -283,7 +292,7 @@ func (r *Router) InFlight() int {
 // a terminal error event, requests before commit get 503.
 func (r *Router) AbortAll() {
 	r.live.Range(func(_, v any) bool {
-		r.root.Send(v.(*actor.PID), &Abort{})
+		r.root.Send(v.(*actor.PID), &messages.Abort{})
 		return true
 	})
 }

@@ -209,6 +209,10 @@ func Default() Config {
 // Connector names.
 const ConnectorNIXL = "nixl"
 
+// Connectors lists the engines[].kv.connector values a configuration may use: the connectors
+// transport/kv's Builtin registry implements (a test there keeps the two in step).
+var Connectors = []string{ConnectorNIXL}
+
 // engineDefaults fills the per-engine defaults that depend on nothing else.
 func (e *Engine) applyDefaults() {
 	if e.KV.Connector == "" {

@@ -176,6 +176,9 @@ func (c *Config) validateEngines(ck *checker) {
 				ck.fail(fmt.Sprintf("%s.models[%d]", p, j), "is empty; write a model name as clients send it")
 			}
 		}
+		if e.KV.Connector != "" {
+			ck.oneOf(p+".kv.connector", e.KV.Connector, Connectors...)
+		}
 		if e.KV.Endpoint != "" {
 			ck.hostPort(p+".kv.endpoint", e.KV.Endpoint)
 		}

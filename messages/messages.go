@@ -1,29 +1,14 @@
 // Package messages is the actor protocol: the plain structs Narwhal's actors exchange. Tokens
-// never appear here; they stay on the data plane (transport). Messages are sent as pointers and
-// never modified after sending.
+// never appear here; they stay on the data plane (transport); nor does any handle on it: every
+// message is plain values. Messages are sent as pointers and never modified after sending. The
+// package depends on nothing of Narwhal's but transport/fault, whose Fault and Phase it carries.
 package messages
 
 import (
 	"time"
 
-	"github.com/narwhal-router/narwhal/transport"
+	"github.com/narwhal-router/narwhal/transport/fault"
 )
-
-// Phase is the leg a reservation is for.
-type Phase uint8
-
-// Phases.
-const (
-	PhasePrefill Phase = iota
-	PhaseDecode
-)
-
-func (p Phase) String() string {
-	if p == PhasePrefill {
-		return "prefill"
-	}
-	return "decode"
-}
 
 // ---- request supervisor → engine actor ----
 
@@ -32,25 +17,45 @@ func (p Phase) String() string {
 // streak to reset: the common case costs no message. Partner is the other engine of the
 // attempt (for a consumer, the producer whose handoff it was decoding).
 type LegOutcome struct {
-	Phase   Phase
-	Fault   *transport.Fault // nil: success
+	Phase   fault.Phase
+	Fault   *fault.Fault // nil: success
 	Partner string
 }
 
 // ---- data plane → request supervisor ----
 
-// AttemptEnded reports how an attempt ran by ingress ended: committed or failed before commit.
+// AttemptEnded reports how an attempt ran by ingress ended: committed (the first token is in;
+// ingress keeps the stream) or failed before commit (Fault set). Times are zero for what did not
+// happen.
 type AttemptEnded struct {
-	Outcome transport.Outcome
+	Attempt   int
+	Committed bool
+	Fault     *fault.Fault
+
+	PrefillDone   time.Time // the prefill response fully read: ttft
+	DecodeStarted time.Time
+	FirstTokenAt  time.Time // committed only
+	HandoffAge    time.Duration
+	// MissingDescriptor says the producer returned none and the decode recomputed.
+	MissingDescriptor bool
 }
 
-// StreamFinished reports how a committed response ended.
+// StreamFinished reports how a committed response ended, as the data plane saw it.
 type StreamFinished struct {
-	End transport.StreamEnd
+	// Fault is nil when the response completed; otherwise it is why the stream ended.
+	Fault *fault.Fault
+	// ClientGone says the client stopped reading.
+	ClientGone bool
+	// OutputTokens is the completion token count (from usage, else counted events).
+	OutputTokens int
+	Ended        time.Time
 }
 
 // ClientGone reports that the client hung up.
 type ClientGone struct{}
+
+// Abort asks a request supervisor to cancel its request (router shutdown).
+type Abort struct{}
 
 // QueueTimeout fires when a request waited for capacity for too long.
 type QueueTimeout struct{}

@@ -1,4 +1,4 @@
-package transport
+package wire
 
 import (
 	"bufio"
@@ -9,21 +9,37 @@ import (
 	"github.com/goccy/go-json"
 )
 
-// sseReader splits an engine's text/event-stream body into events. An event is returned with its
+// EventReader splits an engine's text/event-stream body into events. An event is returned with its
 // raw bytes, terminating blank line included, so it can be relayed byte for byte.
-type sseReader struct {
+type EventReader struct {
 	br *bufio.Reader
 	ev []byte
 }
 
+// NewEventReader reads events from br.
+func NewEventReader(br *bufio.Reader) EventReader { return EventReader{br: br} }
+
+// EventKind says what an SSE event of a decode stream carries.
+type EventKind uint8
+
+// Event kinds.
+const (
+	EventMeta  EventKind = iota // no generated output: comments, the role delta, empty deltas
+	EventToken                  // generated output: text, content, reasoning, a tool call or a finish
+	EventUsage                  // the usage chunk
+	EventDone                   // data: [DONE]
+	EventError                  // an error object inside the 200 stream
+)
+
 // maxEventBytes bounds one event; a longer one is an engine fault, not a reason to grow memory.
 const maxEventBytes = 4 << 20
 
-var errEventTooLarge = errors.New("engine sent an SSE event larger than 4 MiB")
+// ErrEventTooLarge is the read error for an event over the bound.
+var ErrEventTooLarge = errors.New("engine sent an SSE event larger than 4 MiB")
 
-// next returns the next event. The slice is valid until the following call. At a clean end of
+// Next returns the next event. The slice is valid until the following call. At a clean end of
 // stream it returns io.EOF; a stream that ends inside an event returns io.ErrUnexpectedEOF.
-func (r *sseReader) next() ([]byte, error) {
+func (r *EventReader) Next() ([]byte, error) {
 	r.ev = r.ev[:0]
 	lineStart := true // a blank line only counts when it starts a line
 	for {
@@ -37,7 +53,7 @@ func (r *sseReader) next() ([]byte, error) {
 				return r.ev, nil
 			}
 			if len(r.ev)+len(line) > maxEventBytes {
-				return nil, errEventTooLarge
+				return nil, ErrEventTooLarge
 			}
 			r.ev = append(r.ev, line...)
 			lineStart = line[len(line)-1] == '\n'
@@ -57,16 +73,16 @@ func (r *sseReader) next() ([]byte, error) {
 	}
 }
 
-// buffered reports whether the next event may already be in memory, so a relay can batch writes.
-func (r *sseReader) buffered() bool { return r.br.Buffered() > 0 }
+// Buffered reports whether the next event may already be in memory, so a relay can batch writes.
+func (r *EventReader) Buffered() bool { return r.br.Buffered() > 0 }
 
 func isBlankLine(line []byte) bool {
 	return len(line) == 1 || (len(line) == 2 && line[0] == '\r')
 }
 
-// eventData returns the data payload of an event: the text after "data:" of a single-line event,
+// EventData returns the data payload of an event: the text after "data:" of a single-line event,
 // or the data lines joined by '\n'. A comment-only event has no data.
-func eventData(ev []byte) []byte {
+func EventData(ev []byte) []byte {
 	var out []byte
 	n := 0
 	for len(ev) > 0 {
@@ -119,16 +135,16 @@ type chunkDelta struct {
 	ToolCalls        json.RawMessage `json:"tool_calls"`
 }
 
-// classify decodes an event's data and says what it carries. A finish_reason counts as output: an
+// Classify decodes an event's data and says what it carries. A finish_reason counts as output: an
 // engine that stops at once (end of sequence) still answered the request.
-func classify(data []byte) EventKind {
+func Classify(data []byte) EventKind {
 	if data == nil {
 		return EventMeta
 	}
 	if bytes.Equal(data, doneData) {
 		return EventDone
 	}
-	if isErrorData(data) {
+	if IsErrorData(data) {
 		return EventError
 	}
 	var c streamChunk
@@ -141,47 +157,47 @@ func classify(data []byte) EventKind {
 		}
 		if d := ch.Delta; d != nil {
 			if nonEmpty(d.Content) || nonEmpty(d.Reasoning) || nonEmpty(d.ReasoningContent) ||
-				(len(d.ToolCalls) > 2 && !isNull(d.ToolCalls)) {
+				(len(d.ToolCalls) > 2 && !IsNull(d.ToolCalls)) {
 				return EventToken
 			}
 		}
 	}
-	if len(c.Choices) == 0 && len(c.Usage) > 0 && !isNull(c.Usage) {
+	if len(c.Choices) == 0 && len(c.Usage) > 0 && !IsNull(c.Usage) {
 		return EventUsage
 	}
 	return EventMeta
 }
 
-// classifyFast is classify for the hot path after the first token: it decodes only events that
+// ClassifyFast is Classify for the hot path after the first token: it decodes only events that
 // mention usage (the last one, normally) and calls everything else a token.
-func classifyFast(data []byte) EventKind {
+func ClassifyFast(data []byte) EventKind {
 	switch {
 	case data == nil:
 		return EventMeta
 	case bytes.Equal(data, doneData):
 		return EventDone
-	case isErrorData(data):
+	case IsErrorData(data):
 		return EventError
 	case bytes.Contains(data, []byte(`"usage"`)):
-		return classify(data)
+		return Classify(data)
 	}
 	return EventToken
 }
 
 func nonEmpty(s *string) bool { return s != nil && *s != "" }
 
-// isErrorData reports whether data is an error object: {"error": ...} at the top level.
-func isErrorData(data []byte) bool {
-	i := skipSpace(data, 0)
+// IsErrorData reports whether data is an error object: {"error": ...} at the top level.
+func IsErrorData(data []byte) bool {
+	i := SkipSpace(data, 0)
 	if i >= len(data) || data[i] != '{' {
 		return false
 	}
-	i = skipSpace(data, i+1)
+	i = SkipSpace(data, i+1)
 	return bytes.HasPrefix(data[i:], []byte(`"error"`))
 }
 
-// streamError is an error object found inside a 200 stream, in vLLM's new or old envelope.
-type streamError struct {
+// StreamError is an error object found inside a 200 stream, in vLLM's new or old envelope.
+type StreamError struct {
 	Status  int
 	Message string
 	Type    string
@@ -189,9 +205,9 @@ type streamError struct {
 	Body json.RawMessage
 }
 
-// parseStreamError reads an error event's data. The status is the error's own code; a missing
+// ParseStreamError reads an error event's data. The status is the error's own code; a missing
 // or implausible code is treated as 500 (the engine failed, it did not say how).
-func parseStreamError(data []byte) streamError {
+func ParseStreamError(data []byte) StreamError {
 	var env struct {
 		Error json.RawMessage `json:"error"`
 	}
@@ -202,7 +218,7 @@ func parseStreamError(data []byte) streamError {
 		Code    any    `json:"code"`
 	}
 	_ = json.Unmarshal(env.Error, &e)
-	se := streamError{Status: 500, Message: e.Message, Type: e.Type, Body: env.Error}
+	se := StreamError{Status: 500, Message: e.Message, Type: e.Type, Body: env.Error}
 	switch c := e.Code.(type) {
 	case float64:
 		if c >= 400 && c <= 599 {
@@ -217,4 +233,27 @@ func parseStreamError(data []byte) streamError {
 		se.Message = "engine reported an error inside the stream"
 	}
 	return se
+}
+
+// UsageOf returns the usage object of an event's data, if it has one.
+func UsageOf(data []byte) json.RawMessage {
+	var c struct {
+		Usage json.RawMessage `json:"usage"`
+	}
+	_ = json.Unmarshal(data, &c)
+	return c.Usage
+}
+
+// CompletionTokens reads completion_tokens from a usage object, or returns fallback.
+func CompletionTokens(usage json.RawMessage, fallback int) int {
+	if len(usage) == 0 {
+		return fallback
+	}
+	var u struct {
+		CompletionTokens *int `json:"completion_tokens"`
+	}
+	if err := json.Unmarshal(usage, &u); err != nil || u.CompletionTokens == nil {
+		return fallback
+	}
+	return *u.CompletionTokens
 }

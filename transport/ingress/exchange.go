@@ -1,9 +1,14 @@
-package transport
+package ingress
 
 import (
 	"context"
 	"sync/atomic"
 	"time"
+
+	"github.com/narwhal-router/narwhal/messages"
+	"github.com/narwhal-router/narwhal/transport"
+	"github.com/narwhal-router/narwhal/transport/fault"
+	"github.com/narwhal-router/narwhal/transport/wire"
 )
 
 // Exchange is one admitted client request as the data plane holds it: what ingress parsed, the
@@ -14,7 +19,7 @@ import (
 type Exchange struct {
 	// ID is the client-facing request ID: the client's sane X-Request-Id, or a generated one.
 	ID       string
-	Body     *ClientBody
+	Body     *wire.ClientBody
 	Arrival  time.Time
 	Deadline time.Time
 	// TraceParent and TraceState are the client's W3C trace headers.
@@ -28,14 +33,15 @@ type Exchange struct {
 	cancel   context.CancelCauseFunc
 	commands chan Command
 
-	// progress is where the running attempt stands (for supervisor-tree dumps only: no decision
-	// reads it); prefillStart is when its prefill leg started, in Unix nanoseconds.
+	// progress is where the running attempt stands, 0 idle or else 1 + its fault.Phase (for
+	// supervisor-tree dumps only: no decision reads it); prefillStart is when its prefill leg
+	// started, in Unix nanoseconds.
 	progress     atomic.Int32
 	prefillStart atomic.Int64
 }
 
 // NewExchange prepares an exchange; ingress calls it, tests may too.
-func NewExchange(id string, body *ClientBody, arrival, deadline time.Time) *Exchange {
+func NewExchange(id string, body *wire.ClientBody, arrival, deadline time.Time) *Exchange {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	return &Exchange{ID: id, Body: body, Arrival: arrival, Deadline: deadline,
 		ctx: ctx, cancel: cancel, commands: make(chan Command, 2)}
@@ -69,26 +75,31 @@ func (x *Exchange) Send(c Command) {
 func (x *Exchange) Await() Command { return <-x.commands }
 
 // EngineRequest is the engine request of one attempt.
-func (x *Exchange) EngineRequest(backendRequestID string) *Request {
-	return &Request{Body: x.Body, BackendRequestID: backendRequestID, Deadline: x.Deadline,
+func (x *Exchange) EngineRequest(backendRequestID string) *transport.Request {
+	return &transport.Request{Body: x.Body, BackendRequestID: backendRequestID, Deadline: x.Deadline,
 		TraceParent: x.TraceParent, TraceState: x.TraceState}
 }
 
-// Progress values of a running attempt.
-const (
-	ProgressIdle int32 = iota
-	ProgressPrefill
-	ProgressDecode
-)
-
-// Progress reports the running attempt's leg and when its prefill started (for dumps).
-func (x *Exchange) Progress() (int32, time.Time) {
-	p := x.progress.Load()
-	var start time.Time
-	if ns := x.prefillStart.Load(); ns != 0 {
-		start = time.Unix(0, ns)
+// setProgress records the leg the running attempt is on; idle when no attempt runs.
+func (x *Exchange) setProgress(phase fault.Phase, running bool) {
+	v := int32(0)
+	if running {
+		v = 1 + int32(phase)
 	}
-	return p, start
+	x.progress.Store(v)
+}
+
+// Progress reports the running attempt's leg (running false: none runs) and when its prefill
+// started (for dumps).
+func (x *Exchange) Progress() (phase fault.Phase, running bool, prefillStart time.Time) {
+	p := x.progress.Load()
+	if ns := x.prefillStart.Load(); ns != 0 {
+		prefillStart = time.Unix(0, ns)
+	}
+	if p == 0 {
+		return 0, false, prefillStart
+	}
+	return fault.Phase(p - 1), true, prefillStart
 }
 
 // Verdict is an answer ingress sends to the client before commit: an error response, or
@@ -115,30 +126,15 @@ type Routing struct {
 	Attempts int
 }
 
-// StreamEnd is how the client response ended after commit, as the data plane saw it.
-type StreamEnd struct {
-	// Fault is nil when the response completed; otherwise it is why the stream ended.
-	Fault *Fault
-	// ClientGone says the client stopped reading.
-	ClientGone bool
-	// OutputTokens is the completion token count (from usage, else counted events).
-	OutputTokens int
-	// Events is the number of token events relayed.
-	Events int
-	// Bytes is how many bytes were written to the client.
-	Bytes int64
-	Ended time.Time
-}
-
 // Dispatcher runs request supervisors; the actor system implements it.
 type Dispatcher interface {
 	// Dispatch starts x's supervisor, which sends x its first command.
 	Dispatch(x *Exchange)
 	// ClientGone tells x's supervisor the client disconnected.
 	ClientGone(x *Exchange)
-	// AttemptEnded tells x's supervisor how the attempt it planned ended: committed (the
-	// outcome holds the stream, which ingress keeps and relays) or failed before commit.
-	AttemptEnded(x *Exchange, o Outcome)
+	// AttemptEnded tells x's supervisor how the attempt it planned ended: committed (ingress
+	// keeps the stream and relays it) or failed before commit.
+	AttemptEnded(x *Exchange, m *messages.AttemptEnded)
 	// Finished tells x's supervisor how its committed response ended.
-	Finished(x *Exchange, end StreamEnd)
+	Finished(x *Exchange, m *messages.StreamFinished)
 }

@@ -1,4 +1,4 @@
-package transport
+package wire
 
 import (
 	"bytes"
@@ -7,11 +7,11 @@ import (
 	"github.com/goccy/go-json"
 )
 
-// assembler builds the non-streaming OpenAI response from the chunks of a decode stream, so a
+// Assembler builds the non-streaming OpenAI response from the chunks of a decode stream, so a
 // client that did not ask for streaming still gets every timeout and failure check of the
 // streaming path. Per choice it concatenates text/content/reasoning and logprobs, merges
 // tool-call deltas by index, and keeps the last finish_reason; usage comes from the usage chunk.
-type assembler struct {
+type Assembler struct {
 	endpoint Endpoint
 	id       string
 	created  int64
@@ -74,12 +74,13 @@ type wireChunk struct {
 	} `json:"choices"`
 }
 
-func newAssembler(ep Endpoint) *assembler {
-	return &assembler{endpoint: ep, choices: map[int]*choiceAcc{}}
+// NewAssembler starts the response of a stream for endpoint ep.
+func NewAssembler(ep Endpoint) *Assembler {
+	return &Assembler{endpoint: ep, choices: map[int]*choiceAcc{}}
 }
 
-// add folds one event's data into the response.
-func (a *assembler) add(data []byte) {
+// Add folds one event's data into the response.
+func (a *Assembler) Add(data []byte) {
 	var c wireChunk
 	if err := json.Unmarshal(data, &c); err != nil {
 		return
@@ -87,7 +88,7 @@ func (a *assembler) add(data []byte) {
 	if a.id == "" {
 		a.id, a.created, a.model = c.ID, c.Created, c.Model
 	}
-	if len(c.Usage) > 0 && !isNull(c.Usage) {
+	if len(c.Usage) > 0 && !IsNull(c.Usage) {
 		a.usage = append(a.usage[:0], c.Usage...)
 	}
 	for _, ch := range c.Choices {
@@ -216,8 +217,8 @@ func orNull(r json.RawMessage) json.RawMessage {
 	return r
 }
 
-// body returns the assembled response JSON.
-func (a *assembler) body() ([]byte, error) {
+// Body returns the assembled response JSON.
+func (a *Assembler) Body() ([]byte, error) {
 	idx := make([]int, 0, len(a.choices))
 	for i := range a.choices {
 		idx = append(idx, i)
@@ -289,3 +290,6 @@ func nonNil(s []json.RawMessage) []json.RawMessage {
 	}
 	return s
 }
+
+// Usage is the stream's usage object, if it sent one.
+func (a *Assembler) Usage() json.RawMessage { return a.usage }

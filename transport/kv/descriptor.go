@@ -1,9 +1,11 @@
-package transport
+package kv
 
 import (
 	"bytes"
 	"fmt"
 	"strconv"
+
+	"github.com/narwhal-router/narwhal/transport/wire"
 )
 
 // Descriptor is a producer's handoff descriptor (its kv_transfer_params). The router never
@@ -11,8 +13,8 @@ import (
 // and key order included; the index of its members exists only to validate it.
 type Descriptor struct {
 	raw      []byte
-	fields   []field
-	endpoint Endpoint
+	fields   []wire.Field
+	endpoint wire.Endpoint
 }
 
 // maxDescriptorBytes bounds a descriptor; real ones are a few hundred bytes to a few KiB.
@@ -20,13 +22,13 @@ const maxDescriptorBytes = 1 << 20
 
 // ParseDescriptor indexes raw, a JSON object the producer returned for an endpoint. raw must be
 // valid JSON; it is referenced, not copied.
-func ParseDescriptor(raw []byte, ep Endpoint) (*Descriptor, *Rejection) {
+func ParseDescriptor(raw []byte, ep wire.Endpoint) (*Descriptor, *Rejection) {
 	if len(raw) > maxDescriptorBytes {
-		return nil, reject(ReasonConnectorMismatch, "descriptor is %d bytes, more than the 1 MiB any connector sends", len(raw))
+		return nil, Reject(ReasonConnectorMismatch, "descriptor is %d bytes, more than the 1 MiB any connector sends", len(raw))
 	}
-	fields, err := scanObject(raw, make([]field, 0, 16))
+	fields, err := wire.ScanObject(raw, make([]wire.Field, 0, 16))
 	if err != nil {
-		return nil, reject(ReasonConnectorMismatch, "kv_transfer_params is not a JSON object")
+		return nil, Reject(ReasonConnectorMismatch, "kv_transfer_params is not a JSON object")
 	}
 	return &Descriptor{raw: raw, fields: fields, endpoint: ep}, nil
 }
@@ -34,18 +36,14 @@ func ParseDescriptor(raw []byte, ep Endpoint) (*Descriptor, *Rejection) {
 // Raw is the descriptor as the producer sent it.
 func (d *Descriptor) Raw() []byte { return d.raw }
 
-// member returns the raw value of the last member named key.
-func (d *Descriptor) member(key string) ([]byte, bool) {
-	f, ok := lastField(d.raw, d.fields, key)
-	if !ok {
-		return nil, false
-	}
-	return d.raw[f.valStart:f.valEnd], true
+// Member returns the raw value of the last member named key.
+func (d *Descriptor) Member(key string) ([]byte, bool) {
+	return wire.Member(d.raw, d.fields, key)
 }
 
-// stringMember returns the member as a Go string; ok is false if it is absent or not a string.
-func (d *Descriptor) stringMember(key string) (string, bool) {
-	v, ok := d.member(key)
+// StringMember returns the member as a Go string; ok is false if it is absent or not a string.
+func (d *Descriptor) StringMember(key string) (string, bool) {
+	v, ok := d.Member(key)
 	if !ok || len(v) < 2 || v[0] != '"' {
 		return "", false
 	}
@@ -58,7 +56,7 @@ func (d *Descriptor) stringMember(key string) (string, bool) {
 
 // intMember returns the member as an integer; ok is false if it is absent or not an integer.
 func (d *Descriptor) intMember(key string) (int64, bool) {
-	v, ok := d.member(key)
+	v, ok := d.Member(key)
 	if !ok {
 		return 0, false
 	}
@@ -76,12 +74,12 @@ const (
 // arrays (one per KV-cache group), within the bounds above. It scans without allocating.
 func checkBlockIDs(v []byte) *Rejection {
 	bad := func(format string, args ...any) *Rejection {
-		return reject(ReasonMalformedBlockIDs, "remote_block_ids "+format, args...)
+		return Reject(ReasonMalformedBlockIDs, "remote_block_ids "+format, args...)
 	}
 	if len(v) == 0 || v[0] != '[' {
 		return bad("must be an array, got %s", excerpt(v))
 	}
-	i := skipSpace(v, 1)
+	i := wire.SkipSpace(v, 1)
 	if i < len(v) && v[i] == ']' {
 		return bad("is empty")
 	}
@@ -95,7 +93,7 @@ func checkBlockIDs(v []byte) *Rejection {
 			if groups++; groups > maxBlockGroup {
 				return bad("has more than %d groups", maxBlockGroup)
 			}
-			j := skipSpace(v, i+1)
+			j := wire.SkipSpace(v, i+1)
 			if j < len(v) && v[j] == ']' {
 				return bad("group %d is empty", groups-1)
 			}
@@ -107,7 +105,7 @@ func checkBlockIDs(v []byte) *Rejection {
 				if total++; total > maxBlockIDs {
 					return bad("has more than %d blocks", maxBlockIDs)
 				}
-				j = skipSpace(v, end)
+				j = wire.SkipSpace(v, end)
 				if j >= len(v) {
 					return bad("is truncated")
 				}
@@ -118,7 +116,7 @@ func checkBlockIDs(v []byte) *Rejection {
 				if v[j] != ',' {
 					return bad("group %d is not a list of integers", groups-1)
 				}
-				j = skipSpace(v, j+1)
+				j = wire.SkipSpace(v, j+1)
 			}
 		} else {
 			end, r := scanBlockID(v, i, "")
@@ -130,7 +128,7 @@ func checkBlockIDs(v []byte) *Rejection {
 			}
 			i = end
 		}
-		i = skipSpace(v, i)
+		i = wire.SkipSpace(v, i)
 		if i >= len(v) {
 			return bad("is truncated")
 		}
@@ -140,7 +138,7 @@ func checkBlockIDs(v []byte) *Rejection {
 		if v[i] != ',' {
 			return bad("is not a list")
 		}
-		i = skipSpace(v, i+1)
+		i = wire.SkipSpace(v, i+1)
 	}
 	return bad("is truncated")
 }
@@ -153,11 +151,11 @@ func scanBlockID(v []byte, i int, where string) (int, *Rejection) {
 		j++
 	}
 	if j == i || j-i > 12 || (j < len(v) && v[j] != ',' && v[j] != ']' && v[j] != ' ' && v[j] != '\n' && v[j] != '\t' && v[j] != '\r') {
-		end, err := skipValue(v, i)
+		end, err := wire.SkipValue(v, i)
 		if err != nil {
 			end = len(v)
 		}
-		return 0, reject(ReasonMalformedBlockIDs, "remote_block_ids%s holds %s, not a non-negative integer", where, excerpt(v[i:end]))
+		return 0, Reject(ReasonMalformedBlockIDs, "remote_block_ids%s holds %s, not a non-negative integer", where, excerpt(v[i:end]))
 	}
 	return j, nil
 }

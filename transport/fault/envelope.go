@@ -1,4 +1,4 @@
-package transport
+package fault
 
 import (
 	"github.com/goccy/go-json"
@@ -18,18 +18,18 @@ func AppendErrorEnvelope(dst []byte, e ErrorBody) []byte {
 	if err != nil { // unreachable: ErrorBody holds only strings
 		inner = []byte(`{"message":"internal error","type":"internal_error","param":null,"code":null}`)
 	}
-	return appendEnvelope(dst, inner)
+	return AppendEnvelope(dst, inner)
 }
 
-// appendEnvelope wraps an error object as {"error":obj}.
-func appendEnvelope(dst, obj []byte) []byte {
+// AppendEnvelope wraps an error object as {"error":obj}.
+func AppendEnvelope(dst, obj []byte) []byte {
 	dst = append(dst, `{"error":`...)
 	dst = append(dst, obj...)
 	return append(dst, '}')
 }
 
-// errorTypes names the envelope's type for each status the router itself produces.
-func errorType(status int) string {
+// ErrorType names the envelope's type for each status the router itself produces.
+func ErrorType(status int) string {
 	switch status {
 	case 400, 404, 413:
 		return "invalid_request_error"
@@ -49,12 +49,29 @@ func errorType(status int) string {
 // through (4xx, in-stream errors) keep the engine's own body; everything else gets a router
 // envelope whose code names the fault kind and whose message never holds an engine URL.
 func FaultEnvelope(f *Fault) []byte {
-	if (f.Kind == FaultRejected || f.Kind == FaultStreamError) && len(f.Body) > 0 && json.Valid(f.Body) {
+	if (f.Kind.row().Status == PassThrough) && len(f.Body) > 0 && json.Valid(f.Body) {
 		if isErrorData(f.Body) {
 			return f.Body
 		}
-		return appendEnvelope(nil, f.Body) // vLLM before 0.10.1 sent the error object bare
+		return AppendEnvelope(nil, f.Body) // vLLM before 0.10.1 sent the error object bare
 	}
 	status := f.ClientStatus()
-	return AppendErrorEnvelope(nil, ErrorBody{Message: f.Detail, Type: errorType(status), Code: f.Kind.String()})
+	return AppendErrorEnvelope(nil, ErrorBody{Message: f.Detail, Type: ErrorType(status), Code: f.Kind.String()})
+}
+
+// isErrorData reports whether data is an error object: {"error": ...} at the top level.
+func isErrorData(data []byte) bool {
+	i := skipSpace(data, 0)
+	if i >= len(data) || data[i] != '{' {
+		return false
+	}
+	i = skipSpace(data, i+1)
+	return len(data)-i >= 7 && string(data[i:i+7]) == `"error"`
+}
+
+func skipSpace(data []byte, i int) int {
+	for i < len(data) && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r') {
+		i++
+	}
+	return i
 }

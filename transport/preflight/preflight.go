@@ -1,18 +1,23 @@
-package transport
+// Package preflight checks a fleet before Narwhal serves it (`narwhal preflight`): every
+// engine's health and pinned contract, and one real KV transfer for every producer→consumer pair
+// the roles permit, drawn as a matrix.
+package preflight
 
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/narwhal-router/narwhal/config"
+	"github.com/narwhal-router/narwhal/transport"
 )
 
-// PreflightResult is the outcome of a preflight: every engine's contract check and every
+// Result is the outcome of a preflight: every engine's contract check and every
 // role-permitted producer→consumer KV transfer.
-type PreflightResult struct {
+type Result struct {
 	Engines []EngineCheck
 	Pairs   []PairCheck
 }
@@ -26,12 +31,12 @@ type EngineCheck struct {
 // PairCheck is one producer→consumer probe transfer.
 type PairCheck struct {
 	Producer, Consumer string
-	Report             ProbeReport
+	Report             transport.ProbeReport
 	Err                error
 }
 
 // OK reports whether everything passed.
-func (r PreflightResult) OK() bool {
+func (r Result) OK() bool {
 	for _, e := range r.Engines {
 		if e.Err != nil {
 			return false
@@ -45,21 +50,21 @@ func (r PreflightResult) OK() bool {
 	return true
 }
 
-// Preflight checks every engine of cfg against the pinned contract (and /health), then probes
+// Run checks every engine of cfg against the pinned contract (and /health), then probes
 // every producer→consumer pair the roles allow, at most cfg.Preflight.Concurrency at a time,
 // each leg bounded by engine.first_token_timeout_s.
-func Preflight(ctx context.Context, cfg config.Config) (PreflightResult, error) {
-	clients := make([]*EngineClient, len(cfg.Engines))
+func Run(ctx context.Context, cfg config.Config) (Result, error) {
+	clients := make([]*transport.EngineClient, len(cfg.Engines))
 	for i, e := range cfg.Engines {
-		c, err := NewEngineClient(e, cfg.Engine)
+		c, err := transport.NewEngineClient(e, cfg.Engine)
 		if err != nil {
-			return PreflightResult{}, err
+			return Result{}, err
 		}
 		defer c.Close()
 		clients[i] = c
 	}
 	legTimeout := cfg.Engine.FirstTokenTimeoutS.Duration()
-	res := PreflightResult{Engines: make([]EngineCheck, len(clients))}
+	res := Result{Engines: make([]EngineCheck, len(clients))}
 	models := make([][]string, len(clients))
 	sem := make(chan struct{}, cfg.Preflight.Concurrency)
 	var wg sync.WaitGroup
@@ -68,7 +73,7 @@ func Preflight(ctx context.Context, cfg config.Config) (PreflightResult, error) 
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			res.Engines[i] = EngineCheck{Engine: c.name}
+			res.Engines[i] = EngineCheck{Engine: c.Name()}
 			models[i], res.Engines[i].Err = checkEngine(ctx, c, cfg.Engines[i], cfg.EngineContract, legTimeout)
 		}()
 	}
@@ -95,7 +100,7 @@ func Preflight(ctx context.Context, cfg config.Config) (PreflightResult, error) 
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			pc.Report, pc.Err = ProbeTransfer(ctx, clients[j.producer], clients[j.consumer], model, legTimeout)
+			pc.Report, pc.Err = transport.ProbeTransfer(ctx, clients[j.producer], clients[j.consumer], model, legTimeout)
 		}()
 	}
 	wg.Wait()
@@ -103,14 +108,14 @@ func Preflight(ctx context.Context, cfg config.Config) (PreflightResult, error) 
 }
 
 // checkEngine checks health and the contract, and returns the models the engine serves.
-func checkEngine(ctx context.Context, c *EngineClient, e config.Engine, contract *config.EngineContract, timeout time.Duration) ([]string, error) {
+func checkEngine(ctx context.Context, c *transport.EngineClient, e config.Engine, contract *config.EngineContract, timeout time.Duration) ([]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if err := c.Health(ctx); err != nil {
 		return nil, err
 	}
 	if contract != nil {
-		if err := CheckContract(ctx, c, contract); err != nil {
+		if err := transport.CheckContract(ctx, c, contract); err != nil {
 			return nil, err
 		}
 	}
@@ -144,7 +149,7 @@ func commonModel(contract *config.EngineContract, a, b []string) string {
 
 // Matrix renders the result for a terminal: the engine checks, a producer × consumer grid,
 // and every failure in full.
-func (r PreflightResult) Matrix() string {
+func (r Result) Matrix() string {
 	var b strings.Builder
 	b.WriteString("engines\n")
 	for _, e := range r.Engines {
@@ -157,10 +162,10 @@ func (r PreflightResult) Matrix() string {
 	var producers, consumers []string
 	cell := map[[2]string]PairCheck{}
 	for _, p := range r.Pairs {
-		if !contains(producers, p.Producer) {
+		if !slices.Contains(producers, p.Producer) {
 			producers = append(producers, p.Producer)
 		}
-		if !contains(consumers, p.Consumer) {
+		if !slices.Contains(consumers, p.Consumer) {
 			consumers = append(consumers, p.Consumer)
 		}
 		cell[[2]string{p.Producer, p.Consumer}] = p

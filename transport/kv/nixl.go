@@ -1,9 +1,12 @@
-package transport
+package kv
 
 import (
 	"net"
 	"strconv"
 	"strings"
+
+	"github.com/narwhal-router/narwhal/config"
+	"github.com/narwhal-router/narwhal/transport/wire"
 )
 
 // nixlConnector is vLLM's NixlConnector (v1, v2 and the newest grouped shapes): the producer
@@ -15,52 +18,54 @@ var nixlPrefillParams = []byte(`{"do_remote_decode":true,"do_remote_prefill":fal
 // foreignKeys belong to other connectors' descriptors (Mooncake, SGLang-style bootstrap).
 var foreignKeys = []string{"transfer_id", "remote_bootstrap_addr", "bootstrap_room", "bootstrap_host", "bootstrap_port"}
 
-func (nixlConnector) Name() string { return "nixl" }
+func (nixlConnector) Name() string { return config.ConnectorNIXL }
 
-func (nixlConnector) PrefillParams() []byte { return nixlPrefillParams }
+// Plan asks the producer to keep the prompt's blocks for a remote decode; the consumer's
+// parameters are the descriptor the producer answers with.
+func (nixlConnector) Plan(Attempt) Plan { return Plan{Prefill: nixlPrefillParams} }
 
 func (nixlConnector) Validate(d *Descriptor, pair Pair) *Rejection {
 	for _, k := range foreignKeys {
-		if _, ok := d.member(k); ok {
-			return reject(ReasonConnectorMismatch, "descriptor carries %s, which belongs to another connector than nixl", k)
+		if _, ok := d.Member(k); ok {
+			return Reject(ReasonConnectorMismatch, "descriptor carries %s, which belongs to another connector than nixl", k)
 		}
 	}
-	if v, ok := d.member("do_remote_prefill"); !ok || string(v) != "true" {
-		return reject(ReasonConnectorMismatch, "do_remote_prefill is not true, so the consumer would not load the KV cache")
+	if v, ok := d.Member("do_remote_prefill"); !ok || string(v) != "true" {
+		return Reject(ReasonConnectorMismatch, "do_remote_prefill is not true, so the consumer would not load the KV cache")
 	}
-	if v, ok := d.member("transfer_mode"); ok && !isNull(v) {
-		mode, isStr := d.stringMember("transfer_mode")
+	if v, ok := d.Member("transfer_mode"); ok && !wire.IsNull(v) {
+		mode, isStr := d.StringMember("transfer_mode")
 		if !isStr || !contains(pair.Consumer.TransferModes, mode) {
-			return reject(ReasonConnectorMismatch, "transfer_mode %s is not one consumer %s accepts (%s)",
+			return Reject(ReasonConnectorMismatch, "transfer_mode %s is not one consumer %s accepts (%s)",
 				excerpt(v), pair.Consumer.Engine, strings.Join(pair.Consumer.TransferModes, ", "))
 		}
 	}
 
-	id, ok := d.stringMember("remote_engine_id")
+	id, ok := d.StringMember("remote_engine_id")
 	if !ok || id == "" {
-		return reject(ReasonMissingEngineIdentity, "remote_engine_id is absent, empty or not a string")
+		return Reject(ReasonMissingEngineIdentity, "remote_engine_id is absent, empty or not a string")
 	}
 	if pin := pair.Producer.EngineID; pin != "" && !sameEngineID(id, pin) {
-		return reject(ReasonMissingEngineIdentity, "remote_engine_id %q is not producer %s's pinned identity %q",
+		return Reject(ReasonMissingEngineIdentity, "remote_engine_id %q is not producer %s's pinned identity %q",
 			id, pair.Producer.Engine, pin)
 	}
 
-	blocks, ok := d.member("remote_block_ids")
+	blocks, ok := d.Member("remote_block_ids")
 	if !ok {
-		return reject(ReasonMalformedBlockIDs, "remote_block_ids is absent")
+		return Reject(ReasonMalformedBlockIDs, "remote_block_ids is absent")
 	}
 	if r := checkBlockIDs(blocks); r != nil {
 		return r
 	}
 
-	host, hostOK := d.stringMember("remote_host")
+	host, hostOK := d.StringMember("remote_host")
 	port, portOK := d.intMember("remote_port")
 	if !hostOK || host == "" || !portOK || port < 1 || port > 65535 {
-		return reject(ReasonEndpointMismatch, "remote_host/remote_port do not name a KV endpoint (need a host string and a port 1-65535)")
+		return Reject(ReasonEndpointMismatch, "remote_host/remote_port do not name a KV endpoint (need a host string and a port 1-65535)")
 	}
 	if pin := pair.Producer.Endpoint; pin != "" {
 		if got := net.JoinHostPort(host, strconv.FormatInt(port, 10)); !strings.EqualFold(got, pin) {
-			return reject(ReasonEndpointMismatch, "descriptor names KV endpoint %s but producer %s is pinned to %s",
+			return Reject(ReasonEndpointMismatch, "descriptor names KV endpoint %s but producer %s is pinned to %s",
 				got, pair.Producer.Engine, pin)
 		}
 	}

@@ -1,4 +1,4 @@
-package transport
+package wire
 
 import (
 	"bytes"
@@ -7,23 +7,23 @@ import (
 	"github.com/goccy/go-json"
 )
 
-// field is one top-level member of a JSON object, as byte offsets into the object's text.
-type field struct {
+// Field is one top-level member of a JSON object, as byte offsets into the object's text.
+type Field struct {
 	keyStart, keyEnd int // the key including its quotes
 	valStart, valEnd int // the value, whitespace trimmed
 }
 
 var errNotObject = errors.New("not a JSON object")
 
-// scanObject lists the top-level members of the JSON object in data, in order, without
+// ScanObject lists the top-level members of the JSON object in data, in order, without
 // decoding any value. data must already be valid JSON (json.Valid); on anything else it returns
 // an error rather than panicking. dst is reused to avoid allocating.
-func scanObject(data []byte, dst []field) ([]field, error) {
-	i := skipSpace(data, 0)
+func ScanObject(data []byte, dst []Field) ([]Field, error) {
+	i := SkipSpace(data, 0)
 	if i >= len(data) || data[i] != '{' {
 		return dst, errNotObject
 	}
-	i = skipSpace(data, i+1)
+	i = SkipSpace(data, i+1)
 	if i < len(data) && data[i] == '}' {
 		return dst, nil
 	}
@@ -31,32 +31,32 @@ func scanObject(data []byte, dst []field) ([]field, error) {
 		if i >= len(data) || data[i] != '"' {
 			return dst, errNotObject
 		}
-		var f field
+		var f Field
 		f.keyStart = i
 		end, err := skipString(data, i)
 		if err != nil {
 			return dst, err
 		}
 		f.keyEnd = end
-		i = skipSpace(data, end)
+		i = SkipSpace(data, end)
 		if i >= len(data) || data[i] != ':' {
 			return dst, errNotObject
 		}
-		i = skipSpace(data, i+1)
+		i = SkipSpace(data, i+1)
 		f.valStart = i
-		end, err = skipValue(data, i)
+		end, err = SkipValue(data, i)
 		if err != nil {
 			return dst, err
 		}
 		f.valEnd = end
 		dst = append(dst, f)
-		i = skipSpace(data, end)
+		i = SkipSpace(data, end)
 		if i >= len(data) {
 			return dst, errNotObject
 		}
 		switch data[i] {
 		case ',':
-			i = skipSpace(data, i+1)
+			i = SkipSpace(data, i+1)
 		case '}':
 			return dst, nil
 		default:
@@ -65,7 +65,8 @@ func scanObject(data []byte, dst []field) ([]field, error) {
 	}
 }
 
-func skipSpace(data []byte, i int) int {
+// SkipSpace returns the offset of the first non-whitespace byte at or after i.
+func SkipSpace(data []byte, i int) int {
 	for i < len(data) {
 		switch data[i] {
 		case ' ', '\t', '\n', '\r':
@@ -90,8 +91,8 @@ func skipString(data []byte, i int) (int, error) {
 	return 0, errNotObject
 }
 
-// skipValue returns the offset just past the JSON value starting at data[i].
-func skipValue(data []byte, i int) (int, error) {
+// SkipValue returns the offset just past the JSON value starting at data[i].
+func SkipValue(data []byte, i int) (int, error) {
 	if i >= len(data) {
 		return 0, errNotObject
 	}
@@ -148,31 +149,31 @@ func keyIs(raw []byte, want string) bool {
 
 // lastField returns the last member named key (JSON parsers keep the last of duplicate keys,
 // so the router must read the same one the engine will).
-func lastField(data []byte, fields []field, key string) (field, bool) {
+func lastField(data []byte, fields []Field, key string) (Field, bool) {
 	for i := len(fields) - 1; i >= 0; i-- {
 		if keyIs(data[fields[i].keyStart:fields[i].keyEnd], key) {
 			return fields[i], true
 		}
 	}
-	return field{}, false
+	return Field{}, false
 }
 
-// edit is one change to a top-level member: drop it, or replace its value with raw JSON.
-type edit struct {
-	key string
-	// value is the replacement JSON; nil drops the key.
-	value []byte
-	// onlyIfPresent skips adding the key when the object does not have it.
-	onlyIfPresent bool
+// Edit is one change to a top-level member: drop it, or replace its value with raw JSON.
+type Edit struct {
+	Key string
+	// Value is the replacement JSON; nil drops the key.
+	Value []byte
+	// OnlyIfPresent skips adding the key when the object does not have it.
+	OnlyIfPresent bool
 }
 
-// rewriteObject appends to dst the object data with edits applied: a replaced key keeps its
+// RewriteObject appends to dst the object data with edits applied: a replaced key keeps its
 // position (its last occurrence; earlier duplicates are dropped), absent keys are appended in
-// edit order, and every other member is copied byte for byte.
-func rewriteObject(dst, data []byte, fields []field, edits []edit) []byte {
+// Edit order, and every other member is copied byte for byte.
+func RewriteObject(dst, data []byte, fields []Field, edits []Edit) []byte {
 	var done [8]bool // which edits were applied in place
 	if len(edits) > len(done) {
-		panic("transport: rewriteObject supports at most 8 edits")
+		panic("wire: RewriteObject supports at most 8 edits")
 	}
 	dst = append(dst, '{')
 	first := true
@@ -180,7 +181,7 @@ func rewriteObject(dst, data []byte, fields []field, edits []edit) []byte {
 		raw := data[f.keyStart:f.keyEnd]
 		ei := -1
 		for j := range edits {
-			if keyIs(raw, edits[j].key) {
+			if keyIs(raw, edits[j].Key) {
 				ei = j
 				break
 			}
@@ -189,22 +190,22 @@ func rewriteObject(dst, data []byte, fields []field, edits []edit) []byte {
 			dst = appendMember(dst, &first, raw, "", data[f.valStart:f.valEnd])
 			continue
 		}
-		if edits[ei].value == nil || laterDuplicate(data, fields[fi+1:], edits[ei].key) {
+		if edits[ei].Value == nil || laterDuplicate(data, fields[fi+1:], edits[ei].Key) {
 			continue
 		}
-		dst = appendMember(dst, &first, raw, "", edits[ei].value)
+		dst = appendMember(dst, &first, raw, "", edits[ei].Value)
 		done[ei] = true
 	}
 	for j, e := range edits {
-		if done[j] || e.value == nil || e.onlyIfPresent {
+		if done[j] || e.Value == nil || e.OnlyIfPresent {
 			continue
 		}
-		dst = appendMember(dst, &first, nil, e.key, e.value)
+		dst = appendMember(dst, &first, nil, e.Key, e.Value)
 	}
 	return append(dst, '}')
 }
 
-func laterDuplicate(data []byte, rest []field, key string) bool {
+func laterDuplicate(data []byte, rest []Field, key string) bool {
 	for _, f := range rest {
 		if keyIs(data[f.keyStart:f.keyEnd], key) {
 			return true
@@ -227,4 +228,14 @@ func appendMember(dst []byte, first *bool, rawKey []byte, key string, value []by
 	}
 	dst = append(dst, ':')
 	return append(dst, value...)
+}
+
+// Member returns the raw value of the last member named key of the object data, whose members
+// fields lists (ScanObject).
+func Member(data []byte, fields []Field, key string) ([]byte, bool) {
+	f, ok := lastField(data, fields, key)
+	if !ok {
+		return nil, false
+	}
+	return data[f.valStart:f.valEnd], true
 }

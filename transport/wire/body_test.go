@@ -1,4 +1,4 @@
-package transport
+package wire
 
 import (
 	"bytes"
@@ -13,12 +13,15 @@ import (
 // fixture reads one of vLLM's wire shapes from tests/fixtures/vllm.
 func fixture(t testing.TB, name string) []byte {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "tests", "fixtures", "vllm", name))
+	b, err := os.ReadFile(filepath.Join("..", "..", "tests", "fixtures", "vllm", name))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return bytes.TrimSpace(b)
 }
+
+// nixlPrefillParams is what the NIXL connector asks a producer for (transport/kv).
+var nixlPrefillParams = []byte(`{"do_remote_decode":true,"do_remote_prefill":false,"remote_engine_id":null,"remote_block_ids":null,"remote_host":null,"remote_port":null}`)
 
 // The client request that vLLM's fixtures were derived from.
 const fixtureClientBody = `{"model":"Qwen/Qwen3-0.6B","prompt":"Explain disaggregated prefill in one paragraph.","max_tokens":256,"min_tokens":16,"temperature":0.7,"top_p":0.95,"seed":7,"stream":true,"stream_options":{"include_usage":true}}`
@@ -196,14 +199,14 @@ func FuzzRewriteObject(f *testing.F) {
 	f.Add([]byte(`{}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if !json.Valid(data) {
-			_, _ = scanObject(data, nil) // must not panic on garbage either
+			_, _ = ScanObject(data, nil) // must not panic on garbage either
 			return
 		}
-		fields, err := scanObject(data, nil)
+		fields, err := ScanObject(data, nil)
 		if err != nil {
 			return
 		}
-		out := rewriteObject(nil, data, fields, []edit{{key: "stream", value: jsonTrue}, {key: "kv_transfer_params"}})
+		out := RewriteObject(nil, data, fields, []Edit{{Key: "stream", Value: jsonTrue}, {Key: "kv_transfer_params"}})
 		var m map[string]json.RawMessage
 		if err := json.Unmarshal(out, &m); err != nil {
 			t.Fatalf("rewrite of %s produced invalid JSON %s: %v", data, out, err)

@@ -1,4 +1,4 @@
-package transport
+package wire
 
 import (
 	"fmt"
@@ -40,7 +40,7 @@ func (e Endpoint) String() string {
 // decoded and re-encoded.
 type ClientBody struct {
 	raw      []byte
-	fields   []field
+	fields   []Field
 	Endpoint Endpoint
 	Model    string
 	Stream   bool
@@ -68,14 +68,14 @@ func ParseClientBody(ep Endpoint, raw []byte) (*ClientBody, error) {
 	if !json.Valid(raw) {
 		return nil, badRequest("", "request body is not valid JSON")
 	}
-	fields, err := scanObject(raw, make([]field, 0, 16))
+	fields, err := ScanObject(raw, make([]Field, 0, 16))
 	if err != nil {
 		return nil, badRequest("", "request body must be a JSON object")
 	}
 	b := &ClientBody{raw: raw, fields: fields, Endpoint: ep}
 
 	model, ok := b.member("model")
-	if !ok || isNull(model) {
+	if !ok || IsNull(model) {
 		return nil, badRequest("model", "the model field is required")
 	}
 	if err := json.Unmarshal(model, &b.Model); err != nil || b.Model == "" {
@@ -84,27 +84,27 @@ func ParseClientBody(ep Endpoint, raw []byte) (*ClientBody, error) {
 
 	switch ep {
 	case EndpointCompletions:
-		if v, ok := b.member("prompt"); !ok || isNull(v) {
+		if v, ok := b.member("prompt"); !ok || IsNull(v) {
 			return nil, badRequest("prompt", "the prompt field is required")
 		} else if c := v[0]; c != '"' && c != '[' {
 			return nil, badRequest("prompt", "prompt must be a string, an array of strings or an array of token ids")
 		}
 	case EndpointChat:
 		v, ok := b.member("messages")
-		if !ok || isNull(v) {
+		if !ok || IsNull(v) {
 			return nil, badRequest("messages", "the messages field is required")
 		}
-		if v[0] != '[' || v[skipSpace(v, 1)] == ']' {
+		if v[0] != '[' || v[SkipSpace(v, 1)] == ']' {
 			return nil, badRequest("messages", "messages must be a non-empty array")
 		}
 	}
 
-	if v, ok := b.member("stream"); ok && !isNull(v) {
+	if v, ok := b.member("stream"); ok && !IsNull(v) {
 		if err := json.Unmarshal(v, &b.Stream); err != nil {
 			return nil, badRequest("stream", "stream must be true or false")
 		}
 	}
-	if v, ok := b.member("stream_options"); ok && !isNull(v) {
+	if v, ok := b.member("stream_options"); ok && !IsNull(v) {
 		var so struct {
 			IncludeUsage *bool `json:"include_usage"`
 		}
@@ -117,7 +117,7 @@ func ParseClientBody(ep Endpoint, raw []byte) (*ClientBody, error) {
 		b.streamOptions = v
 	}
 	for _, key := range [...]string{"max_tokens", "max_completion_tokens", "n"} {
-		if v, ok := b.member(key); ok && !isNull(v) {
+		if v, ok := b.member(key); ok && !IsNull(v) {
 			var n int64
 			if err := json.Unmarshal(v, &n); err != nil || n < 1 {
 				return nil, badRequest(key, "%s must be a positive integer", key)
@@ -127,20 +127,17 @@ func ParseClientBody(ep Endpoint, raw []byte) (*ClientBody, error) {
 	return b, nil
 }
 
-// release drops the client's bytes once no engine request will be built from them again; the
+// Release drops the client's bytes once no engine request will be built from them again; the
 // parsed fields (model, stream, usage) stay.
-func (b *ClientBody) release() { b.raw, b.fields, b.streamOptions = nil, nil, nil }
+func (b *ClientBody) Release() { b.raw, b.fields, b.streamOptions = nil, nil, nil }
 
 // member returns the raw value of the last top-level member named key.
 func (b *ClientBody) member(key string) ([]byte, bool) {
-	f, ok := lastField(b.raw, b.fields, key)
-	if !ok {
-		return nil, false
-	}
-	return b.raw[f.valStart:f.valEnd], true
+	return Member(b.raw, b.fields, key)
 }
 
-func isNull(v []byte) bool { return len(v) == 4 && string(v) == "null" }
+// IsNull reports whether a raw JSON value is null.
+func IsNull(v []byte) bool { return len(v) == 4 && string(v) == "null" }
 
 var (
 	jsonTrue  = []byte("true")
@@ -152,14 +149,14 @@ var (
 // AppendPrefillBody appends the producer's body (SPEC §4.3): the client body with stream off, no
 // stream_options, one output token, no minimum, and kvParams as kv_transfer_params.
 func (b *ClientBody) AppendPrefillBody(dst, kvParams []byte) []byte {
-	return rewriteObject(dst, b.raw, b.fields, []edit{
-		{key: "max_tokens", value: jsonOne},
-		{key: "max_completion_tokens", value: jsonOne, onlyIfPresent: true},
-		{key: "min_tokens"},
-		{key: "min_completion_tokens"},
-		{key: "stream", value: jsonFalse},
-		{key: "stream_options"},
-		{key: "kv_transfer_params", value: kvParams},
+	return RewriteObject(dst, b.raw, b.fields, []Edit{
+		{Key: "max_tokens", Value: jsonOne},
+		{Key: "max_completion_tokens", Value: jsonOne, OnlyIfPresent: true},
+		{Key: "min_tokens"},
+		{Key: "min_completion_tokens"},
+		{Key: "stream", Value: jsonFalse},
+		{Key: "stream_options"},
+		{Key: "kv_transfer_params", Value: kvParams},
 	})
 }
 
@@ -172,19 +169,19 @@ func (b *ClientBody) AppendDecodeBody(dst, kvParams []byte) []byte {
 	} else if b.streamOptions != nil {
 		streamOptions = b.streamOptions
 	}
-	return rewriteObject(dst, b.raw, b.fields, []edit{
-		{key: "stream", value: jsonTrue},
-		{key: "stream_options", value: streamOptions},
-		{key: "kv_transfer_params", value: kvParams},
+	return RewriteObject(dst, b.raw, b.fields, []Edit{
+		{Key: "stream", Value: jsonTrue},
+		{Key: "stream_options", Value: streamOptions},
+		{Key: "kv_transfer_params", Value: kvParams},
 	})
 }
 
 // withIncludeUsage returns the client's stream_options with include_usage forced on, keeping any
 // other option (continuous_usage_stats, ...) the client chose.
 func (b *ClientBody) withIncludeUsage() []byte {
-	fields, err := scanObject(b.streamOptions, nil)
+	fields, err := ScanObject(b.streamOptions, nil)
 	if err != nil {
 		return usageOnly
 	}
-	return rewriteObject(nil, b.streamOptions, fields, []edit{{key: "include_usage", value: jsonTrue}})
+	return RewriteObject(nil, b.streamOptions, fields, []Edit{{Key: "include_usage", Value: jsonTrue}})
 }

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package transport
+package ingress
 
 import "net"
 
@@ -13,7 +13,3 @@ func newGoneWatcher() (*goneWatcher, error) { return &goneWatcher{}, nil }
 func (*goneWatcher) watch(net.Conn, func()) func() { return func() {} }
 
 func (*goneWatcher) close() {}
-
-// peerClosed cannot peek at a socket on this OS: a pooled connection the engine closed is found
-// when the request fails on it.
-func peerClosed(net.Conn) bool { return false }

@@ -1,4 +1,4 @@
-package transport
+package wire
 
 import (
 	"bufio"
@@ -14,10 +14,10 @@ import (
 // events reads every event of an SSE body with the router's reader.
 func events(t *testing.T, body []byte, bufSize int) ([][]byte, error) {
 	t.Helper()
-	r := sseReader{br: bufio.NewReaderSize(bytes.NewReader(body), bufSize)}
+	r := EventReader{br: bufio.NewReaderSize(bytes.NewReader(body), bufSize)}
 	var out [][]byte
 	for {
-		ev, err := r.next()
+		ev, err := r.Next()
 		if err != nil {
 			return out, err
 		}
@@ -54,7 +54,7 @@ func TestClassifyVLLMChunks(t *testing.T) {
 		evs, _ := events(t, append(fixture(t, name), "\n\n"...), 4096)
 		var out []EventKind
 		for _, ev := range evs {
-			out = append(out, classify(eventData(ev)))
+			out = append(out, Classify(EventData(ev)))
 		}
 		return out
 	}
@@ -78,7 +78,7 @@ func TestClassifyVLLMChunks(t *testing.T) {
 				t.Fatalf("%s: event %d is %v, want %v", tc.name, i, got[i], tc.want[i])
 			}
 			// After the first token the fast path must agree on everything the relay acts on.
-			if fast := classifyFast(eventData(mustEvent(t, tc.name, i))); i > 0 && (fast == EventDone) != (got[i] == EventDone) ||
+			if fast := ClassifyFast(EventData(mustEvent(t, tc.name, i))); i > 0 && (fast == EventDone) != (got[i] == EventDone) ||
 				(fast == EventError) != (got[i] == EventError) || (fast == EventUsage) != (got[i] == EventUsage) {
 				t.Fatalf("%s: event %d fast kind %v, full kind %v", tc.name, i, fast, got[i])
 			}
@@ -95,8 +95,8 @@ func TestStreamErrorsKeepTheirOwnStatus(t *testing.T) {
 	for name, want := range map[string]int{"stream-error.sse": 500, "stream-error-old.sse": 400} {
 		evs, _ := events(t, append(fixture(t, name), "\n\n"...), 4096)
 		for _, ev := range evs {
-			if d := eventData(ev); isErrorData(d) {
-				if se := parseStreamError(d); se.Status != want || se.Message == "" {
+			if d := EventData(ev); IsErrorData(d) {
+				if se := ParseStreamError(d); se.Status != want || se.Message == "" {
 					t.Fatalf("%s: %+v, want status %d", name, se, want)
 				}
 			}
@@ -105,14 +105,14 @@ func TestStreamErrorsKeepTheirOwnStatus(t *testing.T) {
 }
 
 func TestAssemblerMergesToolCallDeltas(t *testing.T) {
-	a := newAssembler(EndpointChat)
+	a := NewAssembler(EndpointChat)
 	evs, _ := events(t, append(fixture(t, "chat-stream-tool-call.sse"), "\n\n"...), 4096)
 	for _, ev := range evs {
-		if d := eventData(ev); !bytes.Equal(d, doneData) {
-			a.add(d)
+		if d := EventData(ev); !bytes.Equal(d, doneData) {
+			a.Add(d)
 		}
 	}
-	out, err := a.body()
+	out, err := a.Body()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,14 +147,14 @@ func TestAssemblerMergesToolCallDeltas(t *testing.T) {
 }
 
 func TestAssemblerConcatenatesTextAndKeepsUsage(t *testing.T) {
-	a := newAssembler(EndpointCompletions)
+	a := NewAssembler(EndpointCompletions)
 	evs, _ := events(t, append(fixture(t, "completions-stream.sse"), "\n\n"...), 4096)
 	for _, ev := range evs {
-		if d := eventData(ev); !bytes.Equal(d, doneData) {
-			a.add(d)
+		if d := EventData(ev); !bytes.Equal(d, doneData) {
+			a.Add(d)
 		}
 	}
-	out, _ := a.body()
+	out, _ := a.Body()
 	for _, want := range []string{`"text":" Disaggregated prefill"`, `"finish_reason":"length"`, `"completion_tokens":3`, `"object":"text_completion"`} {
 		if !strings.Contains(string(out), want) {
 			t.Fatalf("%s missing from %s", want, out)

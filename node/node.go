@@ -1,7 +1,7 @@
-// Package server assembles a running Narwhal from a configuration: the metrics reporters, the
+// Package node assembles a running Narwhal from a configuration: the metrics reporters, the
 // actor router, the client listener and the admin listener, with graceful shutdown. The
 // `narwhal serve` and `narwhal demo` commands and the end-to-end tests all start Narwhal here.
-package server
+package node
 
 import (
 	"context"
@@ -17,8 +17,9 @@ import (
 
 	"github.com/narwhal-router/narwhal/actors"
 	"github.com/narwhal-router/narwhal/config"
-	"github.com/narwhal-router/narwhal/transport"
 	"github.com/narwhal-router/narwhal/transport/admin"
+	"github.com/narwhal-router/narwhal/transport/ingress"
+	"github.com/narwhal-router/narwhal/transport/kv"
 	"github.com/narwhal-router/narwhal/transport/telemetry"
 )
 
@@ -31,8 +32,8 @@ type Options struct {
 	// listeners on free ports).
 	Listener      net.Listener
 	AdminListener net.Listener
-	// ModelDiscoveryTimeout bounds the wait for engines without configured models.
-	ModelDiscoveryTimeout time.Duration
+	// Connectors are the KV connectors engines may name; zero: kv.Builtin (tests add their own).
+	Connectors kv.Registry
 }
 
 // Server is one running Narwhal.
@@ -41,7 +42,7 @@ type Server struct {
 	log       *slog.Logger
 	reporting *telemetry.Reporting
 	router    *actors.Router
-	ingress   *transport.Ingress
+	ingress   *ingress.Ingress
 	admin     *http.Server
 	ln        net.Listener
 	adminLn   net.Listener
@@ -76,19 +77,15 @@ func Start(cfg config.Config, opts Options) (_ *Server, err error) {
 	if cfg.Log.AccessLog {
 		access = opts.AccessLog
 	}
-	if s.router, err = actors.NewRouter(cfg, actors.Options{Metrics: s.reporting.Metrics, Logger: s.log, AccessLog: access}); err != nil {
+	if s.router, err = actors.NewRouter(cfg, actors.Options{Metrics: s.reporting.Metrics, Logger: s.log, AccessLog: access, Connectors: opts.Connectors}); err != nil {
 		return nil, err
 	}
 	cleanup = append(cleanup, s.router.Close)
-	wait := opts.ModelDiscoveryTimeout
-	if wait == 0 {
-		wait = cfg.Engine.FirstTokenTimeoutS.Duration()
-	}
-	if err := s.router.WaitForModels(wait); err != nil {
+	if err := s.router.WaitForModels(cfg.Engine.FirstTokenTimeoutS.Duration()); err != nil {
 		s.log.Warn("starting without every engine's model list", "error", err)
 	}
 
-	if s.ingress, err = transport.NewIngress(cfg, s.router, s.router, s.reporting.Metrics); err != nil {
+	if s.ingress, err = ingress.NewIngress(cfg, s.router, s.router, s.reporting.Metrics); err != nil {
 		return nil, err
 	}
 	cleanup = append(cleanup, s.ingress.Close)
@@ -116,7 +113,7 @@ func Start(cfg config.Config, opts Options) (_ *Server, err error) {
 		}
 	}()
 	if s.adminLn != nil {
-		s.admin = &http.Server{Handler: admin.Handler(s.router, s.reporting.Prometheus, cfg.Server.AdminToken),
+		s.admin = &http.Server{Handler: admin.Handler(adminFleet{s.router}, s.reporting.Prometheus, cfg.Server.AdminToken),
 			ReadHeaderTimeout: 10 * time.Second}
 		go func() {
 			if err := s.admin.Serve(s.adminLn); !errors.Is(err, http.ErrServerClosed) {
@@ -140,9 +137,6 @@ func (s *Server) AdminAddr() string {
 
 // Router is the actor router, for dumps and tests.
 func (s *Server) Router() *actors.Router { return s.router }
-
-// Metrics is the metrics recorder.
-func (s *Server) Metrics() *telemetry.Metrics { return s.reporting.Metrics }
 
 // Failed delivers an error if a listener stops on its own.
 func (s *Server) Failed() <-chan error { return s.served }
@@ -189,3 +183,30 @@ func (s *Server) shutdown(ctx context.Context) error {
 	}
 	return err
 }
+
+// adminFleet adapts the actor router to what the admin listener asks of it.
+type adminFleet struct{ *actors.Router }
+
+func (a adminFleet) Tree(ctx context.Context) (admin.Tree, error) { return a.Router.Tree(ctx) }
+
+func (a adminFleet) Eject(ctx context.Context, name, reason string) (string, error) {
+	state, err := a.Router.Eject(ctx, name, reason)
+	return state, adminError(err)
+}
+
+func (a adminFleet) Readmit(ctx context.Context, name string, force bool) (string, error) {
+	state, err := a.Router.Readmit(ctx, name, force)
+	return state, adminError(err)
+}
+
+// adminError marks the router's unknown-engine error as admin.ErrUnknownEngine, keeping its text.
+func adminError(err error) error {
+	if errors.Is(err, actors.ErrUnknownEngine) {
+		return unknownEngine{err}
+	}
+	return err
+}
+
+type unknownEngine struct{ error }
+
+func (u unknownEngine) Unwrap() []error { return []error{u.error, admin.ErrUnknownEngine} }

@@ -1,4 +1,4 @@
-package transport
+package ingress
 
 import (
 	"errors"
@@ -6,13 +6,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/goccy/go-json"
 	"github.com/valyala/fasthttp"
-)
 
-// ErrClientGone is the cause an exchange is cancelled with when its client went away: the
-// relay uses it when a write fails, supervisors when the disconnect watcher fires.
-var ErrClientGone = errors.New("client disconnected")
+	"github.com/narwhal-router/narwhal/messages"
+	"github.com/narwhal-router/narwhal/transport"
+	"github.com/narwhal-router/narwhal/transport/fault"
+	"github.com/narwhal-router/narwhal/transport/wire"
+)
 
 // relay copies a committed decode stream to a streaming client. fasthttp calls WriteTo on the
 // connection's own goroutine after the handler returns, and frames every Write as one flushed
@@ -22,14 +22,16 @@ var ErrClientGone = errors.New("client disconnected")
 type relay struct {
 	in        *Ingress
 	x         *Exchange
-	s         *DecodeStream
+	s         *transport.DecodeStream
 	stopWatch func()
 
-	end      StreamEnd
+	end      messages.StreamFinished
+	events   int   // token events relayed
+	written  int64 // bytes written to the client
 	closeOne sync.Once
 }
 
-func newRelay(in *Ingress, x *Exchange, s *DecodeStream, stopWatch func()) *relay {
+func newRelay(in *Ingress, x *Exchange, s *transport.DecodeStream, stopWatch func()) *relay {
 	return &relay{in: in, x: x, s: s, stopWatch: stopWatch}
 }
 
@@ -58,7 +60,7 @@ func (r *relay) WriteTo(w io.Writer) (int64, error) {
 	)
 	write := func(p []byte) bool {
 		n, err := w.Write(p)
-		r.end.Bytes += int64(n)
+		r.written += int64(n)
 		werr = err
 		return err == nil
 	}
@@ -75,19 +77,19 @@ func (r *relay) WriteTo(w io.Writer) (int64, error) {
 			if errors.Is(err, io.EOF) {
 				break // after [DONE]
 			}
-			f, _ := AsFault(err)
+			f, _ := fault.As(err)
 			if f == nil {
-				f = &Fault{Kind: FaultClosedEarly, Leg: LegDecode, Engine: r.s.Engine(), Detail: "stream failed", Err: err}
+				f = &fault.Fault{Kind: fault.ClosedEarly, Phase: fault.PhaseDecode, Engine: r.s.Engine(), Detail: "stream failed", Err: err}
 			}
 			r.end.Fault = f
-			if f.Kind == FaultCanceled && errors.Is(f.Err, ErrClientGone) {
+			if f.Kind == fault.Canceled && errors.Is(f.Err, fault.ErrClientGone) {
 				r.end.ClientGone = true
 				break
 			}
 			if batch == nil {
 				batch = relayBuffers.Get().(*[]byte)
 			}
-			if ev.Kind == EventError {
+			if ev.Kind == wire.EventError {
 				*batch = append(*batch, ev.Raw...) // the engine's own error event, as it sent it
 			} else {
 				*batch = appendErrorEvent(*batch, f)
@@ -96,20 +98,20 @@ func (r *relay) WriteTo(w io.Writer) (int64, error) {
 			break
 		}
 		switch ev.Kind {
-		case EventToken:
+		case wire.EventToken:
 			now := time.Now()
 			if !lastToken.IsZero() {
 				r.in.metrics.TokenGap(now.Sub(lastToken))
 			}
 			lastToken = now
-			r.end.Events++
-		case EventUsage:
-			r.end.OutputTokens = usageCompletionTokens(usageOf(ev.Data), 0)
+			r.events++
+		case wire.EventUsage:
+			r.end.OutputTokens = wire.CompletionTokens(wire.UsageOf(ev.Data), 0)
 			if !includeUsage {
 				continue
 			}
 		}
-		more := r.s.Buffered() && ev.Kind != EventDone
+		more := r.s.Buffered() && ev.Kind != wire.EventDone
 		if batch == nil && !more {
 			if !write(ev.Raw) { // the common case: one event, straight from the read buffer
 				break
@@ -133,13 +135,13 @@ func (r *relay) WriteTo(w io.Writer) (int64, error) {
 	}
 	if werr != nil {
 		r.end.ClientGone = true
-		r.x.Abort(ErrClientGone) // closes the engine connection: the engine stops generating
+		r.x.Abort(fault.ErrClientGone) // closes the engine connection: the engine stops generating
 	}
 	if r.end.OutputTokens == 0 {
-		r.end.OutputTokens = r.end.Events
+		r.end.OutputTokens = r.events
 	}
-	r.in.metrics.TokensRelayed(endpoint, r.end.Events)
-	return r.end.Bytes, werr
+	r.in.metrics.TokensRelayed(endpoint, r.events)
+	return r.written, werr
 }
 
 // Close runs when fasthttp is done with the response, written or not. It releases the engine
@@ -149,7 +151,7 @@ func (r *relay) Close() error {
 		r.stopWatch()
 		r.s.Close()
 		r.end.Ended = time.Now()
-		r.in.dispatcher.Finished(r.x, r.end)
+		r.in.dispatcher.Finished(r.x, &r.end)
 	})
 	return nil
 }
@@ -157,30 +159,8 @@ func (r *relay) Close() error {
 var _ fasthttp.BodyWriterTo = (*relay)(nil)
 
 // appendErrorEvent appends the terminal SSE error event for a failure after commit.
-func appendErrorEvent(dst []byte, f *Fault) []byte {
+func appendErrorEvent(dst []byte, f *fault.Fault) []byte {
 	dst = append(dst, "data: "...)
-	dst = AppendErrorEnvelope(dst, ErrorBody{Message: f.Detail, Type: errorType(f.ClientStatus()), Code: f.Kind.String()})
+	dst = fault.AppendErrorEnvelope(dst, fault.ErrorBody{Message: f.Detail, Type: fault.ErrorType(f.ClientStatus()), Code: f.Kind.String()})
 	return append(dst, "\n\n"...)
-}
-
-func usageOf(data []byte) json.RawMessage {
-	var c struct {
-		Usage json.RawMessage `json:"usage"`
-	}
-	_ = json.Unmarshal(data, &c)
-	return c.Usage
-}
-
-// usageCompletionTokens reads completion_tokens from a usage object, or returns fallback.
-func usageCompletionTokens(usage json.RawMessage, fallback int) int {
-	if len(usage) == 0 {
-		return fallback
-	}
-	var u struct {
-		CompletionTokens *int `json:"completion_tokens"`
-	}
-	if err := json.Unmarshal(usage, &u); err != nil || u.CompletionTokens == nil {
-		return fallback
-	}
-	return *u.CompletionTokens
 }

@@ -1,4 +1,4 @@
-package transport
+package ingress
 
 import (
 	"context"
@@ -14,7 +14,11 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/narwhal-router/narwhal/config"
+	"github.com/narwhal-router/narwhal/messages"
+	"github.com/narwhal-router/narwhal/transport"
+	"github.com/narwhal-router/narwhal/transport/fault"
 	"github.com/narwhal-router/narwhal/transport/telemetry"
+	"github.com/narwhal-router/narwhal/transport/wire"
 )
 
 // ModelLister reports the models the fleet serves, for GET /v1/models.
@@ -26,7 +30,7 @@ type ModelLister interface {
 // each to a request supervisor through the Dispatcher, and carries out the supervisor's verdict:
 // an error response, or the relay of a committed decode stream.
 type Ingress struct {
-	cfg        config.Config
+	rt         config.ServerRuntime
 	dispatcher Dispatcher
 	models     ModelLister
 	metrics    *telemetry.Metrics
@@ -41,15 +45,16 @@ func NewIngress(cfg config.Config, d Dispatcher, models ModelLister, m *telemetr
 	if err != nil {
 		return nil, err
 	}
-	in := &Ingress{cfg: cfg, dispatcher: d, models: models, metrics: m, gone: gone,
-		deadline: cfg.Request.DeadlineS.Duration()}
+	rt := config.Provision(cfg)
+	in := &Ingress{rt: rt.Server, dispatcher: d, models: models, metrics: m, gone: gone,
+		deadline: rt.Request.Deadline}
 	in.srv = &fasthttp.Server{
 		Name:               "narwhal",
 		Handler:            in.handle,
 		ErrorHandler:       in.handleTransportError,
-		MaxRequestBodySize: cfg.Server.MaxBodyBytes,
-		ReadTimeout:        cfg.Server.HeaderTimeoutS.Duration(),
-		IdleTimeout:        cfg.Server.IdleTimeoutS.Duration(),
+		MaxRequestBodySize: rt.Server.MaxBodyBytes,
+		ReadTimeout:        rt.Server.HeaderTimeout,
+		IdleTimeout:        rt.Server.IdleTimeout,
 		CloseOnShutdown:    true,
 		// A streaming response holds its connection's write buffer for as long as it streams;
 		// events are a few hundred bytes, and larger writes bypass the buffer anyway.
@@ -73,9 +78,9 @@ func (in *Ingress) handle(ctx *fasthttp.RequestCtx) {
 	path := ctx.Path()
 	switch string(path) {
 	case "/v1/completions":
-		in.generate(ctx, EndpointCompletions)
+		in.generate(ctx, wire.EndpointCompletions)
 	case "/v1/chat/completions":
-		in.generate(ctx, EndpointChat)
+		in.generate(ctx, wire.EndpointChat)
 	case "/v1/models":
 		in.listModels(ctx)
 	case "/health":
@@ -85,21 +90,21 @@ func (in *Ingress) handle(ctx *fasthttp.RequestCtx) {
 		}
 		ctx.SetStatusCode(fasthttp.StatusOK)
 	default:
-		writeError(ctx, fasthttp.StatusNotFound, ErrorBody{Message: "no route for " + string(path), Type: "invalid_request_error", Code: "not_found"})
+		writeError(ctx, fasthttp.StatusNotFound, fault.ErrorBody{Message: "no route for " + string(path), Type: "invalid_request_error", Code: "not_found"})
 	}
 }
 
 func (in *Ingress) handleTransportError(ctx *fasthttp.RequestCtx, err error) {
 	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
-		writeError(ctx, fasthttp.StatusRequestEntityTooLarge, ErrorBody{
-			Message: "request body is larger than server.max_body_bytes (" + strconv.Itoa(in.cfg.Server.MaxBodyBytes) + " bytes)",
-			Type:    errorType(413), Code: "request_too_large"})
+		writeError(ctx, fasthttp.StatusRequestEntityTooLarge, fault.ErrorBody{
+			Message: "request body is larger than server.max_body_bytes (" + strconv.Itoa(in.rt.MaxBodyBytes) + " bytes)",
+			Type:    fault.ErrorType(413), Code: "request_too_large"})
 		return
 	}
-	writeError(ctx, fasthttp.StatusBadRequest, ErrorBody{Message: "malformed HTTP request", Type: errorType(400), Code: "bad_request"})
+	writeError(ctx, fasthttp.StatusBadRequest, fault.ErrorBody{Message: "malformed HTTP request", Type: fault.ErrorType(400), Code: "bad_request"})
 }
 
-func (in *Ingress) generate(ctx *fasthttp.RequestCtx, ep Endpoint) {
+func (in *Ingress) generate(ctx *fasthttp.RequestCtx, ep wire.Endpoint) {
 	arrival := time.Now()
 	if !ctx.IsPost() {
 		methodNotAllowed(ctx, "POST")
@@ -110,18 +115,18 @@ func (in *Ingress) generate(ctx *fasthttp.RequestCtx, ep Endpoint) {
 
 	deadline, err := in.requestDeadline(arrival, ctx.Request.Header.Peek("X-Narwhal-Deadline-S"))
 	if err != nil {
-		in.reject(ctx, ep, arrival, fasthttp.StatusBadRequest, ErrorBody{Message: err.Error(), Type: errorType(400), Code: "invalid_deadline"})
+		in.reject(ctx, ep, arrival, fasthttp.StatusBadRequest, fault.ErrorBody{Message: err.Error(), Type: fault.ErrorType(400), Code: "invalid_deadline"})
 		return
 	}
-	body, err := ParseClientBody(ep, ctx.PostBody())
+	body, err := wire.ParseClientBody(ep, ctx.PostBody())
 	if err != nil {
-		var bre *BadRequestError
+		var bre *wire.BadRequestError
 		errors.As(err, &bre)
 		var param *string
 		if bre.Param != "" {
 			param = &bre.Param
 		}
-		in.reject(ctx, ep, arrival, fasthttp.StatusBadRequest, ErrorBody{Message: bre.Message, Type: errorType(400), Param: param, Code: "invalid_request"})
+		in.reject(ctx, ep, arrival, fasthttp.StatusBadRequest, fault.ErrorBody{Message: bre.Message, Type: fault.ErrorType(400), Param: param, Code: "invalid_request"})
 		return
 	}
 
@@ -141,16 +146,16 @@ func (in *Ingress) generate(ctx *fasthttp.RequestCtx, ep Endpoint) {
 			return
 		}
 		out := runOffStack(x, cmd.Plan)
-		in.dispatcher.AttemptEnded(x, out)
+		in.dispatcher.AttemptEnded(x, out.Report())
 		if out.Stream == nil {
 			continue
 		}
 		// Committed: the first token is in and the status is 200 from here on.
-		in.setCommonHeaders(ctx, out.timing(arrival), Routing{Producer: cmd.Plan.Producer.name,
-			Consumer: cmd.Plan.Consumer.name, Attempts: cmd.Plan.Attempt})
+		in.setCommonHeaders(ctx, out.timing(arrival), Routing{Producer: cmd.Plan.Producer.Name(),
+			Consumer: cmd.Plan.Consumer.Name(), Attempts: cmd.Plan.Attempt})
 		// The client's body is not read again (no retry after commit): hand its buffer back
 		// instead of keeping it for the whole stream.
-		body.release()
+		body.Release()
 		ctx.Request.ResetBody()
 		if body.Stream {
 			ctx.SetStatusCode(fasthttp.StatusOK)
@@ -193,7 +198,7 @@ func (in *Ingress) answer(ctx *fasthttp.RequestCtx, v Verdict) {
 }
 
 // reject answers a request that never reached a supervisor.
-func (in *Ingress) reject(ctx *fasthttp.RequestCtx, ep Endpoint, arrival time.Time, status int, e ErrorBody) {
+func (in *Ingress) reject(ctx *fasthttp.RequestCtx, ep wire.Endpoint, arrival time.Time, status int, e fault.ErrorBody) {
 	writeError(ctx, status, e)
 	in.setCommonHeaders(ctx, Timing{}, Routing{})
 	in.metrics.Rejected(ep.String(), status, time.Since(arrival))
@@ -202,7 +207,7 @@ func (in *Ingress) reject(ctx *fasthttp.RequestCtx, ep Endpoint, arrival time.Ti
 func (in *Ingress) setCommonHeaders(ctx *fasthttp.RequestCtx, t Timing, r Routing) {
 	h := &ctx.Response.Header
 	h.Set("Server-Timing", serverTiming(t))
-	if in.cfg.Server.ExposeRoutingHeaders {
+	if in.rt.ExposeRoutingHeaders {
 		if r.Producer != "" {
 			h.Set("x-narwhal-producer", r.Producer)
 		}
@@ -215,43 +220,43 @@ func (in *Ingress) setCommonHeaders(ctx *fasthttp.RequestCtx, t Timing, r Routin
 
 // respondAssembled reads a committed stream to its end and answers with one JSON body. Nothing
 // has reached the client yet, so a failure after the first token still gets an error status.
-func (in *Ingress) respondAssembled(ctx *fasthttp.RequestCtx, x *Exchange, s *DecodeStream) {
-	a := newAssembler(x.Body.Endpoint)
-	end := StreamEnd{}
+func (in *Ingress) respondAssembled(ctx *fasthttp.RequestCtx, x *Exchange, s *transport.DecodeStream) {
+	a := wire.NewAssembler(x.Body.Endpoint)
+	end := &messages.StreamFinished{}
+	events := 0
 	for {
 		ev, err := s.Next()
 		if err != nil {
 			if !errors.Is(err, io.EOF) {
-				end.Fault, _ = AsFault(err)
+				end.Fault, _ = fault.As(err)
 			}
 			break
 		}
-		if ev.Kind == EventToken {
-			end.Events++
+		if ev.Kind == wire.EventToken {
+			events++
 		}
-		a.add(ev.Data)
+		a.Add(ev.Data)
 	}
 	s.Close()
-	end.OutputTokens = usageCompletionTokens(a.usage, end.Events)
+	end.OutputTokens = wire.CompletionTokens(a.Usage(), events)
 	if f := end.Fault; f != nil {
-		if f.Kind == FaultCanceled && errors.Is(f.Err, ErrClientGone) {
+		if f.Kind == fault.Canceled && errors.Is(f.Err, fault.ErrClientGone) {
 			end.ClientGone = true
 			ctx.SetConnectionClose()
 		} else {
 			ctx.SetStatusCode(f.ClientStatus())
 			ctx.SetContentType("application/json")
-			ctx.SetBody(FaultEnvelope(f))
+			ctx.SetBody(fault.FaultEnvelope(f))
 		}
-	} else if out, err := a.body(); err != nil {
-		end.Fault = &Fault{Kind: FaultBadResponse, Leg: LegDecode, Engine: s.Engine(), Detail: "could not assemble the response", Err: err}
+	} else if out, err := a.Body(); err != nil {
+		end.Fault = &fault.Fault{Kind: fault.BadResponse, Phase: fault.PhaseDecode, Engine: s.Engine(), Detail: "could not assemble the response", Err: err}
 		ctx.SetStatusCode(fasthttp.StatusBadGateway)
 		ctx.SetContentType("application/json")
-		ctx.SetBody(FaultEnvelope(end.Fault))
+		ctx.SetBody(fault.FaultEnvelope(end.Fault))
 	} else {
 		ctx.SetStatusCode(fasthttp.StatusOK)
 		ctx.SetContentType("application/json")
 		ctx.SetBody(out)
-		end.Bytes = int64(len(out))
 	}
 	end.Ended = time.Now()
 	in.dispatcher.Finished(x, end)
@@ -329,19 +334,19 @@ func appendDur(b []byte, d time.Duration) []byte {
 
 func methodNotAllowed(ctx *fasthttp.RequestCtx, allow string) {
 	ctx.Response.Header.Set("Allow", allow)
-	writeError(ctx, fasthttp.StatusMethodNotAllowed, ErrorBody{Message: "use " + allow, Type: "invalid_request_error", Code: "method_not_allowed"})
+	writeError(ctx, fasthttp.StatusMethodNotAllowed, fault.ErrorBody{Message: "use " + allow, Type: "invalid_request_error", Code: "method_not_allowed"})
 }
 
-func writeError(ctx *fasthttp.RequestCtx, status int, e ErrorBody) {
+func writeError(ctx *fasthttp.RequestCtx, status int, e fault.ErrorBody) {
 	ctx.SetStatusCode(status)
 	ctx.SetContentType("application/json")
-	ctx.SetBody(AppendErrorEnvelope(nil, e))
+	ctx.SetBody(fault.AppendErrorEnvelope(nil, e))
 }
 
 func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
-		writeError(ctx, fasthttp.StatusInternalServerError, ErrorBody{Message: "internal error", Type: "server_error"})
+		writeError(ctx, fasthttp.StatusInternalServerError, fault.ErrorBody{Message: "internal error", Type: "server_error"})
 		return
 	}
 	ctx.SetStatusCode(status)
