@@ -52,7 +52,10 @@ type Router struct {
 	requestRoot *actor.RootContext
 	seq         atomic.Uint64
 	queued      atomic.Int32 // requests in the admission queue (written by the pool)
-	live        sync.Map     // request supervisor PID id → *actor.PID
+	// commits counts committed requests; attributedAt is its value when failures were last
+	// attributed to a request. Attribution needs a commit in between (request.go, judge).
+	commits, attributedAt atomic.Uint64
+	live                  sync.Map // request supervisor PID id → *actor.PID
 }
 
 // NewRouter builds the engine clients and starts the actor system.
@@ -84,6 +87,11 @@ func NewRouter(cfg config.Config, opts Options) (*Router, error) {
 		r.states = append(r.states, &engineState{cfg: e, view: v, breaker: newBreaker(cfg.Recovery)})
 	}
 
+	if cfg.Recovery.Readmission == config.ReadmissionHealth {
+		r.log.Warn("readmission by health check (recovery.readmission: health): an ejected engine is readmitted when GET /health answers, even if its generations still hang; for development fleets only")
+	} else {
+		r.log.Info("readmission by inference probe (recovery.readmission: probe)", "lifecycle_validation", cfg.EngineContract != nil)
+	}
 	logger := r.log
 	r.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 		return slog.New(levelFloor{logger.Handler(), slog.LevelWarn}).With("lib", "protoactor")
