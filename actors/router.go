@@ -241,13 +241,13 @@ func (r *Router) Requests(ctx context.Context) []messages.RequestState {
 // ErrUnknownEngine is returned for an engine name that is not configured.
 var ErrUnknownEngine = errors.New("no such engine")
 
-// Eject takes an engine out of placement until a probe readmits it.
+// Eject takes an engine out of placement until an operator readmits it; no probe does.
 func (r *Router) Eject(ctx context.Context, name, reason string) (string, error) {
 	return r.admin(ctx, name, &messages.Eject{Reason: reason})
 }
 
-// Readmit probes an ejected engine now (readmitting it on success), or readmits it at once
-// when force is set.
+// Readmit readmits an engine an operator ejected at once; an engine ejected by its failures is
+// probed now (and readmitted on success), or readmitted at once when force is set.
 func (r *Router) Readmit(ctx context.Context, name string, force bool) (string, error) {
 	return r.admin(ctx, name, &messages.Readmit{Force: force})
 }
