@@ -3,6 +3,8 @@ package tests
 import (
 	"fmt"
 	"math/rand/v2"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +17,22 @@ import (
 
 // A poison request — one that fails on every engine — is blamed on itself, not on the engines
 // it visited; an engine that fails every request is still ejected (actors/request.go, judge).
+
+// metricsCaughtUp waits until the Prometheus exposition (reported every second) counts n
+// finished requests, so that what was recorded before them is in the scrape.
+func (h *harness) metricsCaughtUp(n int) {
+	h.t.Helper()
+	re := regexp.MustCompile(`(?m)^narwhal_requests\{[^}]*\} ([0-9.e+-]+)$`)
+	var got float64
+	eventually(h.t, 5*time.Second, func() bool {
+		got = 0
+		for _, m := range re.FindAllStringSubmatch(h.scrape(), -1) {
+			v, _ := strconv.ParseFloat(m[1], 64)
+			got += v
+		}
+		return got >= float64(n)
+	}, func() string { return fmt.Sprintf("the metrics count %v finished requests, want %d", got, n) })
+}
 
 // ejections is how many times the breaker of any engine of the fleet ejected it.
 func (h *harness) ejections() float64 {
@@ -87,6 +105,25 @@ func TestPoisonSoakKeepsTheFleetAdmitted(t *testing.T) {
 		failures                                    []string
 		wg                                          sync.WaitGroup
 	)
+	// A watcher polls the breakers throughout: an ejection is seen even if it heals later.
+	var seen sync.Map // "engine state" → true
+	stopWatch := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		for {
+			for _, e := range h.engines() {
+				if e.State != "admitted" {
+					seen.Store(e.Name+" "+e.State, true)
+				}
+			}
+			select {
+			case <-stopWatch:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}()
 	began := time.Now()
 	for w := 0; w < concurrency; w++ {
 		wg.Add(1)
@@ -116,6 +153,10 @@ func TestPoisonSoakKeepsTheFleetAdmitted(t *testing.T) {
 	}
 	wg.Wait()
 	elapsed := time.Since(began)
+	close(stopWatch)
+	<-watched
+	seen.Range(func(k, _ any) bool { t.Errorf("during the soak an engine was %s", k); return true })
+	h.metricsCaughtUp(requests)
 	attributed := 0.0
 	for _, k := range []string{"engine_status", "closed_early", "done_before_token", "stream_error", "first_token_timeout"} {
 		attributed += h.attributed("decode", k) + h.attributed("prefill", k)
