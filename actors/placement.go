@@ -28,6 +28,9 @@ type engineView struct {
 	slots     atomic.Uint64 // reservations held: prefill in the high 32 bits, decode in the low
 	placeable atomic.Bool   // admitted: neither quarantined nor ejected
 	streak    atomic.Int32  // the breaker's failure streak, so a success is reported only if it matters
+	// takesOut is the consequence of the next counted failure, as the engine actor publishes it:
+	// true when that failure quarantines or ejects the engine (breaker.takesOut).
+	takesOut atomic.Bool
 }
 
 func packSlots(prefill, decode uint32) uint64 { return uint64(prefill)<<32 | uint64(decode) }

@@ -71,9 +71,12 @@ type requestSupervisor struct {
 	ttft, firstByte, handoffAge time.Duration
 	decodeStart                 time.Time
 	lastFault                   *fault.Fault
-	end                         messages.StreamFinished
-	status                      int
-	outcome                     string
+	// failures are this request's failed legs before commit that count against their engines,
+	// held until the request's fate decides whom they blame (judge).
+	failures []heldFailure
+	end      messages.StreamFinished
+	status   int
+	outcome  string
 }
 
 func (s *requestSupervisor) Receive(ctx actor.Context) {
@@ -243,6 +246,8 @@ func (s *requestSupervisor) onAttemptEnded(ctx actor.Context, o *messages.Attemp
 		// Committed. The first token means the KV cache has moved: the producer's part is over.
 		s.firstByte = o.FirstTokenAt.Sub(s.x.Arrival)
 		s.phase = phaseStreaming
+		s.r.commits.Add(1)
+		s.judge(ctx, true)
 		s.release(ctx, fault.PhasePrefill, nil, false)
 		return // ingress relays the stream; a hang-up meanwhile shows in StreamFinished
 	}
@@ -348,16 +353,76 @@ func (s *requestSupervisor) fail(ctx actor.Context, f *fault.Fault) {
 	s.respondFault(ctx, f)
 }
 
-// breakerTakesOut says the fault just reported will take its engine out of placement (a
-// quarantine, or the failure that completes the ejection streak). The engine actor applies it a
-// moment later; the retry must not land there in that moment.
+// breakerTakesOut says the fault just seen would take its engine out of placement once counted
+// (a quarantine, or the failure that completes the ejection streak), as the engine actor
+// publishes it. The breaker hears of the failure when the request's fate is known (judge); the
+// retry must not land there meanwhile.
 func (s *requestSupervisor) breakerTakesOut(f *fault.Fault) bool {
 	e := s.r.fleet.engine(f.Engine)
-	if e == nil || !f.CountsAgainstEngine() {
-		return false
+	return e != nil && f.CountsAgainstEngine() && e.takesOut.Load()
+}
+
+// heldFailure is a failed leg waiting for judgment, with the report its engine would get.
+type heldFailure struct {
+	engine *engineView
+	fault  *fault.Fault
+	report *messages.LegOutcome
+}
+
+// judge decides whom the request's failed legs blame, once its fate is known, and tells the
+// breakers. A failure that follows the request rather than the engine — a prompt that makes
+// every engine hang or fail — must not eject a healthy fleet, so:
+//
+//   - if the request went on to commit on some engine, every earlier failure was its engine's:
+//     each is counted;
+//   - if it never committed and failed the same way (leg, fault kind, status) on two or more
+//     engines, those failures are the request's: none extends a streak, each is counted in
+//     request_attributed_failures;
+//   - everything else (a single failure, failures of different kinds) is counted as before.
+//
+// Attribution also needs evidence that the fleet serves other requests: some request committed
+// since failures were last attributed. A fleet where every engine fails every request looks
+// like a stream of poison requests; without that evidence its failures are counted, so it is
+// still ejected (and the whole-wave policy applies).
+func (s *requestSupervisor) judge(ctx actor.Context, committed bool) {
+	fs := s.failures
+	if len(fs) == 0 {
+		return
 	}
-	rc := s.r.cfg.Recovery
-	return rc.FailureQuarantineS > 0 || int(e.streak.Load())+1 >= rc.EjectAfter
+	s.failures = nil
+	blamed := make([]bool, len(fs))
+	suspect := false
+	if !committed {
+		for i := range fs {
+			for j := range fs {
+				if sameWay(fs[i].fault, fs[j].fault) {
+					blamed[i], suspect = true, true
+				}
+			}
+		}
+	}
+	if suspect {
+		if c := s.r.commits.Load(); c > s.r.attributedAt.Load() {
+			s.r.attributedAt.Store(c)
+		} else {
+			clear(blamed)
+		}
+	}
+	for i, f := range fs {
+		if blamed[i] {
+			s.r.metrics.RequestAttributedFailure(f.fault.Phase.String(), f.fault.Kind.String())
+			s.r.log.Debug("failure attributed to the request", "request_id", s.x.ID, "engine", f.engine.name,
+				"leg", f.fault.Phase.String(), "kind", f.fault.Kind.String())
+			continue
+		}
+		ctx.Send(f.engine.pid, f.report)
+	}
+}
+
+// sameWay says two failures of one request on different engines look alike: the same leg, the
+// same fault kind and the same engine status.
+func sameWay(a, b *fault.Fault) bool {
+	return a.Engine != b.Engine && a.Phase == b.Phase && a.Kind == b.Kind && a.Status == b.Status
 }
 
 func (s *requestSupervisor) respondFault(ctx actor.Context, f *fault.Fault) {
@@ -436,6 +501,10 @@ func (s *requestSupervisor) release(ctx actor.Context, phase fault.Phase, f *fau
 	if partner != nil && partner != e {
 		out.Partner = partner.name
 	}
+	if f != nil && s.phase != phaseStreaming {
+		s.failures = append(s.failures, heldFailure{engine: e, fault: f, report: out})
+		return // judged when the request's fate is known
+	}
 	ctx.Send(e.pid, out)
 }
 
@@ -450,6 +519,7 @@ func (s *requestSupervisor) finalize(ctx actor.Context, status int, outcome stri
 		return
 	}
 	s.finalized = true
+	s.judge(ctx, false) // failures still held: the request never committed
 	s.phase = phaseDone
 	s.status, s.outcome = status, outcome
 	s.stopQueueTimer()
@@ -478,6 +548,10 @@ func (s *requestSupervisor) cleanupAbnormalStop(ctx actor.Context) {
 	}
 	s.release(ctx, fault.PhasePrefill, nil, true)
 	s.release(ctx, fault.PhaseDecode, nil, true)
+	for _, f := range s.failures { // no judgment after a crash: each failure counts
+		s.r.root.Send(f.engine.pid, f.report)
+	}
+	s.failures = nil
 	s.status, s.outcome = 500, outcomeError
 	s.r.requestDone(s)
 }

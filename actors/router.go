@@ -57,7 +57,10 @@ type Router struct {
 	requestRoot *actor.RootContext
 	seq         atomic.Uint64
 	queued      atomic.Int32 // requests in the admission queue (written by the pool)
-	live        sync.Map     // request supervisor PID id → *actor.PID
+	// commits counts committed requests; attributedAt is its value when failures were last
+	// attributed to a request. Attribution needs a commit in between (request.go, judge).
+	commits, attributedAt atomic.Uint64
+	live                  sync.Map // request supervisor PID id → *actor.PID
 }
 
 // NewRouter builds the engine clients and starts the actor system.
@@ -93,6 +96,11 @@ func NewRouter(cfg config.Config, opts Options) (*Router, error) {
 		r.states = append(r.states, &engineState{cfg: e, view: v, breaker: newBreaker(cfg.Recovery)})
 	}
 
+	if cfg.Recovery.Readmission == config.ReadmissionHealth {
+		r.log.Warn("readmission by health check (recovery.readmission: health): an ejected engine is readmitted when GET /health answers, even if its generations still hang; for development fleets only")
+	} else {
+		r.log.Info("readmission by inference probe (recovery.readmission: probe)", "lifecycle_validation", cfg.EngineContract != nil)
+	}
 	logger := r.log
 	r.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 		return slog.New(levelFloor{logger.Handler(), slog.LevelWarn}).With("lib", "protoactor")
@@ -242,13 +250,13 @@ func (r *Router) Requests(ctx context.Context) []messages.RequestState {
 // ErrUnknownEngine is returned for an engine name that is not configured.
 var ErrUnknownEngine = errors.New("no such engine")
 
-// Eject takes an engine out of placement until a probe readmits it.
+// Eject takes an engine out of placement until an operator readmits it; no probe does.
 func (r *Router) Eject(ctx context.Context, name, reason string) (string, error) {
 	return r.admin(ctx, name, &messages.Eject{Reason: reason})
 }
 
-// Readmit probes an ejected engine now (readmitting it on success), or readmits it at once
-// when force is set.
+// Readmit readmits an engine an operator ejected at once; an engine ejected by its failures is
+// probed now (and readmitted on success), or readmitted at once when force is set.
 func (r *Router) Readmit(ctx context.Context, name string, force bool) (string, error) {
 	return r.admin(ctx, name, &messages.Readmit{Force: force})
 }

@@ -121,6 +121,7 @@ func (c *Config) validate(lines map[string]int) error {
 		ck.fail("recovery.probe_max_interval_s", "must be at least recovery.probe_interval_s (%v), got %v",
 			float64(r.ProbeIntervalS), float64(r.ProbeMaxIntervalS))
 	}
+	ck.oneOf("recovery.readmission", r.Readmission, ReadmissionProbe, ReadmissionHealth)
 
 	if ec := c.EngineContract; ec != nil {
 		if ec.Model == "" && ec.Version == "" && ec.Connector == "" && ec.MaxModelLen == 0 {

@@ -92,6 +92,11 @@ type EngineChanged struct {
 	State     string // admitted, quarantined, ejected, probing
 	Placeable bool
 	HasRoom   bool
+	// ByAdmin marks an ejection an operator made; it holds until an operator readmits, so the
+	// whole-wave policy leaves it alone.
+	ByAdmin bool
+	// Cause is what ejected the engine (its last failures, or the operator's reason).
+	Cause string
 }
 
 // ProbeNow asks an ejected engine to probe at once (the whole-wave policy).
@@ -116,6 +121,14 @@ type EngineState struct {
 	NextProbe      *time.Time `json:"next_probe"`
 	LastProbe      *Probe     `json:"last_probe"`
 	Restarts       int        `json:"restarts"`
+	// Readmission is how this engine is readmitted after an ejection: "probe" (an inference
+	// probe) or "health" (a health check, recovery.readmission: health).
+	Readmission string `json:"readmission"`
+	// EjectedBy says who ejected the engine: "breaker" (its failures) or "admin"; EjectReason
+	// says why (the failures, or the operator's reason). Both are empty unless out of placement
+	// by an ejection.
+	EjectedBy   string `json:"ejected_by,omitempty"`
+	EjectReason string `json:"eject_reason,omitempty"`
 }
 
 // PhaseSlots counts reservations per phase.
@@ -130,6 +143,9 @@ type Probe struct {
 	Result  string    `json:"result"` // success | failure | inconclusive
 	Reason  string    `json:"reason,omitempty"`
 	Partner string    `json:"partner,omitempty"`
+	// Mode is the readmission mode that ran: "probe" (inference, plus lifecycle validation
+	// with engine_contract) or "health".
+	Mode string `json:"mode"`
 }
 
 // RequestState is a request supervisor's snapshot.
@@ -146,10 +162,11 @@ type RequestState struct {
 	ElapsedS    float64    `json:"elapsed_s"`
 }
 
-// Eject takes an engine out of placement until a probe readmits it.
+// Eject takes an engine out of placement until an operator readmits it (no probe does).
 type Eject struct{ Reason string }
 
-// Readmit asks an engine to probe now and readmit on success; Force readmits without a probe.
+// Readmit readmits an engine an operator ejected; for an engine ejected by its failures it
+// probes now and readmits on success. Force readmits without a probe.
 type Readmit struct{ Force bool }
 
 // AdminDone answers Eject and Readmit.
