@@ -65,7 +65,7 @@ func NewRouter(cfg config.Config, opts Options) (*Router, error) {
 		r.log = slog.New(slog.DiscardHandler)
 	}
 	if opts.AccessLog != nil {
-		r.access = newAccessLog(opts.AccessLog)
+		r.access = newAccessLog(opts.AccessLog, cfg.Log.AccessLogFlushS.Duration())
 	}
 	r.fleet = &fleet{byName: map[string]*engineView{}}
 	for _, e := range cfg.Engines {

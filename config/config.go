@@ -165,6 +165,9 @@ type Log struct {
 	Level     string `yaml:"level"`
 	Format    string `yaml:"format"`
 	AccessLog bool   `yaml:"access_log"`
+	// AccessLogFlushS is how often the buffered access log is written out: the request path
+	// never waits on a write, and a line appears at most this long after its request ended.
+	AccessLogFlushS Seconds `yaml:"access_log_flush_s"`
 }
 
 // Seconds is a duration written as (possibly fractional) seconds.
@@ -202,7 +205,7 @@ func Default() Config {
 			ProbeMaxIntervalS: 60,
 		},
 		Preflight: Preflight{Concurrency: 4},
-		Log:       Log{Level: "info", Format: "json", AccessLog: true},
+		Log:       Log{Level: "info", Format: "json", AccessLog: true, AccessLogFlushS: 0.2},
 	}
 }
 

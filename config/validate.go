@@ -142,6 +142,9 @@ func (c *Config) validate(lines map[string]int) error {
 	}
 	ck.oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
 	ck.oneOf("log.format", c.Log.Format, "json", "text")
+	if f := c.Log.AccessLogFlushS; f <= 0 || f > 10 {
+		ck.fail("log.access_log_flush_s", "must be a number of seconds greater than 0 and at most 10, got %v", float64(f))
+	}
 
 	return errors.Join(ck.errs...)
 }

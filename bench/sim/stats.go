@@ -24,6 +24,9 @@ type Stats struct {
 	Completed int64 `json:"completed"`
 	// Aborted counts generations whose client went away before the end.
 	Aborted int64 `json:"aborted"`
+	// LastAbort is when the engine last noticed a client going away (zero: never), so a test
+	// can time the abort from the engine's side rather than from when it polled.
+	LastAbort time.Time `json:"last_abort,omitzero"`
 	// InFlight is the number of generations being served now.
 	InFlight int64 `json:"in_flight"`
 
@@ -47,6 +50,7 @@ type Stats struct {
 type counters struct {
 	prefill, decode, completed, aborted, inFlight atomic.Int64
 	kvLoads, kvLoadFailures, restarts             atomic.Int64
+	lastAbort                                     atomic.Int64 // unix nanoseconds
 }
 
 // Stats returns a snapshot of the engine's counters.
@@ -62,6 +66,7 @@ func (e *Engine) Stats() Stats {
 		DecodeRequests:  e.count.decode.Load(),
 		Completed:       e.count.completed.Load(),
 		Aborted:         e.count.aborted.Load(),
+		LastAbort:       unixNanoTime(e.count.lastAbort.Load()),
 		InFlight:        e.count.inFlight.Load(),
 		BlocksPinned:    bc.pinned,
 		BlocksRead:      bc.read,
@@ -89,4 +94,11 @@ func (e *Engine) appendMetrics(b []byte) []byte {
 	gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
 		min(float64(bc.pinned)/kvCapacityBlocks, 1))
 	return b
+}
+
+func unixNanoTime(ns int64) time.Time {
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
 }
