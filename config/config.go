@@ -36,6 +36,9 @@ type Server struct {
 	HeaderTimeoutS Seconds `yaml:"header_timeout_s"`
 	// IdleTimeoutS closes client keep-alive connections idle for longer than this.
 	IdleTimeoutS Seconds `yaml:"idle_timeout_s"`
+	// AdminIdleTimeoutS closes admin keep-alive connections idle for longer than this, so a
+	// scraper or tool that went away holds nothing.
+	AdminIdleTimeoutS Seconds `yaml:"admin_idle_timeout_s"`
 }
 
 // Request bounds one client request end to end, retries included.
@@ -186,6 +189,8 @@ func Default() Config {
 			ShutdownGraceS: 30,
 			HeaderTimeoutS: 30,
 			IdleTimeoutS:   120,
+
+			AdminIdleTimeoutS: 60,
 		},
 		Request:   Request{DeadlineS: 600},
 		Admission: Admission{MaxQueue: 10000, QueueTimeoutS: 5},

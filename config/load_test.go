@@ -122,7 +122,7 @@ func TestRejections(t *testing.T) {
 		{"a mapping for a scalar", "server:\n  listen: {port: 1}\n" + minimal,
 			[]string{"line 2: server.listen: a mapping is not allowed here; want a string"}},
 		{"a scalar for a section", "server: yes\n" + minimal,
-			[]string{`line 1: server: "yes" is not allowed here; want a mapping with the keys admin_listen`}},
+			[]string{`line 1: server: "yes" is not allowed here; want a mapping with the keys admin_idle_timeout_s, admin_listen`}},
 		{"a scalar for a list", "engines: p0\n",
 			[]string{`line 1: engines: "p0" is not allowed here; want a list`}},
 		{"a wrong type in an engine", "engines:\n  - {name: p0, url: \"http://a:1\", role: both, max_inflight: many}\n",

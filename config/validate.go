@@ -129,6 +129,7 @@ func (c *Config) check(ck *checker) {
 	ck.nonNegative("server.shutdown_grace_s", c.Server.ShutdownGraceS)
 	ck.positive("server.header_timeout_s", c.Server.HeaderTimeoutS)
 	ck.positive("server.idle_timeout_s", c.Server.IdleTimeoutS)
+	ck.positive("server.admin_idle_timeout_s", c.Server.AdminIdleTimeoutS)
 
 	ck.positive("request.deadline_s", c.Request.DeadlineS)
 
