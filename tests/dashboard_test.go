@@ -121,6 +121,12 @@ func TestDashboardQueriesOnlyMetricsNarwhalEmits(t *testing.T) {
 	// Counters reach statsd at the next flush: wait until every queried metric was sent, and
 	// report those that never were.
 	queries := dashboardQueries(t)
+	catalog := readmeCatalog(t)
+	for pattern := range queries {
+		if base, _, _ := strings.Cut(strings.TrimPrefix(pattern, "narwhal."), "."); !catalog[base] {
+			t.Errorf("the dashboard queries %s, which is not in the README's metric catalog", pattern)
+		}
+	}
 	var missing []string
 	eventually(t, 5*time.Second, func() bool { missing = unsentQueries(sink, queries); return len(missing) == 0 },
 		func() string {
