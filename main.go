@@ -265,6 +265,11 @@ Ctrl-C stops it.
 // run serves until SIGTERM or SIGINT, then shuts down gracefully. SIGUSR1 writes the supervisor
 // tree to stderr.
 func run(cfg config.Config, log *slog.Logger, started func(*server.Server)) error {
+	// Signals are caught before the listeners open: a SIGTERM that arrives as soon as Narwhal
+	// says it is listening is a graceful stop, not the default abrupt exit.
+	signals := make(chan os.Signal, 4)
+	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1)
+	defer signal.Stop(signals)
 	srv, err := server.Start(cfg, server.Options{Logger: log, AccessLog: os.Stdout})
 	if err != nil {
 		return err
@@ -277,9 +282,6 @@ func run(cfg config.Config, log *slog.Logger, started func(*server.Server)) erro
 	if started != nil {
 		started(srv)
 	}
-	signals := make(chan os.Signal, 4)
-	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1)
-	defer signal.Stop(signals)
 	for {
 		select {
 		case err := <-srv.Failed():
