@@ -40,15 +40,15 @@ func TestFailedEngineIsQuarantined(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			const period = time.Second
 			h := start(t, setup{prefill: tc.prefill, decode: tc.decode, engine: sim.Options{Tokens: 1}, config: quarantine(period.Seconds())})
-			// The failure happens between sending the request and its access-log line: the
-			// quarantine must end one period after a moment in that window.
+			// The quarantine starts between sending the failing request and seeing the engine
+			// quarantined: it must end one period after a moment in that window.
 			sentAt := time.Now()
 			failed := h.failOnce(tc.directive)
-			loggedAt := time.Now()
 			st := h.waitState(failed, "quarantined", time.Second)
-			if st.QuarantineEnds == nil || st.QuarantineEnds.Before(sentAt.Add(period)) || st.QuarantineEnds.After(loggedAt.Add(period)) {
+			seenAt := time.Now()
+			if st.QuarantineEnds == nil || st.QuarantineEnds.Before(sentAt.Add(period)) || st.QuarantineEnds.After(seenAt.Add(period)) {
 				t.Fatalf("quarantine ends %v, want one %v period after the failure (between %v and %v)",
-					st.QuarantineEnds, period, sentAt.Add(period), loggedAt.Add(period))
+					st.QuarantineEnds, period, sentAt.Add(period), seenAt.Add(period))
 			}
 			ends := *st.QuarantineEnds
 
