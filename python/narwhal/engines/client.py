@@ -350,7 +350,7 @@ class DecodeStream:
     def __next__(self) -> StreamEvent:
         if self._held:
             return self._held.pop(0)
-        if self._done or self._closed:
+        if self._closed:
             raise StopIteration
         rt = self._c.decode_read_timeout_s
         deadline, by_request = self._deadline, True
@@ -362,8 +362,10 @@ class DecodeStream:
         event = StreamEvent(ev, data, kind)
         if kind == wire.DONE:
             self._done = True
+            self.close()  # the leg is over: release the connection without waiting for the caller
         elif kind == wire.ERROR:
             self._done = True
+            self.close()
             raise self._stream_fault(data, event)
         return event
 
@@ -381,8 +383,10 @@ class DecodeStream:
                     raise EOFError
                 self._ready.extend(self._split.feed(chunk))
             except BaseException as e:
-                self._done = True  # nothing more can be read; close() aborts the leg
-                if self._closed:
+                closed_by_caller = self._closed
+                self._done = True
+                self.close()  # nothing more can be read: abort the leg
+                if closed_by_caller:
                     raise c._fault(DECODE, FaultKind.ABORTED, "the decode stream was closed", e) from None
                 if isinstance(e, (TimeoutError, _Timeout)):
                     if by_request and deadline is not None:
