@@ -14,10 +14,15 @@ build:
 test: fmt-check vet ## everything CI runs: format, vet, race tests, fuzz smoke
 	$(GO) test -race -count=1 -timeout 12m ./...
 	$(MAKE) fuzz
+	@if command -v python3 >/dev/null; then $(MAKE) python-test; else echo "python3 not found: skipping the Python client's tests"; fi
 
 fuzz: ## a few seconds of each fuzz target
 	$(GO) test -run '^$$' -fuzz '^FuzzRewriteObject$$' -fuzztime $(FUZZTIME) ./transport/
 	$(GO) test -run '^$$' -fuzz '^FuzzValidateDescriptor$$' -fuzztime $(FUZZTIME) ./transport/
+
+.PHONY: python-test
+python-test: build ## the Python client (python/) against the shared vectors and real simulator processes
+	NARWHAL_BIN=$(CURDIR)/$(BIN) python3 -m unittest discover -s python/tests -t python/tests
 
 vet:
 	$(GO) vet ./...
