@@ -125,6 +125,16 @@ class Handoff(SimTest):
         self.assertEqual(out["usage"]["completion_tokens"], 3)
         self.assertEqual(self.p0.stats()["blocks_read"], blocks + 1)
 
+    def test_non_streaming_tool_calls_and_reasoning_are_assembled(self):
+        request = {"model": "sim-model", "max_tokens": 20,
+                   "messages": [{"role": "user", "content": "weather? @sim:decode.tool_call @sim:decode.reasoning=2"}]}
+        out = self.consumer().decode(self.producer().prefill(request), request)
+        msg, choice = out["choices"][0]["message"], out["choices"][0]
+        self.assertEqual(choice["finish_reason"], "tool_calls")
+        self.assertEqual([(c["type"], c["function"]["name"]) for c in msg["tool_calls"]], [("function", "get_weather")])
+        self.assertEqual(json.loads(msg["tool_calls"][0]["function"]["arguments"]), {"city": "Oslo"})
+        self.assertTrue(msg["reasoning"])
+
     def test_api_key_and_trace_headers_reach_the_engine(self):
         res = self.producer(api_key="sk-test").prefill(completion("hi"), request_id="py-hdr-1",
                                                        traceparent="00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
@@ -221,6 +231,29 @@ class Rejections(SimTest):
         blocks = grouped.stats()["blocks_read"]
         self.assertEqual(texts(self.consumer().decode(res, completion("x"))), " alpha beta gamma")
         self.assertGreater(grouped.stats()["blocks_read"], blocks)
+
+
+class HandoffPolicy(SimTest):
+    def test_a_stale_handoff_is_refused_before_the_decode_request(self):
+        res = self.producer().prefill(completion("x"))
+        before = self.d0.stats()["decode_requests"]
+        with self.assertRaises(EngineFault) as cm:
+            self.consumer().decode(res, completion("x"), max_handoff_age_s=1e-6)  # any real leg is older
+        f = cm.exception
+        self.assertEqual((f.kind, f.status, f.leg), ("stale_handoff", 502, "prefill"))
+        self.assertRegex(f.message, r"^the handoff is [0-9.]+(ms|s) old, older than handoff.max_age_s \(1µs\)$")
+        self.assertEqual(self.d0.stats()["decode_requests"], before)
+        # a fresh enough handoff goes through
+        res = self.producer().prefill(completion("x"))
+        self.assertEqual(texts(self.consumer().decode(res, completion("x"), max_handoff_age_s=30)), " alpha beta gamma")
+
+    def test_on_missing_fail_refuses_a_prefill_without_descriptor(self):
+        request = completion("x @sim:prefill.bad_descriptor=null")
+        res = self.producer().prefill(request)
+        with self.assertRaises(EngineFault) as cm:
+            self.consumer().decode(res, request, on_missing="fail")
+        self.assertEqual((cm.exception.kind, cm.exception.status, cm.exception.message),
+                         ("missing_descriptor", 502, "the producer returned no handoff descriptor"))
 
 
 class Timeouts(SimTest):

@@ -36,7 +36,7 @@ from urllib.parse import urlsplit
 from . import wire
 from .connector import (KVSide, Pair, PrefillResult, Rejection, lookup_connector, parse_descriptor,
                         validate_descriptor)
-from .faults import DECODE, PREFILL, EngineFault, FaultKind, go_duration
+from .faults import DECODE, PREFILL, EngineFault, FaultKind, go_duration, go_duration_ns
 
 MAX_PREFILL_BODY = 16 << 20
 MAX_ERROR_BODY = 64 << 10
@@ -163,7 +163,8 @@ class EngineClient:
 
     def decode(self, result: PrefillResult, request, *, endpoint: Optional[str] = None,
                deadline: Optional[float] = None, traceparent: Optional[str] = None,
-               tracestate: Optional[str] = None) -> Union["DecodeStream", dict]:
+               tracestate: Optional[str] = None, max_handoff_age_s: Optional[float] = None,
+               on_missing: str = "recompute") -> Union["DecodeStream", dict]:
         """Run the decode leg on this engine with ``result``'s handoff.
 
         The descriptor is validated before any byte is sent. When this engine is the producer
@@ -171,12 +172,29 @@ class EngineClient:
         once the first generated token has arrived (``engine.first_token_timeout_s`` covers
         connecting, the response headers and that wait): a :class:`DecodeStream` of the
         events for a streaming request, else the assembled OpenAI response as a dict.
+
+        The router's handoff policy is opt-in here: ``max_handoff_age_s`` (handoff.max_age_s)
+        refuses a handoff older than that, counted from the start of the prefill leg;
+        ``on_missing="fail"`` (handoff.on_missing) refuses a result without a descriptor,
+        which otherwise decodes without transfer parameters (the engine recomputes).
         Raises :class:`EngineFault`.
         """
         body = wire.encode_request(request, endpoint)
+        if on_missing not in ("recompute", "fail"):
+            raise ValueError(f"on_missing must be 'recompute' or 'fail', not {on_missing!r}")
+        same_worker = self.same_worker(result)
+        if not same_worker and not result.has_descriptor and on_missing == "fail":
+            raise EngineFault(FaultKind.MISSING_DESCRIPTOR, PREFILL, result.producer,
+                              "the producer returned no handoff descriptor")
+        if max_handoff_age_s is not None:
+            age = result.age()
+            if age > max_handoff_age_s:
+                raise EngineFault(FaultKind.STALE_HANDOFF, PREFILL, result.producer,
+                                  f"the handoff is {go_duration_ns(round(age * 1000) * 1_000_000)} old, "
+                                  f"older than handoff.max_age_s ({go_duration(max_handoff_age_s)})")
         start = time.monotonic()
         params = None
-        if result.has_descriptor and not self.same_worker(result):
+        if result.has_descriptor and not same_worker:
             producer_kv = result._producer_kv or KVSide(engine=result.producer)
             try:
                 validate_descriptor(result._descriptor, Pair(producer_kv, self.kv, body.endpoint))

@@ -129,7 +129,11 @@ class EngineFault(Exception):
 def go_duration(seconds: float) -> str:
     """A duration as Go's time.Duration.String writes it ("200ms", "1.5s", "1m30s"), so the
     messages match the router's byte for byte."""
-    d = int(seconds * 1_000_000_000)  # Go truncates the float product the same way
+    return go_duration_ns(int(seconds * 1_000_000_000))  # Go truncates the float product too
+
+
+def go_duration_ns(d: int) -> str:
+    """go_duration for a whole number of nanoseconds."""
     if d == 0:
         return "0s"
     sign = "-" if d < 0 else ""

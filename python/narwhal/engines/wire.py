@@ -362,13 +362,13 @@ def classify(data: Optional[bytes]) -> str:
     for ch in choices if isinstance(choices, list) else ():
         if not isinstance(ch, dict):
             continue
-        if ch.get("finish_reason") is not None or _non_empty(ch.get("text")):
+        if isinstance(ch.get("finish_reason"), str) or _non_empty(ch.get("text")):
             return TOKEN
         d = ch.get("delta")
         if isinstance(d, dict):
             tc = d.get("tool_calls")
             if (_non_empty(d.get("content")) or _non_empty(d.get("reasoning"))
-                    or _non_empty(d.get("reasoning_content")) or (tc is not None and len(tc) > 0)):
+                    or _non_empty(d.get("reasoning_content")) or (isinstance(tc, (list, dict)) and tc)):
                 return TOKEN
     if not choices and c.get("usage") is not None:
         return USAGE
