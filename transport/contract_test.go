@@ -76,7 +76,7 @@ func (s contractSide) with(t *testing.T, override json.RawMessage) KVSide {
 			t.Fatal(err)
 		}
 	}
-	return KVSide{Engine: s.Engine, Connector: s.Connector, EngineID: s.EngineID, Endpoint: s.Endpoint, TransferModes: s.TransferModes}
+	return KVSide(s)
 }
 
 func TestContractDescriptors(t *testing.T) {
