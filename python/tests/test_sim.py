@@ -444,3 +444,45 @@ class Cancellation(SimTest):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class ConnectTimeouts(unittest.TestCase):
+    """An engine whose listen backlog is full drops our SYN: the connect itself hangs."""
+
+    def setUp(self):
+        import socket
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(0)
+        self.port = self.listener.getsockname()[1]
+        self.fillers = []
+        while True:  # connect until one hangs: from then on the backlog is full
+            s = socket.socket()
+            s.settimeout(0.2)
+            self.fillers.append(s)
+            try:
+                s.connect(("127.0.0.1", self.port))
+            except TimeoutError:
+                break
+            self.assertLess(len(self.fillers), 64, "the backlog never filled")
+
+    def tearDown(self):
+        for s in self.fillers:
+            s.close()
+        self.listener.close()
+
+    def test_connect_timeout(self):
+        client = EngineClient(f"http://127.0.0.1:{self.port}", connect_timeout_s=0.2)
+        with self.assertRaises(EngineFault) as cm:
+            client.prefill(completion("x"))
+        self.assertEqual((cm.exception.kind, cm.exception.status, cm.exception.message),
+                         ("timeout", 504, "could not connect to the engine in time"))
+
+    def test_a_slow_connect_consumes_the_first_token_budget(self):
+        client = EngineClient(f"http://127.0.0.1:{self.port}", connect_timeout_s=5, first_token_timeout_s=0.3)
+        res = PrefillResult(producer="p", producer_url="http://p", endpoint="completions",
+                            backend_request_id="x", started=time.monotonic(), completed=time.monotonic())
+        with self.assertRaises(EngineFault) as cm:
+            client.decode(res, completion("x"))
+        self.assertEqual((cm.exception.kind, cm.exception.status, cm.exception.message),
+                         ("first_token_timeout", 504, "no token from the decode engine within 300ms"))
