@@ -39,6 +39,11 @@ type Server struct {
 	// AdminIdleTimeoutS closes admin keep-alive connections idle for longer than this, so a
 	// scraper or tool that went away holds nothing.
 	AdminIdleTimeoutS Seconds `yaml:"admin_idle_timeout_s"`
+	// MaxHeaderBytes bounds a request's line and headers together (431 past it).
+	MaxHeaderBytes int `yaml:"max_header_bytes"`
+	// ClientWriteTimeoutS bounds how long one write to a client may block (a client that stops
+	// reading); the request deadline bounds a streamed response as a whole.
+	ClientWriteTimeoutS Seconds `yaml:"client_write_timeout_s"`
 }
 
 // Request bounds one client request end to end, retries included.
@@ -65,6 +70,10 @@ type EngineTimeouts struct {
 	// the engine's own keep-alive timeout (uvicorn's default is 5 s) so a request never lands on
 	// a connection the engine is closing.
 	IdleConnTimeoutS Seconds `yaml:"idle_conn_timeout_s"`
+	// MaxHeldBytes and MaxHeldEvents bound what a decode leg may send before its first
+	// generated token (it is held until commit); SSE comments are never held.
+	MaxHeldBytes  int `yaml:"max_held_bytes"`
+	MaxHeldEvents int `yaml:"max_held_events"`
 }
 
 // Handoff governs the KV handoff descriptor between the legs.
@@ -158,6 +167,10 @@ type KV struct {
 	Endpoint string `yaml:"endpoint"`
 	// TransferModes lists the `transfer_mode` values this engine accepts as a consumer.
 	TransferModes []string `yaml:"transfer_modes"`
+	// AllowedEndpoints, when set, is where an unpinned producer may point consumers for the KV
+	// transfer: CIDRs (10.0.0.0/8) or exact host:port entries. Unset, the KV host must be the
+	// producer's own host (from its url).
+	AllowedEndpoints []string `yaml:"allowed_endpoints"`
 }
 
 // Metrics configures the tally reporters.
@@ -199,7 +212,9 @@ func Default() Config {
 			HeaderTimeoutS: 30,
 			IdleTimeoutS:   120,
 
-			AdminIdleTimeoutS: 60,
+			AdminIdleTimeoutS:   60,
+			MaxHeaderBytes:      16 << 10,
+			ClientWriteTimeoutS: 30,
 		},
 		Request:   Request{DeadlineS: 600},
 		Admission: Admission{MaxQueue: 10000, QueueTimeoutS: 5},
@@ -209,6 +224,8 @@ func Default() Config {
 			DecodeReadTimeoutS: 30,
 			ConnectTimeoutS:    5,
 			IdleConnTimeoutS:   4,
+			MaxHeldBytes:       4 << 20,
+			MaxHeldEvents:      256,
 		},
 		Handoff: Handoff{MaxAgeS: 30, OnMissing: OnMissingRecompute},
 		Recovery: Recovery{

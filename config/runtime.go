@@ -22,6 +22,8 @@ type ServerRuntime struct {
 	IdleTimeout          time.Duration
 	ShutdownGrace        time.Duration
 	ExposeRoutingHeaders bool
+	MaxHeaderBytes       int
+	ClientWriteTimeout   time.Duration
 }
 
 // EngineTimings are the engine-leg bounds (engine.* in the file).
@@ -33,6 +35,9 @@ type EngineTimings struct {
 	DecodeRead time.Duration
 	Connect    time.Duration
 	IdleConn   time.Duration
+	// MaxHeldBytes and MaxHeldEvents bound what is held before the first token.
+	MaxHeldBytes  int
+	MaxHeldEvents int
 }
 
 // RequestRuntime is what a request supervisor reads for every request.
@@ -59,6 +64,8 @@ func Provision(c Config) Runtime {
 			IdleTimeout:          c.Server.IdleTimeoutS.Duration(),
 			ShutdownGrace:        c.Server.ShutdownGraceS.Duration(),
 			ExposeRoutingHeaders: c.Server.ExposeRoutingHeaders,
+			MaxHeaderBytes:       c.Server.MaxHeaderBytes,
+			ClientWriteTimeout:   c.Server.ClientWriteTimeoutS.Duration(),
 		},
 		Engine: c.Engine.Provision(),
 		Request: RequestRuntime{
@@ -81,5 +88,15 @@ func (t EngineTimeouts) Provision() EngineTimings {
 		DecodeRead: t.DecodeReadTimeoutS.Duration(),
 		Connect:    t.ConnectTimeoutS.Duration(),
 		IdleConn:   t.IdleConnTimeoutS.Duration(),
+		// Zero (a configuration built by hand) takes the documented defaults.
+		MaxHeldBytes:  orDefault(t.MaxHeldBytes, 4<<20),
+		MaxHeldEvents: orDefault(t.MaxHeldEvents, 256),
 	}
+}
+
+func orDefault(v, def int) int {
+	if v <= 0 {
+		return def
+	}
+	return v
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"sync"
 	"time"
@@ -62,7 +63,10 @@ func newDecodeStream(ctx context.Context, c *EngineClient, lc *legConn, resp *fa
 // Engine is the name of the engine serving the stream.
 func (s *DecodeStream) Engine() string { return s.c.name }
 
-// awaitFirstToken reads until the first generated token, holding every event before it.
+// awaitFirstToken reads until the first generated token, holding every event before it but
+// comments: what is held is bounded by engine.max_held_bytes and engine.max_held_events, so an
+// engine that floods events before its first token costs a bounded amount of memory and fails
+// its leg (HeldOverflow) instead of growing the router until the first-token timeout.
 func (s *DecodeStream) awaitFirstToken(deadline time.Time, byRequest bool) error {
 	for {
 		ev, err := s.sse.Next()
@@ -70,6 +74,14 @@ func (s *DecodeStream) awaitFirstToken(deadline time.Time, byRequest bool) error
 			return s.readFault(err, true, byRequest)
 		}
 		data := wire.EventData(ev)
+		if data == nil {
+			continue // a comment (keep-alive) or an event without data: nothing a client needs
+		}
+		if len(s.held)+len(ev) > s.c.timeouts.MaxHeldBytes || len(s.heldEnds) >= s.c.timeouts.MaxHeldEvents {
+			return s.c.fault(fault.PhaseDecode, fault.HeldOverflow, fmt.Sprintf(
+				"decode engine sent more than %d events or %d bytes before its first token",
+				s.c.timeouts.MaxHeldEvents, s.c.timeouts.MaxHeldBytes), nil)
+		}
 		switch kind := wire.Classify(data); kind {
 		case wire.EventDone:
 			return s.c.fault(fault.PhaseDecode, fault.DoneBeforeToken, "stream ended with [DONE] before any token arrived", nil)
@@ -104,6 +116,9 @@ func (s *DecodeStream) Next() (Event, error) {
 		kind := s.heldKind[s.heldNext]
 		s.heldNext++
 		return Event{Raw: raw, Data: wire.EventData(raw), Kind: kind}, nil
+	}
+	if s.held != nil { // every held event was returned (and the last is no longer in use)
+		s.held, s.heldEnds, s.heldKind = nil, nil, nil
 	}
 	if s.done {
 		return Event{}, io.EOF

@@ -21,6 +21,7 @@ import (
 // the engine share one write.
 type relay struct {
 	in        *Ingress
+	ctx       *fasthttp.RequestCtx
 	x         *Exchange
 	s         *transport.DecodeStream
 	stopWatch func()
@@ -31,8 +32,20 @@ type relay struct {
 	closeOne sync.Once
 }
 
-func newRelay(in *Ingress, x *Exchange, s *transport.DecodeStream, stopWatch func()) *relay {
-	return &relay{in: in, x: x, s: s, stopWatch: stopWatch}
+func newRelay(in *Ingress, ctx *fasthttp.RequestCtx, x *Exchange, s *transport.DecodeStream, stopWatch func()) *relay {
+	return &relay{in: in, ctx: ctx, x: x, s: s, stopWatch: stopWatch}
+}
+
+// armWrite bounds the next client write: server.client_write_timeout_s, and never past the
+// request deadline, so a client that stops reading is cut off (its engine leg aborted, its slots
+// released) at the deadline at the latest. The terminal error event is the exception (final): it
+// gets a write timeout of its own, since a deadline that passed is what it reports.
+func (r *relay) armWrite(final bool) {
+	d := time.Now().Add(r.in.rt.ClientWriteTimeout)
+	if !final && r.x.Deadline.Before(d) {
+		d = r.x.Deadline
+	}
+	_ = r.ctx.SetWriteDeadline(d)
 }
 
 // SupportsBodyWriteTo makes fasthttp use WriteTo (fasthttp.BodyWriterTo).
@@ -59,6 +72,7 @@ func (r *relay) WriteTo(w io.Writer) (int64, error) {
 		batch *[]byte
 	)
 	write := func(p []byte) bool {
+		r.armWrite(r.end.Fault != nil)
 		n, err := w.Write(p)
 		r.written += int64(n)
 		werr = err
