@@ -13,7 +13,9 @@ func TestKVEndpointPolicy(t *testing.T) {
 	own := func(p *Pair) { p.Producer.Host = "10.0.0.5" }
 	allow := func(list ...string) func(*Pair) { return func(p *Pair) { p.Producer.AllowedEndpoints = list } }
 	pin := func(ep string) func(*Pair) { return func(p *Pair) { p.Producer.Endpoint = ep } }
-	at := func(host, port string) string { return strings.Replace(with("remote_port", port), `"10.0.0.5"`, host, 1) }
+	at := func(host, port string) string {
+		return strings.Replace(with("remote_port", port), `"10.0.0.5"`, host, 1)
+	}
 	cases := []struct {
 		name   string
 		desc   string
