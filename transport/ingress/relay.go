@@ -36,17 +36,24 @@ func newRelay(in *Ingress, ctx *fasthttp.RequestCtx, x *Exchange, s *transport.D
 	return &relay{in: in, ctx: ctx, x: x, s: s, stopWatch: stopWatch}
 }
 
-// armWrite bounds the next client write: server.client_write_timeout_s, and never past the
-// request deadline, so a client that stops reading is cut off (its engine leg aborted, its slots
-// released) at the deadline at the latest. The terminal error event is the exception (final): it
-// gets a write timeout of its own, since a deadline that passed is what it reports.
+// armWrite bounds the next client write: server.client_write_timeout_s, and never more than
+// deadlineGrace past the request deadline, so a client that stops reading is cut off (its engine
+// leg aborted, its slots released) soon after the deadline at the latest. The grace lets the
+// terminal error event of a stream the deadline ended reach a client that is reading; that last
+// write (final) gets the grace alone.
 func (r *relay) armWrite(final bool) {
-	d := time.Now().Add(r.in.rt.ClientWriteTimeout)
-	if !final && r.x.Deadline.Before(d) {
-		d = r.x.Deadline
+	now := time.Now()
+	d := now.Add(r.in.rt.ClientWriteTimeout)
+	if final {
+		d = now.Add(min(r.in.rt.ClientWriteTimeout, deadlineGrace))
+	} else if limit := r.x.Deadline.Add(deadlineGrace); limit.Before(d) {
+		d = limit
 	}
 	_ = r.ctx.SetWriteDeadline(d)
 }
+
+// deadlineGrace is how long past the request deadline a client write may still block.
+const deadlineGrace = time.Second
 
 // SupportsBodyWriteTo makes fasthttp use WriteTo (fasthttp.BodyWriterTo).
 func (r *relay) SupportsBodyWriteTo() bool { return true }
