@@ -28,7 +28,7 @@ type hostileEngine struct {
 	serve atomic.Pointer[func(w http.ResponseWriter, r *http.Request) (abortedByRouter bool)]
 	// aborted counts generation legs the router cut off; legs counts every generation leg.
 	aborted, legs atomic.Int64
-	running     sync.WaitGroup
+	running       sync.WaitGroup
 }
 
 func newHostileEngine(t *testing.T) *hostileEngine {
@@ -335,11 +335,11 @@ func TestHostileProducerCannotRedirectConsumers(t *testing.T) {
 			host, port, extra)
 	}
 	cases := map[string]string{
-		"cloud metadata":              descriptor("169.254.169.254", 80, ""),
+		"cloud metadata": descriptor("169.254.169.254", 80, ""),
 		"the admin port on another loopback address": descriptor("127.0.0.2", adminPort, ""),
-		"a host with a path":          descriptor("127.0.0.1/debug", adminPort, ""),
-		"another host":                descriptor("10.1.2.3", 5600, ""),
-		"a protocol flip":             descriptor("127.0.0.1", 5600, `,"do_remote_decode":true`),
+		"a host with a path":                         descriptor("127.0.0.1/debug", adminPort, ""),
+		"another host":                               descriptor("10.1.2.3", 5600, ""),
+		"a protocol flip":                            descriptor("127.0.0.1", 5600, `,"do_remote_decode":true`),
 	}
 	for name, desc := range cases {
 		t.Run(name, func(t *testing.T) {
