@@ -44,6 +44,8 @@ type Server struct {
 	// ClientWriteTimeoutS bounds how long one write to a client may block (a client that stops
 	// reading); the request deadline bounds a streamed response as a whole.
 	ClientWriteTimeoutS Seconds `yaml:"client_write_timeout_s"`
+	// MaxResponseBytes bounds the decode event data a non-streaming response is assembled from.
+	MaxResponseBytes int `yaml:"max_response_bytes"`
 }
 
 // Request bounds one client request end to end, retries included.
@@ -215,6 +217,7 @@ func Default() Config {
 			AdminIdleTimeoutS:   60,
 			MaxHeaderBytes:      16 << 10,
 			ClientWriteTimeoutS: 30,
+			MaxResponseBytes:    64 << 20,
 		},
 		Request:   Request{DeadlineS: 600},
 		Admission: Admission{MaxQueue: 10000, QueueTimeoutS: 5},

@@ -24,6 +24,7 @@ type ServerRuntime struct {
 	ExposeRoutingHeaders bool
 	MaxHeaderBytes       int
 	ClientWriteTimeout   time.Duration
+	MaxResponseBytes     int
 }
 
 // EngineTimings are the engine-leg bounds (engine.* in the file).
@@ -66,6 +67,7 @@ func Provision(c Config) Runtime {
 			ExposeRoutingHeaders: c.Server.ExposeRoutingHeaders,
 			MaxHeaderBytes:       c.Server.MaxHeaderBytes,
 			ClientWriteTimeout:   c.Server.ClientWriteTimeoutS.Duration(),
+			MaxResponseBytes:     c.Server.MaxResponseBytes,
 		},
 		Engine: c.Engine.Provision(),
 		Request: RequestRuntime{

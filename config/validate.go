@@ -144,6 +144,9 @@ func (c *Config) check(ck *checker) {
 		ck.fail("server.max_header_bytes", "%d is not allowed; want a byte count from 4096 to 1048576", v)
 	}
 	ck.positive("server.client_write_timeout_s", c.Server.ClientWriteTimeoutS)
+	if v := c.Server.MaxResponseBytes; v < 1 || v > 1<<30 {
+		ck.fail("server.max_response_bytes", "%d is not allowed; want a byte count from 1 to 1073741824", v)
+	}
 
 	ck.positive("request.deadline_s", c.Request.DeadlineS)
 

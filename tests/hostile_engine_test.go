@@ -230,6 +230,9 @@ func TestHostileDecodeEngine(t *testing.T) {
 		{name: "invalid UTF-8 after the first token", stream: true, serve: func(w http.ResponseWriter, r *http.Request) bool {
 			return finish(w, hostileToken+"data: {\"choices\":[{\"index\":0,\"text\":\"\xff\xfe\xfd\"}]}\n\n"+"data: [DONE]\n\n")
 		}, status: 200, committed: true},
+		{name: "tokens without end for a non-streaming client", serve: func(w http.ResponseWriter, r *http.Request) bool {
+			return flood(w, r, bytes.Repeat([]byte(hostileToken), 256))
+		}, status: 502, code: "bad_response", cutOff: true},
 		{name: "comments flooded after the first token", stream: true, serve: func(w http.ResponseWriter, r *http.Request) bool {
 			sse(w)
 			w.Write([]byte(hostileToken))
@@ -247,6 +250,7 @@ func TestHostileDecodeEngine(t *testing.T) {
 		func(c *config.Config) {
 			c.Recovery.EjectAfter = 1000
 			c.Engine.IdleConnTimeoutS = 0.05 // pooled engine connections (and their servers' goroutines) go soon
+			c.Server.MaxResponseBytes = 1 << 20
 			for i := range c.Engines {
 				if c.Engines[i].Role == config.RoleDecode {
 					c.Engines[i].URL = hostile.srv.URL

@@ -245,7 +245,7 @@ func (in *Ingress) setCommonHeaders(ctx *fasthttp.RequestCtx, t Timing, r Routin
 func (in *Ingress) respondAssembled(ctx *fasthttp.RequestCtx, x *Exchange, s *transport.DecodeStream) {
 	a := wire.NewAssembler(x.Body.Endpoint)
 	end := &messages.StreamFinished{}
-	events := 0
+	events, assembled := 0, 0
 	for {
 		ev, err := s.Next()
 		if err != nil {
@@ -256,6 +256,13 @@ func (in *Ingress) respondAssembled(ctx *fasthttp.RequestCtx, x *Exchange, s *tr
 		}
 		if ev.Kind == wire.EventToken {
 			events++
+		}
+		// server.max_response_bytes: an engine that streams without end costs a bounded amount
+		// of memory, not the whole request deadline's worth.
+		if assembled += len(ev.Data); assembled > in.rt.MaxResponseBytes {
+			end.Fault = &fault.Fault{Kind: fault.BadResponse, Phase: fault.PhaseDecode, Engine: s.Engine(),
+				Detail: "decode stream is larger than server.max_response_bytes (" + strconv.Itoa(in.rt.MaxResponseBytes) + " bytes)"}
+			break
 		}
 		a.Add(ev.Data)
 	}
