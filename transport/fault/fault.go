@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 )
 
@@ -177,7 +178,22 @@ func (f *Fault) Error() string {
 	return s
 }
 
-func (f *Fault) Unwrap() error { return f.Err }
+// Unwrap returns the cause, except that a Fault never satisfies errors.Is(err, io.EOF). io.EOF is
+// how a reader says its input ended well (DecodeStream.Next after [DONE]), and a caller that
+// tests for it must not take a failure for a success: a decode body that ends in an orderly way
+// before [DONE] is a ClosedEarly fault whose cause is io.EOF. Such a cause is unwrapped as its
+// text only; Err and Error() keep it for logs.
+func (f *Fault) Unwrap() error {
+	if f.Err != nil && errors.Is(f.Err, io.EOF) {
+		return opaqueCause{f.Err}
+	}
+	return f.Err
+}
+
+// opaqueCause shows an error's text and hides its identity.
+type opaqueCause struct{ err error }
+
+func (c opaqueCause) Error() string { return c.err.Error() }
 
 // ClientStatus is the HTTP status the client gets when the fault ends the request before commit.
 func (f *Fault) ClientStatus() int {

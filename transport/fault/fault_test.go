@@ -3,6 +3,9 @@ package fault
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"strings"
 	"testing"
 )
 
@@ -98,5 +101,27 @@ func BenchmarkFaultPolicy(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		f := Fault{Kind: kinds[i%len(kinds)], Status: 500}
 		sink = f.ClientStatus() > 0 && f.Retriable() != f.CountsAgainstEngine()
+	}
+}
+
+// io.EOF means a stream ended well; a fault whose cause is an orderly end of input (a decode
+// body that ended before [DONE]) must not read as one, while its other causes still unwrap.
+func TestAFaultNeverReadsAsEndOfStream(t *testing.T) {
+	for _, cause := range []error{io.EOF, fmt.Errorf("reading the body: %w", io.EOF)} {
+		f := &Fault{Kind: ClosedEarly, Phase: PhaseDecode, Engine: "d0", Detail: "stream closed before [DONE]", Err: cause}
+		var err error = f
+		if errors.Is(err, io.EOF) {
+			t.Fatalf("fault with cause %q satisfies errors.Is(err, io.EOF)", cause)
+		}
+		if got, ok := As(err); !ok || got != f {
+			t.Fatal("the fault is no longer found by As")
+		}
+		if !strings.Contains(err.Error(), "EOF") {
+			t.Fatalf("the cause is lost from the text: %s", err)
+		}
+	}
+	gone := &Fault{Kind: Canceled, Err: ErrClientGone}
+	if !errors.Is(gone, ErrClientGone) {
+		t.Fatal("a fault's other causes no longer unwrap")
 	}
 }
