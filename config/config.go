@@ -39,6 +39,10 @@ type Server struct {
 	// AdminIdleTimeoutS closes admin keep-alive connections idle for longer than this, so a
 	// scraper or tool that went away holds nothing.
 	AdminIdleTimeoutS Seconds `yaml:"admin_idle_timeout_s"`
+
+	// ExposeEngineErrors relays an engine's in-stream error message to clients; off, they get
+	// its status, type and code with a generic message (engine text can name internal hosts).
+	ExposeEngineErrors bool `yaml:"expose_engine_errors"`
 }
 
 // Request bounds one client request end to end, retries included.

@@ -151,7 +151,8 @@ func (k Kind) String() string {
 	return "fault(" + strconv.Itoa(int(k)) + ")"
 }
 
-// Fault is an engine leg failure. Detail is safe to show clients: it never holds an engine URL.
+// Fault is an engine leg failure. Detail is safe to show clients (it never holds an engine URL),
+// except a StreamError's, which is the engine's text.
 type Fault struct {
 	Kind   Kind
 	Phase  Phase
@@ -160,7 +161,8 @@ type Fault struct {
 	Status int
 	// Body is the engine's error body, passed through for 4xx and in-stream errors.
 	Body []byte
-	// Detail says what happened in words a client can read.
+	// Detail says what happened in words a client can read. For a StreamError it is the
+	// engine's own message, which ClientEnvelope withholds unless the operator exposes it.
 	Detail string
 	// Reason is the descriptor rejection reason (Descriptor only).
 	Reason string
