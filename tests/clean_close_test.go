@@ -2,6 +2,7 @@ package tests
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -9,9 +10,11 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/narwhal-router/narwhal/bench/sim"
 	"github.com/narwhal-router/narwhal/config"
+	"github.com/narwhal-router/narwhal/messages"
 )
 
 // A decode engine that ends its stream in an orderly way (the end of a chunked body, or the
@@ -110,6 +113,26 @@ func TestCleanEndWithoutDoneIsAnEngineFailure(t *testing.T) {
 			// Each of the three was a stream failure of the decode engine.
 			if s := h.engine("d0").Streak; s != 3 {
 				t.Fatalf("d0's failure streak is %d after three clean closes before [DONE], want 3", s)
+			}
+		})
+	}
+}
+
+// The readmission probe of an engine that ends its decode that way fails: the engine stays out.
+func TestProbeOfACleanEndWithoutDoneFails(t *testing.T) {
+	for _, mode := range []string{endBody, closeConn} {
+		t.Run(mode, func(t *testing.T) {
+			h := start(t, setup{prefill: 1, decode: 1, engine: sim.Options{Tokens: 3}, config: configs(
+				func(c *config.Config) { c.Recovery.EjectAfter = 1 },
+				hostileDecoders(t, mode))})
+			r := h.send("/v1/completions", completion("hi", true))
+			expectTerminalError(t, r, 1, "closed_early", "stream closed before [DONE]")
+			h.waitState("d0", "ejected", 5*time.Second)
+			var e messages.EngineState
+			eventually(t, 10*time.Second, func() bool { e = h.engine("d0"); return e.LastProbe != nil },
+				func() string { return fmt.Sprintf("no probe of d0 yet: %+v", e) })
+			if e.LastProbe.Result != "failure" || !strings.Contains(e.LastProbe.Reason, "closed_early") || e.State != "ejected" {
+				t.Fatalf("d0 after its probe: %s, last probe %+v; want still ejected after a closed_early failure", e.State, *e.LastProbe)
 			}
 		})
 	}
