@@ -46,6 +46,10 @@ type Server struct {
 	ClientWriteTimeoutS Seconds `yaml:"client_write_timeout_s"`
 	// MaxResponseBytes bounds the decode event data a non-streaming response is assembled from.
 	MaxResponseBytes int `yaml:"max_response_bytes"`
+
+	// ExposeEngineErrors relays an engine's in-stream error message to clients; off, they get
+	// its status, type and code with a generic message (engine text can name internal hosts).
+	ExposeEngineErrors bool `yaml:"expose_engine_errors"`
 }
 
 // Request bounds one client request end to end, retries included.

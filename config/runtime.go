@@ -25,6 +25,7 @@ type ServerRuntime struct {
 	MaxHeaderBytes       int
 	ClientWriteTimeout   time.Duration
 	MaxResponseBytes     int
+	ExposeEngineErrors   bool
 }
 
 // EngineTimings are the engine-leg bounds (engine.* in the file).
@@ -68,6 +69,7 @@ func Provision(c Config) Runtime {
 			MaxHeaderBytes:       c.Server.MaxHeaderBytes,
 			ClientWriteTimeout:   c.Server.ClientWriteTimeoutS.Duration(),
 			MaxResponseBytes:     c.Server.MaxResponseBytes,
+			ExposeEngineErrors:   c.Server.ExposeEngineErrors,
 		},
 		Engine: c.Engine.Provision(),
 		Request: RequestRuntime{
