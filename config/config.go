@@ -77,7 +77,8 @@ type EngineTimeouts struct {
 	// a connection the engine is closing.
 	IdleConnTimeoutS Seconds `yaml:"idle_conn_timeout_s"`
 	// MaxHeldBytes and MaxHeldEvents bound what a decode leg may send before its first
-	// generated token (it is held until commit); SSE comments are never held.
+	// generated token (it is held until commit); SSE comments do not count (past 1 KiB of
+	// them, they are dropped).
 	MaxHeldBytes  int `yaml:"max_held_bytes"`
 	MaxHeldEvents int `yaml:"max_held_events"`
 }
