@@ -16,7 +16,7 @@ type Generator struct {
 	setup  Setup
 	direct *directArm
 	mu     sync.Mutex
-	routed map[time.Duration]*routedArm // by guard: the guard is the client's read deadline
+	routed map[armKey]*routedArm // by address and guard: the guard is the client's read deadline
 }
 
 // NewGenerator prepares both arms.
@@ -31,16 +31,27 @@ func NewGenerator(s Setup) (*Generator, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Generator{setup: s, direct: d, routed: map[time.Duration]*routedArm{}}, nil
+	return &Generator{setup: s, direct: d, routed: map[armKey]*routedArm{}}, nil
 }
 
-func (g *Generator) routedArm(guard time.Duration) *routedArm {
+type armKey struct {
+	addr  string
+	guard time.Duration
+}
+
+// routedArm is the HTTP client arm for the router, or for the peer proxy when peer is set.
+func (g *Generator) routedArm(guard time.Duration, peer ...bool) *routedArm {
+	addr := g.setup.Router
+	if len(peer) > 0 && peer[0] {
+		addr = g.setup.Peer
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	r, ok := g.routed[guard]
+	k := armKey{addr, guard}
+	r, ok := g.routed[k]
 	if !ok {
-		r = newRoutedArm(g.setup, guard)
-		g.routed[guard] = r
+		r = newRoutedArm(addr, g.setup.MaxConns, guard)
+		g.routed[k] = r
 	}
 	return r
 }
@@ -96,8 +107,8 @@ func (g *Generator) Run(p Phase, events func(Event)) (Result, error) {
 }
 
 func validate(p Phase) error {
-	if p.Arm != Direct && p.Arm != Routed {
-		return fmt.Errorf("phase %s: arm %q (want direct or routed)", p.Name, p.Arm)
+	if p.Arm != Direct && p.Arm != Routed && p.Arm != Peer {
+		return fmt.Errorf("phase %s: arm %q (want direct, routed or peer)", p.Name, p.Arm)
 	}
 	if p.MaxTokens < 1 {
 		return fmt.Errorf("phase %s: max_tokens must be 1 or more", p.Name)
@@ -128,6 +139,13 @@ func validate(p Phase) error {
 func (g *Generator) requester(p Phase, body []byte, inj *injector) func(start time.Time) Outcome {
 	if p.Arm == Direct {
 		return func(start time.Time) Outcome { return g.direct.do(start, body, p.MaxTokens, p.Guard) }
+	}
+	if p.Arm == Peer {
+		if g.setup.Peer == "" {
+			return func(start time.Time) Outcome { return Outcome{Started: start, Error: "no peer proxy in this rig"} }
+		}
+		r := g.routedArm(p.Guard, true)
+		return func(start time.Time) Outcome { return r.do(start, body, p.MaxTokens, nil) }
 	}
 	r := g.routedArm(p.Guard)
 	return func(start time.Time) Outcome {

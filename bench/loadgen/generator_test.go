@@ -3,9 +3,11 @@ package loadgen
 import (
 	"context"
 	"net"
+	"net/http/httptest"
 	"testing"
 	"time"
 
+	"github.com/narwhal-router/narwhal/bench/peer"
 	"github.com/narwhal-router/narwhal/bench/sim"
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/node"
@@ -50,7 +52,17 @@ func rig(t *testing.T, engine sim.Options, adjust func(*config.Config)) *Generat
 		defer cancel()
 		srv.Shutdown(ctx)
 	})
-	g, err := NewGenerator(Setup{Router: srv.Addr(), Engines: engines, Model: sim.DefaultModel, Timeouts: cfg.Engine})
+	peers := make([]peer.Engine, len(engines))
+	for i, e := range engines {
+		peers[i] = peer.Engine{Role: e.Role, URL: e.URL}
+	}
+	px, err := peer.New(peers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := httptest.NewServer(px)
+	t.Cleanup(ps.Close)
+	g, err := NewGenerator(Setup{Router: srv.Addr(), Peer: ps.Listener.Addr().String(), Engines: engines, Model: sim.DefaultModel, Timeouts: cfg.Engine})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,6 +99,15 @@ func TestBothArmsCompleteEveryRequest(t *testing.T) {
 				t.Fatalf("open loop records every start lag")
 			}
 		}
+	}
+}
+
+// The peer proxy's streams pass the same one-outcome check as the router's.
+func TestPeerArmCompletesEveryRequest(t *testing.T) {
+	g := rig(t, sim.Options{TTFT: 2 * time.Millisecond, ITL: time.Millisecond, Tokens: 8}, nil)
+	res := run(t, g, Phase{Name: "peer", Arm: Peer, Mode: Closed, Concurrency: 4, Duration: 200 * time.Millisecond, MaxTokens: 5, PromptWords: 20})
+	if res.Sent == 0 || res.OK != res.Sent || res.Tokens != int64(5*res.Sent) || len(res.FirstByte) != res.Sent {
+		t.Fatalf("sent %d ok %d tokens %d first bytes %d errors %v", res.Sent, res.OK, res.Tokens, len(res.FirstByte), res.Errors)
 	}
 }
 

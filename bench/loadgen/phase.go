@@ -13,6 +13,8 @@ type Arm string
 const (
 	Direct Arm = "direct" // the generator runs both engine legs itself
 	Routed Arm = "routed" // one request through Narwhal
+	// Peer is one request through the peer proxy (bench/peer), read exactly like a routed one.
+	Peer Arm = "peer"
 )
 
 // Mode says how a phase offers load.
@@ -38,6 +40,8 @@ type Engine struct {
 type Setup struct {
 	// Router is the router's API address (host:port).
 	Router string `json:"router"`
+	// Peer is the peer proxy's address (host:port), empty when the rig runs none.
+	Peer string `json:"peer,omitempty"`
 	// Engines is the fleet, for the direct arm and fault injection.
 	Engines []Engine `json:"engines"`
 	Model   string   `json:"model"`

@@ -23,13 +23,13 @@ type routedArm struct {
 
 var readers = sync.Pool{New: func() any { return &sseReader{br: bufio.NewReaderSize(nil, 8192)} }}
 
-func newRoutedArm(s Setup, guard time.Duration) *routedArm {
+func newRoutedArm(addr string, maxConns int, guard time.Duration) *routedArm {
 	return &routedArm{
-		uri: "http://" + s.Router + "/v1/chat/completions",
+		uri: "http://" + addr + "/v1/chat/completions",
 		hc: &fasthttp.HostClient{
-			Addr:                s.Router,
+			Addr:                addr,
 			Name:                "narwhal-bench",
-			MaxConns:            s.MaxConns,
+			MaxConns:            maxConns,
 			StreamResponseBody:  true,
 			MaxIdleConnDuration: time.Minute,
 			// A deadline on the whole response: the generator's guard. The router owes every

@@ -13,25 +13,11 @@ import (
 // interleave runs pairs of windows, one per arm, in ABBA order (direct, routed, routed,
 // direct, …) so that drift on the shared machine hits both arms alike, and merges each arm.
 func interleave(rig *harness.Rig, pairs int, phase func(arm loadgen.Arm, i int) loadgen.Phase) (direct, routed harness.Window, err error) {
-	var ds, rs []harness.Window
-	for i := range pairs {
-		order := []loadgen.Arm{loadgen.Direct, loadgen.Routed}
-		if i%2 == 1 {
-			order[0], order[1] = order[1], order[0]
-		}
-		for _, arm := range order {
-			w, err := rig.Run(phase(arm, i))
-			if err != nil {
-				return direct, routed, err
-			}
-			if arm == loadgen.Direct {
-				ds = append(ds, w)
-			} else {
-				rs = append(rs, w)
-			}
-		}
+	ws, err := interleaveArms(rig, pairs, []loadgen.Arm{loadgen.Direct, loadgen.Routed}, phase)
+	if err != nil {
+		return direct, routed, err
 	}
-	return harness.Merge(ds...), harness.Merge(rs...), nil
+	return ws[loadgen.Direct], ws[loadgen.Routed], nil
 }
 
 // arms summarizes both arms' latencies.

@@ -35,6 +35,7 @@ func Overhead(env harness.Env) (*report.Section, error) {
 	rig, err := harness.StartRig(env, harness.RigOptions{
 		Fleet:  harness.FleetOptions{Prefill: 2, Decode: 2, TTFT: 20 * time.Millisecond, ITL: 5 * time.Millisecond, Tokens: 64},
 		Router: harness.DefaultRouterConfig(),
+		Peer:   true,
 	})
 	if err != nil {
 		return nil, err
@@ -46,21 +47,22 @@ func Overhead(env harness.Env) (*report.Section, error) {
 			Duration: env.Scale(d), MaxTokens: overheadTokens, PromptWords: promptWords, Guard: 30 * time.Second}
 	}
 	harness.Logf("overhead: warming up both arms")
-	for _, arm := range []loadgen.Arm{loadgen.Routed, loadgen.Direct} {
+	for _, arm := range []loadgen.Arm{loadgen.Routed, loadgen.Direct, loadgen.Peer} {
 		if _, err := rig.Run(closed("warmup", arm, 3*time.Second)); err != nil {
 			return nil, err
 		}
 	}
 	const pairs = 12
 	harness.Logf("overhead: %d interleaved window pairs of %s", pairs, env.Scale(2*time.Second))
-	dw, rw, err := interleave(rig, pairs, func(arm loadgen.Arm, i int) loadgen.Phase {
+	all, err := interleaveArms(rig, pairs, []loadgen.Arm{loadgen.Direct, loadgen.Routed, loadgen.Peer}, func(arm loadgen.Arm, i int) loadgen.Phase {
 		return closed(fmt.Sprintf("window-%d", i), arm, 2*time.Second)
 	})
 	if err != nil {
 		return nil, err
 	}
+	dw, rw, pw := all[loadgen.Direct], all[loadgen.Routed], all[loadgen.Peer]
 	a := compare(&dw.Result, &rw.Result)
-	sec.Printf("Both arms, %d windows each, interleaved ABBA; latencies from the generator's send.", pairs)
+	sec.Printf("Three arms (direct, routed, peer), %d windows each, interleaved in rotating order; latencies from the generator's send.", pairs)
 	sec.Printf("routed ttft_s is the router's own Server-Timing (from its arrival); direct ttft_s is the prefill")
 	sec.Printf("leg's completion as the generator sees it. Differences are of percentiles, not percentiles of differences.")
 	sec.Add(a.table())
@@ -75,6 +77,15 @@ func Overhead(env harness.Env) (*report.Section, error) {
 		cpuShare(rw.Fleet.CPU, rw.Wall), cpuShare(rw.Gen.CPU, rw.Wall), cpuShare(dw.Fleet.CPU, dw.Wall), cpuShare(dw.Gen.CPU, dw.Wall))
 	genDirect := float64(dw.Gen.CPU.Microseconds()) / float64(max(dw.Result.Sent, 1))
 	genRouted := float64(rw.Gen.CPU.Microseconds()) / float64(max(rw.Result.Sent, 1))
+	peerCPUPerReq := float64(pw.Peer.CPU.Microseconds()) / float64(max(pw.Result.Sent, 1))
+	pa := compare(&dw.Result, &pw.Result)
+	sec.Printf("peer arm (bench/peer: net/http + encoding/json, no validation, timeouts or actors): %s/s, first_byte p50 %s ms p99 %s ms",
+		report.Num(pa.routedRPS), ms(pa.rFB.P50), ms(pa.rFB.P99))
+	sec.Printf("(direct %s / %s), %s µs of its CPU per request (%d-token answers), RSS %s MiB; errors %s",
+		ms(pa.dFB.P50), ms(pa.dFB.P99), report.Num(peerCPUPerReq), overheadTokens, report.Num(float64(pw.Peer.RSSKiB)/1024), mix(pw.Result.Errors))
+	if v := pw.Result.ViolationCount(); v > 0 {
+		sec.Printf("peer violations: %s", mix(pw.Result.Violations))
+	}
 	sec.Printf("generator CPU per request: %s µs running both legs itself (direct), %s µs as the router's client (routed)",
 		report.Num(genDirect), report.Num(genRouted))
 
@@ -85,15 +96,43 @@ func Overhead(env harness.Env) (*report.Section, error) {
 		return loadgen.Phase{Name: name, Arm: loadgen.Routed, Mode: loadgen.Open, Rate: cpuFitRate,
 			Duration: env.Scale(d), MaxTokens: tokens, PromptWords: promptWords, Guard: 30 * time.Second}
 	}
-	var points []cpuPoint
+	var points, peerPoints []cpuPoint
 	var windows []cpuWindow
-	fit := report.NewTable("window", "requests", "tokens/request", "router CPU µs/request", "router CPU share")
+	var allocs []cpuPoint // router heap allocations per request (go_memstats_mallocs_total)
+	fit := report.NewTable("window", "requests", "tokens/request", "router CPU µs/request", "router CPU share",
+		"router allocs/request", "peer CPU µs/request", "router / peer")
 	measure := func(label string, rate float64, tokens int) (cpuPoint, error) {
 		p := open("cpu-"+label, tokens, 6*time.Second)
 		p.Rate = rate
+		// The peer's window of the same shape runs next to the router's, alternating which
+		// goes first, so drift on the shared machine hits both alike.
+		pp := p
+		pp.Arm, pp.Name = loadgen.Peer, "peer-"+label
+		var pwin harness.Window
+		peerFirst := len(windows)%2 == 1
+		if peerFirst {
+			if pwin, err = rig.Run(pp); err != nil {
+				return cpuPoint{}, err
+			}
+		}
+		m0, okM := mallocs(rig.Router)
 		w, err := rig.Run(p)
 		if err != nil {
 			return cpuPoint{}, err
+		}
+		m1, okM1 := mallocs(rig.Router)
+		if !peerFirst {
+			if pwin, err = rig.Run(pp); err != nil {
+				return cpuPoint{}, err
+			}
+		}
+		ppt := peerPointOf(pwin)
+		peerPoints = append(peerPoints, ppt)
+		allocsPerReq := 0.0
+		if okM && okM1 {
+			allocsPerReq = (m1 - m0) / float64(max(w.Result.Sent, 1))
+			allocs = append(allocs, cpuPoint{tokensPerRequest: float64(w.Result.Tokens) / float64(max(w.Result.Sent, 1)),
+				usPerRequest: allocsPerReq, requests: w.Result.Sent})
 		}
 		if bad := w.Result.ErrorCount() + w.Result.ViolationCount(); bad > 0 {
 			sec.Printf("cpu window %s: %d failed requests (%s %s)", label, bad, mix(w.Result.Errors), mix(w.Result.Violations))
@@ -101,7 +140,7 @@ func Overhead(env harness.Env) (*report.Section, error) {
 		pt := pointOf(w)
 		windows = append(windows, windowOf(w))
 		fit.Row(label, report.Num(float64(pt.requests)), report.Num(pt.tokensPerRequest), report.Num(pt.usPerRequest),
-			cpuShare(w.Router.CPU, w.Wall))
+			cpuShare(w.Router.CPU, w.Wall), report.Num(allocsPerReq), report.Num(ppt.usPerRequest), ratio(pt.usPerRequest, ppt.usPerRequest))
 		return pt, nil
 	}
 	for rep := range 2 {
@@ -121,12 +160,32 @@ func Overhead(env harness.Env) (*report.Section, error) {
 		}
 	}
 	perReq, perTok := fitLine(points)
+	peerReq, peerTok := fitLine(peerPoints[:len(points)])
+	allocReq, allocTok := fitLine(allocs)
 	sec.Printf("")
 	sec.Printf("Router CPU (utime+stime from /proc/<pid>/stat, %d ticks/s), routed-only open-loop windows:", harness.ClockTicks())
 	sec.Add(fit.String())
 	sec.Printf("fit at %d/s (1 and 64 tokens): %s µs per request + %s µs per relayed token (predicts %s µs for a %d-token",
 		cpuFitRate, report.Num(perReq), report.Num(perTok), report.Num(perReq+perTok*overheadTokens), overheadTokens)
 	sec.Printf("request; the interleaved routed windows measured %s).", report.Num(routedCPUPerReq))
+	sec.Printf("peer proxy, same windows: %s µs per request + %s µs per token. Router / peer: %s per request, %s per token.",
+		report.Num(peerReq), report.Num(peerTok), ratio(perReq, peerReq), ratio(perTok, peerTok))
+	directReq := genDirect - genRouted
+	sec.Printf("direct floor: per token the relay floor below (%s µs): router %s×; per request the generator's extra CPU to run",
+		report.Num(us(floor.Relay)), ratio(perTok, us(floor.Relay)))
+	sec.Printf("both legs itself over being a routed client (%s µs, the router's own engine client, no server side): router %s×.",
+		report.Num(directReq), ratio(perReq, directReq))
+	sec.Printf("router heap allocations (go_memstats_mallocs_total): %s per request + %s per token (fit).",
+		report.Num(allocReq), report.Num(allocTok))
+	sec.Figure("peer_cpu_us_per_request", peerReq)
+	sec.Figure("peer_cpu_us_per_token", peerTok)
+	sec.Figure("router_over_peer_per_request", over(perReq, peerReq))
+	sec.Figure("router_over_peer_per_token", over(perTok, peerTok))
+	sec.Figure("router_over_direct_floor_per_request", over(perReq, directReq))
+	sec.Figure("router_over_direct_floor_per_token", over(perTok, us(floor.Relay)))
+	sec.Figure("router_allocs_per_request", allocReq)
+	sec.Figure("router_allocs_per_token", allocTok)
+	sec.Figure("peer_first_byte_p99_ms", loadgen.Ms(pa.rFB.P99))
 	if bg, mReq, mTok, ok := decompose(windows); ok {
 		sec.Printf("decomposed over all six windows: %s ms/s of background while busy (not per request: the runtime's monitor,",
 			report.Num(bg/1000))
@@ -174,8 +233,11 @@ func Overhead(env harness.Env) (*report.Section, error) {
 	sec.Figure("router_cpu_us_per_32tok_request", routedCPUPerReq)
 
 	sec.Target(report.Target{Name: "router-added p99 first_byte", Value: loadgen.Ms(a.addedP99), Unit: "ms", Limit: 1})
-	sec.Target(report.Target{Name: "router CPU per request", Value: perReq, Unit: "µs", Limit: 60})
-	sec.Target(report.Target{Name: "router CPU per relayed token", Value: perTok, Unit: "µs", Limit: 5})
+	// Issue #17's targets: absolute, and at least 2× cheaper than the peer proxy in the same run.
+	sec.Target(report.Target{Name: "router CPU per request", Value: perReq, Unit: "µs", Limit: 100})
+	sec.Target(report.Target{Name: "router CPU per relayed token", Value: perTok, Unit: "µs", Limit: 8})
+	sec.Target(report.Target{Name: "router / peer CPU per request", Value: over(perReq, peerReq), Unit: "×", Limit: 0.5})
+	sec.Target(report.Target{Name: "router / peer CPU per token", Value: over(perTok, peerTok), Unit: "×", Limit: 0.5})
 	if bad := rw.Result.ErrorCount() + rw.Result.ViolationCount(); bad > 0 {
 		sec.Target(report.Target{Name: "routed requests without error", Value: float64(bad), Unit: "failed", Limit: 0})
 	}

@@ -5,10 +5,12 @@
 // See bench/README.md.
 //
 // `bench loadgen` is the load generator's own mode: the harness starts this same binary that
-// way and drives it over stdin/stdout.
+// way and drives it over stdin/stdout. `bench peer` is the peer arm's proxy (bench/peer), run
+// as its own process so that its CPU is sampled like the router's.
 package main
 
 import (
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -22,6 +24,7 @@ import (
 
 	"github.com/narwhal-router/narwhal/bench/harness"
 	"github.com/narwhal-router/narwhal/bench/loadgen"
+	"github.com/narwhal-router/narwhal/bench/peer"
 	"github.com/narwhal-router/narwhal/bench/report"
 	"github.com/narwhal-router/narwhal/bench/scenarios"
 )
@@ -33,6 +36,9 @@ func main() {
 			os.Exit(1)
 		}
 		return
+	}
+	if len(os.Args) > 1 && os.Args[1] == "peer" {
+		os.Exit(runPeer(os.Args[2:]))
 	}
 	os.Exit(run())
 }
@@ -171,4 +177,20 @@ func errOr(err error, otherwise string) string {
 		return err.Error()
 	}
 	return otherwise
+}
+
+// runPeer is `bench peer -listen ADDR -engines JSON`.
+func runPeer(args []string) int {
+	fs := flag.NewFlagSet("peer", flag.ExitOnError)
+	listen := fs.String("listen", "127.0.0.1:0", "address to listen on")
+	engines := fs.String("engines", "", `the fleet as JSON: [{"role":"prefill","url":"http://…"},…]`)
+	_ = fs.Parse(args)
+	var es []peer.Engine
+	if err := json.Unmarshal([]byte(*engines), &es); err != nil {
+		fmt.Fprintln(os.Stderr, "peer: -engines:", err)
+		return 2
+	}
+	err := peer.Serve(*listen, es, func(addr string) { fmt.Fprintln(os.Stderr, "peer: listening on", addr) })
+	fmt.Fprintln(os.Stderr, "peer:", err)
+	return 1
 }
