@@ -49,7 +49,20 @@ type DecodeStream struct {
 	comments, commentBytes int
 	done                   bool
 	closed                 bool
+
+	// The silence watchdog (engine.decode_read_timeout_s) is the connection's read deadline,
+	// moved only when the last move is silenceSlack old (armedAt), not on every event; armedBy
+	// says whether the deadline in force is the request's. lastRead is when the latest event
+	// came in.
+	armedAt, lastRead time.Time
+	armedBy           bool
 }
+
+// silenceSlack is how stale the silence deadline may get before Next moves it: the deadline is
+// set slack past the timeout, so silence is detected after at least decode_read_timeout_s and at
+// most that plus the slack (1/16 of the timeout, at most 250 ms) — never early — for one
+// deadline update (a runtime timer change) per slack instead of one per token.
+func silenceSlack(timeout time.Duration) time.Duration { return min(timeout/16, 250*time.Millisecond) }
 
 // maxHeldComments bounds the SSE comments held before the first token.
 const maxHeldComments = 1 << 10
@@ -104,6 +117,7 @@ func (s *DecodeStream) awaitFirstToken(deadline time.Time, byRequest bool) error
 		case wire.EventToken:
 			s.hold(ev, kind)
 			s.FirstTokenAt = time.Now()
+			s.lastRead = s.FirstTokenAt
 			return nil
 		default:
 			s.hold(ev, kind)
@@ -138,16 +152,26 @@ func (s *DecodeStream) Next() (Event, error) {
 	if s.done {
 		return Event{}, io.EOF
 	}
-	readDeadline, byRequest := s.deadline, true
-	if rt := s.c.timeouts.DecodeRead; rt > 0 {
-		readDeadline, byRequest = earliest(time.Now().Add(rt), s.deadline)
+	// Silence counts from the last event read (one clock reading per event, taken after each
+	// read, serves the watchdog and the relay's inter-token histogram alike).
+	now := s.lastRead
+	if now.IsZero() {
+		now = time.Now()
 	}
-	if err := s.lc.setReadDeadline(readDeadline); err != nil {
-		return Event{}, s.readFault(err, false, byRequest)
+	if s.armedAt.IsZero() || now.Sub(s.armedAt) >= s.rearmEvery() {
+		readDeadline, byRequest := s.deadline, true
+		if rt := s.c.timeouts.DecodeRead; rt > 0 {
+			readDeadline, byRequest = earliest(now.Add(rt+silenceSlack(rt)), s.deadline)
+		}
+		if err := s.lc.setReadDeadline(readDeadline); err != nil {
+			return Event{}, s.readFault(err, false, byRequest)
+		}
+		s.armedAt, s.armedBy = now, byRequest
 	}
 	ev, err := s.sse.Next()
+	s.lastRead = time.Now()
 	if err != nil {
-		return Event{}, s.readFault(err, false, byRequest)
+		return Event{}, s.readFault(err, false, s.armedBy)
 	}
 	data := wire.EventData(ev)
 	kind := wire.ClassifyFast(data)
@@ -160,6 +184,19 @@ func (s *DecodeStream) Next() (Event, error) {
 	}
 	return Event{Raw: ev, Data: data, Kind: kind}, nil
 }
+
+// rearmEvery is how often Next moves the read deadline: every silenceSlack with a silence
+// timeout, never again (the request deadline does not move) without one.
+func (s *DecodeStream) rearmEvery() time.Duration {
+	if rt := s.c.timeouts.DecodeRead; rt > 0 {
+		return silenceSlack(rt)
+	}
+	return 1<<63 - 1
+}
+
+// LastRead is when the event Next returned last came off the engine connection (the held
+// events before commit: when the stream committed).
+func (s *DecodeStream) LastRead() time.Time { return s.lastRead }
 
 // Buffered reports whether more of the stream is already in memory, so a relay can batch the
 // next event into the same client write.

@@ -120,7 +120,7 @@ func (r *relay) WriteTo(w io.Writer) (int64, error) {
 		}
 		switch ev.Kind {
 		case wire.EventToken:
-			now := time.Now()
+			now := r.s.LastRead()
 			if !lastToken.IsZero() {
 				r.in.metrics.TokenGap(now.Sub(lastToken))
 			}
