@@ -21,10 +21,13 @@ import (
 // connection in hand: cancelling closes it, which unblocks any read at once, and the engine sees
 // the disconnect and frees the sequence.
 type legConn struct {
-	conn    net.Conn
-	br      *bufio.Reader
-	resp    *fasthttp.Response
-	stop    func() bool // stops the cancellation hook; false if it already fired
+	hc   *fasthttp.HostClient
+	conn net.Conn
+	br   *bufio.Reader
+	resp *fasthttp.Response
+	stop func() bool // stops the cancellation hook; false if it already fired
+	// release hands the connection back to the pool (reuse) or closes it. (fasthttp's pooled
+	// connection type is unexported, so this one closure holds it.)
 	release func(reuse bool)
 	// bodyDone is set when the body was read to its end, so the connection may be reused.
 	bodyDone bool
@@ -94,16 +97,9 @@ func tryLeg(ctx context.Context, hc *fasthttp.HostClient, req *fasthttp.Request,
 		return nil, true, errStaleConn
 	}
 	stop := context.AfterFunc(ctx, func() { _ = conn.Close() })
-	release := func(reuse bool) {
-		if reuse {
-			hc.ReleaseConn(cc)
-		} else {
-			hc.CloseConn(cc)
-		}
-	}
 	fail := func(err error, unsent bool) (*legConn, bool, error) {
 		stop()
-		release(false)
+		hc.CloseConn(cc)
 		return nil, unsent, err
 	}
 
@@ -123,11 +119,14 @@ func tryLeg(ctx context.Context, hc *fasthttp.HostClient, req *fasthttp.Request,
 		hc.ReleaseReader(br)
 		return fail(err, false)
 	}
-	lc = &legConn{conn: conn, br: br, resp: resp, stop: stop, bodyDone: !stream}
-	lc.release = func(reuse bool) {
-		hc.ReleaseReader(br)
-		release(reuse)
-	}
+	lc = &legConn{hc: hc, conn: conn, br: br, resp: resp, stop: stop, bodyDone: !stream,
+		release: func(reuse bool) {
+			if reuse {
+				hc.ReleaseConn(cc)
+			} else {
+				hc.CloseConn(cc)
+			}
+		}}
 	return lc, reused, nil
 }
 
@@ -139,6 +138,7 @@ func (lc *legConn) close() {
 	if lc.resp.StreamBody {
 		_ = lc.resp.CloseBodyStream()
 	}
+	lc.hc.ReleaseReader(lc.br)
 	lc.release(reuse)
 }
 
