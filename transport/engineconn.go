@@ -68,8 +68,13 @@ func openLeg(ctx context.Context, hc *fasthttp.HostClient, req *fasthttp.Request
 // errConnectUsedBudget reports a connect that took all the time the leg had left.
 var errConnectUsedBudget = fmt.Errorf("connecting to the engine used up the leg's time: %w", os.ErrDeadlineExceeded)
 
-// staleAfter is how long a pooled connection may sit idle before it is checked for a close.
-const staleAfter = 50 * time.Millisecond
+// staleAfter is how long a pooled connection may sit idle before it is checked for a close (one
+// recvfrom(MSG_PEEK) system call). Engines close keep-alive connections after seconds of idleness
+// (uvicorn: 5 s), and the pool drops its own after engine.idle_conn_timeout_s (4 s), so a
+// connection idle for less than a second is alive unless the engine went away — and then its
+// write or first read fails like any connection's would. At 50 ms the check ran on most reuses
+// at moderate rates: two system calls per request. A variable so a test can shorten it.
+var staleAfter = time.Second
 
 // errStaleConn reports a pooled connection the engine had closed.
 var errStaleConn = errors.New("pooled engine connection was closed by the engine")

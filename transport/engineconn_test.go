@@ -54,6 +54,8 @@ func TestIdleConnectionClosedByTheEngineIsNotAFailure(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("needs a socket peek")
 	}
+	defer func(d time.Duration) { staleAfter = d }(staleAfter)
+	staleAfter = 50 * time.Millisecond // the test engine closes idle connections after 30 ms
 	hc, n := testEngine(t, 30*time.Millisecond, func(int64, http.ResponseWriter) {})
 	for i := 0; i < 3; i++ {
 		if status, err := sendLeg(hc); err != nil || status != 200 {
