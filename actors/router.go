@@ -148,7 +148,7 @@ func (r *Router) WaitForModels(timeout time.Duration) error {
 
 // Dispatch spawns the request supervisor for x.
 func (r *Router) Dispatch(x *ingress.Exchange) {
-	props := actor.PropsFromProducer(func() actor.Actor { return &requestSupervisor{r: r, x: x} }, inline)
+	props := actor.PropsFromProducer(func() actor.Actor { return &requestSupervisor{r: r, x: x} }, inline, inlineMailboxes)
 	pid, err := r.requestRoot.SpawnNamed(props, "requests/"+strconv.FormatUint(r.seq.Add(1), 10))
 	if err != nil { // unreachable: names come from a counter
 		x.Send(ingress.Command{Verdict: ingress.Verdict{Status: 500}})
