@@ -43,6 +43,10 @@ type DecodeStream struct {
 	held     []byte
 	heldEnds []int
 	heldKind []wire.EventKind
+	// endsBuf and kindBuf hold the first few held events' bookkeeping without an allocation
+	// (normally two events are held: the role delta and the first token).
+	endsBuf  [4]int
+	kindBuf  [4]wire.EventKind
 	heldNext int
 	// comments and commentBytes count the comments held (they are not held past
 	// maxHeldComments bytes and do not count toward engine.max_held_*).
@@ -75,9 +79,15 @@ var streamReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 
 func newDecodeStream(ctx context.Context, c *EngineClient, lc *legConn, resp *fasthttp.Response, deadline time.Time) *DecodeStream {
 	br := streamReaders.Get().(*bufio.Reader)
 	br.Reset(resp.BodyStream())
-	return &DecodeStream{ctx: ctx, c: c, lc: lc, resp: resp, br: br, sse: wire.NewEventReader(br),
+	s := &DecodeStream{ctx: ctx, c: c, lc: lc, resp: resp, br: br, sse: wire.NewEventReader(br),
 		deadline: deadline}
+	s.heldEnds, s.heldKind = s.endsBuf[:0], s.kindBuf[:0]
+	return s
 }
+
+// heldInitial is the first allocation for held events: room for a role delta and a first
+// token of usual size, so holding them costs one allocation (released at commit).
+const heldInitial = 512
 
 // Engine is the name of the engine serving the stream.
 func (s *DecodeStream) Engine() string { return s.c.name }
@@ -126,6 +136,9 @@ func (s *DecodeStream) awaitFirstToken(deadline time.Time, byRequest bool) error
 }
 
 func (s *DecodeStream) hold(ev []byte, kind wire.EventKind) {
+	if s.held == nil {
+		s.held = make([]byte, 0, max(heldInitial, len(ev)))
+	}
 	s.held = append(s.held, ev...)
 	s.heldEnds = append(s.heldEnds, len(s.held))
 	s.heldKind = append(s.heldKind, kind)
