@@ -22,8 +22,8 @@ import (
 // the same number of allocations as one of 16 — the per-request ones (the decode leg, the
 // stream, the relay) and nothing more.
 func TestRelayAllocatesNothingPerToken(t *testing.T) {
-	if testing.Short() {
-		t.Skip("allocation budget")
+	if raceEnabled {
+		t.Skip("allocation budgets do not hold under the race detector (sync.Pool drops items at random)")
 	}
 	event := "data: {\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"text\":\" token\",\"logprobs\":null,\"finish_reason\":null}]}\n\n"
 	streams := map[string][]byte{}
