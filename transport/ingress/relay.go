@@ -1,6 +1,7 @@
 package ingress
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"sync"
@@ -74,6 +75,7 @@ func (r *relay) WriteTo(w io.Writer) (int64, error) {
 	var (
 		lastToken time.Time
 		werr      error
+		finishing bool // a finish_reason came: hold it for [DONE]
 		// batch gathers events that arrived together; it is borrowed from a pool only while in
 		// use, so a quiet stream holds no buffer of its own.
 		batch *[]byte
@@ -132,7 +134,15 @@ func (r *relay) WriteTo(w io.Writer) (int64, error) {
 				continue
 			}
 		}
-		more := r.s.Buffered() && ev.Kind != wire.EventDone
+		// The event that finishes the choice is followed at once by the usage event and [DONE]:
+		// it waits for them (bounded by the silence watchdog) so that they leave in one write,
+		// not two. (The chunked terminator is one more write: fasthttp flushes every chunk
+		// WriteTo writes, and writes the terminator after it returns.) Never the first token —
+		// the first byte is not delayed — which is the finishing one of a 1-token answer.
+		if ev.Kind == wire.EventToken && !finishing && r.events > 1 && finishes(ev.Data) {
+			finishing = true
+		}
+		more := (r.s.Buffered() || finishing) && ev.Kind != wire.EventDone
 		if batch == nil && !more {
 			if !write(ev.Raw) { // the common case: one event, straight from the read buffer
 				break
@@ -146,6 +156,7 @@ func (r *relay) WriteTo(w io.Writer) (int64, error) {
 		if more && len(*batch) < flushAt {
 			continue
 		}
+		finishing = false // flushed: anything after goes out as it comes
 		if !flush() {
 			break
 		}
@@ -164,6 +175,11 @@ func (r *relay) WriteTo(w io.Writer) (int64, error) {
 	r.in.metrics.TokensRelayed(endpoint, r.events)
 	return r.written, werr
 }
+
+// finishes reports whether a token event's data carries a finish reason (a string, not null).
+func finishes(data []byte) bool { return bytes.Contains(data, finishReason) }
+
+var finishReason = []byte(`"finish_reason":"`)
 
 // Close runs when fasthttp is done with the response, written or not. It releases the engine
 // stream and reports the outcome to the supervisor, exactly once.
