@@ -13,6 +13,23 @@ type Runtime struct {
 	Server  ServerRuntime
 	Engine  EngineTimings
 	Request RequestRuntime
+	Fleet   FleetRuntime
+}
+
+// FleetRuntime is disaggregation.* and placement.* provisioned.
+type FleetRuntime struct {
+	Disaggregation    string // always, never, auto
+	MinPromptTokens   int
+	PrefillSaturation float64
+	DecodeHeadroom    float64
+
+	Placement      string // prefix, p2c, round_robin
+	BlockWords     int
+	IndexBlocks    int
+	LoadFactor     float64
+	ScrapeInterval time.Duration // 0: no scraping
+	ScrapeStale    time.Duration
+	ScrapeTimeout  time.Duration
 }
 
 // ServerRuntime is the client listener's provisioned settings.
@@ -61,6 +78,14 @@ func Provision(c Config) Runtime {
 			ExposeRoutingHeaders: c.Server.ExposeRoutingHeaders,
 		},
 		Engine: c.Engine.Provision(),
+		Fleet: FleetRuntime{
+			Disaggregation: c.Disaggregation.Policy, MinPromptTokens: c.Disaggregation.MinPromptTokens,
+			PrefillSaturation: c.Disaggregation.PrefillSaturation, DecodeHeadroom: c.Disaggregation.DecodeHeadroom,
+			Placement: c.Placement.Policy, BlockWords: c.Placement.PrefixBlockWords,
+			IndexBlocks: c.Placement.PrefixIndexBlocks, LoadFactor: c.Placement.LoadFactor,
+			ScrapeInterval: c.Placement.ScrapeIntervalS.Duration(), ScrapeStale: c.Placement.ScrapeStaleS.Duration(),
+			ScrapeTimeout: c.Placement.ScrapeTimeoutS.Duration(),
+		},
 		Request: RequestRuntime{
 			Deadline:      c.Request.DeadlineS.Duration(),
 			MaxQueue:      c.Admission.MaxQueue,

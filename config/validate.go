@@ -147,6 +147,8 @@ func (c *Config) check(ck *checker) {
 	ck.positive("handoff.max_age_s", c.Handoff.MaxAgeS)
 	ck.oneOf("handoff.on_missing", c.Handoff.OnMissing, OnMissingRecompute, OnMissingFail)
 
+	c.checkPlacement(ck)
+
 	r := c.Recovery
 	if r.MaxAttempts < 1 || r.MaxAttempts > 10 {
 		ck.fail("recovery.max_attempts", "must be between 1 (no retries) and 10, got %d", r.MaxAttempts)
@@ -242,4 +244,32 @@ func (c *Config) validateEngines(ck *checker) {
 	if !canDecode {
 		ck.fail("engines", "no engine can run the decode leg; give at least one the role decode or both")
 	}
+}
+
+func (c *Config) checkPlacement(ck *checker) {
+	d := c.Disaggregation
+	ck.oneOf("disaggregation.policy", d.Policy, DisaggAuto, DisaggAlways, DisaggNever)
+	if d.MinPromptTokens < 0 {
+		ck.fail("disaggregation.min_prompt_tokens", "must be 0 (no short-prompt rule) or a token count, got %d", d.MinPromptTokens)
+	}
+	if d.PrefillSaturation <= 0 || d.PrefillSaturation > 1 {
+		ck.fail("disaggregation.prefill_saturation", "must be a fraction greater than 0 and at most 1, got %v", d.PrefillSaturation)
+	}
+	if d.DecodeHeadroom <= 0 || d.DecodeHeadroom > 1 {
+		ck.fail("disaggregation.decode_headroom", "must be a fraction greater than 0 and at most 1, got %v", d.DecodeHeadroom)
+	}
+	p := c.Placement
+	ck.oneOf("placement.policy", p.Policy, PlacePrefix, PlaceP2C, PlaceRoundRobin)
+	if p.PrefixBlockWords < 1 {
+		ck.fail("placement.prefix_block_words", "must be 1 or more words, got %d", p.PrefixBlockWords)
+	}
+	if p.PrefixIndexBlocks < 1 {
+		ck.fail("placement.prefix_index_blocks", "must be 1 or more block hashes, got %d", p.PrefixIndexBlocks)
+	}
+	if p.LoadFactor < 1 {
+		ck.fail("placement.load_factor", "must be 1 (strict balance) or more, got %v", p.LoadFactor)
+	}
+	ck.nonNegative("placement.scrape_interval_s", p.ScrapeIntervalS)
+	ck.positive("placement.scrape_stale_s", p.ScrapeStaleS)
+	ck.positive("placement.scrape_timeout_s", p.ScrapeTimeoutS)
 }

@@ -151,8 +151,11 @@ func (in *Ingress) generate(ctx *fasthttp.RequestCtx, ep wire.Endpoint) {
 			continue
 		}
 		// Committed: the first token is in and the status is 200 from here on.
-		in.setCommonHeaders(ctx, out.timing(arrival), Routing{Producer: cmd.Plan.Producer.Name(),
-			Consumer: cmd.Plan.Consumer.Name(), Attempts: cmd.Plan.Attempt})
+		routing := Routing{Consumer: cmd.Plan.Consumer.Name(), Attempts: cmd.Plan.Attempt}
+		if !cmd.Plan.Local {
+			routing.Producer = cmd.Plan.Producer.Name()
+		}
+		in.setCommonHeaders(ctx, out.timing(arrival), routing)
 		// The client's body is not read again (no retry after commit): hand its buffer back
 		// instead of keeping it for the whole stream.
 		body.Release()
