@@ -323,3 +323,60 @@ func TestScrapeFreshStaleAndFailing(t *testing.T) {
 		t.Fatalf("p0's scrape suffered from d0's fault: %+v", l)
 	}
 }
+
+// cachedTokens reads usage.prompt_tokens_details.cached_tokens from a response body or the
+// usage chunk of a stream; -1 when absent.
+func cachedTokens(t *testing.T, body []byte) int {
+	t.Helper()
+	i := bytes.LastIndex(body, []byte(`"cached_tokens":`))
+	if i < 0 {
+		return -1
+	}
+	var n int
+	fmt.Sscanf(string(body[i+len(`"cached_tokens":`):]), "%d", &n)
+	return n
+}
+
+// TestUsageReportsTheTrueCachedSplit: after a KV transfer the consumer says the whole prompt
+// but one token was cached (vLLM's count of loaded tokens); the client sees what the fleet did
+// not compute — the producer's own prefix-cache hits.
+func TestUsageReportsTheTrueCachedSplit(t *testing.T) {
+	eng := sim.Options{Tokens: 2, MaxNumSeqs: 8, PromptTokensDetails: true}
+	prompt := words("u", 100) // 6 full blocks of 16 reusable: (100 − 1) / 16
+	for _, stream := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
+			h := start(t, setup{prefill: 1, decode: 1, engine: eng, config: policy(config.DisaggAlways, 100)})
+			body := completions(prompt, fmt.Sprintf(`,"stream":%v,"stream_options":{"include_usage":true}`, stream))
+			if !stream {
+				body = completions(prompt)
+			}
+			first := h.send("/v1/completions", body)
+			if first.status != 200 {
+				t.Fatalf("status %d: %s", first.status, first.body)
+			}
+			// The consumer claims 99 cached; the producer computed everything.
+			if got := cachedTokens(t, first.body); got != 0 {
+				t.Fatalf("first request reports cached_tokens %d, want 0 (the producer computed the prompt): %s", got, first.body)
+			}
+			again := h.send("/v1/completions", body)
+			if got := cachedTokens(t, again.body); got != 96 {
+				t.Fatalf("repeat reports cached_tokens %d, want 96 (the producer's prefix hits): %s", got, again.body)
+			}
+			if !bytes.Contains(again.body, []byte(`"prompt_tokens":100`)) {
+				t.Fatalf("prompt_tokens changed: %s", again.body)
+			}
+			// What the engines said, for contrast: the decode legs reported 99 both times.
+			if st := h.simEngine("d0").Stats(); st.KVLoads != 2 {
+				t.Fatalf("%d KV loads, want 2", st.KVLoads)
+			}
+		})
+	}
+	t.Run("local decode passes the consumer's count", func(t *testing.T) {
+		h := start(t, setup{prefill: 1, decode: 1, engine: eng, config: policy(config.DisaggNever, 100)})
+		h.send("/v1/completions", completions(prompt))
+		again := h.send("/v1/completions", completions(prompt))
+		if got := cachedTokens(t, again.body); got != 96 {
+			t.Fatalf("local repeat reports cached_tokens %d, want the consumer's 96: %s", got, again.body)
+		}
+	})
+}

@@ -165,6 +165,7 @@ func (c *EngineClient) Prefill(ctx context.Context, req *Request) (PrefillResult
 	if !json.Valid(body) {
 		return PrefillResult{}, c.fault(fault.PhasePrefill, fault.BadResponse, "prefill response is not valid JSON", nil)
 	}
+	res.CachedTokens = wire.CachedTokens(body)
 	fields, err := wire.ScanObject(body, make([]wire.Field, 0, 12))
 	if err != nil {
 		return PrefillResult{}, c.fault(fault.PhasePrefill, fault.BadResponse, "prefill response is not a JSON object", nil)

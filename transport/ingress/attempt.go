@@ -97,6 +97,9 @@ func (x *Exchange) Run(p *Plan) Outcome {
 		return out
 	}
 	out.Stream = stream
+	if res.HasDescriptor() || p.SameWorker {
+		x.cachedTokens = res.CachedTokens // the prompt was computed by the prefill leg
+	}
 	return out
 }
 
@@ -169,6 +172,7 @@ func (x *Exchange) runConcurrent(p *Plan, req *transport.Request, out Outcome) O
 	}
 	out.PrefillDone = pre.res.Completed
 	out.Stream = stream
+	x.cachedTokens = pre.res.CachedTokens
 	return out
 }
 

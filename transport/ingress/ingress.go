@@ -238,6 +238,9 @@ func (in *Ingress) respondAssembled(ctx *fasthttp.RequestCtx, x *Exchange, s *tr
 		if ev.Kind == wire.EventToken {
 			events++
 		}
+		if ev.Kind == wire.EventUsage {
+			ev.Data = x.CorrectUsage(ev.Data)
+		}
 		a.Add(ev.Data)
 	}
 	s.Close()

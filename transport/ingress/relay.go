@@ -110,6 +110,7 @@ func (r *relay) WriteTo(w io.Writer) (int64, error) {
 			if !includeUsage {
 				continue
 			}
+			ev.Raw = r.x.CorrectUsage(ev.Raw)
 		}
 		more := r.s.Buffered() && ev.Kind != wire.EventDone
 		if batch == nil && !more {
