@@ -52,12 +52,24 @@ func (s *requestSupervisor) decide(cons *engineView, match int) verdict {
 		return verdict{true, reasonPolicyNever}
 	case p.Tokens < fr.MinPromptTokens:
 		return verdict{true, reasonShortPrompt}
-	case match > 0 && p.Words > 0 && uncached(p.Tokens, p.Words, match*fr.BlockWords) < fr.MinPromptTokens:
+	}
+	rest := s.uncachedOn(match)
+	switch {
+	case rest < fr.MinPromptTokens:
 		return verdict{true, reasonPrefixCached}
-	case s.prefillSaturated(cons):
+	case rest <= fr.MaxLocalPrompt && s.prefillSaturated(cons):
 		return verdict{true, reasonPrefillSaturated}
 	}
 	return verdict{false, reasonLongPrompt}
+}
+
+// uncachedOn estimates the prompt tokens an engine matching match leading blocks would compute.
+func (s *requestSupervisor) uncachedOn(match int) int {
+	p := &s.prompt
+	if match == 0 || p.Words == 0 {
+		return p.Tokens
+	}
+	return uncached(p.Tokens, p.Words, match*s.r.rt.Fleet.BlockWords)
 }
 
 // uncached scales the token estimate to the words past the cached ones.

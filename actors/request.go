@@ -161,13 +161,14 @@ func (s *requestSupervisor) place(ctx actor.Context) {
 			p := f.pickFor(ask{phase: fault.PhasePrefill, model: model, avoid: append(s.avoid[:len(s.avoid):len(s.avoid)], cons.name),
 				full: s.full, exclude: s.exclude, blocks: blocks}, s.r.metrics)
 			switch auto := s.r.rt.Fleet.Disaggregation == config.DisaggAuto; {
-			case auto && (p.engine == nil || p.engine == cons):
-				// Nowhere else to prefill (none admitted, none with room, or only the consumer
-				// itself): the consumer computes the prompt rather than wait or prefill twice.
+			case auto && p.engine == nil && p.why == noRoom && s.uncachedOn(c.match) <= s.r.rt.Fleet.MaxLocalPrompt:
+				// Every producer is full: the consumer computes a prompt it can afford rather
+				// than wait.
+				s.verdict = verdict{true, reasonPrefillSaturated}
+			case auto && (p.engine == cons || (p.engine == nil && p.why != noRoom)):
+				// Nowhere else to prefill (none admitted, or only the consumer itself): the
+				// consumer computes the prompt rather than fail or prefill twice.
 				s.verdict = verdict{true, reasonNoProducer}
-				if p.why == noRoom {
-					s.verdict.reason = reasonPrefillSaturated
-				}
 			case p.engine == nil:
 				s.noPlacement(ctx, p.why, fault.PhasePrefill)
 				return

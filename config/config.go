@@ -96,6 +96,10 @@ type Disaggregation struct {
 	// consumer is less busy than DecodeHeadroom, the consumer decodes alone.
 	PrefillSaturation float64 `yaml:"prefill_saturation"`
 	DecodeHeadroom    float64 `yaml:"decode_headroom"`
+	// MaxLocalPromptTokens bounds the saturation rule: a prompt whose uncached part is
+	// estimated above it still waits for a producer, since computing it on the consumer would
+	// stall every stream decoding there.
+	MaxLocalPromptTokens int `yaml:"max_local_prompt_tokens"`
 }
 
 // Disaggregation policies.
@@ -265,7 +269,7 @@ func Default() Config {
 		},
 		Handoff: Handoff{MaxAgeS: 30, OnMissing: OnMissingRecompute},
 		Disaggregation: Disaggregation{Policy: DisaggAuto, MinPromptTokens: 256,
-			PrefillSaturation: 0.9, DecodeHeadroom: 0.7},
+			PrefillSaturation: 0.9, DecodeHeadroom: 0.7, MaxLocalPromptTokens: 1024},
 		Placement: Placement{Policy: PlacePrefix, PrefixBlockWords: 64, PrefixIndexBlocks: 1 << 18,
 			LoadFactor: 1.25, ScrapeIntervalS: 0, ScrapeStaleS: 5, ScrapeTimeoutS: 1},
 		Recovery: Recovery{

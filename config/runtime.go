@@ -22,6 +22,7 @@ type FleetRuntime struct {
 	MinPromptTokens   int
 	PrefillSaturation float64
 	DecodeHeadroom    float64
+	MaxLocalPrompt    int
 
 	Placement      string // prefix, p2c, round_robin
 	BlockWords     int
@@ -81,7 +82,8 @@ func Provision(c Config) Runtime {
 		Fleet: FleetRuntime{
 			Disaggregation: c.Disaggregation.Policy, MinPromptTokens: c.Disaggregation.MinPromptTokens,
 			PrefillSaturation: c.Disaggregation.PrefillSaturation, DecodeHeadroom: c.Disaggregation.DecodeHeadroom,
-			Placement: c.Placement.Policy, BlockWords: c.Placement.PrefixBlockWords,
+			MaxLocalPrompt: c.Disaggregation.MaxLocalPromptTokens,
+			Placement:      c.Placement.Policy, BlockWords: c.Placement.PrefixBlockWords,
 			IndexBlocks: c.Placement.PrefixIndexBlocks, LoadFactor: c.Placement.LoadFactor,
 			ScrapeInterval: c.Placement.ScrapeIntervalS.Duration(), ScrapeStale: c.Placement.ScrapeStaleS.Duration(),
 			ScrapeTimeout: c.Placement.ScrapeTimeoutS.Duration(),

@@ -255,6 +255,9 @@ func (c *Config) checkPlacement(ck *checker) {
 	if d.PrefillSaturation <= 0 || d.PrefillSaturation > 1 {
 		ck.fail("disaggregation.prefill_saturation", "must be a fraction greater than 0 and at most 1, got %v", d.PrefillSaturation)
 	}
+	if d.MaxLocalPromptTokens < d.MinPromptTokens {
+		ck.fail("disaggregation.max_local_prompt_tokens", "must be at least disaggregation.min_prompt_tokens (%d), got %d", d.MinPromptTokens, d.MaxLocalPromptTokens)
+	}
 	if d.DecodeHeadroom <= 0 || d.DecodeHeadroom > 1 {
 		ck.fail("disaggregation.decode_headroom", "must be a fraction greater than 0 and at most 1, got %v", d.DecodeHeadroom)
 	}
