@@ -72,25 +72,6 @@ func (x *prefixIndex) record(blocks []uint64, idx int) {
 	}
 }
 
-// forget drops engine idx from every entry: its cache is gone (a restart, a new KV identity).
-func (x *prefixIndex) forget(idx int) {
-	if idx < 0 || idx >= maxIndexed {
-		return
-	}
-	clearBit := ^(uint64(1) << idx)
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	for _, gen := range []map[uint64]uint64{x.cur, x.old} {
-		for k, m := range gen {
-			if m &= clearBit; m == 0 {
-				delete(gen, k)
-			} else {
-				gen[k] = m
-			}
-		}
-	}
-}
-
 // sizes counts the distinct block hashes held per engine, for /engines and the tree dump. It
 // walks the whole index: admin paths only.
 func (x *prefixIndex) sizes() (per [maxIndexed]int, total int) {
