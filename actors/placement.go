@@ -37,6 +37,9 @@ type engineView struct {
 	takesOut atomic.Bool
 	// scraped is the last /metrics scrape (placement.scrape_interval_s), written by its scraper.
 	scraped atomic.Pointer[loadSample]
+	// prefillTokens is the estimated prompt tokens of the prefill reservations held: a
+	// producer's load is its work, and prompts differ a hundredfold in length.
+	prefillTokens atomic.Int64
 }
 
 func packSlots(prefill, decode uint32) uint64 { return uint64(prefill)<<32 | uint64(decode) }
@@ -154,8 +157,10 @@ type ask struct {
 	// other leg's engine); full lists engines that just refused a slot; exclude lists engines
 	// never to use.
 	avoid, full, exclude []string
-	// blocks are the prompt's block hashes, for prefix preference.
+	// blocks are the prompt's block hashes, for prefix preference; tokens its token estimate,
+	// the request's weight on a producer.
 	blocks []uint64
+	tokens int
 }
 
 // placed is a leg's placement: the engine, or why there is none; match is the number of the
@@ -223,9 +228,9 @@ func (f *fleet) pickFor(a ask, m *telemetry.Metrics) placed {
 			// Only engines under the bound are candidates, for their cache or, failing a match
 			// among them, for p2c: the bound holds whichever way the choice goes.
 			var under [32]*engineView
-			cands = f.underBound(cands, under[:0], now)
+			cands = f.underBound(cands, under[:0], a, now)
 			if hit {
-				if v, n := longest(cands, &match, now, f.stale); v != nil {
+				if v, n := f.longest(cands, &match, a, now); v != nil {
 					countPrefix(m, a.phase, "hit")
 					return placed{engine: v, match: n}
 				}
@@ -244,36 +249,66 @@ func (f *fleet) pickFor(a ask, m *telemetry.Metrics) placed {
 		j++
 	}
 	v, b := cands[i], cands[j]
-	if b.loadScore(now, f.stale) < v.loadScore(now, f.stale) {
+	if f.loadFor(b, a, now) < f.loadFor(v, a, now) {
 		v = b
 	}
 	return placed{engine: v, match: f.matchOf(v, a.blocks)}
 }
 
+// loadFor is v's load as a's placement weighs it: for a decode its load score (requests), for
+// a prefill the prompt tokens it is computing for us, plus one request's worth per scraped
+// waiting request.
+func (f *fleet) loadFor(v *engineView, a ask, now time.Time) int {
+	if a.phase != fault.PhasePrefill {
+		return v.loadScore(now, f.stale)
+	}
+	n := int(v.prefillTokens.Load())
+	if l, ok := v.fresh(now, f.stale); ok {
+		n += l.Waiting * max(1, a.tokens)
+	}
+	return n
+}
+
+// weight is what a's request adds to the engine's load.
+func (a ask) weight() int {
+	if a.phase == fault.PhasePrefill {
+		return max(1, a.tokens)
+	}
+	return 1
+}
+
 // underBound appends to dst the candidates whose load plus this request stays within the bound
-// ⌈load_factor × (total load + 1) / candidates⌉. The least loaded always is, so dst is never
-// empty.
-func (f *fleet) underBound(cands, dst []*engineView, now time.Time) []*engineView {
+// load_factor × (total load + this request) / candidates (consistent hashing with bounded
+// loads; for decodes, in whole requests, rounded up). When none does (a prefill heavier than
+// the bound allows anywhere), the least loaded alone is.
+func (f *fleet) underBound(cands, dst []*engineView, a ask, now time.Time) []*engineView {
 	var loads [32]int
 	ls := loads[:0]
-	total := 0
-	for _, v := range cands {
-		l := v.loadScore(now, f.stale)
+	total, w := 0, a.weight()
+	least := 0
+	for i, v := range cands {
+		l := f.loadFor(v, a, now)
 		ls = append(ls, l)
 		total += l
+		if l < ls[least] {
+			least = i
+		}
 	}
-	limit := int(math.Ceil(f.loadFactor * float64(total+1) / float64(len(cands))))
+	limit := int(math.Ceil(f.loadFactor * float64(total+w) / float64(len(cands))))
 	for i, v := range cands {
-		if ls[i]+1 <= limit {
+		if ls[i]+w <= limit {
 			dst = append(dst, v)
 		}
+	}
+	if len(dst) == 0 {
+		dst = append(dst, cands[least])
 	}
 	return dst
 }
 
 // longest returns the candidate with the longest match (at least one block), the less loaded
 // on a tie, or nil.
-func longest(cands []*engineView, match *[maxIndexed]int, now time.Time, stale time.Duration) (*engineView, int) {
+func (f *fleet) longest(cands []*engineView, match *[maxIndexed]int, a ask, now time.Time) (*engineView, int) {
 	var best *engineView
 	bestMatch, bestLoad := 0, 0
 	for _, v := range cands {
@@ -284,7 +319,7 @@ func longest(cands []*engineView, match *[maxIndexed]int, now time.Time, stale t
 		if n == 0 {
 			continue
 		}
-		l := v.loadScore(now, stale)
+		l := f.loadFor(v, a, now)
 		if n > bestMatch || (n == bestMatch && l < bestLoad) {
 			best, bestMatch, bestLoad = v, n, l
 		}

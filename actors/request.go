@@ -159,7 +159,7 @@ func (s *requestSupervisor) place(ctx actor.Context) {
 		var prod *engineView
 		if !s.verdict.local {
 			p := f.pickFor(ask{phase: fault.PhasePrefill, model: model, avoid: append(s.avoid[:len(s.avoid):len(s.avoid)], cons.name),
-				full: s.full, exclude: s.exclude, blocks: blocks}, s.r.metrics)
+				full: s.full, exclude: s.exclude, blocks: blocks, tokens: s.prompt.Tokens}, s.r.metrics)
 			switch auto := s.r.rt.Fleet.Disaggregation == config.DisaggAuto; {
 			case auto && p.engine == nil && p.why == noRoom && s.uncachedOn(c.match) <= s.r.rt.Fleet.MaxLocalPrompt:
 				// Every producer is full: the consumer computes a prompt it can afford rather
@@ -181,6 +181,9 @@ func (s *requestSupervisor) place(ctx actor.Context) {
 		if prod != nil && !prod.reserve(fault.PhasePrefill) {
 			s.full = append(s.full, prod.name)
 			continue
+		}
+		if prod != nil {
+			prod.prefillTokens.Add(int64(s.prompt.Tokens)) // returned with the slot (release)
 		}
 		if !cons.reserve(fault.PhaseDecode) {
 			if prod != nil {
@@ -527,6 +530,9 @@ func (s *requestSupervisor) release(ctx actor.Context, phase fault.Phase, f *fau
 		return
 	}
 	s.held[phase] = nil
+	if phase == fault.PhasePrefill {
+		e.prefillTokens.Add(-int64(s.prompt.Tokens))
+	}
 	if wasFull := e.release(phase); wasFull && s.r.queued.Load() > 0 {
 		ctx.Send(s.r.pool, &messages.CapacityFreed{Engine: e.name})
 	}

@@ -26,6 +26,7 @@ import (
 type fleetPolicy struct {
 	Name, Disaggregation, Placement string
 	ScrapeS                         float64
+	Headroom                        float64 // disaggregation.decode_headroom; 0: the default
 }
 
 var fleetPolicies = []fleetPolicy{
@@ -221,6 +222,9 @@ func runFleetArm(env harness.Env, p fleetPolicy, rep *trace.Replay) (*armResult,
 	cfg.Placement.Policy = p.Placement
 	cfg.Placement.PrefixBlockWords = rep.Scale.BlockTokens // one trace block
 	cfg.Placement.ScrapeIntervalS = config.Seconds(p.ScrapeS)
+	if p.Headroom > 0 {
+		cfg.Disaggregation.DecodeHeadroom = p.Headroom
+	}
 	cfg.Log.Level = "warn"
 	for _, e := range fleet.Engines {
 		cfg.Engines = append(cfg.Engines, config.Engine{Name: e.Name(), URL: e.URL(), Role: config.Role(e.Role()), Models: e.Models(),
