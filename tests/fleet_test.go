@@ -31,11 +31,6 @@ func completions(prompt string, extra ...string) string {
 	return `{"model":"sim-model","prompt":"` + prompt + `","max_tokens":2` + strings.Join(extra, "") + `}`
 }
 
-// decision is the disaggregation decision counter's value for decision and reason.
-func (h *harness) decision(decision, reason string) float64 {
-	return h.metric(fmt.Sprintf(`narwhal_disaggregation_decisions_total{decision=%q,reason=%q}`, decision, reason))
-}
-
 // expectDecision checks the request's access-log line and the decision counter (which must
 // have reached want) for decision and reason.
 func (h *harness) expectDecision(id, decision, reason string, want float64) map[string]any {
