@@ -39,6 +39,13 @@ type Server struct {
 	// AdminIdleTimeoutS closes admin keep-alive connections idle for longer than this, so a
 	// scraper or tool that went away holds nothing.
 	AdminIdleTimeoutS Seconds `yaml:"admin_idle_timeout_s"`
+	// APIKeys are the client API keys (Authorization: Bearer); none configured means no
+	// authentication. APIKeysFile names a file of more keys, one a line ('#' comments).
+	APIKeys     []string `yaml:"api_keys"`
+	APIKeysFile string   `yaml:"api_keys_file"`
+	// APIKeyMaxConcurrency bounds each key's requests in flight (0: unbounded); one more is
+	// answered 429 with Retry-After.
+	APIKeyMaxConcurrency int `yaml:"api_key_max_concurrency"`
 }
 
 // Request bounds one client request end to end, retries included.
@@ -65,6 +72,9 @@ type EngineTimeouts struct {
 	// the engine's own keep-alive timeout (uvicorn's default is 5 s) so a request never lands on
 	// a connection the engine is closing.
 	IdleConnTimeoutS Seconds `yaml:"idle_conn_timeout_s"`
+	// PassthroughTimeoutS bounds a passthrough request (embeddings, tokenize, score, rerank)
+	// from connect to the last byte of the engine's answer.
+	PassthroughTimeoutS Seconds `yaml:"passthrough_timeout_s"`
 }
 
 // Handoff governs the KV handoff descriptor between the legs.
@@ -209,6 +219,8 @@ func Default() Config {
 			DecodeReadTimeoutS: 30,
 			ConnectTimeoutS:    5,
 			IdleConnTimeoutS:   4,
+
+			PassthroughTimeoutS: 60,
 		},
 		Handoff: Handoff{MaxAgeS: 30, OnMissing: OnMissingRecompute},
 		Recovery: Recovery{

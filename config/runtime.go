@@ -33,6 +33,8 @@ type EngineTimings struct {
 	DecodeRead time.Duration
 	Connect    time.Duration
 	IdleConn   time.Duration
+	// Passthrough bounds a whole passthrough request (embeddings, tokenize, score, rerank).
+	Passthrough time.Duration
 }
 
 // RequestRuntime is what a request supervisor reads for every request.
@@ -81,5 +83,7 @@ func (t EngineTimeouts) Provision() EngineTimings {
 		DecodeRead: t.DecodeReadTimeoutS.Duration(),
 		Connect:    t.ConnectTimeoutS.Duration(),
 		IdleConn:   t.IdleConnTimeoutS.Duration(),
+
+		Passthrough: t.PassthroughTimeoutS.Duration(),
 	}
 }

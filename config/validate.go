@@ -130,6 +130,7 @@ func (c *Config) check(ck *checker) {
 	ck.positive("server.header_timeout_s", c.Server.HeaderTimeoutS)
 	ck.positive("server.idle_timeout_s", c.Server.IdleTimeoutS)
 	ck.positive("server.admin_idle_timeout_s", c.Server.AdminIdleTimeoutS)
+	ck.checkAPIKeys(c.Server)
 
 	ck.positive("request.deadline_s", c.Request.DeadlineS)
 
@@ -143,6 +144,7 @@ func (c *Config) check(ck *checker) {
 	ck.nonNegative("engine.decode_read_timeout_s", c.Engine.DecodeReadTimeoutS)
 	ck.positive("engine.connect_timeout_s", c.Engine.ConnectTimeoutS)
 	ck.positive("engine.idle_conn_timeout_s", c.Engine.IdleConnTimeoutS)
+	ck.positive("engine.passthrough_timeout_s", c.Engine.PassthroughTimeoutS)
 
 	ck.positive("handoff.max_age_s", c.Handoff.MaxAgeS)
 	ck.oneOf("handoff.on_missing", c.Handoff.OnMissing, OnMissingRecompute, OnMissingFail)

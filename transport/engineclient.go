@@ -24,7 +24,7 @@ import (
 type EngineClient struct {
 	name      string
 	base      string
-	urls      [3]string // by Endpoint
+	urls      [wire.EndpointCount]string
 	hc        *fasthttp.HostClient
 	auth      string
 	kv        kv.Side
@@ -109,8 +109,9 @@ func NewEngineClientWith(e config.Engine, t config.EngineTimeouts, connectors kv
 	if e.APIKey != "" {
 		c.auth = "Bearer " + e.APIKey
 	}
-	c.urls[wire.EndpointCompletions] = c.base + wire.EndpointCompletions.Path()
-	c.urls[wire.EndpointChat] = c.base + wire.EndpointChat.Path()
+	for ep := wire.EndpointCompletions; ep < wire.EndpointCount; ep++ {
+		c.urls[ep] = c.base + ep.Path()
+	}
 	return c, nil
 }
 

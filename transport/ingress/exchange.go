@@ -38,6 +38,10 @@ type Exchange struct {
 	// started, in Unix nanoseconds.
 	progress     atomic.Int32
 	prefillStart atomic.Int64
+
+	// keys and keySlot are the API key slot the request holds (auth.go), given back when it ends.
+	keys    *keyring
+	keySlot atomic.Int32
 }
 
 // NewExchange prepares an exchange; ingress calls it, tests may too.

@@ -27,6 +27,7 @@ type relay struct {
 
 	end      messages.StreamFinished
 	events   int   // token events relayed
+	sent     int   // events relayed (the Responses API numbers them)
 	written  int64 // bytes written to the client
 	closeOne sync.Once
 }
@@ -92,11 +93,12 @@ func (r *relay) WriteTo(w io.Writer) (int64, error) {
 			if ev.Kind == wire.EventError {
 				*batch = append(*batch, ev.Raw...) // the engine's own error event, as it sent it
 			} else {
-				*batch = appendErrorEvent(*batch, f)
+				*batch = appendTerminalError(*batch, r.x.Body.Endpoint, f, r.sent)
 			}
 			flush()
 			break
 		}
+		r.sent++
 		switch ev.Kind {
 		case wire.EventToken:
 			now := time.Now()
