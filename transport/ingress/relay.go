@@ -107,6 +107,10 @@ func (r *relay) WriteTo(w io.Writer) (int64, error) {
 			}
 			lastToken = now
 			r.events++
+		case wire.EventDone: // a Responses stream's last event carries its usage
+			if n, ok := wire.ResponsesOutputTokens(ev.Data); ok {
+				r.end.OutputTokens = n
+			}
 		case wire.EventUsage:
 			r.end.OutputTokens = wire.CompletionTokens(wire.UsageOf(ev.Data), 0)
 			if !includeUsage {
