@@ -1,10 +1,13 @@
 package sim
 
 import (
+	"encoding/base64"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"hash/fnv"
 	"io"
+	"math"
 	"mime"
 	"net/http"
 	"strings"
@@ -38,6 +41,7 @@ type passthroughRequest struct {
 	Query     *string         `json:"query"`
 	Documents []string        `json:"documents"`
 	TopN      *int            `json:"top_n"`
+	Encoding  string          `json:"encoding_format"`
 }
 
 func (e *Engine) servePassthrough(w http.ResponseWriter, r *http.Request) {
@@ -171,18 +175,32 @@ func embeddingsBody(r *http.Request, model string, req passthroughRequest, arriv
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = fmt.Appendf(b, `{"index":%d,"object":"embedding","embedding":[`, i)
-		for k := range 8 {
-			if k > 0 {
-				b = append(b, ',')
-			}
+		b = fmt.Appendf(b, `{"index":%d,"object":"embedding","embedding":`, i)
+		vec := make([]float64, 8)
+		for k := range vec {
 			var sum int64
 			for _, id := range ids {
 				sum += (id >> k) & 7
 			}
-			b = appendFloat(b, float64(sum%8)/8)
+			vec[k] = float64(sum%8) / 8
 		}
-		b = append(b, "]}"...)
+		if req.Encoding == "base64" { // vLLM: little-endian float32s, base64
+			raw := make([]byte, 0, 4*len(vec))
+			for _, v := range vec {
+				raw = binary.LittleEndian.AppendUint32(raw, math.Float32bits(float32(v)))
+			}
+			b = appendString(b, base64.StdEncoding.EncodeToString(raw))
+		} else {
+			b = append(b, '[')
+			for k, v := range vec {
+				if k > 0 {
+					b = append(b, ',')
+				}
+				b = appendFloat(b, v)
+			}
+			b = append(b, ']')
+		}
+		b = append(b, '}')
 	}
 	b = append(b, "],"...)
 	b = usageJSON(b, tokens)
