@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/hex"
 	"sync/atomic"
 
 	"github.com/valyala/fasthttp"
@@ -14,11 +13,10 @@ import (
 )
 
 // keyring holds the client API keys (server.api_keys and server.api_keys_file) as SHA-256
-// digests, never the keys themselves, and each key's requests in flight. A key is known to the
-// rest of Narwhal only by its id: the first 8 hex digits of its digest.
+// digests, never the keys themselves, and each key's requests in flight. No key, digest or
+// part of one reaches a log line or a metric.
 type keyring struct {
 	digests  [][sha256.Size]byte
-	ids      []string
 	inflight []atomic.Int64
 	limit    int64 // server.api_key_max_concurrency; 0 unbounded
 }
@@ -31,16 +29,12 @@ func newKeyring(keys []string, limit int) *keyring {
 	for _, key := range keys {
 		d := sha256.Sum256([]byte(key))
 		k.digests = append(k.digests, d)
-		k.ids = append(k.ids, hex.EncodeToString(d[:4]))
 	}
 	return k
 }
 
 // enabled reports whether requests need a key.
 func (k *keyring) enabled() bool { return len(k.digests) > 0 }
-
-// KeyIDs are the ids of the configured keys, for start-up logs.
-func (in *Ingress) KeyIDs() []string { return append([]string(nil), in.keys.ids...) }
 
 var bearer = []byte("Bearer ")
 

@@ -92,6 +92,11 @@ func (in *Ingress) handle(ctx *fasthttp.RequestCtx) {
 	}
 	slot, ok := in.keys.admit(ctx)
 	if !ok {
+		name := "other"
+		if ep, known := wire.EndpointForPath(path); known {
+			name = ep.String()
+		}
+		in.metrics.Rejected(name, ctx.Response.StatusCode(), 0)
 		return
 	}
 	switch string(path) {

@@ -145,6 +145,9 @@ func ParseClientBody(ep Endpoint, raw []byte) (*ClientBody, error) {
 // would refuse it only after a prefill was paid for.
 func (b *ClientBody) checkMinimums() *BadRequestError {
 	limitKey := "max_tokens"
+	if b.Endpoint == EndpointResponses {
+		limitKey = "max_output_tokens"
+	}
 	if b.Endpoint == EndpointChat {
 		if _, ok := b.intMember("max_completion_tokens"); ok {
 			limitKey = "max_completion_tokens"

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"bytes"
+	"strconv"
 
 	"github.com/goccy/go-json"
 )
@@ -55,6 +56,7 @@ func (b *ClientBody) checkResponses() *BadRequestError {
 func (b *ClientBody) appendResponsesPrefill(dst, kvParams []byte) []byte {
 	return RewriteObject(dst, b.raw, b.fields, []Edit{
 		{Key: "max_output_tokens", Value: jsonOne},
+		{Key: "min_tokens"},
 		{Key: "stream", Value: jsonFalse},
 		{Key: "stream_options"},
 		{Key: "store", Value: jsonFalse},
@@ -115,8 +117,16 @@ func parseResponsesError(data []byte) (StreamError, bool) {
 		msg = "engine reported an error inside the stream"
 	}
 	se := StreamError{Status: 500, Message: msg, Type: "server_error"}
+	// The code is an HTTP status, as a number or as a string ("500"); anything else is a 500.
 	var n int
-	if json.Unmarshal(code, &n) == nil && n >= 400 && n <= 599 {
+	var s string
+	if json.Unmarshal(code, &s) == nil {
+		code = []byte(strconv.Quote(s))
+		n, _ = strconv.Atoi(s)
+	} else {
+		_ = json.Unmarshal(code, &n)
+	}
+	if n >= 400 && n <= 599 {
 		se.Status = n
 	}
 	if len(code) == 0 {
