@@ -49,10 +49,10 @@ func TestOfficialOpenAISDKTalksToNarwhal(t *testing.T) {
 		BrokenError *struct{ Name, Message string }
 
 		ResponsesStream, ResponseText, ResponseStatus string
-		ResponsesBrokenText, ResponsesBrokenLast       string
-		ResponsesEvents                                []string
-		ResponsesUsage                                 int
-		PreviousResponse                               struct {
+		ResponsesBrokenText, ResponsesBrokenLast      string
+		ResponsesEvents                               []string
+		ResponsesUsage                                int
+		PreviousResponse                              struct {
 			Status int
 			Param  string
 		}
