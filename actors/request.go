@@ -9,6 +9,7 @@ import (
 
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/messages"
+	"github.com/narwhal-router/narwhal/transport"
 	"github.com/narwhal-router/narwhal/transport/fault"
 	"github.com/narwhal-router/narwhal/transport/ingress"
 )
@@ -136,6 +137,22 @@ func (s *requestSupervisor) place(ctx actor.Context) {
 	}
 	s.phase = phasePlacing
 	model := s.x.Body.Model
+	for s.x.Body.Endpoint.Passthrough() { // one engine and no prefill (ingress/passthrough.go)
+		cons, why := s.r.fleet.pick(fault.PhaseDecode, model, s.avoid, s.full, s.exclude)
+		if cons == nil {
+			s.noPlacement(ctx, why, fault.PhaseDecode)
+			return
+		}
+		if !cons.reserve(fault.PhaseDecode) {
+			s.full = append(s.full, cons.name)
+			continue
+		}
+		s.producer, s.consumer = nil, cons
+		s.held = [2]*engineView{nil, cons}
+		s.reportSlots(cons)
+		s.sendPlan(nil)
+		return
+	}
 	for {
 		prod, why := s.r.fleet.pick(fault.PhasePrefill, model, s.avoid, s.full, s.exclude)
 		if prod == nil {
@@ -165,11 +182,16 @@ func (s *requestSupervisor) place(ctx actor.Context) {
 		s.reportSlots(cons)
 		break
 	}
+	s.sendPlan(s.producer.client)
+}
+
+// sendPlan hands ingress the attempt's plan; producer is nil for a passthrough request.
+func (s *requestSupervisor) sendPlan(producer *transport.EngineClient) {
 	s.phase = phaseRunning
 	s.x.Send(ingress.Command{Plan: &ingress.Plan{
 		Attempt:          s.attempt,
 		BackendRequestID: s.backendID,
-		Producer:         s.producer.client,
+		Producer:         producer,
 		Consumer:         s.consumer.client,
 		SameWorker:       s.producer == s.consumer,
 		FailOnMissing:    s.r.rt.Request.FailOnMissing,

@@ -205,8 +205,11 @@ func (r *Router) requestDone(s *requestSupervisor) {
 		TTFT: s.ttft.Seconds(), FirstByte: s.firstByte.Seconds(), Total: total.Seconds(),
 		OutputTokens: s.end.OutputTokens,
 	}
-	if s.producer != nil && s.attempt > 0 && s.outcome != outcomeRejected {
-		line.Producer, line.Consumer = s.producer.name, s.consumer.name
+	if s.consumer != nil && s.attempt > 0 && s.outcome != outcomeRejected {
+		line.Consumer = s.consumer.name
+		if s.producer != nil { // a passthrough request has none
+			line.Producer = s.producer.name
+		}
 	}
 	if s.phase != phaseQueued && !s.decodeStart.IsZero() {
 		line.HandoffAge = s.handoffAge.Seconds()

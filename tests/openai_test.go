@@ -479,3 +479,18 @@ func TestResponsesClientHangUp(t *testing.T) {
 		t.Fatalf("access log %v", l)
 	}
 }
+
+func TestPassthroughNeedsNoProducer(t *testing.T) {
+	h := start(t, setup{prefill: 1, decode: 1})
+	if code, body := h.adminDo("POST", "/engines/p0/eject?reason=test"); code != 200 {
+		t.Fatalf("eject p0: %d %s", code, body)
+	}
+	r := h.send("/v1/embeddings", `{"model":"sim-model","input":"hi"}`)
+	if r.status != 200 {
+		t.Fatalf("embeddings without a producer: %d %s", r.status, r.body)
+	}
+	if l := h.expectAccess(r.id, 200, 1, ""); str(l["consumer"]) != "d0" || l["producer"] != nil {
+		t.Fatalf("access log %v", l)
+	}
+	expectError(t, h.send("/v1/completions", completion("hi", false)), 503, "no_engine", "")
+}

@@ -15,8 +15,8 @@ import (
 // request as any other (admission queue, breakers, retries, the access log) and ingress sends
 // the client's body byte for byte to the planned consumer, bounded by
 // engine.passthrough_timeout_s. The engine's 200 answer is the client's, byte for byte; a failure
-// is a decode-leg fault of that engine, judged and retried like one. The plan's producer slot
-// is given back when the attempt ends, unused.
+// is a decode-leg fault of that engine, judged and retried like one. The supervisor plans no
+// producer for these (Plan.Producer is nil): only the consumer's decode slot is taken.
 
 // parseBody validates a client body for ep.
 func (in *Ingress) parseBody(ep wire.Endpoint, raw []byte) (*wire.ClientBody, error) {
@@ -33,8 +33,8 @@ func (in *Ingress) parseBody(ep wire.Endpoint, raw []byte) (*wire.ClientBody, er
 // passthrough runs one planned passthrough attempt and reports it. It reports true when the
 // client has its answer (the engine's), false when the supervisor decides what comes next.
 func (in *Ingress) passthrough(ctx *fasthttp.RequestCtx, x *Exchange, p *Plan, stopWatch func()) bool {
-	out := Outcome{Attempt: p.Attempt, DecodeStarted: time.Now()}
-	x.prefillStart.Store(out.DecodeStarted.UnixNano())
+	out := Outcome{Attempt: p.Attempt} // no DecodeStarted: there is no handoff to age
+	x.prefillStart.Store(time.Now().UnixNano())
 	x.setProgress(fault.PhaseDecode, true)
 	resp, err := p.Consumer.Passthrough(x.ctx, x.EngineRequest(p.BackendRequestID))
 	x.setProgress(0, false)
