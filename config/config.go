@@ -46,6 +46,10 @@ type Server struct {
 	// APIKeyMaxConcurrency bounds each key's requests in flight (0: unbounded); one more is
 	// answered 429 with Retry-After.
 	APIKeyMaxConcurrency int `yaml:"api_key_max_concurrency"`
+
+	// ExposeEngineErrors relays an engine's in-stream error message to clients; off, they get
+	// its status, type and code with a generic message (engine text can name internal hosts).
+	ExposeEngineErrors bool `yaml:"expose_engine_errors"`
 }
 
 // Request bounds one client request end to end, retries included.

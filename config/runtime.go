@@ -22,6 +22,7 @@ type ServerRuntime struct {
 	IdleTimeout          time.Duration
 	ShutdownGrace        time.Duration
 	ExposeRoutingHeaders bool
+	ExposeEngineErrors   bool
 }
 
 // EngineTimings are the engine-leg bounds (engine.* in the file).
@@ -61,6 +62,7 @@ func Provision(c Config) Runtime {
 			IdleTimeout:          c.Server.IdleTimeoutS.Duration(),
 			ShutdownGrace:        c.Server.ShutdownGraceS.Duration(),
 			ExposeRoutingHeaders: c.Server.ExposeRoutingHeaders,
+			ExposeEngineErrors:   c.Server.ExposeEngineErrors,
 		},
 		Engine: c.Engine.Provision(),
 		Request: RequestRuntime{

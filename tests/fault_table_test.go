@@ -34,8 +34,12 @@ func TestFaultTableEndToEnd(t *testing.T) {
 		fault.Timeout:           {{prompt: "@sim:prefill.hang_headers"}},
 		fault.FirstTokenTimeout: {{prompt: "@sim:decode.hang_first_token"}},
 		fault.Silence:           {{prompt: "@sim:decode.silence_after=1", afterCommit: true}},
-		fault.ClosedEarly:       {{prompt: "@sim:decode.close_after=0"}},
-		fault.DoneBeforeToken:   {{prompt: "@sim:decode.done_first"}},
+		fault.ClosedEarly: {
+			{prompt: "@sim:decode.close_after=0"}, // the connection drops, the chunked body cut short
+			// A token, then an orderly end of the body without [DONE] (clean_close_test.go).
+			{config: hostileDecoders(t, endBody), afterCommit: true},
+		},
+		fault.DoneBeforeToken: {{prompt: "@sim:decode.done_first"}},
 		fault.StreamError: {
 			{prompt: "@sim:decode.error_in_stream=500", engineStatus: 500},
 			{prompt: "@sim:decode.error_in_stream=422", engineStatus: 422},

@@ -91,9 +91,10 @@ func (s *DecodeStream) hold(ev []byte, kind wire.EventKind) {
 	s.heldKind = append(s.heldKind, kind)
 }
 
-// Next returns the next event. After EventDone it returns io.EOF. An error event is returned
-// together with its Fault; any other failure (silence, a close before [DONE], cancellation) comes
-// back as a *Fault with no event.
+// Next returns the next event. After EventDone it returns io.EOF, and only then: an error event
+// is returned together with its Fault, and any other failure (silence, a close or an orderly end
+// of the body before [DONE], cancellation) comes back as a *fault.Fault with no event. A Fault
+// never satisfies errors.Is(err, io.EOF), so testing for io.EOF tells the end from a failure.
 func (s *DecodeStream) Next() (Event, error) {
 	if s.heldNext < len(s.heldEnds) {
 		start := 0

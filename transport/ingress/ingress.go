@@ -289,7 +289,7 @@ func (in *Ingress) respondAssembled(ctx *fasthttp.RequestCtx, x *Exchange, s *tr
 		} else {
 			ctx.SetStatusCode(f.ClientStatus())
 			ctx.SetContentType("application/json")
-			ctx.SetBody(fault.FaultEnvelope(f))
+			ctx.SetBody(fault.ClientEnvelope(f, in.rt.ExposeEngineErrors))
 		}
 	} else if out, err := a.Body(); err != nil {
 		end.Fault = &fault.Fault{Kind: fault.BadResponse, Phase: fault.PhaseDecode, Engine: s.Engine(), Detail: "could not assemble the response", Err: err}
