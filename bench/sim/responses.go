@@ -217,35 +217,51 @@ func orNullJSON(raw json.RawMessage) []byte {
 	return raw
 }
 
-// parseInput counts the tokens of a Responses input (a string, or a list of items whose
-// content is a string or a list of input_text parts) plus its instructions, and returns the
+// parseInput counts the tokens of a Responses input plus its instructions and returns the
 // last item's text, where directives live.
 func parseInput(raw, instructions json.RawMessage) (int, string, *apiError) {
-	if len(raw) == 0 || string(raw) == "null" {
-		return 0, "", invalidRequest("input", "Field required: input")
+	texts, err := responsesTexts(raw, instructions)
+	if err != nil {
+		return 0, "", err
 	}
 	tokens := 0
+	for _, t := range texts {
+		tokens += countWords(t)
+	}
+	return max(tokens, 1), texts[len(texts)-1], nil
+}
+
+// responsesTexts returns the text of a Responses request in prompt order: the instructions,
+// then the input (a string, or a list of items whose content is a string or a list of
+// input_text parts), one entry per item; the last entry is the last item's.
+func responsesTexts(raw, instructions json.RawMessage) ([]string, *apiError) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, invalidRequest("input", "Field required: input")
+	}
+	var out []string
 	if len(instructions) > 0 && string(instructions) != "null" {
 		var s string
 		if err := json.Unmarshal(instructions, &s); err != nil {
-			return 0, "", invalidRequest("instructions", "instructions must be a string")
+			return nil, invalidRequest("instructions", "instructions must be a string")
 		}
-		tokens += countWords(s)
+		out = append(out, s)
 	}
 	if raw[0] == '"' {
 		var s string
 		if err := json.Unmarshal(raw, &s); err != nil {
-			return 0, "", invalidRequest("input", "invalid input: "+err.Error())
+			return nil, invalidRequest("input", "invalid input: "+err.Error())
 		}
-		return max(tokens+countWords(s), 1), s, nil
+		return append(out, s), nil
 	}
 	var items []struct {
 		Content json.RawMessage `json:"content"`
 	}
 	if err := json.Unmarshal(raw, &items); err != nil {
-		return 0, "", invalidRequest("input", "input must be a string or a list of input items")
+		return nil, invalidRequest("input", "input must be a string or a list of input items")
 	}
-	last := ""
+	if len(items) == 0 {
+		return nil, invalidRequest("input", "input must not be empty")
+	}
 	for i, it := range items {
 		var text string
 		if len(it.Content) > 0 && it.Content[0] == '"' {
@@ -253,7 +269,7 @@ func parseInput(raw, instructions json.RawMessage) (int, string, *apiError) {
 		} else if len(it.Content) > 0 && string(it.Content) != "null" {
 			var parts []wireContentPart
 			if err := json.Unmarshal(it.Content, &parts); err != nil {
-				return 0, "", invalidRequest("input", "input["+strconv.Itoa(i)+"].content: want a string or a list of content parts")
+				return nil, invalidRequest("input", "input["+strconv.Itoa(i)+"].content: want a string or a list of content parts")
 			}
 			var sb strings.Builder
 			for _, p := range parts {
@@ -266,8 +282,7 @@ func parseInput(raw, instructions json.RawMessage) (int, string, *apiError) {
 			}
 			text = sb.String()
 		}
-		tokens += countWords(text)
-		last = text
+		out = append(out, text)
 	}
-	return max(tokens, 1), last, nil
+	return out, nil
 }

@@ -100,3 +100,24 @@ func TestPassthroughEndpointsAnswerInVLLMShapes(t *testing.T) {
 		t.Errorf("injected 503: %d", code)
 	}
 }
+
+func TestResponsesInputHitsThePrefixCache(t *testing.T) {
+	t.Parallel()
+	e := startEngine(t, Options{MaxNumSeqs: 4, BlockSize: 4, Tokens: 2})
+	body := `{"input":[{"role":"user","content":"one two three four five six seven eight nine ten eleven twelve"}],"instructions":"be brief"}`
+	var cached []string
+	for range 2 {
+		code, _, out := post(t, e.URL(), "/v1/responses", body)
+		if code != 200 {
+			t.Fatalf("%d %s", code, out)
+		}
+		m := regexp.MustCompile(`"cached_tokens":(\d+)`).FindSubmatch(out)
+		if m == nil {
+			t.Fatalf("no cached_tokens in %s", out)
+		}
+		cached = append(cached, string(m[1]))
+	}
+	if cached[0] != "0" || cached[1] != "12" {
+		t.Fatalf("cached tokens %v, want 0 then 12 (three full blocks of the 14-token prompt)", cached)
+	}
+}
