@@ -131,6 +131,9 @@ func TestAPIKeys(t *testing.T) {
 		t.Fatalf("/health: %v %v", resp, err)
 	}
 	resp.Body.Close()
+	if m := h.scrape(); !strings.Contains(m, `status="401"`) {
+		t.Errorf("the 401s are not in the metrics:\n%s", m)
+	}
 	if log := string(h.access.Bytes()); strings.Contains(log, key) || strings.Contains(log, "sk-listed") || strings.Contains(log, "sk-wrong") {
 		t.Fatalf("a key is in the access log:\n%s", log)
 	}
@@ -494,4 +497,16 @@ func TestPassthroughNeedsNoProducer(t *testing.T) {
 		t.Fatalf("access log %v", l)
 	}
 	expectError(t, h.send("/v1/completions", completion("hi", false)), 503, "no_engine", "")
+}
+
+func TestResponsesEngineErrorEventRelayedWhenExposed(t *testing.T) {
+	h := start(t, setup{prefill: 1, decode: 1, engine: sim.Options{Tokens: 4},
+		config: func(c *config.Config) { c.Server.ExposeEngineErrors = true }})
+	r := h.send("/v1/responses", responsesBody("@sim:decode.error_in_stream=503@2", true, ""))
+	evs := readResponsesStream(t, r.body)
+	last := evs[len(evs)-1]
+	if deltas(evs) != expectedText(2) || last.typ != "error" || str(last.data["code"]) != "503" ||
+		!strings.Contains(str(last.data["message"]), "simulated fault") {
+		t.Fatalf("%s", r.body)
+	}
 }
