@@ -22,6 +22,9 @@ type ServerRuntime struct {
 	IdleTimeout          time.Duration
 	ShutdownGrace        time.Duration
 	ExposeRoutingHeaders bool
+	MaxHeaderBytes       int
+	ClientWriteTimeout   time.Duration
+	MaxResponseBytes     int
 	ExposeEngineErrors   bool
 }
 
@@ -36,6 +39,9 @@ type EngineTimings struct {
 	IdleConn   time.Duration
 	// Passthrough bounds a whole passthrough request (embeddings, tokenize, score, rerank).
 	Passthrough time.Duration
+	// MaxHeldBytes and MaxHeldEvents bound what is held before the first token.
+	MaxHeldBytes  int
+	MaxHeldEvents int
 }
 
 // RequestRuntime is what a request supervisor reads for every request.
@@ -62,6 +68,9 @@ func Provision(c Config) Runtime {
 			IdleTimeout:          c.Server.IdleTimeoutS.Duration(),
 			ShutdownGrace:        c.Server.ShutdownGraceS.Duration(),
 			ExposeRoutingHeaders: c.Server.ExposeRoutingHeaders,
+			MaxHeaderBytes:       c.Server.MaxHeaderBytes,
+			ClientWriteTimeout:   c.Server.ClientWriteTimeoutS.Duration(),
+			MaxResponseBytes:     c.Server.MaxResponseBytes,
 			ExposeEngineErrors:   c.Server.ExposeEngineErrors,
 		},
 		Engine: c.Engine.Provision(),
@@ -87,5 +96,15 @@ func (t EngineTimeouts) Provision() EngineTimings {
 		IdleConn:   t.IdleConnTimeoutS.Duration(),
 
 		Passthrough: t.PassthroughTimeoutS.Duration(),
+		// Zero (a configuration built by hand) takes the documented defaults.
+		MaxHeldBytes:  orDefault(t.MaxHeldBytes, 4<<20),
+		MaxHeldEvents: orDefault(t.MaxHeldEvents, 256),
 	}
+}
+
+func orDefault(v, def int) int {
+	if v <= 0 {
+		return def
+	}
+	return v
 }

@@ -52,6 +52,8 @@ func TestFaultTableEndToEnd(t *testing.T) {
 			config: func(c *config.Config) { c.Handoff.MaxAgeS = 0.2; c.Engine.PrefillTimeoutS = 5 }}},
 		fault.MissingDescriptor: {{prompt: "@sim:prefill.bad_descriptor=null",
 			config: func(c *config.Config) { c.Handoff.OnMissing = config.OnMissingFail }}},
+		// Every decode event, the first token's included, is larger than 8 bytes.
+		fault.HeldOverflow: {{config: func(c *config.Config) { c.Engine.MaxHeldBytes = 8 }}},
 		fault.Deadline: {{prompt: "@sim:prefill.hang_headers", headers: []string{"X-Narwhal-Deadline-S", "0.4"},
 			config: func(c *config.Config) { c.Engine.PrefillTimeoutS = 5 }}},
 	}

@@ -63,6 +63,10 @@ func TestOfficialOpenAISDKTalksToNarwhal(t *testing.T) {
 			Status int
 			Code   string
 		}
+		Oversized struct {
+			Name, Code, Cause string
+			Status            int
+		}
 	}
 	if err := json.Unmarshal(outb, &got); err != nil {
 		t.Fatalf("SDK output %q: %v", outb, err)
@@ -75,6 +79,9 @@ func TestOfficialOpenAISDKTalksToNarwhal(t *testing.T) {
 	}
 	if got.UnknownModel.Status != 404 || got.UnknownModel.Code != "model_not_found" {
 		t.Errorf("unknown model: %+v", got.UnknownModel)
+	}
+	if o := got.Oversized; o.Name != "APIError" || o.Status != 413 || o.Code != "request_too_large" {
+		t.Errorf("9 MiB prompt: the SDK saw %+v, want a 413 APIError with code request_too_large", o)
 	}
 	if got.BrokenText != expectedText(2) || got.BrokenError == nil || !strings.Contains(got.BrokenError.Message, "closed before [DONE]") {
 		t.Errorf("broken stream: text %q, error %+v", got.BrokenText, got.BrokenError)

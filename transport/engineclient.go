@@ -102,6 +102,9 @@ func NewEngineClientWith(e config.Engine, t config.EngineTimeouts, connectors kv
 			EngineID:      e.KV.EngineID,
 			Endpoint:      e.KV.Endpoint,
 			TransferModes: e.KV.TransferModes,
+			Host:          u.Hostname(),
+			// engines[].kv.allowed_endpoints
+			AllowedEndpoints: e.KV.AllowedEndpoints,
 		},
 		connector: conn,
 		timeouts:  t.Provision(),

@@ -92,4 +92,14 @@ try {
   out.wrongKey = { status: e.status, code: e.code ?? e.error?.code };
 }
 
+// A 9 MiB prompt is over server.max_body_bytes (8 MiB): the SDK must read the 413, not see the
+// connection reset while it is still uploading.
+try {
+  await client.completions.create({ model: "sim-model", prompt: "x".repeat(9 << 20), max_tokens: 1 });
+  out.oversized = { name: "no error" };
+} catch (e) {
+  out.oversized = { name: e.constructor.name, status: e.status ?? 0, code: e.code ?? e.error?.code ?? "",
+    cause: e.cause?.code ?? "" };
+}
+
 console.log(JSON.stringify(out));

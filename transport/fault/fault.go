@@ -54,6 +54,7 @@ const (
 	Canceled                          // the client went away
 	Aborted                           // the router cancelled the request (shutdown)
 	Overloaded                        // the router ran out of file descriptors or connections
+	HeldOverflow                      // a decode leg sent more than engine.max_held_* before its first token
 )
 
 // Rule is a yes/no column of the policy table that may depend on the engine's own status.
@@ -117,6 +118,7 @@ var table = [...]Policy{
 	Canceled:          {Name: "client_disconnected", Status: 503, Retry: Never, Counts: Never, RouterSide: true},
 	Aborted:           {Name: "aborted", Status: 503, Retry: Never, Counts: Never, RouterSide: true},
 	Overloaded:        {Name: "router_overloaded", Status: 503, Retry: Never, Counts: Never},
+	HeldOverflow:      {Name: "held_overflow", Status: 502, Retry: Always, Counts: Always},
 }
 
 // Kinds lists every fault kind, in table order.

@@ -38,8 +38,8 @@ func TestEveryKindHasARowAndThePredicatesReadIt(t *testing.T) {
 			t.Fatalf("%s: a router-side fault is retried or counted", k)
 		}
 	}
-	if len(names) != int(Overloaded) {
-		t.Fatalf("%d kinds in the table, want %d", len(names), Overloaded)
+	if len(names) != int(HeldOverflow) {
+		t.Fatalf("%d kinds in the table, want %d", len(names), HeldOverflow)
 	}
 	if Kind(200).String() != "fault(200)" || (&Fault{Kind: 200}).ClientStatus() != 502 {
 		t.Fatal("an unknown kind is not an unreadable engine failure")

@@ -3,6 +3,7 @@ package ingress
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strconv"
@@ -61,7 +62,14 @@ func NewIngress(cfg config.Config, d Dispatcher, models ModelLister, m *telemetr
 		MaxRequestBodySize: rt.Server.MaxBodyBytes,
 		ReadTimeout:        rt.Server.HeaderTimeout,
 		IdleTimeout:        rt.Server.IdleTimeout,
-		CloseOnShutdown:    true,
+		// The read buffer bounds the request line and headers (431 past it). ReduceMemoryUsage
+		// hands it back to the pool once a request is read, so a streaming response (and an idle
+		// keep-alive connection) holds none: a larger header allowance costs no per-stream memory.
+		ReadBufferSize:    rt.Server.MaxHeaderBytes,
+		ReduceMemoryUsage: true,
+		// Bounds writing each non-streamed response; the relay bounds each write of a stream.
+		WriteTimeout:    rt.Server.ClientWriteTimeout,
+		CloseOnShutdown: true,
 		// A streaming response holds its connection's write buffer for as long as it streams;
 		// events are a few hundred bytes, and larger writes bypass the buffer anyway.
 		WriteBufferSize:       2048,
@@ -72,7 +80,7 @@ func NewIngress(cfg config.Config, d Dispatcher, models ModelLister, m *telemetr
 }
 
 // Serve accepts connections on ln until Shutdown.
-func (in *Ingress) Serve(ln net.Listener) error { return in.srv.Serve(ln) }
+func (in *Ingress) Serve(ln net.Listener) error { return in.srv.Serve(lingerListener{ln}) }
 
 // Shutdown stops accepting and waits, until ctx ends, for in-flight requests to finish.
 func (in *Ingress) Shutdown(ctx context.Context) error { return in.srv.ShutdownWithContext(ctx) }
@@ -125,14 +133,28 @@ func (in *Ingress) handle(ctx *fasthttp.RequestCtx) {
 	in.keys.release(slot)
 }
 
+// handleTransportError answers a request fasthttp could not read. The connection is closed after
+// the answer, lingering so that a client still sending reads it (linger.go).
 func (in *Ingress) handleTransportError(ctx *fasthttp.RequestCtx, err error) {
-	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+	lingerOnClose(ctx)
+	var small *fasthttp.ErrSmallBuffer
+	var ne net.Error
+	switch {
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
 		writeError(ctx, fasthttp.StatusRequestEntityTooLarge, fault.ErrorBody{
 			Message: "request body is larger than server.max_body_bytes (" + strconv.Itoa(in.rt.MaxBodyBytes) + " bytes)",
 			Type:    fault.ErrorType(413), Code: "request_too_large"})
-		return
+	case errors.As(err, &small):
+		writeError(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge, fault.ErrorBody{
+			Message: "request line and headers are larger than server.max_header_bytes (" + strconv.Itoa(in.rt.MaxHeaderBytes) + " bytes)",
+			Type:    fault.ErrorType(431), Code: "headers_too_large"})
+	case errors.As(err, &ne) && ne.Timeout():
+		writeError(ctx, fasthttp.StatusRequestTimeout, fault.ErrorBody{
+			Message: "the request was not received within server.header_timeout_s",
+			Type:    fault.ErrorType(408), Code: "request_timeout"})
+	default:
+		writeError(ctx, fasthttp.StatusBadRequest, fault.ErrorBody{Message: "malformed HTTP request", Type: fault.ErrorType(400), Code: "bad_request"})
 	}
-	writeError(ctx, fasthttp.StatusBadRequest, fault.ErrorBody{Message: "malformed HTTP request", Type: fault.ErrorType(400), Code: "bad_request"})
 }
 
 func (in *Ingress) generate(ctx *fasthttp.RequestCtx, ep wire.Endpoint, slot int) {
@@ -205,7 +227,7 @@ func (in *Ingress) generate(ctx *fasthttp.RequestCtx, ep wire.Endpoint, slot int
 			ctx.SetContentType("text/event-stream")
 			ctx.Response.Header.Set("Cache-Control", "no-cache")
 			ctx.Response.Header.Set("X-Accel-Buffering", "no")
-			ctx.Response.SetBodyStream(newRelay(in, x, out.Stream, stopWatch), -1)
+			ctx.Response.SetBodyStream(newRelay(in, ctx, x, out.Stream, stopWatch), -1)
 			return
 		}
 		in.respondAssembled(ctx, x, out.Stream)
@@ -227,11 +249,11 @@ func runOffStack(x *Exchange, p *Plan) Outcome {
 // answer writes the supervisor's answer before commit: an error response, or nothing for a
 // client that is gone.
 func (in *Ingress) answer(ctx *fasthttp.RequestCtx, v Verdict) {
-	in.setCommonHeaders(ctx, v.Timing, v.Routing)
 	if v.Status == 0 {
-		ctx.SetConnectionClose()
+		hangUp(ctx)
 		return
 	}
+	in.setCommonHeaders(ctx, v.Timing, v.Routing)
 	if v.RetryAfter != "" {
 		ctx.Response.Header.Set("Retry-After", v.RetryAfter)
 	}
@@ -266,7 +288,7 @@ func (in *Ingress) setCommonHeaders(ctx *fasthttp.RequestCtx, t Timing, r Routin
 func (in *Ingress) respondAssembled(ctx *fasthttp.RequestCtx, x *Exchange, s *transport.DecodeStream) {
 	a := wire.NewAssembler(x.Body.Endpoint)
 	end := &messages.StreamFinished{}
-	events := 0
+	events, assembled := 0, 0
 	for {
 		ev, err := s.Next()
 		if err != nil {
@@ -278,6 +300,13 @@ func (in *Ingress) respondAssembled(ctx *fasthttp.RequestCtx, x *Exchange, s *tr
 		if ev.Kind == wire.EventToken {
 			events++
 		}
+		// server.max_response_bytes: an engine that streams without end costs a bounded amount
+		// of memory, not the whole request deadline's worth.
+		if assembled += len(ev.Data); assembled > in.rt.MaxResponseBytes {
+			end.Fault = &fault.Fault{Kind: fault.BadResponse, Phase: fault.PhaseDecode, Engine: s.Engine(),
+				Detail: "decode stream is larger than server.max_response_bytes (" + strconv.Itoa(in.rt.MaxResponseBytes) + " bytes)"}
+			break
+		}
 		a.Add(ev.Data)
 	}
 	s.Close()
@@ -285,7 +314,7 @@ func (in *Ingress) respondAssembled(ctx *fasthttp.RequestCtx, x *Exchange, s *tr
 	if f := end.Fault; f != nil {
 		if f.Kind == fault.Canceled && errors.Is(f.Err, fault.ErrClientGone) {
 			end.ClientGone = true
-			ctx.SetConnectionClose()
+			hangUp(ctx)
 		} else {
 			ctx.SetStatusCode(f.ClientStatus())
 			ctx.SetContentType("application/json")
@@ -310,14 +339,24 @@ func (in *Ingress) requestDeadline(arrival time.Time, header []byte) (time.Time,
 	d := in.deadline
 	if len(header) > 0 {
 		s, err := strconv.ParseFloat(strings.TrimSpace(string(header)), 64)
-		if err != nil || s <= 0 {
-			return time.Time{}, errors.New("X-Narwhal-Deadline-S must be a positive number of seconds")
+		// NaN and ±Inf parse, and 1e300 s overflows a Duration into a negative one: all refused.
+		if err != nil || !(s > 0 && s <= config.MaxSeconds) {
+			return time.Time{}, fmt.Errorf("X-Narwhal-Deadline-S must be a number of seconds greater than 0 and at most %d, got %q",
+				config.MaxSeconds, excerptHeader(header))
 		}
 		if hd := time.Duration(s * float64(time.Second)); hd < d {
 			d = hd
 		}
 	}
 	return arrival.Add(d), nil
+}
+
+// excerptHeader quotes at most 32 bytes of a client header for an error message.
+func excerptHeader(h []byte) string {
+	if len(h) > 32 {
+		h = h[:32]
+	}
+	return strings.ToValidUTF8(string(h), "?")
 }
 
 func (in *Ingress) listModels(ctx *fasthttp.RequestCtx) {

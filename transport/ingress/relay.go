@@ -21,6 +21,7 @@ import (
 // the engine share one write.
 type relay struct {
 	in        *Ingress
+	ctx       *fasthttp.RequestCtx
 	x         *Exchange
 	s         *transport.DecodeStream
 	stopWatch func()
@@ -32,9 +33,28 @@ type relay struct {
 	closeOne sync.Once
 }
 
-func newRelay(in *Ingress, x *Exchange, s *transport.DecodeStream, stopWatch func()) *relay {
-	return &relay{in: in, x: x, s: s, stopWatch: stopWatch}
+func newRelay(in *Ingress, ctx *fasthttp.RequestCtx, x *Exchange, s *transport.DecodeStream, stopWatch func()) *relay {
+	return &relay{in: in, ctx: ctx, x: x, s: s, stopWatch: stopWatch}
 }
+
+// armWrite bounds the next client write: server.client_write_timeout_s, and never more than
+// deadlineGrace past the request deadline, so a client that stops reading is cut off (its engine
+// leg aborted, its slots released) soon after the deadline at the latest. The grace lets the
+// terminal error event of a stream the deadline ended reach a client that is reading; that last
+// write (final) gets the grace alone.
+func (r *relay) armWrite(final bool) {
+	now := time.Now()
+	d := now.Add(r.in.rt.ClientWriteTimeout)
+	if final {
+		d = now.Add(min(r.in.rt.ClientWriteTimeout, deadlineGrace))
+	} else if limit := r.x.Deadline.Add(deadlineGrace); limit.Before(d) {
+		d = limit
+	}
+	_ = r.ctx.SetWriteDeadline(d)
+}
+
+// deadlineGrace is how long past the request deadline a client write may still block.
+const deadlineGrace = time.Second
 
 // SupportsBodyWriteTo makes fasthttp use WriteTo (fasthttp.BodyWriterTo).
 func (r *relay) SupportsBodyWriteTo() bool { return true }
@@ -60,6 +80,7 @@ func (r *relay) WriteTo(w io.Writer) (int64, error) {
 		batch *[]byte
 	)
 	write := func(p []byte) bool {
+		r.armWrite(r.end.Fault != nil)
 		n, err := w.Write(p)
 		r.written += int64(n)
 		werr = err

@@ -59,11 +59,14 @@ func kvOf(t *testing.T, body []byte) []byte {
 }
 
 type contractSide struct {
-	Engine        string   `json:"engine"`
-	Connector     string   `json:"connector"`
-	EngineID      string   `json:"engine_id"`
-	Endpoint      string   `json:"endpoint"`
-	TransferModes []string `json:"transfer_modes"`
+	Engine    string `json:"engine"`
+	Connector string `json:"connector"`
+	EngineID  string `json:"engine_id"`
+	Endpoint  string `json:"endpoint"`
+	// The KV endpoint policy's inputs (absent from the vectors: no same-host check).
+	Host             string   `json:"host"`
+	AllowedEndpoints []string `json:"allowed_endpoints"`
+	TransferModes    []string `json:"transfer_modes"`
 }
 
 func (s contractSide) with(t *testing.T, override json.RawMessage) kv.Side {
