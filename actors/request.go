@@ -144,10 +144,27 @@ func (s *requestSupervisor) place(ctx actor.Context) {
 		return
 	}
 	s.phase = phasePlacing
+	model := s.x.Body.Model
+	for s.x.Body.Endpoint.Passthrough() { // one engine and no prefill (ingress/passthrough.go)
+		cons, why := s.r.fleet.pick(fault.PhaseDecode, model, s.avoid, s.full, s.exclude)
+		if cons == nil {
+			s.noPlacement(ctx, why, fault.PhaseDecode)
+			return
+		}
+		if !cons.reserve(fault.PhaseDecode) {
+			s.full = append(s.full, cons.name)
+			continue
+		}
+		s.producer, s.consumer = nil, cons
+		s.held = [2]*engineView{nil, cons}
+		s.reportSlots(cons)
+		s.sendPlan()
+		return
+	}
 	if !s.prompted {
 		s.prompt, s.prompted = s.x.Body.Prompt(s.r.rt.Fleet.BlockWords), true
 	}
-	f, model, blocks := s.r.fleet, s.x.Body.Model, s.prompt.Blocks
+	f, blocks := s.r.fleet, s.prompt.Blocks
 	for {
 		c := f.pickFor(ask{phase: fault.PhaseDecode, model: model, avoid: s.avoid, full: s.full, exclude: s.exclude, blocks: blocks}, s.r.metrics)
 		if c.engine == nil {
@@ -204,6 +221,12 @@ func (s *requestSupervisor) place(ctx actor.Context) {
 		break
 	}
 	s.r.metrics.DisaggregationDecision(s.verdict.decision(), s.verdict.reason)
+	s.sendPlan()
+}
+
+// sendPlan hands ingress the attempt's plan; the producer is nil for a passthrough request
+// and a local decode.
+func (s *requestSupervisor) sendPlan() {
 	s.phase = phaseRunning
 	plan := &ingress.Plan{
 		Attempt:          s.attempt,
@@ -472,7 +495,7 @@ func sameWay(a, b *fault.Fault) bool {
 func (s *requestSupervisor) respondFault(ctx actor.Context, f *fault.Fault) {
 	s.lastFault = f
 	status := f.ClientStatus()
-	v := ingress.Verdict{Status: status, Body: fault.FaultEnvelope(f), Timing: s.timing(), Routing: s.routing()}
+	v := ingress.Verdict{Status: status, Body: fault.ClientEnvelope(f, s.r.rt.Server.ExposeEngineErrors), Timing: s.timing(), Routing: s.routing()}
 	if status == 503 {
 		v.RetryAfter = f.RetryAfter
 		if v.RetryAfter == "" {

@@ -213,10 +213,12 @@ func (r *Router) requestDone(s *requestSupervisor) {
 	}
 	if s.consumer != nil && s.attempt > 0 && s.outcome != outcomeRejected {
 		line.Consumer = s.consumer.name
-		if s.producer != nil {
+		if s.producer != nil { // a passthrough request and a local decode have none
 			line.Producer = s.producer.name
 		}
-		line.Disaggregation, line.DisaggReason, line.PrefixMatch = s.verdict.decision(), s.verdict.reason, s.prefixMatch
+		if !s.x.Body.Endpoint.Passthrough() {
+			line.Disaggregation, line.DisaggReason, line.PrefixMatch = s.verdict.decision(), s.verdict.reason, s.prefixMatch
+		}
 	}
 	if s.phase != phaseQueued && !s.decodeStart.IsZero() {
 		line.HandoffAge = s.handoffAge.Seconds()

@@ -41,6 +41,24 @@ type Server struct {
 	// AdminIdleTimeoutS closes admin keep-alive connections idle for longer than this, so a
 	// scraper or tool that went away holds nothing.
 	AdminIdleTimeoutS Seconds `yaml:"admin_idle_timeout_s"`
+	// APIKeys are the client API keys (Authorization: Bearer); none configured means no
+	// authentication. APIKeysFile names a file of more keys, one a line ('#' comments).
+	APIKeys     []string `yaml:"api_keys"`
+	APIKeysFile string   `yaml:"api_keys_file"`
+	// APIKeyMaxConcurrency bounds each key's requests in flight (0: unbounded); one more is
+	// answered 429 with Retry-After.
+	APIKeyMaxConcurrency int `yaml:"api_key_max_concurrency"`
+	// MaxHeaderBytes bounds a request's line and headers together (431 past it).
+	MaxHeaderBytes int `yaml:"max_header_bytes"`
+	// ClientWriteTimeoutS bounds how long one write to a client may block (a client that stops
+	// reading); the request deadline bounds a streamed response as a whole.
+	ClientWriteTimeoutS Seconds `yaml:"client_write_timeout_s"`
+	// MaxResponseBytes bounds the decode event data a non-streaming response is assembled from.
+	MaxResponseBytes int `yaml:"max_response_bytes"`
+
+	// ExposeEngineErrors relays an engine's in-stream error message to clients; off, they get
+	// its status, type and code with a generic message (engine text can name internal hosts).
+	ExposeEngineErrors bool `yaml:"expose_engine_errors"`
 }
 
 // Request bounds one client request end to end, retries included.
@@ -67,6 +85,14 @@ type EngineTimeouts struct {
 	// the engine's own keep-alive timeout (uvicorn's default is 5 s) so a request never lands on
 	// a connection the engine is closing.
 	IdleConnTimeoutS Seconds `yaml:"idle_conn_timeout_s"`
+	// PassthroughTimeoutS bounds a passthrough request (embeddings, tokenize, score, rerank)
+	// from connect to the last byte of the engine's answer.
+	PassthroughTimeoutS Seconds `yaml:"passthrough_timeout_s"`
+	// MaxHeldBytes and MaxHeldEvents bound what a decode leg may send before its first
+	// generated token (it is held until commit); SSE comments do not count (past 1 KiB of
+	// them, they are dropped).
+	MaxHeldBytes  int `yaml:"max_held_bytes"`
+	MaxHeldEvents int `yaml:"max_held_events"`
 }
 
 // Handoff governs the KV handoff descriptor between the legs.
@@ -215,6 +241,10 @@ type KV struct {
 	Endpoint string `yaml:"endpoint"`
 	// TransferModes lists the `transfer_mode` values this engine accepts as a consumer.
 	TransferModes []string `yaml:"transfer_modes"`
+	// AllowedEndpoints, when set, is where an unpinned producer may point consumers for the KV
+	// transfer: CIDRs (10.0.0.0/8) or exact host:port entries. Unset, the KV host must be the
+	// producer's own host (from its url).
+	AllowedEndpoints []string `yaml:"allowed_endpoints"`
 }
 
 // Metrics configures the tally reporters.
@@ -256,7 +286,10 @@ func Default() Config {
 			HeaderTimeoutS: 30,
 			IdleTimeoutS:   120,
 
-			AdminIdleTimeoutS: 60,
+			AdminIdleTimeoutS:   60,
+			MaxHeaderBytes:      16 << 10,
+			ClientWriteTimeoutS: 30,
+			MaxResponseBytes:    64 << 20,
 		},
 		Request:   Request{DeadlineS: 600},
 		Admission: Admission{MaxQueue: 10000, QueueTimeoutS: 5},
@@ -266,6 +299,10 @@ func Default() Config {
 			DecodeReadTimeoutS: 30,
 			ConnectTimeoutS:    5,
 			IdleConnTimeoutS:   4,
+
+			PassthroughTimeoutS: 60,
+			MaxHeldBytes:        4 << 20,
+			MaxHeldEvents:       256,
 		},
 		Handoff: Handoff{MaxAgeS: 30, OnMissing: OnMissingRecompute},
 		Disaggregation: Disaggregation{Policy: DisaggAuto, MinPromptTokens: 256,

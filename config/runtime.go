@@ -40,6 +40,10 @@ type ServerRuntime struct {
 	IdleTimeout          time.Duration
 	ShutdownGrace        time.Duration
 	ExposeRoutingHeaders bool
+	MaxHeaderBytes       int
+	ClientWriteTimeout   time.Duration
+	MaxResponseBytes     int
+	ExposeEngineErrors   bool
 }
 
 // EngineTimings are the engine-leg bounds (engine.* in the file).
@@ -51,6 +55,11 @@ type EngineTimings struct {
 	DecodeRead time.Duration
 	Connect    time.Duration
 	IdleConn   time.Duration
+	// Passthrough bounds a whole passthrough request (embeddings, tokenize, score, rerank).
+	Passthrough time.Duration
+	// MaxHeldBytes and MaxHeldEvents bound what is held before the first token.
+	MaxHeldBytes  int
+	MaxHeldEvents int
 }
 
 // RequestRuntime is what a request supervisor reads for every request.
@@ -77,6 +86,10 @@ func Provision(c Config) Runtime {
 			IdleTimeout:          c.Server.IdleTimeoutS.Duration(),
 			ShutdownGrace:        c.Server.ShutdownGraceS.Duration(),
 			ExposeRoutingHeaders: c.Server.ExposeRoutingHeaders,
+			MaxHeaderBytes:       c.Server.MaxHeaderBytes,
+			ClientWriteTimeout:   c.Server.ClientWriteTimeoutS.Duration(),
+			MaxResponseBytes:     c.Server.MaxResponseBytes,
+			ExposeEngineErrors:   c.Server.ExposeEngineErrors,
 		},
 		Engine: c.Engine.Provision(),
 		Fleet: FleetRuntime{
@@ -108,5 +121,17 @@ func (t EngineTimeouts) Provision() EngineTimings {
 		DecodeRead: t.DecodeReadTimeoutS.Duration(),
 		Connect:    t.ConnectTimeoutS.Duration(),
 		IdleConn:   t.IdleConnTimeoutS.Duration(),
+
+		Passthrough: t.PassthroughTimeoutS.Duration(),
+		// Zero (a configuration built by hand) takes the documented defaults.
+		MaxHeldBytes:  orDefault(t.MaxHeldBytes, 4<<20),
+		MaxHeldEvents: orDefault(t.MaxHeldEvents, 256),
 	}
+}
+
+func orDefault(v, def int) int {
+	if v <= 0 {
+		return def
+	}
+	return v
 }

@@ -42,6 +42,10 @@ type Exchange struct {
 	// cachedTokens is what the committed attempt's usage must report as cached_tokens, or -1
 	// to pass the consumer's count through (a local decode, a recomputed one): wire/usage.go.
 	cachedTokens int
+
+	// keys and keySlot are the API key slot the request holds (auth.go), given back when it ends.
+	keys    *keyring
+	keySlot atomic.Int32
 }
 
 // NewExchange prepares an exchange; ingress calls it, tests may too.

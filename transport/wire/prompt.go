@@ -73,8 +73,9 @@ func (p *promptHasher) endWord() {
 }
 
 // Prompt reads the prompt for placement: completions' prompt (a string, the first of several
-// strings, or token ids), or chat's messages' text in order (string contents and the text parts
-// of content arrays). blockWords must be at least 1. A prompt it cannot read (no raw body any
+// strings, or token ids), chat's messages' text in order (string contents and the text parts
+// of content arrays), or the Responses API's instructions and input (a string or items, read
+// like messages). blockWords must be at least 1. A prompt it cannot read (no raw body any
 // more, an unexpected shape) gives a zero estimate and no blocks.
 func (b *ClientBody) Prompt(blockWords int) Prompt {
 	out := Prompt{N: 1}
@@ -113,9 +114,26 @@ func (b *ClientBody) Prompt(blockWords int) Prompt {
 			}
 			h.bytes = 0 // ids are tokens already: no byte estimate
 		}
-	case EndpointChat:
-		v, ok := b.member("messages")
-		if !ok {
+	case EndpointChat, EndpointResponses:
+		key := "messages"
+		if b.Endpoint == EndpointResponses {
+			key = "input" // a string, or items whose content is a string or text parts
+			if v, ok := b.member("instructions"); ok && len(v) > 0 && v[0] == '"' {
+				var s string
+				if json.Unmarshal(v, &s) == nil {
+					h.text(s)
+				}
+			}
+		}
+		v, ok := b.member(key)
+		if !ok || len(v) == 0 {
+			break
+		}
+		if v[0] == '"' {
+			var s string
+			if json.Unmarshal(v, &s) == nil {
+				h.text(s)
+			}
 			break
 		}
 		var msgs []struct {

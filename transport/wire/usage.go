@@ -11,27 +11,33 @@ import (
 // and its billing must see is the fleet's split: the prompt tokens that no engine computed for
 // this request are the ones the producer found in its own prefix cache. So for a request that
 // paid a prefill leg, cached_tokens is the producer's cached_tokens (0 when it reported none),
-// and prompt_tokens stays as the consumer reported it. A local decode (no prefill leg) is not
+// and prompt_tokens stays as the consumer reported it. The Responses API's
+// input_tokens_details.cached_tokens is corrected the same way. A local decode (no prefill leg) is not
 // corrected: the consumer computed the prompt and its count is the truth.
 
 var (
-	detailsKey = []byte(`"prompt_tokens_details"`)
-	cachedKey  = []byte(`"cached_tokens"`)
+	detailsKey      = []byte(`"prompt_tokens_details"`)
+	inputDetailsKey = []byte(`"input_tokens_details"`) // the Responses API's name
+	cachedKey       = []byte(`"cached_tokens"`)
 )
 
 // cachedTokensValue finds the number of usage.prompt_tokens_details.cached_tokens in b: its
 // start and end offsets, or ok false when b has none (no details, null details).
 func cachedTokensValue(b []byte) (start, end int, ok bool) {
-	i := bytes.LastIndex(b, detailsKey) // the usage object is the last member of a chunk or body
+	key := detailsKey
+	i := bytes.LastIndex(b, key) // the usage object is the last member of a chunk or body
 	if i < 0 {
-		return 0, 0, false
+		key = inputDetailsKey
+		if i = bytes.LastIndex(b, key); i < 0 {
+			return 0, 0, false
+		}
 	}
-	rest := b[i+len(detailsKey):]
+	rest := b[i+len(key):]
 	j := bytes.Index(rest, cachedKey)
 	if k := bytes.IndexByte(rest, '}'); j < 0 || (k >= 0 && k < j) {
 		return 0, 0, false // null details, or cached_tokens outside them
 	}
-	p := i + len(detailsKey) + j + len(cachedKey)
+	p := i + len(key) + j + len(cachedKey)
 	for p < len(b) && (b[p] == ' ' || b[p] == ':') {
 		p++
 	}

@@ -14,6 +14,7 @@ func TestCorrectCachedTokens(t *testing.T) {
 		{`{"usage":{"prompt_tokens":3,"prompt_tokens_details":null}}`, ``, 5, false},
 		{`{"usage":{"prompt_tokens":3}}`, ``, 5, false},
 		{`{"usage":{"prompt_tokens_details":{"cached_tokens":5}}}`, ``, 5, false},
+		{`{"usage":{"input_tokens":9,"input_tokens_details":{"cached_tokens":8}}}`, `{"usage":{"input_tokens":9,"input_tokens_details":{"cached_tokens":0}}}`, 0, true},
 	}
 	for _, c := range cases {
 		got, changed := CorrectCachedTokens(nil, []byte(c.in), c.cached)
@@ -48,6 +49,13 @@ func TestPromptEstimateAndBlocks(t *testing.T) {
 	d, _ := ParseClientBody(EndpointCompletions, []byte(`{"model":"m","prompt":"a b X d e f"}`))
 	if r := d.Prompt(2); r.Blocks[0] != q.Blocks[0] || r.Blocks[1] == q.Blocks[1] || r.Blocks[2] == q.Blocks[2] {
 		t.Fatalf("a changed word must change its block and every later one, not earlier ones")
+	}
+	r, err := ParseClientBody(EndpointResponses, []byte(`{"model":"m","instructions":"a b","input":[{"role":"user","content":"c d e f"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rp := r.Prompt(2); rp.Words != 6 || len(rp.Blocks) != 3 || rp.Blocks[2] != p.Blocks[2] {
+		t.Fatalf("responses prompt %+v", rp)
 	}
 	e, _ := ParseClientBody(EndpointCompletions, []byte(`{"model":"m","prompt":"supercalifragilisticexpialidocious"}`))
 	if r := e.Prompt(64); r.Tokens != 9 || r.N != 1 {
