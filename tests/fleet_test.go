@@ -375,3 +375,42 @@ func TestUsageReportsTheTrueCachedSplit(t *testing.T) {
 		}
 	})
 }
+
+// TestProducersAreWeighedByPromptTokens: a producer computing one long prompt is busier than
+// one computing a few short ones, so short prompts keep going to the other producer.
+func TestProducersAreWeighedByPromptTokens(t *testing.T) {
+	h := start(t, setup{prefill: 2, decode: 1, engine: sim.Options{Tokens: 1}, config: func(c *config.Config) {
+		policy(config.DisaggAlways, 100)(c)
+		c.Placement.Policy = config.PlaceP2C
+	}})
+	held := func() int {
+		n := 0
+		for _, e := range h.engines() {
+			n += e.Reserved.Prefill
+		}
+		return n
+	}
+	longID, longResp, cancel := h.startRequest("/v1/completions", completions(words("L", 2000)+" @sim:prefill.slow_first_token=3000"))
+	defer cancel()
+	eventually(t, 5*time.Second, func() bool { return held() == 1 }, func() string { return "the long prefill never took its slot" })
+	var ids []string
+	var resps []<-chan *http.Response
+	for i := 0; i < 3; i++ {
+		id, resp, cancel := h.startRequest("/v1/completions", completions(words(fmt.Sprintf("s%d_", i), 20)+" @sim:prefill.slow_first_token=3000"))
+		defer cancel()
+		ids, resps = append(ids, id), append(resps, resp)
+		eventually(t, 5*time.Second, func() bool { return held() == i+2 }, func() string { return fmt.Sprintf("short prefill %d never took its slot", i) })
+	}
+	for _, r := range append(resps, longResp) {
+		if res := <-r; res == nil || res.StatusCode != 200 {
+			t.Fatalf("a held request failed: %v", res)
+		}
+	}
+	lines := h.accessByID(append(ids, longID)...)
+	long := lines[longID]["producer"]
+	for _, id := range ids {
+		if p := lines[id]["producer"]; p == long {
+			t.Fatalf("a short prompt went to %v, which was computing a 2000-word prompt, while the other producer had only short ones", p)
+		}
+	}
+}
