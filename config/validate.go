@@ -140,6 +140,7 @@ func (c *Config) check(ck *checker) {
 	ck.positive("server.header_timeout_s", c.Server.HeaderTimeoutS)
 	ck.positive("server.idle_timeout_s", c.Server.IdleTimeoutS)
 	ck.positive("server.admin_idle_timeout_s", c.Server.AdminIdleTimeoutS)
+	ck.checkAPIKeys(c.Server)
 	if v := c.Server.MaxHeaderBytes; v < 4096 || v > 1<<20 {
 		ck.fail("server.max_header_bytes", "%d is not allowed; want a byte count from 4096 to 1048576", v)
 	}
@@ -160,6 +161,7 @@ func (c *Config) check(ck *checker) {
 	ck.nonNegative("engine.decode_read_timeout_s", c.Engine.DecodeReadTimeoutS)
 	ck.positive("engine.connect_timeout_s", c.Engine.ConnectTimeoutS)
 	ck.positive("engine.idle_conn_timeout_s", c.Engine.IdleConnTimeoutS)
+	ck.positive("engine.passthrough_timeout_s", c.Engine.PassthroughTimeoutS)
 	if v := c.Engine.MaxHeldBytes; v < 1 || v > 1<<30 {
 		ck.fail("engine.max_held_bytes", "%d is not allowed; want a byte count from 1 to 1073741824", v)
 	}
@@ -169,6 +171,8 @@ func (c *Config) check(ck *checker) {
 
 	ck.positive("handoff.max_age_s", c.Handoff.MaxAgeS)
 	ck.oneOf("handoff.on_missing", c.Handoff.OnMissing, OnMissingRecompute, OnMissingFail)
+
+	c.checkPlacement(ck)
 
 	r := c.Recovery
 	if r.MaxAttempts < 1 || r.MaxAttempts > 10 {
@@ -275,4 +279,35 @@ func (c *Config) validateEngines(ck *checker) {
 	if !canDecode {
 		ck.fail("engines", "no engine can run the decode leg; give at least one the role decode or both")
 	}
+}
+
+func (c *Config) checkPlacement(ck *checker) {
+	d := c.Disaggregation
+	ck.oneOf("disaggregation.policy", d.Policy, DisaggAuto, DisaggAlways, DisaggNever)
+	if d.MinPromptTokens < 0 {
+		ck.fail("disaggregation.min_prompt_tokens", "must be 0 (no short-prompt rule) or a token count, got %d", d.MinPromptTokens)
+	}
+	if d.PrefillSaturation <= 0 || d.PrefillSaturation > 1 {
+		ck.fail("disaggregation.prefill_saturation", "must be a fraction greater than 0 and at most 1, got %v", d.PrefillSaturation)
+	}
+	if d.MaxLocalPromptTokens < d.MinPromptTokens {
+		ck.fail("disaggregation.max_local_prompt_tokens", "must be at least disaggregation.min_prompt_tokens (%d), got %d", d.MinPromptTokens, d.MaxLocalPromptTokens)
+	}
+	if d.DecodeHeadroom <= 0 || d.DecodeHeadroom > 1 {
+		ck.fail("disaggregation.decode_headroom", "must be a fraction greater than 0 and at most 1, got %v", d.DecodeHeadroom)
+	}
+	p := c.Placement
+	ck.oneOf("placement.policy", p.Policy, PlacePrefix, PlaceP2C, PlaceRoundRobin)
+	if p.PrefixBlockWords < 1 {
+		ck.fail("placement.prefix_block_words", "must be 1 or more words, got %d", p.PrefixBlockWords)
+	}
+	if p.PrefixIndexBlocks < 1 {
+		ck.fail("placement.prefix_index_blocks", "must be 1 or more block hashes, got %d", p.PrefixIndexBlocks)
+	}
+	if p.LoadFactor < 1 {
+		ck.fail("placement.load_factor", "must be 1 (strict balance) or more, got %v", p.LoadFactor)
+	}
+	ck.nonNegative("placement.scrape_interval_s", p.ScrapeIntervalS)
+	ck.positive("placement.scrape_stale_s", p.ScrapeStaleS)
+	ck.positive("placement.scrape_timeout_s", p.ScrapeTimeoutS)
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -105,6 +106,10 @@ const hostileToken = "data: {\"id\":\"cmpl-h\",\"object\":\"text_completion\",\"
 // heapWatch samples the router's heap (this process) until stopped and reports the peak above
 // the baseline.
 func heapWatch() (stop func() (peakAbove uint64)) {
+	// HeapAlloc counts garbage not yet collected, and the collector lets it grow to GOGC% of
+	// the live heap before it runs: with the default 100 the figure swings by tens of MiB with
+	// GC timing alone. Collecting at 10% while watching makes the peak what the process holds.
+	gcPercent := debug.SetGCPercent(10)
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
@@ -133,6 +138,7 @@ func heapWatch() (stop func() (peakAbove uint64)) {
 	return func() uint64 {
 		close(done)
 		wg.Wait()
+		debug.SetGCPercent(gcPercent)
 		if p := peak.Load(); p > base {
 			return p - base
 		}

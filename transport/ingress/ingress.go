@@ -38,6 +38,7 @@ type Ingress struct {
 	gone       *goneWatcher
 	srv        *fasthttp.Server
 	deadline   time.Duration
+	keys       *keyring
 }
 
 // NewIngress builds the listener; Serve starts it.
@@ -47,8 +48,13 @@ func NewIngress(cfg config.Config, d Dispatcher, models ModelLister, m *telemetr
 		return nil, err
 	}
 	rt := config.Provision(cfg)
-	in := &Ingress{rt: rt.Server, dispatcher: d, models: models, metrics: m, gone: gone,
-		deadline: rt.Request.Deadline}
+	keys, err := cfg.Server.ClientAPIKeys()
+	if err != nil {
+		gone.close()
+		return nil, err
+	}
+	in := &Ingress{rt: rt.Server, dispatcher: keyedDispatcher{d}, models: models, metrics: m, gone: gone,
+		deadline: rt.Request.Deadline, keys: newKeyring(keys, cfg.Server.APIKeyMaxConcurrency)}
 	in.srv = &fasthttp.Server{
 		Name:               "narwhal",
 		Handler:            in.handle,
@@ -84,22 +90,47 @@ func (in *Ingress) Close() { in.gone.close() }
 
 func (in *Ingress) handle(ctx *fasthttp.RequestCtx) {
 	path := ctx.Path()
-	switch string(path) {
-	case "/v1/completions":
-		in.generate(ctx, wire.EndpointCompletions)
-	case "/v1/chat/completions":
-		in.generate(ctx, wire.EndpointChat)
-	case "/v1/models":
-		in.listModels(ctx)
-	case "/health":
+	if string(path) == "/health" { // no key needed: load balancers and probes call it
 		if !ctx.IsGet() && !ctx.IsHead() {
 			methodNotAllowed(ctx, "GET")
 			return
 		}
 		ctx.SetStatusCode(fasthttp.StatusOK)
+		return
+	}
+	slot, ok := in.keys.admit(ctx)
+	if !ok {
+		name := "other"
+		if ep, known := wire.EndpointForPath(path); known {
+			name = ep.String()
+		}
+		in.metrics.Rejected(name, ctx.Response.StatusCode(), 0)
+		return
+	}
+	switch string(path) {
+	case "/v1/completions":
+		in.generate(ctx, wire.EndpointCompletions, slot)
+		return
+	case "/v1/chat/completions":
+		in.generate(ctx, wire.EndpointChat, slot)
+		return
+	case "/v1/responses":
+		in.generate(ctx, wire.EndpointResponses, slot)
+		return
+	case "/v1/models":
+		in.listModels(ctx)
 	default:
+		if ep, ok := wire.EndpointForPath(path); ok && ep.Passthrough() {
+			in.generate(ctx, ep, slot)
+			return
+		}
+		if id, ok := strings.CutPrefix(string(path), "/v1/models/"); ok {
+			in.retrieveModel(ctx, id)
+			break
+		}
 		writeError(ctx, fasthttp.StatusNotFound, fault.ErrorBody{Message: "no route for " + string(path), Type: "invalid_request_error", Code: "not_found"})
 	}
+	in.keys.release(slot)
 }
 
 // handleTransportError answers a request fasthttp could not read. The connection is closed after
@@ -126,9 +157,10 @@ func (in *Ingress) handleTransportError(ctx *fasthttp.RequestCtx, err error) {
 	}
 }
 
-func (in *Ingress) generate(ctx *fasthttp.RequestCtx, ep wire.Endpoint) {
+func (in *Ingress) generate(ctx *fasthttp.RequestCtx, ep wire.Endpoint, slot int) {
 	arrival := time.Now()
 	if !ctx.IsPost() {
+		in.keys.release(slot)
 		methodNotAllowed(ctx, "POST")
 		return
 	}
@@ -137,11 +169,13 @@ func (in *Ingress) generate(ctx *fasthttp.RequestCtx, ep wire.Endpoint) {
 
 	deadline, err := in.requestDeadline(arrival, ctx.Request.Header.Peek("X-Narwhal-Deadline-S"))
 	if err != nil {
+		in.keys.release(slot)
 		in.reject(ctx, ep, arrival, fasthttp.StatusBadRequest, fault.ErrorBody{Message: err.Error(), Type: fault.ErrorType(400), Code: "invalid_deadline"})
 		return
 	}
-	body, err := wire.ParseClientBody(ep, ctx.PostBody())
+	body, err := in.parseBody(ep, ctx.PostBody())
 	if err != nil {
+		in.keys.release(slot)
 		var bre *wire.BadRequestError
 		errors.As(err, &bre)
 		var param *string
@@ -153,6 +187,8 @@ func (in *Ingress) generate(ctx *fasthttp.RequestCtx, ep wire.Endpoint) {
 	}
 
 	x := NewExchange(id, body, arrival, deadline)
+	x.keys = in.keys
+	x.keySlot.Store(int32(slot))
 	x.TraceParent = string(ctx.Request.Header.Peek("traceparent"))
 	x.TraceState = string(ctx.Request.Header.Peek("tracestate"))
 	in.dispatcher.Dispatch(x)
@@ -165,7 +201,14 @@ func (in *Ingress) generate(ctx *fasthttp.RequestCtx, ep wire.Endpoint) {
 		if cmd.Plan == nil {
 			stopWatch()
 			in.answer(ctx, cmd.Verdict)
+			x.releaseKey()
 			return
+		}
+		if ep.Passthrough() {
+			if in.passthrough(ctx, x, cmd.Plan, stopWatch) {
+				return
+			}
+			continue
 		}
 		out := runOffStack(x, cmd.Plan)
 		in.dispatcher.AttemptEnded(x, out.Report())
@@ -173,8 +216,11 @@ func (in *Ingress) generate(ctx *fasthttp.RequestCtx, ep wire.Endpoint) {
 			continue
 		}
 		// Committed: the first token is in and the status is 200 from here on.
-		in.setCommonHeaders(ctx, out.timing(arrival), Routing{Producer: cmd.Plan.Producer.Name(),
-			Consumer: cmd.Plan.Consumer.Name(), Attempts: cmd.Plan.Attempt})
+		routing := Routing{Consumer: cmd.Plan.Consumer.Name(), Attempts: cmd.Plan.Attempt}
+		if !cmd.Plan.Local {
+			routing.Producer = cmd.Plan.Producer.Name()
+		}
+		in.setCommonHeaders(ctx, out.timing(arrival), routing)
 		// The client's body is not read again (no retry after commit): hand its buffer back
 		// instead of keeping it for the whole stream.
 		body.Release()
@@ -263,6 +309,9 @@ func (in *Ingress) respondAssembled(ctx *fasthttp.RequestCtx, x *Exchange, s *tr
 			end.Fault = &fault.Fault{Kind: fault.BadResponse, Phase: fault.PhaseDecode, Engine: s.Engine(),
 				Detail: "decode stream is larger than server.max_response_bytes (" + strconv.Itoa(in.rt.MaxResponseBytes) + " bytes)"}
 			break
+		}
+		if ev.Kind == wire.EventUsage {
+			ev.Data = x.CorrectUsage(ev.Data)
 		}
 		a.Add(ev.Data)
 	}

@@ -29,6 +29,7 @@ type relay struct {
 
 	end      messages.StreamFinished
 	events   int   // token events relayed
+	sent     int   // events relayed (the Responses API numbers them)
 	written  int64 // bytes written to the client
 	closeOne sync.Once
 }
@@ -115,11 +116,12 @@ func (r *relay) WriteTo(w io.Writer) (int64, error) {
 			if ev.Kind == wire.EventError && r.in.rt.ExposeEngineErrors {
 				*batch = append(*batch, ev.Raw...) // the engine's own error event, as it sent it
 			} else {
-				*batch = appendErrorEvent(*batch, f)
+				*batch = appendTerminalError(*batch, r.x.Body.Endpoint, f, r.sent)
 			}
 			flush()
 			break
 		}
+		r.sent++
 		switch ev.Kind {
 		case wire.EventToken:
 			now := r.s.LastRead()
@@ -128,11 +130,16 @@ func (r *relay) WriteTo(w io.Writer) (int64, error) {
 			}
 			lastToken = now
 			r.events++
+		case wire.EventDone: // a Responses stream's last event carries its usage
+			if n, ok := wire.ResponsesOutputTokens(ev.Data); ok {
+				r.end.OutputTokens = n
+			}
 		case wire.EventUsage:
 			r.end.OutputTokens = wire.CompletionTokens(wire.UsageOf(ev.Data), 0)
 			if !includeUsage {
 				continue
 			}
+			ev.Raw = r.x.CorrectUsage(ev.Raw)
 		}
 		// The event that finishes the choice is followed at once by the usage event and [DONE]:
 		// it waits for them (bounded by the silence watchdog) so that they leave in one write,
