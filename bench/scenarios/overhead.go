@@ -46,14 +46,14 @@ func Overhead(env harness.Env) (*report.Section, error) {
 		return loadgen.Phase{Name: name, Arm: arm, Mode: loadgen.Closed, Concurrency: overheadConcurrency,
 			Duration: env.Scale(d), MaxTokens: overheadTokens, PromptWords: promptWords, Guard: 30 * time.Second}
 	}
-	harness.Logf("overhead: warming up both arms")
+	harness.Logf("overhead: warming up every arm")
 	for _, arm := range []loadgen.Arm{loadgen.Routed, loadgen.Direct, loadgen.Peer} {
 		if _, err := rig.Run(closed("warmup", arm, 3*time.Second)); err != nil {
 			return nil, err
 		}
 	}
 	const pairs = 12
-	harness.Logf("overhead: %d interleaved window pairs of %s", pairs, env.Scale(2*time.Second))
+	harness.Logf("overhead: %d interleaved rounds (direct, routed, peer) of %s windows", pairs, env.Scale(2*time.Second))
 	all, err := interleaveArms(rig, pairs, []loadgen.Arm{loadgen.Direct, loadgen.Routed, loadgen.Peer}, func(arm loadgen.Arm, i int) loadgen.Phase {
 		return closed(fmt.Sprintf("window-%d", i), arm, 2*time.Second)
 	})
@@ -90,7 +90,7 @@ func Overhead(env harness.Env) (*report.Section, error) {
 		report.Num(genDirect), report.Num(genRouted))
 
 	// Router CPU per request and per token.
-	harness.Logf("overhead: router CPU fit, routed only, open loop: %d/s at 1 and 64 tokens, then %d/s and %d/s at 1 token",
+	harness.Logf("overhead: router CPU fit, routed and peer, open loop: %d/s at 1 and 64 tokens, then %d/s and %d/s at 1 token",
 		cpuFitRate, cpuFitRate/2, cpuFitRate*2)
 	open := func(name string, tokens int, d time.Duration) loadgen.Phase {
 		return loadgen.Phase{Name: name, Arm: loadgen.Routed, Mode: loadgen.Open, Rate: cpuFitRate,
