@@ -27,11 +27,12 @@ type relay struct {
 	s         *transport.DecodeStream
 	stopWatch func()
 
-	end      messages.StreamFinished
-	events   int   // token events relayed
-	sent     int   // events relayed (the Responses API numbers them)
-	written  int64 // bytes written to the client
-	closeOne sync.Once
+	end          messages.StreamFinished
+	writeArmedAt time.Time // when armWrite last moved the client write deadline
+	events       int       // token events relayed
+	sent         int       // events relayed (the Responses API numbers them)
+	written      int64     // bytes written to the client
+	closeOne     sync.Once
 }
 
 func newRelay(in *Ingress, ctx *fasthttp.RequestCtx, x *Exchange, s *transport.DecodeStream, stopWatch func()) *relay {
@@ -42,17 +43,31 @@ func newRelay(in *Ingress, ctx *fasthttp.RequestCtx, x *Exchange, s *transport.D
 // deadlineGrace past the request deadline, so a client that stops reading is cut off (its engine
 // leg aborted, its slots released) soon after the deadline at the latest. The grace lets the
 // terminal error event of a stream the deadline ended reach a client that is reading; that last
-// write (final) gets the grace alone.
+// write (final) gets the grace alone. Like the engine side's silence watchdog, the deadline moves
+// only once per writeSlack and is set that much later: every write may block for at least the
+// timeout and at most the slack more, for one runtime timer change per slack, not per token.
 func (r *relay) armWrite(final bool) {
 	now := time.Now()
-	d := now.Add(r.in.rt.ClientWriteTimeout)
+	wt := r.in.rt.ClientWriteTimeout
 	if final {
-		d = now.Add(min(r.in.rt.ClientWriteTimeout, deadlineGrace))
-	} else if limit := r.x.Deadline.Add(deadlineGrace); limit.Before(d) {
+		_ = r.ctx.SetWriteDeadline(now.Add(min(wt, deadlineGrace)))
+		r.writeArmedAt = time.Time{}
+		return
+	}
+	slack := writeSlack(wt)
+	if !r.writeArmedAt.IsZero() && now.Sub(r.writeArmedAt) < slack {
+		return
+	}
+	d := now.Add(wt + slack)
+	if limit := r.x.Deadline.Add(deadlineGrace); limit.Before(d) {
 		d = limit
 	}
 	_ = r.ctx.SetWriteDeadline(d)
+	r.writeArmedAt = now
 }
+
+// writeSlack is how stale the client write deadline may get: 1/16 of the timeout, at most 250 ms.
+func writeSlack(timeout time.Duration) time.Duration { return min(timeout/16, 250*time.Millisecond) }
 
 // deadlineGrace is how long past the request deadline a client write may still block.
 const deadlineGrace = time.Second
