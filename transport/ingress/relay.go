@@ -156,15 +156,22 @@ func (r *relay) WriteTo(w io.Writer) (int64, error) {
 			}
 			ev.Raw = r.x.CorrectUsage(ev.Raw)
 		}
-		// The event that finishes the choice is followed at once by the usage event and [DONE]:
-		// it waits for them (bounded by the silence watchdog) so that they leave in one write,
-		// not two. (The chunked terminator is one more write: fasthttp flushes every chunk
-		// WriteTo writes, and writes the terminator after it returns.) Never the first token —
-		// the first byte is not delayed — which is the finishing one of a 1-token answer.
-		if ev.Kind == wire.EventToken && !finishing && r.events > 1 && finishes(ev.Data) {
-			finishing = true
+		// The event that finishes a choice is normally followed at once by the usage event and
+		// [DONE]: it waits for them (bounded by the silence watchdog) so that they leave in one
+		// write, not two. (The chunked terminator is one more write: fasthttp flushes every chunk
+		// WriteTo writes, and writes the terminator after it returns.) Any other event after it
+		// (another choice's token, n > 1) ends the wait at once. Never the first token — the
+		// first byte is not delayed — which is the finishing one of a 1-token answer.
+		hold := false
+		switch {
+		case ev.Kind == wire.EventToken && !finishing && r.events > 1 && finishes(ev.Data):
+			finishing, hold = true, true
+		case finishing && ev.Kind == wire.EventUsage:
+			hold = true
+		default:
+			finishing = false
 		}
-		more := (r.s.Buffered() || finishing) && ev.Kind != wire.EventDone
+		more := (r.s.Buffered() || hold) && ev.Kind != wire.EventDone
 		if batch == nil && !more {
 			if !write(ev.Raw) { // the common case: one event, straight from the read buffer
 				break

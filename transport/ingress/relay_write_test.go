@@ -5,6 +5,9 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,22 +32,41 @@ func (w *writes) Write(p []byte) (int, error) {
 }
 
 // An engine that flushes every event alone: each token goes out as it comes, except that the
-// event finishing the choice leaves together with [DONE] (one write fewer per request), and
-// the first token is never held back.
+// event finishing a choice leaves together with [DONE] (one write fewer per request); the first
+// token is never held back, and neither is another choice's token after one finished (n > 1).
 func TestRelayWritesTheFinishingEventWithDone(t *testing.T) {
-	tok := func(text, finish string) string {
-		return `data: {"id":"c","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":"` + text + `","finish_reason":` + finish + "}]}\n\n"
+	tok := func(choice, text, finish string) string {
+		return `data: {"id":"c","object":"text_completion","created":1,"model":"m","choices":[{"index":` + choice + `,"text":"` + text + `","finish_reason":` + finish + "}]}\n\n"
 	}
-	events := []string{tok(" a", "null"), tok(" b", "null"), tok(" c", `"length"`),
-		`data: {"id":"c","object":"text_completion","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":3,"total_tokens":4}}` + "\n\n",
-		"data: [DONE]\n\n"}
+	usage := `data: {"id":"c","object":"text_completion","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":3,"total_tokens":4}}` + "\n\n"
+	done := "data: [DONE]\n\n"
+	for _, tc := range []struct {
+		name   string
+		events []string
+		// waitAfter: the engine sends the next event only once the relay wrote (the events
+		// up to here must have left); want: the client writes.
+		waitAfter []int
+		want      []string
+	}{
+		{name: "one choice", events: []string{tok("0", " a", "null"), tok("0", " b", "null"), tok("0", " c", `"length"`), usage, done},
+			waitAfter: []int{0, 1}, want: []string{"0", "1", "2 3 4"}},
+		{name: "two choices", events: []string{tok("0", " a", "null"), tok("0", " b", `"stop"`), tok("1", " x", "null"), tok("1", " y", `"stop"`), usage, done},
+			waitAfter: []int{0, 2}, want: []string{"0", "1 2", "3 4 5"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			relayWrites(t, tc.events, tc.waitAfter, tc.want)
+		})
+	}
+}
+
+func relayWrites(t *testing.T, events []string, waitAfter []int, want []string) {
 	rec := &writes{wrote: make(chan struct{}, len(events))}
 	engine := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		for i, e := range events {
 			w.Write([]byte(e))
 			w.(http.Flusher).Flush()
-			if i < 2 { // the first two tokens go out alone: the next comes once the relay wrote
+			if slices.Contains(waitAfter, i) {
 				select {
 				case <-rec.wrote:
 				case <-time.After(5 * time.Second):
@@ -73,14 +95,21 @@ func TestRelayWritesTheFinishingEventWithDone(t *testing.T) {
 	if _, err := r.WriteTo(rec); err != nil {
 		t.Fatal(err)
 	}
-	w := rec
-	want := []string{events[0], events[1], events[2] + events[3] + events[4]}
-	if len(w.got) != len(want) {
-		t.Fatalf("%d writes, want %d: %q", len(w.got), len(want), w.got)
+	var wantBytes []string
+	for _, w := range want {
+		var b strings.Builder
+		for _, i := range strings.Fields(w) {
+			n, _ := strconv.Atoi(i)
+			b.WriteString(events[n])
+		}
+		wantBytes = append(wantBytes, b.String())
 	}
-	for i := range want {
-		if string(w.got[i]) != want[i] {
-			t.Fatalf("write %d: %q, want %q", i, w.got[i], want[i])
+	if len(rec.got) != len(wantBytes) {
+		t.Fatalf("%d writes, want %d: %q", len(rec.got), len(wantBytes), rec.got)
+	}
+	for i := range wantBytes {
+		if string(rec.got[i]) != wantBytes[i] {
+			t.Fatalf("write %d: %q, want %q", i, rec.got[i], wantBytes[i])
 		}
 	}
 }
