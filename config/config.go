@@ -21,6 +21,7 @@ type Config struct {
 	Engines        []Engine        `yaml:"engines"`
 	Metrics        Metrics         `yaml:"metrics"`
 	Log            Log             `yaml:"log"`
+	Cluster        Cluster         `yaml:"cluster"`
 }
 
 // Server configures the client listener and the admin listener.
@@ -203,6 +204,7 @@ func Default() Config {
 		},
 		Preflight: Preflight{Concurrency: 4},
 		Log:       Log{Level: "info", Format: "json", AccessLog: true},
+		Cluster:   defaultCluster(),
 	}
 }
 

@@ -143,6 +143,7 @@ func (c *Config) validate(lines map[string]int) error {
 	ck.oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
 	ck.oneOf("log.format", c.Log.Format, "json", "text")
 
+	ck.cluster(c.Cluster)
 	return errors.Join(ck.errs...)
 }
 

@@ -1,0 +1,433 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/cluster"
+	"github.com/asynkron/protoactor-go/cluster/clusterproviders/etcd"
+	"github.com/asynkron/protoactor-go/cluster/identitylookup/disthash"
+	"github.com/asynkron/protoactor-go/remote"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/narwhal-router/narwhal/config"
+)
+
+// startMu serialises protoactor's member start-up: it sets gRPC's process-wide logger, a data
+// race when two nodes of one process (tests) start at once.
+var startMu sync.Mutex
+
+// verdictKey is the gossip key each node publishes its VerdictSet under.
+const verdictKey = "narwhal.verdicts"
+
+// Options are a Node's collaborators.
+type Options struct {
+	Logger *slog.Logger
+	// OnVerdict receives each peer verdict that became the winner for its engine. It runs on
+	// protoactor's gossip goroutine and must not block.
+	OnVerdict func(Verdict)
+}
+
+// Node is this process's membership of the cluster. Its methods are safe for concurrent use;
+// a nil *Node is a cluster of one (every method works and shares nothing).
+type Node struct {
+	cfg   config.Cluster
+	name  string
+	log   *slog.Logger
+	on    func(Verdict)
+	board *board
+
+	push     chan struct{} // a local verdict to send now
+	rejoiner chan string   // why this node must rejoin under a new identity
+	done     chan struct{}
+	wg       sync.WaitGroup
+
+	mu          sync.Mutex
+	inc         *incarnation
+	generation  int
+	lastRejoin  time.Time
+	rejoinWhy   string
+	fencedUntil time.Time
+	stalls      int
+	members     []*cluster.Member
+	lastGossip  map[string]time.Time // member id → last gossip update heard from it
+	startErr    string
+}
+
+// incarnation is one membership of the cluster under one member identity: an actor system of
+// its own (protoactor ties the identity to the system), its remote, provider and gossip.
+type incarnation struct {
+	system   *actor.ActorSystem
+	cl       *cluster.Cluster
+	provider cluster.ClusterProvider
+	static   *staticProvider
+	started  time.Time
+}
+
+// Start joins the cluster described by cfg. A node that cannot join yet (an unreachable etcd)
+// still starts: it keeps retrying in the background and meanwhile routes on its own view.
+func Start(cfg config.Cluster, opts Options) (*Node, error) {
+	if !cfg.Enabled {
+		return nil, nil
+	}
+	n := &Node{cfg: cfg, name: cfg.Node(), log: opts.Logger, on: opts.OnVerdict,
+		board: newBoard(cfg.Node(), cfg.VerdictTTLS.Duration()),
+		push:  make(chan struct{}, 1), rejoiner: make(chan string, 1), done: make(chan struct{}),
+		lastGossip: map[string]time.Time{}}
+	if n.log == nil {
+		n.log = slog.New(slog.DiscardHandler)
+	}
+	n.log = n.log.With("component", "cluster", "node", n.name)
+	if n.on == nil {
+		n.on = func(Verdict) {}
+	}
+	if err := n.join(); err != nil {
+		var bind *bindError
+		if errors.As(err, &bind) {
+			return nil, err // a port we cannot listen on will not fix itself
+		}
+		n.log.Warn("cluster not joined yet; routing on this node's own view and retrying", "error", err)
+	}
+	n.wg.Add(1)
+	go n.loop()
+	return n, nil
+}
+
+type bindError struct{ err error }
+
+func (e *bindError) Error() string { return e.err.Error() }
+func (e *bindError) Unwrap() error { return e.err }
+
+// join starts a new incarnation. protoactor panics where it could return errors (a port in
+// use, a provider that cannot start), so the panic is turned back into an error here.
+func (n *Node) join() (err error) {
+	host, portS, _ := net.SplitHostPort(n.cfg.Bind)
+	port, _ := strconv.Atoi(portS)
+	// Fail early and clearly on a port that is taken (protoactor would panic in a goroutine).
+	if ln, lerr := net.Listen("tcp", n.cfg.Bind); lerr != nil {
+		return &bindError{fmt.Errorf("cluster.bind %s: %w", n.cfg.Bind, lerr)}
+	} else {
+		ln.Close()
+	}
+	logger := n.log
+	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+		return slog.New(warnOnly{logger.Handler()}).With("lib", "protoactor")
+	}))
+	inc := &incarnation{system: system}
+	switch n.cfg.Provider {
+	case config.ProviderEtcd:
+		p, perr := etcd.NewWithConfig(n.cfg.Etcd.Prefix, clientv3.Config{
+			Endpoints: n.cfg.Etcd.Endpoints, DialTimeout: n.cfg.Etcd.DialTimeoutS.Duration()})
+		if perr != nil {
+			system.Shutdown()
+			return fmt.Errorf("etcd provider: %w", perr)
+		}
+		inc.provider = p
+	default:
+		inc.static = newStaticProvider(n)
+		inc.provider = inc.static
+	}
+	rc := remote.Configure(host, port, remote.WithAdvertisedHost(n.cfg.AdvertiseAddr()),
+		// The default pre-allocates a million-slot queue per peer (~16 MiB).
+		remote.WithEndpointWriterQueueSize(4096), remote.WithEndpointManagerQueueSize(4096))
+	cc := cluster.Configure(n.cfg.Name, inc.provider, disthash.New(), rc,
+		cluster.WithHeartbeatExpiration(max(20*time.Second, 4*n.cfg.SuspectAfterS.Duration())))
+	cc.GossipInterval = n.cfg.GossipIntervalS.Duration()
+	inc.cl = cluster.New(system, cc)
+	system.EventStream.Subscribe(func(evt any) { n.event(inc, evt) })
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("start cluster member: %v", r)
+			inc.provider.Shutdown(false)
+			system.Shutdown()
+		}
+	}()
+	startMu.Lock()
+	defer startMu.Unlock()
+	inc.cl.StartMember()
+	inc.started = time.Now()
+	n.mu.Lock()
+	n.inc = inc
+	n.generation++
+	n.startErr = ""
+	n.mu.Unlock()
+	n.log.Info("joined the cluster", "member_id", system.ID, "address", n.cfg.AdvertiseAddr(), "provider", n.cfg.Provider)
+	n.sendNow()
+	return nil
+}
+
+// leave ends the current incarnation.
+func (n *Node) leave() {
+	n.mu.Lock()
+	inc := n.inc
+	n.inc = nil
+	n.members = nil
+	n.mu.Unlock()
+	if inc == nil {
+		return
+	}
+	inc.provider.Shutdown(false)
+	inc.cl.Shutdown(false)
+}
+
+// event handles the cluster's own events: peers' verdict sets and topology changes.
+func (n *Node) event(inc *incarnation, evt any) {
+	switch e := evt.(type) {
+	case *cluster.GossipUpdate:
+		if e.MemberID == inc.system.ID {
+			return
+		}
+		n.mu.Lock()
+		n.lastGossip[e.MemberID] = time.Now()
+		n.mu.Unlock()
+		if e.Key != verdictKey || e.Value == nil {
+			return
+		}
+		var set VerdictSet
+		if err := e.Value.UnmarshalTo(&set); err != nil {
+			n.log.Warn("peer verdicts unreadable", "member_id", e.MemberID, "error", err)
+			return
+		}
+		for _, v := range n.board.receive(e.MemberID, &set, time.Now()) {
+			n.on(v)
+		}
+	case *cluster.ClusterTopology:
+		n.mu.Lock()
+		if n.inc == inc || n.inc == nil {
+			n.members = e.Members
+		}
+		n.mu.Unlock()
+		for _, m := range e.Joined {
+			if m.Id != inc.system.ID {
+				n.log.Info("cluster member joined", "member_id", m.Id, "address", m.Address())
+			}
+		}
+		for _, m := range e.Left {
+			n.log.Info("cluster member left", "member_id", m.Id, "address", m.Address())
+		}
+		if len(e.Joined) > 0 {
+			// A member that joins late gets the whole gossip state; pushing now only makes it
+			// arrive without waiting for the next tick.
+			n.sendNow()
+		}
+	}
+}
+
+// Publish shares a decision this node made about an engine: it is on the board at once and on
+// its way to every peer now, not at the next gossip tick.
+func (n *Node) Publish(v Verdict) {
+	if n == nil {
+		return
+	}
+	n.board.decide(v, time.Now())
+	n.sendNow()
+}
+
+func (n *Node) sendNow() {
+	select {
+	case n.push <- struct{}{}:
+	default:
+	}
+}
+
+// rejoin asks the loop to start a new incarnation.
+func (n *Node) rejoin(why string) {
+	select {
+	case n.rejoiner <- why:
+	default:
+	}
+}
+
+// loop publishes, re-publishes, watches for stalls and rejoins, one thing at a time.
+func (n *Node) loop() {
+	defer n.wg.Done()
+	republish := time.NewTicker(n.cfg.RepublishIntervalS.Duration())
+	defer republish.Stop()
+	watch := time.NewTicker(100 * time.Millisecond)
+	defer watch.Stop()
+	last := time.Now()
+	suspect := n.cfg.SuspectAfterS.Duration()
+	for {
+		select {
+		case <-n.done:
+			return
+		case <-n.push:
+			n.send()
+		case <-republish.C:
+			n.board.forget(time.Now())
+			n.send()
+		case <-watch.C:
+			now := time.Now()
+			if gap := now.Sub(last); gap > suspect {
+				// This process did not run for longer than peers wait for it: they have
+				// dropped its identity, and the legs that were in flight timed out through no
+				// engine's fault. Fence: rejoin under a new identity, and hold back failure
+				// verdicts until the stall's timeouts have drained.
+				n.mu.Lock()
+				n.stalls++
+				n.fencedUntil = now.Add(suspect + n.cfg.GossipIntervalS.Duration())
+				n.mu.Unlock()
+				n.log.Warn("this node stalled; fencing it and rejoining the cluster", "stall", gap.String())
+				n.doRejoin("stalled for " + gap.Round(time.Millisecond).String())
+			} else if n.current() == nil {
+				n.retryJoin(now)
+			}
+		case why := <-n.rejoiner:
+			n.mu.Lock()
+			recent := time.Since(n.lastRejoin) < suspect
+			n.mu.Unlock()
+			if !recent {
+				n.doRejoin(why)
+			}
+		}
+		// A stall is time this loop could not run while idle: the work above (a rejoin sleeps
+		// in protoactor for a second) does not count.
+		last = time.Now()
+	}
+}
+
+func (n *Node) retryJoin(now time.Time) {
+	n.mu.Lock()
+	due := now.Sub(n.lastRejoin) >= n.cfg.SuspectAfterS.Duration()
+	if due {
+		n.lastRejoin = now
+	}
+	n.mu.Unlock()
+	if due {
+		if err := n.join(); err != nil {
+			n.mu.Lock()
+			n.startErr = err.Error()
+			n.mu.Unlock()
+		}
+	}
+}
+
+func (n *Node) doRejoin(why string) {
+	n.mu.Lock()
+	n.lastRejoin, n.rejoinWhy = time.Now(), why
+	n.mu.Unlock()
+	n.log.Info("rejoining the cluster under a new member identity", "reason", why)
+	n.leave()
+	if err := n.join(); err != nil {
+		n.mu.Lock()
+		n.startErr = err.Error()
+		n.mu.Unlock()
+		n.log.Warn("rejoin failed; retrying", "error", err)
+	}
+}
+
+func (n *Node) current() *incarnation {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.inc
+}
+
+// send publishes this node's live verdicts and pushes them to peers at once.
+func (n *Node) send() {
+	inc := n.current()
+	if inc == nil {
+		return
+	}
+	inc.cl.Gossip.SetState(verdictKey, n.board.localSet(time.Now()))
+	inc.cl.Gossip.SendState()
+}
+
+// Fenced reports whether this node is just back from a stall: failures its legs saw during
+// the stall are the stall's, not the engines'.
+func (n *Node) Fenced() bool {
+	if n == nil {
+		return false
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return time.Now().Before(n.fencedUntil)
+}
+
+// ShouldProbe reports whether this node is the one that probes engine this interval: the
+// member the engine's name hashes to (rendezvous hashing over the live members), or any node
+// when no live verdict from another node says the engine is out (its ejection is local news).
+func (n *Node) ShouldProbe(engine string) bool {
+	if n == nil {
+		return true
+	}
+	w, ok := n.board.winner(engine, time.Now())
+	if !ok || w.State == StateAdmitted {
+		return true
+	}
+	return n.prober(engine) == n.memberID()
+}
+
+func (n *Node) memberID() string {
+	if inc := n.current(); inc != nil {
+		return inc.system.ID
+	}
+	return ""
+}
+
+// prober is the member id that probes engine: the highest hash of (member, engine).
+func (n *Node) prober(engine string) string {
+	n.mu.Lock()
+	members := n.members
+	n.mu.Unlock()
+	best, bestH := n.memberID(), uint64(0)
+	for _, m := range members {
+		h := fnv.New64a()
+		h.Write([]byte(m.Id))
+		h.Write([]byte{0})
+		h.Write([]byte(engine))
+		if s := h.Sum64(); s > bestH || (s == bestH && m.Id > best) {
+			best, bestH = m.Id, s
+		}
+	}
+	return best
+}
+
+// Verdict is the current winning verdict on engine, if a live one exists.
+func (n *Node) Verdict(engine string) (Verdict, bool) {
+	if n == nil {
+		return Verdict{}, false
+	}
+	return n.board.winner(engine, time.Now())
+}
+
+// Name is this node's name.
+func (n *Node) Name() string {
+	if n == nil {
+		return ""
+	}
+	return n.name
+}
+
+// Close leaves the cluster: peers drop this node at once (etcd) or after
+// cluster.suspect_after_s (static).
+func (n *Node) Close() {
+	if n == nil {
+		return
+	}
+	select {
+	case <-n.done:
+		return
+	default:
+	}
+	close(n.done)
+	n.wg.Wait()
+	n.leave()
+}
+
+// warnOnly keeps protoactor's cluster logs to warnings and errors: it logs every gossip
+// state change at info.
+type warnOnly struct{ slog.Handler }
+
+func (h warnOnly) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn && h.Handler.Enabled(ctx, l)
+}
+func (h warnOnly) WithAttrs(a []slog.Attr) slog.Handler { return warnOnly{h.Handler.WithAttrs(a)} }
+func (h warnOnly) WithGroup(g string) slog.Handler      { return warnOnly{h.Handler.WithGroup(g)} }
