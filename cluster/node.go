@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -362,7 +363,7 @@ func (n *Node) ShouldProbe(engine string) bool {
 	if !ok || w.State == StateAdmitted {
 		return true
 	}
-	return n.prober(engine) == n.memberID()
+	return n.prober(engine) == n.cfg.AdvertiseAddr()
 }
 
 func (n *Node) memberID() string {
@@ -372,22 +373,32 @@ func (n *Node) memberID() string {
 	return ""
 }
 
-// prober is the member id that probes engine: the highest hash of (member, engine).
+// prober is the address of the member that probes engine: the highest hash of (member address,
+// engine). Addresses, not member ids, so that a rejoin does not move every engine's prober.
 func (n *Node) prober(engine string) string {
 	n.mu.Lock()
 	members := n.members
 	n.mu.Unlock()
-	best, bestH := n.memberID(), uint64(0)
+	best, bestH := n.cfg.AdvertiseAddr(), uint64(0)
 	for _, m := range members {
 		h := fnv.New64a()
-		h.Write([]byte(m.Id))
+		h.Write([]byte(m.Address()))
 		h.Write([]byte{0})
 		h.Write([]byte(engine))
-		if s := h.Sum64(); s > bestH || (s == bestH && m.Id > best) {
-			best, bestH = m.Id, s
+		if s := h.Sum64(); s > bestH || (s == bestH && m.Address() > best) {
+			best, bestH = m.Address(), s
 		}
 	}
 	return best
+}
+
+// systemID is the actor-system id of a member: gossip names members by it, while providers may
+// decorate it (etcd's member ids are "cluster@id").
+func systemID(m *cluster.Member) string {
+	if i := strings.LastIndexByte(m.Id, '@'); i >= 0 {
+		return m.Id[i+1:]
+	}
+	return m.Id
 }
 
 // Verdict is the current winning verdict on engine, if a live one exists.

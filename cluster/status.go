@@ -82,17 +82,18 @@ func (n *Node) Status() Status {
 	}
 	names := n.board.names()
 	for _, m := range members {
-		mm := Member{MemberID: m.Id, Address: m.Address(), Self: m.Id == inc.system.ID, Node: names[m.Id]}
+		id := systemID(m)
+		mm := Member{MemberID: id, Address: m.Address(), Self: id == inc.system.ID, Node: names[id]}
 		if mm.Self {
 			mm.Node = n.name
 		}
 		if mm.Node == "" {
 			mm.Node = m.Address()
 		}
-		if t, ok := gossip[m.Id]; ok {
+		if t, ok := gossip[id]; ok {
 			mm.LastGossip = &t
 		}
-		if t, ok := beats[m.Id]; ok {
+		if t, ok := beats[id]; ok {
 			mm.LastHeartbeat = &t
 		}
 		st.Members = append(st.Members, mm)
