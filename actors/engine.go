@@ -23,6 +23,8 @@ type engineState struct {
 	restarts  int
 	// probeGen identifies the probe in flight; an outcome for another generation is stale.
 	probeGen int
+	// peer is the cluster bookkeeping (peers.go); zero without a cluster.
+	peer peerState
 
 	timers engineTimers
 }
@@ -84,7 +86,14 @@ func (a *engineActor) Receive(ctx actor.Context) {
 			a.transition(ctx, quarantined)
 		}
 	case probeDue, *messages.ProbeNow:
-		a.startProbe(ctx)
+		if a.probesHere() {
+			a.startProbe(ctx)
+		} else if st.breaker.state == ejected { // a peer probes it this interval
+			st.breaker.nextProbe = time.Now().Add(st.breaker.probeInterval)
+			a.schedule(ctx)
+		}
+	case *peerVerdict:
+		a.applyPeer(ctx, m.v)
 	case probeFinished:
 		a.probeFinished(ctx, m)
 	case modelsFound:
@@ -104,6 +113,10 @@ func (a *engineActor) Receive(ctx actor.Context) {
 	case *messages.Eject:
 		prev := st.breaker.state
 		st.breaker.eject(time.Now(), "")
+		st.peer.admin = true
+		if st.breaker.state == prev {
+			a.share(prev) // no transition here, but the operator's word is news to the peers
+		}
 		a.transition(ctx, prev)
 		a.schedule(ctx)
 		ctx.Respond(&messages.AdminDone{State: st.breaker.state.String()})
@@ -120,7 +133,7 @@ func (a *engineActor) legOutcome(ctx actor.Context, m *messages.LegOutcome) {
 	prev := st.breaker.state
 	if m.Fault == nil {
 		st.breaker.success()
-	} else if m.Fault.CountsAgainstEngine() {
+	} else if m.Fault.CountsAgainstEngine() && !a.stallArtifact() {
 		st.breaker.failure(time.Now(), m.Partner)
 	}
 	st.view.streak.Store(int32(st.breaker.streak))
@@ -140,6 +153,7 @@ func (a *engineActor) transition(ctx actor.Context, from breakerState) {
 	a.r.log.Info("engine breaker", "engine", a.st.cfg.Name, "from", from.String(), "to", to.String(),
 		"streak", a.st.breaker.streak)
 	a.publish(ctx, true)
+	a.share(from)
 }
 
 // publish updates the view placement reads and tells the pool when waiting requests may now
@@ -179,7 +193,9 @@ func (a *engineActor) readmit(ctx actor.Context, m *messages.Readmit) {
 	case m.Force:
 		st.probeGen++ // any probe in flight is now stale
 		st.breaker.probeSucceeded()
+		st.peer.admin = true // the operator's word, for the peers too
 		a.transition(ctx, prev)
+		st.peer.admin = false
 	case prev == quarantined:
 		st.breaker.quarantineEnds = time.Now()
 		st.breaker.quarantineOver(time.Now())
@@ -221,6 +237,7 @@ func (a *engineActor) snapshot() *messages.EngineState {
 		Name: st.cfg.Name, Role: string(st.cfg.Role), State: b.state.String(), Streak: b.streak,
 		Reserved:    reservedSlots(st.view),
 		MaxInflight: st.cfg.MaxInflight, LastProbe: st.lastProbe, Restarts: st.restarts,
+		DecidedBy: st.peer.by, PeerReason: st.peer.reason,
 	}
 	if p := st.view.models.Load(); p != nil {
 		s.Models = *p

@@ -19,6 +19,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/narwhal-router/narwhal/cluster"
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/messages"
 	"github.com/narwhal-router/narwhal/transport"
@@ -31,6 +32,8 @@ type Options struct {
 	Logger  *slog.Logger
 	// AccessLog receives one JSON line per request; nil disables the access log.
 	AccessLog io.Writer
+	// Cluster shares breaker verdicts with other Narwhal nodes; nil runs this node alone.
+	Cluster *cluster.Node
 }
 
 // Router is the actor system behind the client API. It implements transport.Dispatcher.
@@ -47,6 +50,7 @@ type Router struct {
 	fleet    *fleet
 	states   []*engineState
 	budget   *retryBudget
+	cluster  *cluster.Node
 
 	// requestRoot spawns request supervisors under a guardian that stops, never restarts, them.
 	requestRoot *actor.RootContext
@@ -57,7 +61,8 @@ type Router struct {
 
 // NewRouter builds the engine clients and starts the actor system.
 func NewRouter(cfg config.Config, opts Options) (*Router, error) {
-	r := &Router{cfg: cfg, metrics: opts.Metrics, log: opts.Logger, budget: newRetryBudget(cfg.Recovery.RetryBudget)}
+	r := &Router{cfg: cfg, metrics: opts.Metrics, log: opts.Logger, budget: newRetryBudget(cfg.Recovery.RetryBudget),
+		cluster: opts.Cluster}
 	if r.metrics == nil {
 		r.metrics = telemetry.Noop()
 	}

@@ -111,6 +111,10 @@ type EngineState struct {
 	NextProbe      *time.Time `json:"next_probe"`
 	LastProbe      *Probe     `json:"last_probe"`
 	Restarts       int        `json:"restarts"`
+	// DecidedBy names the peer node whose verdict set the current state (clusters only);
+	// PeerReason is that node's reason.
+	DecidedBy  string `json:"decided_by,omitempty"`
+	PeerReason string `json:"peer_reason,omitempty"`
 }
 
 // PhaseSlots counts reservations per phase.

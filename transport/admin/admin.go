@@ -47,6 +47,9 @@ func Handler(router *actors.Router, prom http.Handler, token string) http.Handle
 		state, err := router.Readmit(askContext(r), r.PathValue("name"), r.URL.Query().Get("force") == "true")
 		answerAdmin(w, r.PathValue("name"), state, err)
 	})
+	mux.HandleFunc("GET /cluster", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, router.Cluster().Status())
+	})
 	mux.HandleFunc("GET /debug/tree", func(w http.ResponseWriter, r *http.Request) {
 		tree, err := router.Tree(askContext(r))
 		if err != nil {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/narwhal-router/narwhal/actors"
+	"github.com/narwhal-router/narwhal/cluster"
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/transport"
 	"github.com/narwhal-router/narwhal/transport/admin"
@@ -41,6 +42,7 @@ type Server struct {
 	log       *slog.Logger
 	reporting *telemetry.Reporting
 	router    *actors.Router
+	peers     *cluster.Node // nil without a cluster
 	ingress   *transport.Ingress
 	admin     *http.Server
 	ln        net.Listener
@@ -76,10 +78,16 @@ func Start(cfg config.Config, opts Options) (_ *Server, err error) {
 	if cfg.Log.AccessLog {
 		access = opts.AccessLog
 	}
-	if s.router, err = actors.NewRouter(cfg, actors.Options{Metrics: s.reporting.Metrics, Logger: s.log, AccessLog: access}); err != nil {
+	if s.peers, err = cluster.Start(cfg.Cluster, cluster.Options{Logger: s.log}); err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	cleanup = append(cleanup, s.peers.Close)
+	if s.router, err = actors.NewRouter(cfg, actors.Options{Metrics: s.reporting.Metrics, Logger: s.log, AccessLog: access,
+		Cluster: s.peers}); err != nil {
 		return nil, err
 	}
 	cleanup = append(cleanup, s.router.Close)
+	s.peers.Attach(s.router.PeerVerdict)
 	wait := opts.ModelDiscoveryTimeout
 	if wait == 0 {
 		wait = cfg.Engine.FirstTokenTimeoutS.Duration()
@@ -182,6 +190,7 @@ func (s *Server) shutdown(ctx context.Context) error {
 		acancel()
 	}
 	s.ingress.Close()
+	s.peers.Close() // leave the cluster before the engine actors stop
 	s.router.Close()
 	s.reporting.Close()
 	if errors.Is(err, context.DeadlineExceeded) {

@@ -1,0 +1,398 @@
+package tests
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/narwhal-router/narwhal/bench/sim"
+	"github.com/narwhal-router/narwhal/cluster"
+	"github.com/narwhal-router/narwhal/config"
+	"github.com/narwhal-router/narwhal/messages"
+)
+
+// Several `narwhal serve` processes on loopback in front of one simulated fleet, sharing their
+// breakers' verdicts through the cluster (SPEC §15). Each node is a real process: a stall is a
+// SIGSTOP, a crash a SIGKILL.
+
+// buildNarwhal builds the binary once per test (the build cache makes the later ones a link).
+func buildNarwhal(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "narwhal")
+	cmd := exec.Command("go", "build", "-o", bin, "github.com/narwhal-router/narwhal")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// freeClusterAddr is a loopback host:port free for TCP and UDP (the static provider's
+// heartbeats share the cluster port).
+func freeClusterAddr(t *testing.T) string {
+	t.Helper()
+	for range 50 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		if u, err := net.ListenPacket("udp", addr); err == nil {
+			u.Close()
+			return addr
+		}
+	}
+	t.Fatal("no port free for TCP and UDP")
+	return ""
+}
+
+func freeTCPAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// narwhalNode is one `narwhal serve` process.
+type narwhalNode struct {
+	t      *testing.T
+	name   string
+	bin    string
+	cfg    string // configuration file
+	api    string
+	admin  string
+	cmd    *exec.Cmd
+	log    *syncBuffer
+	client *http.Client
+}
+
+type clusterSetup struct {
+	nodes int
+	// config adjusts every node's configuration (after the defaults below).
+	config func(*config.Config)
+	// provider: "" for the static seed list, else etcd with these endpoints.
+	etcd []string
+}
+
+type narwhalCluster struct {
+	t     *testing.T
+	fleet *sim.Fleet
+	nodes []*narwhalNode
+}
+
+func startCluster(t *testing.T, s clusterSetup) *narwhalCluster {
+	t.Helper()
+	bin := buildNarwhal(t)
+	fleet, err := sim.StartFleet(sim.FleetOptions{Prefill: 2, Decode: 2, Engine: sim.Options{Tokens: 2, Models: []string{"sim-model"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fleet.Close() })
+	c := &narwhalCluster{t: t, fleet: fleet}
+	var seeds []string
+	for range s.nodes {
+		seeds = append(seeds, freeClusterAddr(t))
+	}
+	prefix := fmt.Sprintf("/narwhal-e2e-%d", time.Now().UnixNano())
+	dir := t.TempDir()
+	for i := range s.nodes {
+		cfg := config.Default()
+		cfg.Engines = fleetEngines(fleet)
+		pinContract(&cfg)
+		cfg.Log.AccessLog = false
+		cfg.Server.ShutdownGraceS = 1
+		cfg.Engine.PrefillTimeoutS, cfg.Engine.FirstTokenTimeoutS, cfg.Engine.DecodeReadTimeoutS = 2, 0.5, 2
+		cfg.Request.DeadlineS = 10
+		cfg.Recovery.EjectAfter = 2
+		cfg.Recovery.ProbeIntervalS, cfg.Recovery.ProbeMaxIntervalS = 30, 30 // no probe unless a test asks
+		cfg.Server.Listen, cfg.Server.AdminListen = freeTCPAddr(t), freeTCPAddr(t)
+		cl := &cfg.Cluster
+		cl.Enabled, cl.Name, cl.NodeName, cl.Bind, cl.Seeds = true, "e2e", fmt.Sprintf("node-%d", i), seeds[i], seeds
+		cl.GossipIntervalS, cl.HeartbeatIntervalS, cl.SuspectAfterS = 0.1, 0.1, 0.8
+		cl.VerdictTTLS, cl.RepublishIntervalS = 2, 0.3
+		if len(s.etcd) > 0 {
+			cl.Provider, cl.Seeds = config.ProviderEtcd, nil
+			cl.Etcd.Endpoints, cl.Etcd.Prefix = s.etcd, prefix
+		}
+		if s.config != nil {
+			s.config(&cfg)
+		}
+		if err := cfg.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		b, err := yaml.Marshal(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(dir, fmt.Sprintf("node-%d.yaml", i))
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c.nodes = append(c.nodes, &narwhalNode{t: t, name: cl.NodeName, bin: bin, cfg: path,
+			api: "http://" + cfg.Server.Listen, admin: "http://" + cfg.Server.AdminListen,
+			client: &http.Client{Timeout: 15 * time.Second}})
+	}
+	var wg sync.WaitGroup
+	for _, n := range c.nodes {
+		wg.Add(1)
+		go func() { defer wg.Done(); n.start() }()
+	}
+	wg.Wait()
+	for _, n := range c.nodes {
+		n.waitReady()
+	}
+	c.waitMembers(s.nodes, 10*time.Second)
+	return c
+}
+
+func (n *narwhalNode) start() {
+	n.log = &syncBuffer{}
+	n.cmd = exec.Command(n.bin, "serve", "--config", n.cfg, "--skip-preflight")
+	n.cmd.Stdout = io.Discard
+	n.cmd.Stderr = n.log
+	if err := n.cmd.Start(); err != nil {
+		n.t.Fatalf("start %s: %v", n.name, err)
+	}
+	cmd := n.cmd
+	n.t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Signal(syscall.SIGCONT) // in case a test left it stopped
+			cmd.Process.Signal(syscall.SIGTERM)
+			done := make(chan struct{})
+			go func() { cmd.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				cmd.Process.Kill()
+				<-done
+			}
+		}
+		if n.t.Failed() {
+			n.t.Logf("%s log:\n%s", n.name, string(n.log.Bytes()))
+		}
+	})
+}
+
+func (n *narwhalNode) kill() {
+	n.cmd.Process.Kill()
+	n.cmd.Wait()
+}
+
+func (n *narwhalNode) waitReady() {
+	n.t.Helper()
+	eventually(n.t, 20*time.Second, func() bool {
+		resp, err := n.client.Get(n.admin + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	}, func() string { return n.name + " not ready within 20s:\n" + string(n.log.Bytes()) })
+}
+
+func (n *narwhalNode) getJSON(path string, v any) {
+	n.t.Helper()
+	resp, err := n.client.Get(n.admin + path)
+	if err != nil {
+		n.t.Fatalf("%s GET %s: %v", n.name, path, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		b, _ := io.ReadAll(resp.Body)
+		n.t.Fatalf("%s GET %s: %d %s", n.name, path, resp.StatusCode, b)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		n.t.Fatalf("%s GET %s: %v", n.name, path, err)
+	}
+}
+
+func (n *narwhalNode) engine(name string) messages.EngineState {
+	n.t.Helper()
+	var es []messages.EngineState
+	n.getJSON("/engines", &es)
+	for _, e := range es {
+		if e.Name == name {
+			return e
+		}
+	}
+	n.t.Fatalf("%s has no engine %q", n.name, name)
+	return messages.EngineState{}
+}
+
+func (n *narwhalNode) status() cluster.Status {
+	n.t.Helper()
+	var st cluster.Status
+	n.getJSON("/cluster", &st)
+	return st
+}
+
+func (n *narwhalNode) post(path, body string) (int, string) {
+	n.t.Helper()
+	resp, err := n.client.Post(n.api+path, "application/json", strings.NewReader(body))
+	if err != nil {
+		n.t.Fatalf("%s POST %s: %v", n.name, path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func (n *narwhalNode) adminPost(path string) {
+	n.t.Helper()
+	resp, err := n.client.Post(n.admin+path, "", nil)
+	if err != nil {
+		n.t.Fatalf("%s POST %s: %v", n.name, path, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		b, _ := io.ReadAll(resp.Body)
+		n.t.Fatalf("%s POST %s: %d %s", n.name, path, resp.StatusCode, b)
+	}
+}
+
+func (c *narwhalCluster) waitMembers(want int, within time.Duration, nodes ...*narwhalNode) {
+	c.t.Helper()
+	if len(nodes) == 0 {
+		nodes = c.nodes
+	}
+	for _, n := range nodes {
+		eventually(c.t, within, func() bool { return len(n.status().Members) == want },
+			func() string { return fmt.Sprintf("%s does not see %d members: %+v", n.name, want, n.status()) })
+	}
+}
+
+// watchState polls a node's /engines until the engine is in state and returns when it saw it.
+func (n *narwhalNode) watchState(engine, state string, within time.Duration) time.Time {
+	n.t.Helper()
+	var seen time.Time
+	eventually(n.t, within, func() bool {
+		if n.engine(engine).State == state {
+			seen = time.Now()
+			return true
+		}
+		return false
+	}, func() string {
+		return fmt.Sprintf("%s: %s not %s within %s: %+v", n.name, engine, state, within, n.engine(engine))
+	})
+	return seen
+}
+
+// ejectByTraffic makes d0 hang and sends requests to node until it ejects d0 (eject_after 2);
+// it returns when node's breaker ejected it.
+func (c *narwhalCluster) ejectByTraffic(node *narwhalNode, engine string) time.Time {
+	c.t.Helper()
+	if err := c.fleet.Engine(engine).InjectFault("decode.hang_first_token", 1_000_000); err != nil {
+		c.t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for node.engine(engine).State != "ejected" {
+		if time.Now().After(deadline) {
+			c.t.Fatalf("%s never ejected %s: %+v", node.name, engine, node.engine(engine))
+		}
+		node.post("/v1/completions", shortPrompt)
+	}
+	e := node.engine(engine)
+	if e.EjectedAt == nil || e.DecidedBy != "" {
+		c.t.Fatalf("%s's own ejection of %s reads %+v", node.name, engine, e)
+	}
+	return *e.EjectedAt
+}
+
+// noFailures sends n requests to node and wants every one to succeed.
+func noFailures(t *testing.T, node *narwhalNode, n int) {
+	t.Helper()
+	for i := range n {
+		if status, body := node.post("/v1/completions", shortPrompt); status != 200 {
+			t.Fatalf("%s request %d: %d %s", node.name, i, status, body)
+		}
+	}
+}
+
+// checkFleetWideEjection is the heart of the cluster: an engine one node saw failing is out of
+// placement on every node within a second, and their clients never meet it.
+func checkFleetWideEjection(t *testing.T, c *narwhalCluster, engine string) {
+	t.Helper()
+	a, others := c.nodes[0], c.nodes[1:]
+	d := c.fleet.Engine(engine)
+	ejected := c.ejectByTraffic(a, engine)
+	for _, n := range others {
+		seen := n.watchState(engine, "ejected", 2*time.Second)
+		if lag := seen.Sub(ejected); lag > time.Second {
+			t.Fatalf("%s showed %s ejected %s after %s ejected it, want within 1s", n.name, engine, lag, a.name)
+		}
+		e := n.engine(engine)
+		if e.DecidedBy != a.name || e.Streak != 0 {
+			t.Fatalf("%s's %s: %+v, want decided by %s and no failure of its own", n.name, engine, e, a.name)
+		}
+	}
+	before := d.Stats().DecodeRequests
+	for _, n := range others {
+		noFailures(t, n, 10)
+	}
+	if after := d.Stats().DecodeRequests; after != before {
+		t.Fatalf("the other nodes still placed %d decode legs on the ejected %s", after-before, engine)
+	}
+}
+
+func TestClusterEjectionReachesEveryNode(t *testing.T) {
+	c := startCluster(t, clusterSetup{nodes: 3})
+	checkFleetWideEjection(t, c, "d0")
+
+	// A node killed and restarted (a new process, a new member identity) gets the live
+	// verdict when it joins, before its clients could meet the engine.
+	b := c.nodes[1]
+	b.kill()
+	c.waitMembers(2, 5*time.Second, c.nodes[0], c.nodes[2])
+	b.start()
+	b.waitReady()
+	b.watchState("d0", "ejected", 3*time.Second)
+	c.waitMembers(3, 5*time.Second)
+	before := c.fleet.Engine("d0").Stats().DecodeRequests
+	noFailures(t, b, 10)
+	if after := c.fleet.Engine("d0").Stats().DecodeRequests; after != before {
+		t.Fatalf("the restarted node placed %d decode legs on the ejected d0", after-before)
+	}
+	if st := b.status(); st.Generation != 1 || len(st.Verdicts) != 1 || st.Verdicts[0].Node != c.nodes[0].name {
+		t.Fatalf("restarted node's /cluster: %+v", st)
+	}
+}
+
+func TestClusterAdminEjectHoldsOnAllNodes(t *testing.T) {
+	c := startCluster(t, clusterSetup{nodes: 3})
+	a, b, cc := c.nodes[0], c.nodes[1], c.nodes[2]
+	a.adminPost("/engines/p1/eject?reason=maintenance")
+	for _, n := range []*narwhalNode{b, cc} {
+		n.watchState("p1", "ejected", time.Second)
+		if e := n.engine("p1"); e.DecidedBy != a.name {
+			t.Fatalf("%s's p1: %+v, want the operator's ejection from %s", n.name, e, a.name)
+		}
+	}
+	p1 := c.fleet.Engine("p1")
+	before := p1.Stats().PrefillRequests
+	noFailures(t, b, 6)
+	noFailures(t, cc, 6)
+	if after := p1.Stats().PrefillRequests; after != before {
+		t.Fatalf("%d prefill legs reached the operator-ejected p1", after-before)
+	}
+
+	// Readmitting on another node holds on all, the deciding node included.
+	b.adminPost("/engines/p1/readmit?force=true")
+	for _, n := range []*narwhalNode{a, cc} {
+		n.watchState("p1", "admitted", time.Second)
+	}
+}
