@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -43,7 +44,7 @@ type Node struct {
 	cfg   config.Cluster
 	name  string
 	log   *slog.Logger
-	on    func(Verdict)
+	on    atomic.Pointer[func(Verdict)]
 	board *board
 
 	push     chan struct{} // a local verdict to send now
@@ -79,7 +80,7 @@ func Start(cfg config.Cluster, opts Options) (*Node, error) {
 	if !cfg.Enabled {
 		return nil, nil
 	}
-	n := &Node{cfg: cfg, name: cfg.Node(), log: opts.Logger, on: opts.OnVerdict,
+	n := &Node{cfg: cfg, name: cfg.Node(), log: opts.Logger,
 		board: newBoard(cfg.Node(), cfg.VerdictTTLS.Duration()),
 		push:  make(chan struct{}, 1), rejoiner: make(chan string, 1), done: make(chan struct{}),
 		lastGossip: map[string]time.Time{}}
@@ -87,8 +88,8 @@ func Start(cfg config.Cluster, opts Options) (*Node, error) {
 		n.log = slog.New(slog.DiscardHandler)
 	}
 	n.log = n.log.With("component", "cluster", "node", n.name)
-	if n.on == nil {
-		n.on = func(Verdict) {}
+	if opts.OnVerdict != nil {
+		n.on.Store(&opts.OnVerdict)
 	}
 	if err := n.join(); err != nil {
 		var bind *bindError
@@ -197,8 +198,11 @@ func (n *Node) event(inc *incarnation, evt any) {
 			n.log.Warn("peer verdicts unreadable", "member_id", e.MemberID, "error", err)
 			return
 		}
-		for _, v := range n.board.receive(e.MemberID, &set, time.Now()) {
-			n.on(v)
+		changed := n.board.receive(e.MemberID, &set, time.Now())
+		if on := n.on.Load(); on != nil {
+			for _, v := range changed {
+				(*on)(v)
+			}
 		}
 	case *cluster.ClusterTopology:
 		n.mu.Lock()
@@ -218,6 +222,20 @@ func (n *Node) event(inc *incarnation, evt any) {
 			// A member that joins late gets the whole gossip state; pushing now only makes it
 			// arrive without waiting for the next tick.
 			n.sendNow()
+		}
+	}
+}
+
+// Attach makes f the receiver of peers' verdicts and hands it, at once, every live verdict a
+// peer decided: what arrived before the engine actors existed is not lost.
+func (n *Node) Attach(f func(Verdict)) {
+	if n == nil {
+		return
+	}
+	n.on.Store(&f)
+	for _, v := range n.board.view(time.Now()) {
+		if v.Node != n.name {
+			f(v)
 		}
 	}
 }
