@@ -48,7 +48,7 @@ type Node struct {
 	board *board
 
 	push     chan struct{} // a local verdict to send now
-	rejoiner chan string   // why this node must rejoin under a new identity
+	rejoiner chan rejoinRequest
 	done     chan struct{}
 	wg       sync.WaitGroup
 
@@ -82,7 +82,7 @@ func Start(cfg config.Cluster, opts Options) (*Node, error) {
 	}
 	n := &Node{cfg: cfg, name: cfg.Node(), log: opts.Logger,
 		board: newBoard(cfg.Node(), cfg.VerdictTTLS.Duration()),
-		push:  make(chan struct{}, 1), rejoiner: make(chan string, 1), done: make(chan struct{}),
+		push:  make(chan struct{}, 1), rejoiner: make(chan rejoinRequest, 1), done: make(chan struct{}),
 		lastGossip: map[string]time.Time{}}
 	if n.log == nil {
 		n.log = slog.New(slog.DiscardHandler)
@@ -98,8 +98,9 @@ func Start(cfg config.Cluster, opts Options) (*Node, error) {
 		}
 		n.log.Warn("cluster not joined yet; routing on this node's own view and retrying", "error", err)
 	}
-	n.wg.Add(1)
+	n.wg.Add(2)
 	go n.loop()
+	go n.watchdog()
 	return n, nil
 }
 
@@ -257,11 +258,49 @@ func (n *Node) sendNow() {
 	}
 }
 
-// rejoin asks the loop to start a new incarnation.
-func (n *Node) rejoin(why string) {
+// rejoinRequest asks for a new incarnation because the one named is no longer accepted.
+type rejoinRequest struct {
+	memberID string
+	why      string
+}
+
+// rejoin asks the loop to replace the incarnation memberID with a new one. A request about an
+// incarnation already replaced is dropped: it was late news.
+func (n *Node) rejoin(memberID, why string) {
 	select {
-	case n.rejoiner <- why:
+	case n.rejoiner <- rejoinRequest{memberID, why}:
 	default:
+	}
+}
+
+// watchdog notices that this process did not run for longer than peers wait for it (stopped,
+// a frozen VM, starved): they have dropped its identity, and the legs that were in flight timed
+// out through no engine's fault. It fences the node — failure verdicts are held back until the
+// stall's timeouts have drained — and asks for a rejoin under a new identity.
+func (n *Node) watchdog() {
+	defer n.wg.Done()
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	suspect := n.cfg.SuspectAfterS.Duration()
+	last := time.Now()
+	for {
+		select {
+		case <-n.done:
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		gap := now.Sub(last)
+		last = now
+		if gap <= suspect {
+			continue
+		}
+		n.mu.Lock()
+		n.stalls++
+		n.fencedUntil = now.Add(suspect + n.cfg.GossipIntervalS.Duration())
+		n.mu.Unlock()
+		n.log.Warn("this node stalled; fencing it and rejoining the cluster", "stall", gap.String())
+		n.rejoin(n.memberID(), "stalled for "+gap.Round(time.Millisecond).String())
 	}
 }
 
@@ -270,10 +309,8 @@ func (n *Node) loop() {
 	defer n.wg.Done()
 	republish := time.NewTicker(n.cfg.RepublishIntervalS.Duration())
 	defer republish.Stop()
-	watch := time.NewTicker(100 * time.Millisecond)
-	defer watch.Stop()
-	last := time.Now()
-	suspect := n.cfg.SuspectAfterS.Duration()
+	retry := time.NewTicker(n.cfg.SuspectAfterS.Duration())
+	defer retry.Stop()
 	for {
 		select {
 		case <-n.done:
@@ -283,49 +320,23 @@ func (n *Node) loop() {
 		case <-republish.C:
 			n.board.forget(time.Now())
 			n.send()
-		case <-watch.C:
-			now := time.Now()
-			if gap := now.Sub(last); gap > suspect {
-				// This process did not run for longer than peers wait for it: they have
-				// dropped its identity, and the legs that were in flight timed out through no
-				// engine's fault. Fence: rejoin under a new identity, and hold back failure
-				// verdicts until the stall's timeouts have drained.
-				n.mu.Lock()
-				n.stalls++
-				n.fencedUntil = now.Add(suspect + n.cfg.GossipIntervalS.Duration())
-				n.mu.Unlock()
-				n.log.Warn("this node stalled; fencing it and rejoining the cluster", "stall", gap.String())
-				n.doRejoin("stalled for " + gap.Round(time.Millisecond).String())
-			} else if n.current() == nil {
+		case now := <-retry.C:
+			if n.current() == nil {
 				n.retryJoin(now)
 			}
-		case why := <-n.rejoiner:
-			n.mu.Lock()
-			recent := time.Since(n.lastRejoin) < suspect
-			n.mu.Unlock()
-			if !recent {
-				n.doRejoin(why)
+		case r := <-n.rejoiner:
+			if r.memberID == n.memberID() {
+				n.doRejoin(r.why)
 			}
 		}
-		// A stall is time this loop could not run while idle: the work above (a rejoin sleeps
-		// in protoactor for a second) does not count.
-		last = time.Now()
 	}
 }
 
-func (n *Node) retryJoin(now time.Time) {
-	n.mu.Lock()
-	due := now.Sub(n.lastRejoin) >= n.cfg.SuspectAfterS.Duration()
-	if due {
-		n.lastRejoin = now
-	}
-	n.mu.Unlock()
-	if due {
-		if err := n.join(); err != nil {
-			n.mu.Lock()
-			n.startErr = err.Error()
-			n.mu.Unlock()
-		}
+func (n *Node) retryJoin(time.Time) {
+	if err := n.join(); err != nil {
+		n.mu.Lock()
+		n.startErr = err.Error()
+		n.mu.Unlock()
 	}
 }
 

@@ -160,7 +160,7 @@ func (p *staticProvider) heard(hb *Heartbeat, from *net.UDPAddr) {
 			return
 		}
 	}
-	p.n.rejoin("peer " + hb.Node + " had dropped this node's member identity")
+	p.n.rejoin(p.self.Id, "peer "+hb.Node+" had dropped this node's member identity")
 }
 
 // memberCountLocked counts this node and the live peers it sees.

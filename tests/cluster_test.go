@@ -396,3 +396,111 @@ func TestClusterAdminEjectHoldsOnAllNodes(t *testing.T) {
 		n.watchState("p1", "admitted", time.Second)
 	}
 }
+
+// TestClusterStalledNodeRecovers stops one node's process (SIGSTOP) for 5 s, then for 15 s.
+// While it is stopped the others fence it (drop it from their members) and carry on; an engine
+// fails meanwhile. Resumed, the node sees its own stall, rejoins under a new identity without a
+// restart, and has the verdict it missed before its clients meet the engine.
+func TestClusterStalledNodeRecovers(t *testing.T) {
+	c := startCluster(t, clusterSetup{nodes: 3})
+	a, b, s := c.nodes[0], c.nodes[1], c.nodes[2]
+	pid := s.cmd.Process.Pid
+	for round, stall := range []time.Duration{5 * time.Second, 15 * time.Second} {
+		gen := s.status().Generation
+		stopped := time.Now()
+		s.cmd.Process.Signal(syscall.SIGSTOP)
+		c.waitMembers(2, 3*time.Second, a, b)
+		c.ejectByTraffic(a, "d0")
+		b.watchState("d0", "ejected", time.Second)
+		// The stall is the scenario: the process stays stopped for exactly this long.
+		time.Sleep(time.Until(stopped.Add(stall)))
+		s.cmd.Process.Signal(syscall.SIGCONT)
+
+		c.waitMembers(3, 8*time.Second)
+		st := s.status()
+		if st.Generation != gen+1 || st.Stalls != round+1 || s.cmd.Process.Pid != pid {
+			t.Fatalf("after a %s stall: %+v, want generation %d and %d stall(s) in the same process", stall, st, gen+1, round+1)
+		}
+		s.watchState("d0", "ejected", 2*time.Second)
+		before := c.fleet.Engine("d0").Stats().DecodeRequests
+		noFailures(t, s, 10)
+		if after := c.fleet.Engine("d0").Stats().DecodeRequests; after != before {
+			t.Fatalf("after a %s stall the node placed %d decode legs on the ejected d0", stall, after-before)
+		}
+		// Back to a healthy fleet for the next round: an operator readmits d0 on one node.
+		c.fleet.Engine("d0").ClearFaults()
+		b.adminPost("/engines/d0/readmit?force=true")
+		for _, n := range c.nodes {
+			n.watchState("d0", "admitted", time.Second)
+		}
+	}
+}
+
+// TestClusterOneNodeProbes: with three nodes an ejected engine is probed by one of them per
+// interval, and its successful probe readmits the engine on all.
+func TestClusterOneNodeProbes(t *testing.T) {
+	const interval = 0.4
+	c := startCluster(t, clusterSetup{nodes: 3, config: func(cfg *config.Config) {
+		cfg.Recovery.ProbeIntervalS, cfg.Recovery.ProbeMaxIntervalS = interval, interval
+	}})
+	d0 := c.fleet.Engine("d0")
+	c.ejectByTraffic(c.nodes[0], "d0")
+	start, before := time.Now(), d0.Stats().DecodeRequests
+	// Every decode leg d0 sees from now on is a probe (clients send nothing).
+	eventually(t, 5*time.Second, func() bool { return time.Since(start) > 2*time.Second }, func() string { return "" })
+	probes := d0.Stats().DecodeRequests - before
+	window := time.Since(start).Seconds()
+	if most := int64(window/interval) + 2; probes < 1 || probes > most {
+		t.Fatalf("%d probes of d0 in %.1fs at a %.1fs interval: want one prober (1..%d), not one per node", probes, window, interval, most)
+	}
+
+	d0.ClearFaults()
+	var prober string
+	for _, n := range c.nodes {
+		n.watchState("d0", "admitted", 3*time.Second)
+		if e := n.engine("d0"); e.DecidedBy == "" {
+			prober = n.name
+		}
+	}
+	for _, n := range c.nodes {
+		if e := n.engine("d0"); n.name != prober && e.DecidedBy != prober {
+			t.Fatalf("%s readmitted d0 on %q's word, want the prober %s's: %+v", n.name, e.DecidedBy, prober, e)
+		}
+	}
+}
+
+// startEtcdServer runs a real etcd on free loopback ports (Debian's etcd-server; .ci/run
+// installs it) and returns its client URL.
+func startEtcdServer(t *testing.T) string {
+	t.Helper()
+	bin, err := exec.LookPath("etcd")
+	if err != nil {
+		t.Skip("etcd is not installed (apt-get install etcd-server): skipping the etcd provider test")
+	}
+	client, peer := "http://"+freeTCPAddr(t), "http://"+freeTCPAddr(t)
+	cmd := exec.Command(bin, "--name", "default", "--data-dir", filepath.Join(t.TempDir(), "etcd"),
+		"--listen-client-urls", client, "--advertise-client-urls", client,
+		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+		"--initial-cluster", "default="+peer, "--log-level", "error")
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start etcd: %v", err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	eventually(t, 15*time.Second, func() bool {
+		resp, err := http.Get(client + "/health")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	}, func() string { return "etcd not healthy within 15s" })
+	return client
+}
+
+func TestClusterWithEtcdProvider(t *testing.T) {
+	c := startCluster(t, clusterSetup{nodes: 3, etcd: []string{startEtcdServer(t)}})
+	if st := c.nodes[0].status(); st.Provider != config.ProviderEtcd {
+		t.Fatalf("provider %q, want etcd", st.Provider)
+	}
+	checkFleetWideEjection(t, c, "d0")
+}
