@@ -16,8 +16,8 @@ test: fmt-check vet ## everything CI runs: format, vet, race tests, fuzz smoke
 	$(MAKE) fuzz
 
 fuzz: ## a few seconds of each fuzz target
-	$(GO) test -run '^$$' -fuzz '^FuzzRewriteObject$$' -fuzztime $(FUZZTIME) ./transport/
-	$(GO) test -run '^$$' -fuzz '^FuzzValidateDescriptor$$' -fuzztime $(FUZZTIME) ./transport/
+	$(GO) test -run '^$$' -fuzz '^FuzzRewriteObject$$' -fuzztime $(FUZZTIME) ./transport/wire/
+	$(GO) test -run '^$$' -fuzz '^FuzzValidateDescriptor$$' -fuzztime $(FUZZTIME) ./transport/kv/
 
 vet:
 	$(GO) vet ./...

@@ -24,9 +24,9 @@ import (
 
 	"github.com/narwhal-router/narwhal/bench/sim"
 	"github.com/narwhal-router/narwhal/config"
-	"github.com/narwhal-router/narwhal/transport"
+	"github.com/narwhal-router/narwhal/node"
 	"github.com/narwhal-router/narwhal/transport/admin"
-	"github.com/narwhal-router/narwhal/transport/server"
+	"github.com/narwhal-router/narwhal/transport/preflight"
 )
 
 func main() {
@@ -56,7 +56,7 @@ func serveCommand() *cobra.Command {
 			}
 			log := newLogger(cfg.Log, os.Stderr)
 			if !skipPreflight {
-				if err := preflight(cfg, os.Stderr); err != nil {
+				if err := runPreflight(cfg, os.Stderr); err != nil {
 					return fmt.Errorf("%w (start anyway with --skip-preflight)", err)
 				}
 				log.Info("preflight passed")
@@ -79,16 +79,16 @@ func preflightCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return preflight(cfg, os.Stdout)
+			return runPreflight(cfg, os.Stdout)
 		},
 	}
 	cmd.Flags().StringVarP(&path, "config", "c", "narwhal.yaml", "configuration file (YAML)")
 	return cmd
 }
 
-// preflight prints the matrix and fails unless every check passed.
-func preflight(cfg config.Config, w io.Writer) error {
-	res, err := transport.Preflight(context.Background(), cfg)
+// runPreflight prints the matrix and fails unless every check passed.
+func runPreflight(cfg config.Config, w io.Writer) error {
+	res, err := preflight.Run(context.Background(), cfg)
 	if err != nil {
 		return err
 	}
@@ -162,7 +162,7 @@ func demoCommand() *cobra.Command {
 			if err := cfg.Validate(); err != nil {
 				return err
 			}
-			return run(cfg, newLogger(cfg.Log, os.Stderr), func(s *server.Server) {
+			return run(cfg, newLogger(cfg.Log, os.Stderr), func(s *node.Server) {
 				fmt.Printf(`Narwhal is routing to a simulated fleet: %d prefill + %d decode engines.
 
   API    http://%[3]s/v1   (model "sim-model")
@@ -185,8 +185,8 @@ Ctrl-C stops it.
 
 // run serves until SIGTERM or SIGINT, then shuts down gracefully. SIGUSR1 writes the supervisor
 // tree to stderr.
-func run(cfg config.Config, log *slog.Logger, started func(*server.Server)) error {
-	srv, err := server.Start(cfg, server.Options{Logger: log, AccessLog: os.Stdout})
+func run(cfg config.Config, log *slog.Logger, started func(*node.Server)) error {
+	srv, err := node.Start(cfg, node.Options{Logger: log, AccessLog: os.Stdout})
 	if err != nil {
 		return err
 	}
@@ -213,7 +213,7 @@ func run(cfg config.Config, log *slog.Logger, started func(*server.Server)) erro
 	}
 }
 
-func dumpTree(srv *server.Server, w io.Writer) {
+func dumpTree(srv *node.Server, w io.Writer) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	tree, err := srv.Router().Tree(ctx)

@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"strings"
 	"time"
 
 	"github.com/narwhal-router/narwhal/config"
@@ -44,6 +45,14 @@ type breaker struct {
 	partner       string
 	probeInterval time.Duration
 	nextProbe     time.Time
+
+	// byAdmin marks an operator's ejection: no probe readmits it, only an operator does.
+	byAdmin bool
+	// cause says why the engine is ejected: the failures of the streak that ejected it, or the
+	// operator's reason.
+	cause string
+	// recent describes the failures of the current streak, newest last (at most eject_after).
+	recent []string
 }
 
 func newBreaker(cfg config.Recovery) breaker {
@@ -53,7 +62,26 @@ func newBreaker(cfg config.Recovery) breaker {
 func (b *breaker) placeable() bool { return b.state == admitted }
 
 // success resets the streak.
-func (b *breaker) success() { b.streak = 0 }
+func (b *breaker) success() { b.streak, b.recent = 0, b.recent[:0] }
+
+// takesOut says what the next counted failure would do: true when it quarantines or ejects the
+// engine (or the engine is out of placement already). The engine actor publishes it so that a
+// request supervisor retrying after a failure keeps off an engine about to leave placement
+// without re-deriving the rule.
+func (b *breaker) takesOut() bool {
+	return b.state != admitted || b.cfg.FailureQuarantineS > 0 || b.streak+1 >= b.cfg.EjectAfter
+}
+
+// note records what the failure about to be counted was, for the ejection's cause.
+func (b *breaker) note(what string) {
+	if b.state == ejected || b.state == probing {
+		return
+	}
+	if len(b.recent) >= max(b.cfg.EjectAfter, 1) {
+		b.recent = append(b.recent[:0], b.recent[1:]...)
+	}
+	b.recent = append(b.recent, what)
+}
 
 // failure counts a failure that is the engine's fault. It reports whether the engine was just
 // ejected.
@@ -73,7 +101,7 @@ func (b *breaker) failure(now time.Time, partner string) (ejectedNow bool) {
 	return false
 }
 
-// eject takes the engine out of placement and schedules its first probe.
+// eject takes the engine out of placement after its failures and schedules its first probe.
 func (b *breaker) eject(now time.Time, partner string) {
 	b.state = ejected
 	b.ejectedAt = now
@@ -81,6 +109,20 @@ func (b *breaker) eject(now time.Time, partner string) {
 	b.probeInterval = b.cfg.ProbeIntervalS.Duration()
 	b.nextProbe = now.Add(b.probeInterval)
 	b.quarantineEnds = time.Time{}
+	b.byAdmin = false
+	b.cause = strings.Join(b.recent, "; ")
+}
+
+// ejectByAdmin takes the engine out of placement for an operator. No probe is scheduled: the
+// ejection holds until an operator readmits the engine.
+func (b *breaker) ejectByAdmin(now time.Time, reason string) {
+	b.state = ejected
+	b.ejectedAt = now
+	b.partner = ""
+	b.nextProbe = time.Time{}
+	b.quarantineEnds = time.Time{}
+	b.byAdmin = true
+	b.cause = reason
 }
 
 // quarantineOver readmits a quarantined engine whose quarantine has ended.
@@ -96,6 +138,17 @@ func (b *breaker) quarantineOver(now time.Time) bool {
 // probeStarted marks a probe in flight.
 func (b *breaker) probeStarted() { b.state = probing }
 
+// ejectedBy names who ejected the engine ("admin" or "breaker"); "" while it is not ejected.
+func (b *breaker) ejectedBy() string {
+	switch {
+	case b.state != ejected && b.state != probing:
+		return ""
+	case b.byAdmin:
+		return "admin"
+	}
+	return "breaker"
+}
+
 // probeSucceeded readmits the engine with a clean streak.
 func (b *breaker) probeSucceeded() {
 	b.state = admitted
@@ -104,6 +157,9 @@ func (b *breaker) probeSucceeded() {
 	b.ejectedAt = time.Time{}
 	b.nextProbe = time.Time{}
 	b.probeInterval = b.cfg.ProbeIntervalS.Duration()
+	b.byAdmin = false
+	b.cause = ""
+	b.recent = b.recent[:0]
 }
 
 // probeFailed keeps the engine ejected and backs the next probe off, doubling up to the maximum.

@@ -71,6 +71,7 @@ func (a *engineActor) Receive(ctx actor.Context) {
 		if len(st.cfg.Models) == 0 && st.view.models.Load() == nil {
 			a.discoverModels(ctx)
 		}
+		a.publish(ctx, false)
 		a.schedule(ctx)
 	case *actor.Restarting:
 		st.restarts++
@@ -112,10 +113,13 @@ func (a *engineActor) Receive(ctx actor.Context) {
 
 	case *messages.Eject:
 		prev := st.breaker.state
-		st.breaker.eject(time.Now(), "")
-		st.peer.admin = true
-		if st.breaker.state == prev {
-			a.share(prev) // no transition here, but the operator's word is news to the peers
+		st.probeGen++ // a probe in flight must not readmit the engine behind the operator's back
+		st.breaker.ejectByAdmin(time.Now(), m.Reason)
+		if prev == st.breaker.state { // ejected before, by its failures: now the operator's
+			a.r.log.Info("engine breaker", "engine", st.cfg.Name, "from", prev.String(), "to", st.breaker.state.String(),
+				"by", "admin", "reason", m.Reason)
+			a.publish(ctx, true)
+			a.share(prev) // no transition, but the operator's word is news to the peers
 		}
 		a.transition(ctx, prev)
 		a.schedule(ctx)
@@ -134,24 +138,41 @@ func (a *engineActor) legOutcome(ctx actor.Context, m *messages.LegOutcome) {
 	if m.Fault == nil {
 		st.breaker.success()
 	} else if m.Fault.CountsAgainstEngine() && !a.stallArtifact() {
+		st.breaker.note(failureNote(m))
 		st.breaker.failure(time.Now(), m.Partner)
 	}
 	st.view.streak.Store(int32(st.breaker.streak))
+	st.view.takesOut.Store(st.breaker.takesOut())
 	if st.breaker.state != prev {
 		a.transition(ctx, prev)
 		a.schedule(ctx)
 	}
 }
 
-// transition publishes a breaker state change and counts it.
+// failureNote describes a counted failure for the ejection's cause: its kind and leg, and the
+// partner engine of the attempt.
+func failureNote(m *messages.LegOutcome) string {
+	s := m.Fault.Kind.String() + " on the " + m.Phase.String() + " leg"
+	if m.Partner != "" {
+		s += " (partner " + m.Partner + ")"
+	}
+	return s
+}
+
+// transition publishes a breaker state change and counts it. An ejection's log line says who
+// ejected the engine and why.
 func (a *engineActor) transition(ctx actor.Context, from breakerState) {
-	to := a.st.breaker.state
+	b := &a.st.breaker
+	to := b.state
 	if to == from {
 		return
 	}
 	a.r.metrics.BreakerTransition(a.st.cfg.Name, from.String(), to.String())
-	a.r.log.Info("engine breaker", "engine", a.st.cfg.Name, "from", from.String(), "to", to.String(),
-		"streak", a.st.breaker.streak)
+	attrs := []any{"engine", a.st.cfg.Name, "from", from.String(), "to", to.String(), "streak", b.streak}
+	if to == ejected && (from != probing || b.byAdmin) {
+		attrs = append(attrs, "by", b.ejectedBy(), "reason", b.cause)
+	}
+	a.r.log.Info("engine breaker", attrs...)
 	a.publish(ctx, true)
 	a.share(from)
 }
@@ -162,9 +183,10 @@ func (a *engineActor) publish(ctx actor.Context, notify bool) {
 	st := a.st
 	st.view.placeable.Store(st.breaker.placeable())
 	st.view.streak.Store(int32(st.breaker.streak))
+	st.view.takesOut.Store(st.breaker.takesOut())
 	if notify && ctx.Parent() != nil {
 		ctx.Send(ctx.Parent(), &messages.EngineChanged{Engine: st.cfg.Name, State: st.breaker.state.String(),
-			Placeable: st.breaker.placeable(), HasRoom: st.view.hasRoom()})
+			Placeable: st.breaker.placeable(), HasRoom: st.view.hasRoom(), ByAdmin: st.breaker.byAdmin, Cause: st.breaker.cause})
 	}
 }
 
@@ -182,6 +204,9 @@ func (a *engineActor) schedule(ctx actor.Context) {
 		if st.timers.probe != nil {
 			st.timers.probe.Stop()
 		}
+		if st.breaker.byAdmin {
+			return // only an operator readmits it
+		}
 		st.timers.probe = time.AfterFunc(time.Until(st.breaker.nextProbe), func() { root.Send(self, probeDue{}) })
 	}
 }
@@ -189,13 +214,16 @@ func (a *engineActor) schedule(ctx actor.Context) {
 func (a *engineActor) readmit(ctx actor.Context, m *messages.Readmit) {
 	st := a.st
 	prev := st.breaker.state
+	st.peer.operator = true // what changes here is the operator's word, for the peers too
+	defer func() { st.peer.operator = false }()
 	switch {
-	case m.Force:
+	case m.Force || (prev == ejected && st.breaker.byAdmin):
+		// An operator's ejection ends with the operator's word; a forced readmission skips the
+		// probe an ejection by failures would need.
 		st.probeGen++ // any probe in flight is now stale
 		st.breaker.probeSucceeded()
-		st.peer.admin = true // the operator's word, for the peers too
+		a.r.log.Info("engine readmitted by admin", "engine", st.cfg.Name, "from", prev.String(), "force", m.Force)
 		a.transition(ctx, prev)
-		st.peer.admin = false
 	case prev == quarantined:
 		st.breaker.quarantineEnds = time.Now()
 		st.breaker.quarantineOver(time.Now())
@@ -237,7 +265,11 @@ func (a *engineActor) snapshot() *messages.EngineState {
 		Name: st.cfg.Name, Role: string(st.cfg.Role), State: b.state.String(), Streak: b.streak,
 		Reserved:    reservedSlots(st.view),
 		MaxInflight: st.cfg.MaxInflight, LastProbe: st.lastProbe, Restarts: st.restarts,
+		Readmission: a.r.cfg.Recovery.Readmission, EjectedBy: b.ejectedBy(),
 		DecidedBy: st.peer.by, PeerReason: st.peer.reason,
+	}
+	if s.EjectedBy != "" {
+		s.EjectReason = b.cause
 	}
 	if p := st.view.models.Load(); p != nil {
 		s.Models = *p
@@ -250,7 +282,7 @@ func (a *engineActor) snapshot() *messages.EngineState {
 		t := b.ejectedAt
 		s.EjectedAt = &t
 	}
-	if !b.nextProbe.IsZero() && (b.state == ejected || b.state == probing) {
+	if !b.nextProbe.IsZero() && !b.byAdmin && (b.state == ejected || b.state == probing) {
 		t := b.nextProbe
 		s.NextProbe = &t
 	}

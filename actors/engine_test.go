@@ -7,6 +7,7 @@ import (
 
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/messages"
+	"github.com/narwhal-router/narwhal/transport/fault"
 )
 
 func testRouter(t *testing.T) *Router {
@@ -49,7 +50,7 @@ func describeEngine(t *testing.T, r *Router, name string) messages.EngineState {
 func TestEngineActorRestartKeepsBreakerStateAndReservations(t *testing.T) {
 	r := testRouter(t)
 	d0 := r.fleet.engine("d0")
-	if !d0.reserve(messages.PhaseDecode) {
+	if !d0.reserve(fault.PhaseDecode) {
 		t.Fatal("no decode slot on a fresh engine")
 	}
 	if _, err := r.Eject(context.Background(), "d0", "test"); err != nil {

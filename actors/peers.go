@@ -31,8 +31,8 @@ type peerState struct {
 	reason string
 	// applying is set while a peer verdict is applied, so the transition is not re-published.
 	applying bool
-	// admin marks the current ejection as an operator's.
-	admin bool
+	// operator is set while an operator's eject or readmit is handled here.
+	operator bool
 }
 
 // peerVerdict carries a peer's verdict to the engine actor it is about.
@@ -63,15 +63,18 @@ func (a *engineActor) share(from breakerState) {
 	if a.r.cluster == nil {
 		return
 	}
-	v := cluster.Verdict{Engine: st.cfg.Name, State: b.state.String(), Decided: now, Admin: st.peer.admin}
+	v := cluster.Verdict{Engine: st.cfg.Name, State: b.state.String(), Decided: now, Admin: st.peer.operator || b.byAdmin}
 	switch b.state {
 	case quarantined:
 		v.Until, v.Reason = b.quarantineEnds, "failure quarantine"
 	case ejected:
 		v.Until = b.nextProbe
 		switch {
-		case st.peer.admin:
+		case b.byAdmin:
 			v.Reason = "ejected by an operator"
+			if b.cause != "" {
+				v.Reason += ": " + b.cause
+			}
 		case from == probing:
 			v.Reason = "probe did not pass"
 			if st.lastProbe != nil {
@@ -79,23 +82,23 @@ func (a *engineActor) share(from breakerState) {
 			}
 		default:
 			v.Reason = "ejected after consecutive failures"
+			if b.cause != "" {
+				v.Reason += ": " + b.cause
+			}
 		}
 	case probing:
 		v.Until, v.Reason = now.Add(3*a.r.cfg.Engine.FirstTokenTimeoutS.Duration()), "probe in flight"
 	case admitted:
-		if from == quarantined && !st.peer.admin {
+		if from == quarantined && !st.peer.operator {
 			return // a quarantine that ran out; every node times it itself
 		}
 		v.Reason = "probe passed"
 		if st.lastProbe != nil && st.lastProbe.Reason != "" {
 			v.Reason = st.lastProbe.Reason
 		}
-		if st.peer.admin {
+		if st.peer.operator {
 			v.Reason = "readmitted by an operator"
 		}
-	}
-	if b.state == admitted {
-		st.peer.admin = false
 	}
 	a.r.cluster.Publish(v)
 }
@@ -111,13 +114,25 @@ func (a *engineActor) applyPeer(ctx actor.Context, v cluster.Verdict) {
 	prev := b.state
 	switch v.State {
 	case cluster.StateEjected, cluster.StateProbing:
-		if prev == admitted || prev == quarantined {
+		switch {
+		case v.Admin:
+			if prev == probing {
+				st.probeGen++ // our probe must not readmit the engine behind the operator's back
+			}
+			b.ejectByAdmin(now, v.Reason)
+			if prev == ejected { // no transition, but the standing changed
+				a.publish(ctx, true)
+				a.schedule(ctx) // no probe of an operator's ejection
+			}
+		case b.byAdmin:
+			// An operator's ejection holds until an operator's readmission.
+		case prev == admitted || prev == quarantined:
 			b.eject(now, "")
+			b.cause = v.Reason
 		}
-		if v.Until.After(now) && !v.Admin {
+		if v.Until.After(now) && !b.byAdmin {
 			b.nextProbe = v.Until // follow the prober's cadence
 		}
-		st.peer.admin = v.Admin
 	case cluster.StateQuarantined:
 		if prev == admitted && v.Until.After(now) {
 			b.state, b.quarantineEnds = quarantined, v.Until
@@ -126,7 +141,7 @@ func (a *engineActor) applyPeer(ctx actor.Context, v cluster.Verdict) {
 			a.schedule(ctx)
 		}
 	case cluster.StateAdmitted:
-		if st.peer.admin && !v.Admin {
+		if b.byAdmin && !v.Admin {
 			return // an operator's ejection ends only with an operator's word
 		}
 		if prev != admitted {
@@ -134,7 +149,6 @@ func (a *engineActor) applyPeer(ctx actor.Context, v cluster.Verdict) {
 			b.probeSucceeded()
 			b.quarantineEnds = time.Time{}
 		}
-		st.peer.admin = false
 	default:
 		return
 	}

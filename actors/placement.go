@@ -7,8 +7,8 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/narwhal-router/narwhal/config"
-	"github.com/narwhal-router/narwhal/messages"
 	"github.com/narwhal-router/narwhal/transport"
+	"github.com/narwhal-router/narwhal/transport/fault"
 )
 
 // engineView is an engine as placement sees it, shared by every request supervisor. Its phase
@@ -28,6 +28,9 @@ type engineView struct {
 	slots     atomic.Uint64 // reservations held: prefill in the high 32 bits, decode in the low
 	placeable atomic.Bool   // admitted: neither quarantined nor ejected
 	streak    atomic.Int32  // the breaker's failure streak, so a success is reported only if it matters
+	// takesOut is the consequence of the next counted failure, as the engine actor publishes it:
+	// true when that failure quarantines or ejects the engine (breaker.takesOut).
+	takesOut atomic.Bool
 }
 
 func packSlots(prefill, decode uint32) uint64 { return uint64(prefill)<<32 | uint64(decode) }
@@ -47,14 +50,14 @@ func (v *engineView) load() int {
 }
 
 // reserve takes a slot in phase unless the engine is out of placement or at max_inflight.
-func (v *engineView) reserve(phase messages.Phase) bool {
+func (v *engineView) reserve(phase fault.Phase) bool {
 	for {
 		cur := v.slots.Load()
 		p, d := unpackSlots(cur)
 		if !v.placeable.Load() || (v.maxInflight > 0 && int(p+d) >= v.maxInflight) {
 			return false
 		}
-		if phase == messages.PhasePrefill {
+		if phase == fault.PhasePrefill {
 			p++
 		} else {
 			d++
@@ -66,12 +69,12 @@ func (v *engineView) reserve(phase messages.Phase) bool {
 }
 
 // release returns a slot taken with reserve, reporting whether the engine was full before.
-func (v *engineView) release(phase messages.Phase) (wasFull bool) {
+func (v *engineView) release(phase fault.Phase) (wasFull bool) {
 	for {
 		cur := v.slots.Load()
 		p, d := unpackSlots(cur)
 		wasFull = v.maxInflight > 0 && int(p+d) >= v.maxInflight
-		if phase == messages.PhasePrefill {
+		if phase == fault.PhasePrefill {
 			p--
 		} else {
 			d--
@@ -106,8 +109,8 @@ func (v *engineView) hasRoom() bool {
 	return v.maxInflight == 0 || v.load() < v.maxInflight
 }
 
-func (v *engineView) canServe(p messages.Phase) bool {
-	if p == messages.PhasePrefill {
+func (v *engineView) canServe(p fault.Phase) bool {
+	if p == fault.PhasePrefill {
 		return v.role.CanPrefill()
 	}
 	return v.role.CanDecode()
@@ -135,7 +138,7 @@ const (
 // candidates, the less loaded wins, a tie goes to the first (already random). avoid lists
 // engines to use only if nothing else can serve (a failed engine on retry; the producer, for
 // decode); full lists engines that just refused a slot; exclude lists engines never to use.
-func (f *fleet) pick(phase messages.Phase, model string, avoid, full, exclude []string) (*engineView, scarcity) {
+func (f *fleet) pick(phase fault.Phase, model string, avoid, full, exclude []string) (*engineView, scarcity) {
 	var buf [32]*engineView
 	cands := buf[:0]
 	var preferred [32]*engineView
@@ -180,7 +183,7 @@ func (f *fleet) pick(phase messages.Phase, model string, avoid, full, exclude []
 }
 
 // anyAdmitted returns an admitted engine able to run phase, other than not, or nil.
-func (f *fleet) anyAdmitted(phase messages.Phase, not *engineView) *engineView {
+func (f *fleet) anyAdmitted(phase fault.Phase, not *engineView) *engineView {
 	for _, v := range f.engines {
 		if v != not && v.canServe(phase) && v.placeable.Load() {
 			return v

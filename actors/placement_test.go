@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/narwhal-router/narwhal/config"
-	"github.com/narwhal-router/narwhal/messages"
+	"github.com/narwhal-router/narwhal/transport/fault"
 )
 
 func view(name string, role config.Role, load int32, max int) *engineView {
@@ -30,7 +30,7 @@ func fleetOf(vs ...*engineView) *fleet {
 func TestPickPrefersTheLessLoadedOfTwo(t *testing.T) {
 	f := fleetOf(view("a", config.RoleDecode, 5, 0), view("b", config.RoleDecode, 1, 0))
 	for i := 0; i < 50; i++ {
-		if v, _ := f.pick(messages.PhaseDecode, "m", nil, nil, nil); v.name != "b" {
+		if v, _ := f.pick(fault.PhaseDecode, "m", nil, nil, nil); v.name != "b" {
 			t.Fatalf("picked %s", v.name)
 		}
 	}
@@ -40,7 +40,7 @@ func TestPickBreaksTiesAtRandom(t *testing.T) {
 	f := fleetOf(view("a", config.RoleDecode, 0, 0), view("b", config.RoleDecode, 0, 0))
 	seen := map[string]int{}
 	for i := 0; i < 200; i++ {
-		v, _ := f.pick(messages.PhaseDecode, "m", nil, nil, nil)
+		v, _ := f.pick(fault.PhaseDecode, "m", nil, nil, nil)
 		seen[v.name]++
 	}
 	if seen["a"] < 50 || seen["b"] < 50 {
@@ -50,11 +50,11 @@ func TestPickBreaksTiesAtRandom(t *testing.T) {
 
 func TestPickAvoidsWhileOthersCanServe(t *testing.T) {
 	f := fleetOf(view("p", config.RoleBoth, 0, 0), view("d", config.RoleBoth, 9, 0))
-	if v, _ := f.pick(messages.PhaseDecode, "m", []string{"p"}, nil, nil); v.name != "d" {
+	if v, _ := f.pick(fault.PhaseDecode, "m", []string{"p"}, nil, nil); v.name != "d" {
 		t.Fatalf("picked the avoided engine %s", v.name)
 	}
 	single := fleetOf(view("p", config.RoleBoth, 0, 0))
-	if v, _ := single.pick(messages.PhaseDecode, "m", []string{"p"}, nil, nil); v == nil || v.name != "p" {
+	if v, _ := single.pick(fault.PhaseDecode, "m", []string{"p"}, nil, nil); v == nil || v.name != "p" {
 		t.Fatal("an avoided engine must still serve when it is the only one (same-worker decode)")
 	}
 }
@@ -73,34 +73,34 @@ func TestPickSaysWhyNothingWasFound(t *testing.T) {
 		{"admitted engines are full", fleetOf(full, ejectedView), noRoom},
 	}
 	for _, tc := range cases {
-		if v, why := tc.f.pick(messages.PhaseDecode, "m", nil, nil, nil); v != nil || why != tc.want {
+		if v, why := tc.f.pick(fault.PhaseDecode, "m", nil, nil, nil); v != nil || why != tc.want {
 			t.Errorf("%s: got %v, %v", tc.name, v, why)
 		}
 	}
-	if v, why := fleetOf(view("a", config.RoleDecode, 0, 0)).pick(messages.PhaseDecode, "m", nil, []string{"a"}, nil); v != nil || why != noRoom {
+	if v, why := fleetOf(view("a", config.RoleDecode, 0, 0)).pick(fault.PhaseDecode, "m", nil, []string{"a"}, nil); v != nil || why != noRoom {
 		t.Errorf("an engine that refused a slot: %v %v", v, why)
 	}
-	if v, why := fleetOf(view("a", config.RoleDecode, 0, 0)).pick(messages.PhaseDecode, "m", nil, nil, []string{"a"}); v != nil || why != noAdmitted {
+	if v, why := fleetOf(view("a", config.RoleDecode, 0, 0)).pick(fault.PhaseDecode, "m", nil, nil, []string{"a"}); v != nil || why != noAdmitted {
 		t.Errorf("an excluded engine: %v %v", v, why)
 	}
 }
 
 func TestReserveHonoursMaxInflightAndPlaceability(t *testing.T) {
 	v := view("a", config.RoleBoth, 0, 2)
-	if !v.reserve(messages.PhasePrefill) || !v.reserve(messages.PhaseDecode) {
+	if !v.reserve(fault.PhasePrefill) || !v.reserve(fault.PhaseDecode) {
 		t.Fatal("two slots on an engine with max_inflight 2")
 	}
-	if v.reserve(messages.PhaseDecode) {
+	if v.reserve(fault.PhaseDecode) {
 		t.Fatal("a third slot past max_inflight")
 	}
 	if p, d := v.reserved(); p != 1 || d != 1 {
 		t.Fatalf("reserved %d/%d", p, d)
 	}
-	if !v.release(messages.PhaseDecode) {
+	if !v.release(fault.PhaseDecode) {
 		t.Fatal("release did not report the engine was full")
 	}
 	v.placeable.Store(false)
-	if v.reserve(messages.PhaseDecode) {
+	if v.reserve(fault.PhaseDecode) {
 		t.Fatal("a slot on an engine out of placement")
 	}
 }
@@ -114,7 +114,7 @@ func TestReserveIsExactUnderContention(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 0; i < 50; i++ {
-				if v.reserve(messages.PhaseDecode) {
+				if v.reserve(fault.PhaseDecode) {
 					granted.Add(1)
 				}
 			}

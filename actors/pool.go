@@ -6,6 +6,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/narwhal-router/narwhal/messages"
+	"github.com/narwhal-router/narwhal/transport/fault"
 )
 
 // poolActor is the parent of the engine actors and the admission queue: requests that found no
@@ -18,6 +19,9 @@ type poolActor struct {
 	// were all ejected and restarted together, until one of them is admitted again.
 	breaker map[string]string
 	inWave  [2]bool
+	// byAdmin marks engines an operator ejected; cause is what ejected each engine.
+	byAdmin map[string]bool
+	cause   map[string]string
 }
 
 type waiter struct {
@@ -37,7 +41,7 @@ var engineSupervision = actor.NewOneForOneStrategy(100, time.Minute, func(any) a
 func (p *poolActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
-		p.breaker = map[string]string{}
+		p.breaker, p.byAdmin, p.cause = map[string]string{}, map[string]bool{}, map[string]string{}
 		for _, st := range p.states {
 			st := st
 			props := actor.PropsFromProducer(func() actor.Actor { return &engineActor{r: p.r, st: st} }, inline)
@@ -74,7 +78,7 @@ func (p *poolActor) Receive(ctx actor.Context) {
 			p.wake(ctx, v)
 		}
 	case *messages.EngineChanged:
-		p.breaker[m.Engine] = m.State
+		p.breaker[m.Engine], p.byAdmin[m.Engine], p.cause[m.Engine] = m.State, m.ByAdmin, m.Cause
 		if m.Placeable && m.HasRoom {
 			p.wake(ctx, p.r.fleet.engine(m.Engine))
 		}
@@ -86,11 +90,13 @@ func (p *poolActor) Receive(ctx actor.Context) {
 // at once, the fault is fleet-wide (a bad deploy, a network partition), so the engine actors of
 // that wave are restarted together and all probed at once instead of one by one on their
 // backed-off cadences. Requests meanwhile get fast 503s (no admitted engine) rather than
-// queueing. Probes still decide readmission, engine by engine.
+// queueing. Probes still decide readmission, engine by engine. Engines an operator ejected are
+// not part of a wave: they stay out until the operator readmits them, and a role ejected
+// entirely by its operator is maintenance, not a fault.
 func (p *poolActor) checkWaves(ctx actor.Context) {
-	for _, phase := range []messages.Phase{messages.PhasePrefill, messages.PhaseDecode} {
+	for _, phase := range []fault.Phase{fault.PhasePrefill, fault.PhaseDecode} {
 		var wave []*actor.PID
-		var names []string
+		var names, causes []string
 		all := true
 		for _, v := range p.r.fleet.engines {
 			if !v.canServe(phase) {
@@ -100,8 +106,12 @@ func (p *poolActor) checkWaves(ctx actor.Context) {
 				all = false
 				break
 			}
+			if p.byAdmin[v.name] {
+				continue
+			}
 			wave = append(wave, v.pid)
 			names = append(names, v.name)
+			causes = append(causes, v.name+": "+p.cause[v.name])
 		}
 		switch {
 		case !all || len(wave) == 0:
@@ -109,7 +119,8 @@ func (p *poolActor) checkWaves(ctx actor.Context) {
 		case !p.inWave[phase]:
 			p.inWave[phase] = true
 			p.r.metrics.WaveRestart(phase.String())
-			p.r.log.Warn("every engine of a role is ejected: restarting the wave and probing it", "role", phase.String(), "engines", names)
+			p.r.log.Warn("every engine of a role is ejected: restarting the wave and probing it", "role", phase.String(),
+				"engines", names, "failures", causes)
 			ctx.(actor.Supervisor).RestartChildren(wave...)
 			for _, pid := range wave {
 				ctx.Send(pid, &messages.ProbeNow{})

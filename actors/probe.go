@@ -10,6 +10,7 @@ import (
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/messages"
 	"github.com/narwhal-router/narwhal/transport"
+	"github.com/narwhal-router/narwhal/transport/fault"
 )
 
 // Probe results.
@@ -22,8 +23,8 @@ const (
 // startProbe moves an ejected engine to probing and runs its readmission check off the actor.
 func (a *engineActor) startProbe(ctx actor.Context) {
 	st := a.st
-	if st.breaker.state != ejected {
-		return
+	if st.breaker.state != ejected || st.breaker.byAdmin {
+		return // an operator's ejection holds until an operator readmits
 	}
 	st.breaker.probeStarted()
 	a.transition(ctx, ejected)
@@ -41,7 +42,7 @@ func (a *engineActor) probeFinished(ctx actor.Context, m probeFinished) {
 	out := m.outcome
 	st.lastProbe = &out
 	a.r.metrics.ProbeResult(st.cfg.Name, out.Result)
-	a.r.log.Info("engine probe", "engine", st.cfg.Name, "result", out.Result, "reason", out.Reason, "partner", out.Partner)
+	a.r.log.Info("engine probe", "engine", st.cfg.Name, "mode", out.Mode, "result", out.Result, "reason", out.Reason, "partner", out.Partner)
 	now := time.Now()
 	switch out.Result {
 	case probeSuccess:
@@ -64,20 +65,23 @@ func (r *Router) planProbe(st *engineState) *probe {
 	switch {
 	case st.cfg.Role == config.RoleDecode || (st.cfg.Role == config.RoleBoth && partner != nil):
 		if partner == nil {
-			partner = r.fleet.anyAdmitted(messages.PhasePrefill, st.view)
+			partner = r.fleet.anyAdmitted(fault.PhasePrefill, st.view)
 		}
 		p.producer, p.consumer, p.targetIsConsumer = partner, st.view, true
 	case st.cfg.Role == config.RolePrefill:
-		p.producer, p.consumer = st.view, r.fleet.anyAdmitted(messages.PhaseDecode, st.view)
+		p.producer, p.consumer = st.view, r.fleet.anyAdmitted(fault.PhaseDecode, st.view)
 	default:
 		p.producer, p.consumer = st.view, st.view
 	}
 	return p
 }
 
-// probe is one readmission check. Without engine_contract it is a /health check (development
-// fleets); with one, it validates the engine's lifecycle (model, version, identity, connector)
-// and runs a real tiny inference through a prefill and a decode leg.
+// probe is one readmission check. By default (recovery.readmission: probe) it runs a real tiny
+// inference through a prefill and a decode leg, each bounded by engine.first_token_timeout_s,
+// and with engine_contract it first validates the engine's lifecycle (model, version, identity,
+// connector). A development fleet that opts in (recovery.readmission: health) is readmitted by
+// a successful /health check instead, which cannot see an engine that answers /health while
+// its generations hang.
 type probe struct {
 	r        *Router
 	target   *engineView
@@ -99,7 +103,7 @@ func (p *probe) partner() *engineView {
 }
 
 func (p *probe) result(result, format string, args ...any) messages.Probe {
-	out := messages.Probe{At: time.Now(), Result: result, Reason: fmt.Sprintf(format, args...)}
+	out := messages.Probe{At: time.Now(), Result: result, Reason: fmt.Sprintf(format, args...), Mode: p.r.cfg.Recovery.Readmission}
 	if partner := p.partner(); partner != nil {
 		out.Partner = partner.name
 	}
@@ -112,19 +116,22 @@ func (p *probe) run() messages.Probe {
 	contract := p.r.cfg.EngineContract
 	ctx, cancel := context.WithTimeout(context.Background(), 3*p.legTimeout())
 	defer cancel()
-	if contract == nil {
+	if p.r.cfg.Recovery.Readmission == config.ReadmissionHealth {
 		if err := p.target.client.Health(ctx); err != nil {
 			return p.result(probeFailure, "health check: %v", err)
 		}
 		return p.result(probeSuccess, "health check passed")
 	}
-	if err := transport.CheckContract(ctx, p.target.client, contract); err != nil {
-		return p.result(probeFailure, "lifecycle: %v", err)
+	var model string
+	if contract != nil {
+		if err := transport.CheckContract(ctx, p.target.client, contract); err != nil {
+			return p.result(probeFailure, "lifecycle: %v", err)
+		}
+		model = contract.Model
 	}
 	if p.producer == nil {
 		return p.result(probeInconclusive, "no admitted producer to make a handoff")
 	}
-	model := contract.Model
 	if model == "" {
 		model = p.target.firstModel()
 	}
@@ -137,17 +144,20 @@ func (p *probe) run() messages.Probe {
 	}
 	_, err := transport.ProbeTransfer(ctx, p.producer.client, consumer, model, p.legTimeout())
 	if err == nil {
+		if contract != nil {
+			return p.result(probeSuccess, "lifecycle validated, inference probe completed")
+		}
 		return p.result(probeSuccess, "inference probe completed")
 	}
 	// Which side failed decides: the target's own leg failing is a failure, the partner's
 	// leg failing says nothing about the target.
-	leg := transport.LegDecode
-	if f, ok := transport.AsFault(err); ok {
-		leg = f.Leg
+	leg := fault.PhaseDecode
+	if f, ok := fault.As(err); ok {
+		leg = f.Phase
 	}
-	targetLeg := transport.LegPrefill
+	targetLeg := fault.PhasePrefill
 	if p.targetIsConsumer {
-		targetLeg = transport.LegDecode
+		targetLeg = fault.PhaseDecode
 	}
 	if p.producer == p.consumer || leg == targetLeg {
 		return p.result(probeFailure, "%v", err)

@@ -2,7 +2,6 @@ package actors
 
 import (
 	"errors"
-	"strconv"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -10,7 +9,8 @@ import (
 
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/messages"
-	"github.com/narwhal-router/narwhal/transport"
+	"github.com/narwhal-router/narwhal/transport/fault"
+	"github.com/narwhal-router/narwhal/transport/ingress"
 )
 
 // reqPhase is where a request stands in its life.
@@ -40,9 +40,6 @@ const (
 // errShutdown cancels requests still running when the shutdown grace period ends.
 var errShutdown = errors.New("the router is shutting down")
 
-// Abort asks a request supervisor to cancel its request (router shutdown).
-type Abort struct{}
-
 // requestSupervisor owns one client request from admission to cleanup: placement and the phase
 // reservations, each attempt's plan, handoff policy, retries, the answer before commit, and
 // the release of everything it holds. It decides; the request's own ingress goroutine carries
@@ -51,7 +48,7 @@ type Abort struct{}
 // supervisor never blocks: a hang-up, a timer or a shutdown is handled the moment it arrives.
 type requestSupervisor struct {
 	r    *Router
-	x    *transport.Exchange
+	x    *ingress.Exchange
 	self *actor.PID
 
 	phase      reqPhase
@@ -73,10 +70,13 @@ type requestSupervisor struct {
 	// measurements, all from x.Arrival
 	ttft, firstByte, handoffAge time.Duration
 	decodeStart                 time.Time
-	lastFault                   *transport.Fault
-	end                         transport.StreamEnd
-	status                      int
-	outcome                     string
+	lastFault                   *fault.Fault
+	// failures are this request's failed legs before commit that count against their engines,
+	// held until the request's fate decides whom they blame (judge).
+	failures []heldFailure
+	end      messages.StreamFinished
+	status   int
+	outcome  string
 }
 
 func (s *requestSupervisor) Receive(ctx actor.Context) {
@@ -87,12 +87,12 @@ func (s *requestSupervisor) Receive(ctx actor.Context) {
 		s.r.budget.deposit()
 		s.startAttempt(ctx)
 	case *messages.AttemptEnded:
-		s.onAttemptEnded(ctx, &m.Outcome)
+		s.onAttemptEnded(ctx, m)
 	case *messages.StreamFinished:
 		s.onStreamFinished(ctx, m)
 	case *messages.ClientGone:
 		s.onClientGone(ctx)
-	case *Abort:
+	case *messages.Abort:
 		s.abort(ctx)
 	case *messages.CapacityAvailable:
 		if s.phase == phaseQueued {
@@ -109,7 +109,7 @@ func (s *requestSupervisor) Receive(ctx actor.Context) {
 		if s.phase == phaseQueued {
 			s.stopWaiting(ctx)
 			if !time.Now().Before(s.x.Deadline) {
-				s.respondFault(ctx, &transport.Fault{Kind: transport.FaultDeadline, Detail: "the request deadline passed while waiting for an engine"})
+				s.respondFault(ctx, &fault.Fault{Kind: fault.Deadline, Detail: "the request deadline passed while waiting for an engine"})
 				return
 			}
 			s.reject(ctx, 503, "no engine had room within admission.queue_timeout_s", "queue_timeout")
@@ -117,7 +117,7 @@ func (s *requestSupervisor) Receive(ctx actor.Context) {
 	case *messages.Describe:
 		ctx.Respond(s.snapshot())
 	case *actor.Stopped:
-		s.cleanupAbnormalStop()
+		s.cleanupAbnormalStop(ctx)
 	}
 }
 
@@ -137,25 +137,25 @@ func (s *requestSupervisor) place(ctx actor.Context) {
 	s.phase = phasePlacing
 	model := s.x.Body.Model
 	for {
-		prod, why := s.r.fleet.pick(messages.PhasePrefill, model, s.avoid, s.full, s.exclude)
+		prod, why := s.r.fleet.pick(fault.PhasePrefill, model, s.avoid, s.full, s.exclude)
 		if prod == nil {
-			s.noPlacement(ctx, why, messages.PhasePrefill)
+			s.noPlacement(ctx, why, fault.PhasePrefill)
 			return
 		}
-		cons, why := s.r.fleet.pick(messages.PhaseDecode, model, append(s.avoid[:len(s.avoid):len(s.avoid)], prod.name), s.full, s.exclude)
+		cons, why := s.r.fleet.pick(fault.PhaseDecode, model, append(s.avoid[:len(s.avoid):len(s.avoid)], prod.name), s.full, s.exclude)
 		if cons == nil {
-			s.noPlacement(ctx, why, messages.PhaseDecode)
+			s.noPlacement(ctx, why, fault.PhaseDecode)
 			return
 		}
 		// The views were read a moment ago; the slots are the authority. A refusal narrows the
 		// next round, so the loop ends.
-		if !prod.reserve(messages.PhasePrefill) {
+		if !prod.reserve(fault.PhasePrefill) {
 			s.full = append(s.full, prod.name)
 			continue
 		}
-		if !cons.reserve(messages.PhaseDecode) {
-			s.held[messages.PhasePrefill] = prod
-			s.release(ctx, messages.PhasePrefill, nil, true)
+		if !cons.reserve(fault.PhaseDecode) {
+			s.held[fault.PhasePrefill] = prod
+			s.release(ctx, fault.PhasePrefill, nil, true)
 			s.full = append(s.full, cons.name)
 			continue
 		}
@@ -166,18 +166,18 @@ func (s *requestSupervisor) place(ctx actor.Context) {
 		break
 	}
 	s.phase = phaseRunning
-	s.x.Send(transport.Command{Plan: &transport.Plan{
+	s.x.Send(ingress.Command{Plan: &ingress.Plan{
 		Attempt:          s.attempt,
 		BackendRequestID: s.backendID,
 		Producer:         s.producer.client,
 		Consumer:         s.consumer.client,
 		SameWorker:       s.producer == s.consumer,
-		FailOnMissing:    s.r.cfg.Handoff.OnMissing == config.OnMissingFail,
-		MaxHandoffAge:    s.r.cfg.Handoff.MaxAgeS.Duration(),
+		FailOnMissing:    s.r.rt.Request.FailOnMissing,
+		MaxHandoffAge:    s.r.rt.Request.MaxHandoffAge,
 	}})
 }
 
-func (s *requestSupervisor) noPlacement(ctx actor.Context, why scarcity, phase messages.Phase) {
+func (s *requestSupervisor) noPlacement(ctx actor.Context, why scarcity, phase fault.Phase) {
 	if why == noAdmitted && s.lastFault != nil {
 		// A retry with nowhere to go (the other engines pushed back or are out of placement):
 		// the client learns what failed, not that the fleet has no engine.
@@ -197,11 +197,11 @@ func (s *requestSupervisor) noPlacement(ctx actor.Context, why scarcity, phase m
 // await queues the request until an engine frees a slot, bounded by admission.queue_timeout_s
 // and the request deadline.
 func (s *requestSupervisor) await(ctx actor.Context) {
-	if s.r.cfg.Admission.MaxQueue == 0 {
+	if s.r.rt.Request.MaxQueue == 0 {
 		s.reject(ctx, 503, "no engine has room for the request", "no_capacity")
 		return
 	}
-	wait := min(s.r.cfg.Admission.QueueTimeoutS.Duration(), time.Until(s.x.Deadline))
+	wait := min(s.r.rt.Request.QueueTimeout, time.Until(s.x.Deadline))
 	if wait <= 0 {
 		s.reject(ctx, 503, "no engine has room for the request", "no_capacity")
 		return
@@ -228,7 +228,7 @@ func (s *requestSupervisor) stopQueueTimer() {
 }
 
 // onAttemptEnded takes ingress's report of the planned attempt: the commit, or the fault.
-func (s *requestSupervisor) onAttemptEnded(ctx actor.Context, o *transport.Outcome) {
+func (s *requestSupervisor) onAttemptEnded(ctx actor.Context, o *messages.AttemptEnded) {
 	if o.Attempt != s.attempt || s.phase != phaseRunning {
 		return // unreachable: one attempt runs at a time
 	}
@@ -242,34 +242,37 @@ func (s *requestSupervisor) onAttemptEnded(ctx actor.Context, o *transport.Outco
 	if o.MissingDescriptor {
 		s.r.metrics.MissingDescriptor(s.producer.name, config.OnMissingRecompute)
 	}
-	if o.Stream != nil {
+	if o.Committed {
 		// Committed. The first token means the KV cache has moved: the producer's part is over.
-		s.firstByte = o.Stream.FirstTokenAt.Sub(s.x.Arrival)
+		s.firstByte = o.FirstTokenAt.Sub(s.x.Arrival)
 		s.phase = phaseStreaming
-		s.release(ctx, messages.PhasePrefill, nil, false)
+		s.r.commits.Add(1)
+		s.judge(ctx, true)
+		s.release(ctx, fault.PhasePrefill, nil, false)
 		return // ingress relays the stream; a hang-up meanwhile shows in StreamFinished
 	}
 	f := o.Fault
-	if f.Kind == transport.FaultMissingDescriptor {
+	if f.Kind == fault.MissingDescriptor {
 		s.r.metrics.MissingDescriptor(s.producer.name, config.OnMissingFail)
 	}
-	cancelled := f.Kind == transport.FaultCanceled || f.Kind == transport.FaultAborted
-	if f.Leg == transport.LegPrefill { // the prefill, or the handoff it made: the consumer never ran
-		s.release(ctx, messages.PhasePrefill, f, cancelled)
-		s.release(ctx, messages.PhaseDecode, nil, true)
+	// The request ended on our side (client gone, shutdown): nothing to learn about the engine.
+	cancelled := f.RouterSide()
+	if f.Phase == fault.PhasePrefill { // the prefill, or the handoff it made: the consumer never ran
+		s.release(ctx, fault.PhasePrefill, f, cancelled)
+		s.release(ctx, fault.PhaseDecode, nil, true)
 	} else {
-		s.release(ctx, messages.PhasePrefill, nil, cancelled)
-		s.release(ctx, messages.PhaseDecode, f, cancelled)
+		s.release(ctx, fault.PhasePrefill, nil, cancelled)
+		s.release(ctx, fault.PhaseDecode, f, cancelled)
 	}
 	s.fail(ctx, f)
 }
 
 func (s *requestSupervisor) onStreamFinished(ctx actor.Context, m *messages.StreamFinished) {
-	s.end = m.End
-	switch f := m.End.Fault; {
-	case m.End.ClientGone:
+	s.end = *m
+	switch f := m.Fault; {
+	case m.ClientGone:
 		s.r.metrics.ClientDisconnect(phaseStreaming.String())
-		s.release(ctx, messages.PhaseDecode, nil, true)
+		s.release(ctx, fault.PhaseDecode, nil, true)
 		status := 200
 		if !s.x.Body.Stream { // the assembled response was never sent
 			status = 0
@@ -277,15 +280,15 @@ func (s *requestSupervisor) onStreamFinished(ctx actor.Context, m *messages.Stre
 		s.finalize(ctx, status, outcomeClientGone)
 	case f != nil:
 		s.lastFault = f
-		s.r.metrics.EngineFault(f.Engine, f.Leg.String(), f.Kind.String(), f.Reason)
-		s.release(ctx, messages.PhaseDecode, f, f.Kind == transport.FaultAborted)
+		s.r.metrics.EngineFault(f.Engine, f.Phase.String(), f.Kind.String(), f.Reason)
+		s.release(ctx, fault.PhaseDecode, f, f.RouterSide())
 		status := 200
 		if !s.x.Body.Stream { // nothing was sent yet: the client got an error status
 			status = f.ClientStatus()
 		}
 		s.finalize(ctx, status, outcomeStreamError)
 	default:
-		s.release(ctx, messages.PhaseDecode, nil, false)
+		s.release(ctx, fault.PhaseDecode, nil, false)
 		s.finalize(ctx, 200, outcomeSuccess)
 	}
 }
@@ -295,7 +298,7 @@ func (s *requestSupervisor) onClientGone(ctx actor.Context) {
 		return
 	}
 	s.gone = true
-	s.x.Abort(transport.ErrClientGone)
+	s.x.Abort(fault.ErrClientGone)
 	if s.phase == phaseQueued {
 		s.stopQueueTimer()
 		s.stopWaiting(ctx)
@@ -317,27 +320,27 @@ func (s *requestSupervisor) abort(ctx actor.Context) {
 }
 
 func (s *requestSupervisor) respondShutdown(ctx actor.Context) {
-	s.respondFault(ctx, &transport.Fault{Kind: transport.FaultAborted, Detail: errShutdown.Error(), Err: errShutdown})
+	s.respondFault(ctx, &fault.Fault{Kind: fault.Aborted, Detail: errShutdown.Error(), Err: errShutdown})
 }
 
 // fail decides between a fresh attempt and an error response (SPEC §8): a retry only for a
 // transient fault, before visible output, within the attempts, the deadline and the budget.
-func (s *requestSupervisor) fail(ctx actor.Context, f *transport.Fault) {
+func (s *requestSupervisor) fail(ctx actor.Context, f *fault.Fault) {
 	s.lastFault = f
 	if s.gone {
 		s.finishGone(ctx)
 		return
 	}
-	if f.Kind == transport.FaultCanceled || f.Kind == transport.FaultAborted {
+	if f.RouterSide() {
 		s.respondFault(ctx, f)
 		return
 	}
-	s.r.metrics.EngineFault(f.Engine, f.Leg.String(), f.Kind.String(), f.Reason)
-	if f.Retriable() && s.attempt < s.r.cfg.Recovery.MaxAttempts && time.Now().Before(s.x.Deadline) {
+	s.r.metrics.EngineFault(f.Engine, f.Phase.String(), f.Kind.String(), f.Reason)
+	if f.Retriable() && s.attempt < s.r.rt.Request.MaxAttempts && time.Now().Before(s.x.Deadline) {
 		if s.r.budget.tryRetry() {
 			s.r.metrics.Retry(f.Kind.String())
 			switch {
-			case f.Kind == transport.FaultBackpressure, s.breakerTakesOut(f):
+			case f.Shuns(), s.breakerTakesOut(f):
 				s.exclude = append(s.exclude, f.Engine)
 			case !contains(s.avoid, f.Engine):
 				s.avoid = append(s.avoid, f.Engine)
@@ -350,22 +353,82 @@ func (s *requestSupervisor) fail(ctx actor.Context, f *transport.Fault) {
 	s.respondFault(ctx, f)
 }
 
-// breakerTakesOut says the fault just reported will take its engine out of placement (a
-// quarantine, or the failure that completes the ejection streak). The engine actor applies it a
-// moment later; the retry must not land there in that moment.
-func (s *requestSupervisor) breakerTakesOut(f *transport.Fault) bool {
+// breakerTakesOut says the fault just seen would take its engine out of placement once counted
+// (a quarantine, or the failure that completes the ejection streak), as the engine actor
+// publishes it. The breaker hears of the failure when the request's fate is known (judge); the
+// retry must not land there meanwhile.
+func (s *requestSupervisor) breakerTakesOut(f *fault.Fault) bool {
 	e := s.r.fleet.engine(f.Engine)
-	if e == nil || !f.CountsAgainstEngine() {
-		return false
-	}
-	rc := s.r.cfg.Recovery
-	return rc.FailureQuarantineS > 0 || int(e.streak.Load())+1 >= rc.EjectAfter
+	return e != nil && f.CountsAgainstEngine() && e.takesOut.Load()
 }
 
-func (s *requestSupervisor) respondFault(ctx actor.Context, f *transport.Fault) {
+// heldFailure is a failed leg waiting for judgment, with the report its engine would get.
+type heldFailure struct {
+	engine *engineView
+	fault  *fault.Fault
+	report *messages.LegOutcome
+}
+
+// judge decides whom the request's failed legs blame, once its fate is known, and tells the
+// breakers. A failure that follows the request rather than the engine — a prompt that makes
+// every engine hang or fail — must not eject a healthy fleet, so:
+//
+//   - if the request went on to commit on some engine, every earlier failure was its engine's:
+//     each is counted;
+//   - if it never committed and failed the same way (leg, fault kind, status) on two or more
+//     engines, those failures are the request's: none extends a streak, each is counted in
+//     request_attributed_failures;
+//   - everything else (a single failure, failures of different kinds) is counted as before.
+//
+// Attribution also needs evidence that the fleet serves other requests: some request committed
+// since failures were last attributed. A fleet where every engine fails every request looks
+// like a stream of poison requests; without that evidence its failures are counted, so it is
+// still ejected (and the whole-wave policy applies).
+func (s *requestSupervisor) judge(ctx actor.Context, committed bool) {
+	fs := s.failures
+	if len(fs) == 0 {
+		return
+	}
+	s.failures = nil
+	blamed := make([]bool, len(fs))
+	suspect := false
+	if !committed {
+		for i := range fs {
+			for j := range fs {
+				if sameWay(fs[i].fault, fs[j].fault) {
+					blamed[i], suspect = true, true
+				}
+			}
+		}
+	}
+	if suspect {
+		if c := s.r.commits.Load(); c > s.r.attributedAt.Load() {
+			s.r.attributedAt.Store(c)
+		} else {
+			clear(blamed)
+		}
+	}
+	for i, f := range fs {
+		if blamed[i] {
+			s.r.metrics.RequestAttributedFailure(f.fault.Phase.String(), f.fault.Kind.String())
+			s.r.log.Debug("failure attributed to the request", "request_id", s.x.ID, "engine", f.engine.name,
+				"leg", f.fault.Phase.String(), "kind", f.fault.Kind.String())
+			continue
+		}
+		ctx.Send(f.engine.pid, f.report)
+	}
+}
+
+// sameWay says two failures of one request on different engines look alike: the same leg, the
+// same fault kind and the same engine status.
+func sameWay(a, b *fault.Fault) bool {
+	return a.Engine != b.Engine && a.Phase == b.Phase && a.Kind == b.Kind && a.Status == b.Status
+}
+
+func (s *requestSupervisor) respondFault(ctx actor.Context, f *fault.Fault) {
 	s.lastFault = f
 	status := f.ClientStatus()
-	v := transport.Verdict{Status: status, Body: transport.FaultEnvelope(f), Timing: s.timing(), Routing: s.routing()}
+	v := ingress.Verdict{Status: status, Body: fault.FaultEnvelope(f), Timing: s.timing(), Routing: s.routing()}
 	if status == 503 {
 		v.RetryAfter = f.RetryAfter
 		if v.RetryAfter == "" {
@@ -378,8 +441,8 @@ func (s *requestSupervisor) respondFault(ctx actor.Context, f *transport.Fault) 
 
 // reject answers a request that could not be placed.
 func (s *requestSupervisor) reject(ctx actor.Context, status int, message, code string) {
-	v := transport.Verdict{Status: status, Timing: s.timing(), Routing: s.routing(),
-		Body: transport.AppendErrorEnvelope(nil, transport.ErrorBody{Message: message, Code: code, Type: errorTypeFor(status)})}
+	v := ingress.Verdict{Status: status, Timing: s.timing(), Routing: s.routing(),
+		Body: fault.AppendErrorEnvelope(nil, fault.ErrorBody{Message: message, Code: code, Type: errorTypeFor(status)})}
 	if status == 503 {
 		v.RetryAfter = s.retryAfter()
 		s.r.metrics.AdmissionRejected(code)
@@ -389,7 +452,7 @@ func (s *requestSupervisor) reject(ctx actor.Context, status int, message, code 
 }
 
 func (s *requestSupervisor) retryAfter() string {
-	return strconv.Itoa(max(1, int(s.r.cfg.Recovery.ProbeIntervalS)))
+	return s.r.rt.Request.RetryAfter
 }
 
 func errorTypeFor(status int) string {
@@ -401,23 +464,23 @@ func errorTypeFor(status int) string {
 
 func (s *requestSupervisor) finishGone(ctx actor.Context) {
 	s.r.metrics.ClientDisconnect(s.phase.String())
-	s.answer(transport.Verdict{})
+	s.answer(ingress.Verdict{})
 	s.finalize(ctx, 0, outcomeClientGone)
 }
 
 // answer gives ingress its final command. It is only ever called while ingress waits for one:
 // after the dispatch, after a failed attempt, or while queued.
-func (s *requestSupervisor) answer(v transport.Verdict) {
+func (s *requestSupervisor) answer(v ingress.Verdict) {
 	if !s.answered {
 		s.answered = true
-		s.x.Send(transport.Command{Verdict: v})
+		s.x.Send(ingress.Command{Verdict: v})
 	}
 }
 
 // release returns the slot held for phase and tells the engine's breaker what it needs to know:
 // a fault that counts against it, or a success while it has a streak to reset. neutral says
 // the leg's end says nothing about the engine.
-func (s *requestSupervisor) release(ctx actor.Context, phase messages.Phase, f *transport.Fault, neutral bool) {
+func (s *requestSupervisor) release(ctx actor.Context, phase fault.Phase, f *fault.Fault, neutral bool) {
 	e := s.held[phase]
 	if e == nil {
 		return
@@ -432,11 +495,15 @@ func (s *requestSupervisor) release(ctx actor.Context, phase messages.Phase, f *
 	}
 	out := &messages.LegOutcome{Phase: phase, Fault: f}
 	partner := s.consumer
-	if phase == messages.PhaseDecode {
+	if phase == fault.PhaseDecode {
 		partner = s.producer
 	}
 	if partner != nil && partner != e {
 		out.Partner = partner.name
+	}
+	if f != nil && s.phase != phaseStreaming {
+		s.failures = append(s.failures, heldFailure{engine: e, fault: f, report: out})
+		return // judged when the request's fate is known
 	}
 	ctx.Send(e.pid, out)
 }
@@ -452,11 +519,12 @@ func (s *requestSupervisor) finalize(ctx actor.Context, status int, outcome stri
 		return
 	}
 	s.finalized = true
+	s.judge(ctx, false) // failures still held: the request never committed
 	s.phase = phaseDone
 	s.status, s.outcome = status, outcome
 	s.stopQueueTimer()
-	s.release(ctx, messages.PhasePrefill, nil, true)
-	s.release(ctx, messages.PhaseDecode, nil, true)
+	s.release(ctx, fault.PhasePrefill, nil, true)
+	s.release(ctx, fault.PhaseDecode, nil, true)
 	s.x.Abort(errFinished) // nothing of the request may run on
 	s.r.requestDone(s)
 	ctx.Stop(s.self)
@@ -465,33 +533,35 @@ func (s *requestSupervisor) finalize(ctx actor.Context, status int, outcome stri
 var errFinished = errors.New("request finished")
 
 // cleanupAbnormalStop runs when the supervisor stops; after a panic it answers the client (once
-// ingress is back from a running attempt), releases every slot and cancels what still runs.
-func (s *requestSupervisor) cleanupAbnormalStop() {
+// ingress is back from a running attempt), releases every slot and cancels what still runs. The
+// slots go back through release, like any other: a queued request is woken for the freed slot
+// and the slot gauges are updated; the breaker hears nothing (a crash says nothing of the engine).
+func (s *requestSupervisor) cleanupAbnormalStop(ctx actor.Context) {
 	if s.finalized {
 		return
 	}
 	s.finalized = true
 	s.x.Abort(errors.New("request supervisor crashed"))
 	if s.phase != phaseStreaming {
-		s.answer(transport.Verdict{Status: 500, Body: transport.AppendErrorEnvelope(nil,
-			transport.ErrorBody{Message: "internal error in the router", Type: "server_error", Code: "internal_error"})})
+		s.answer(ingress.Verdict{Status: 500, Body: fault.AppendErrorEnvelope(nil,
+			fault.ErrorBody{Message: "internal error in the router", Type: "server_error", Code: "internal_error"})})
 	}
-	for p, e := range s.held {
-		if e != nil {
-			e.release(messages.Phase(p))
-			s.held[p] = nil
-		}
+	s.release(ctx, fault.PhasePrefill, nil, true)
+	s.release(ctx, fault.PhaseDecode, nil, true)
+	for _, f := range s.failures { // no judgment after a crash: each failure counts
+		s.r.root.Send(f.engine.pid, f.report)
 	}
+	s.failures = nil
 	s.status, s.outcome = 500, outcomeError
 	s.r.requestDone(s)
 }
 
-func (s *requestSupervisor) timing() transport.Timing {
-	return transport.Timing{TTFT: s.ttft, FirstByte: s.firstByte}
+func (s *requestSupervisor) timing() ingress.Timing {
+	return ingress.Timing{TTFT: s.ttft, FirstByte: s.firstByte}
 }
 
-func (s *requestSupervisor) routing() transport.Routing {
-	r := transport.Routing{Attempts: s.attempt}
+func (s *requestSupervisor) routing() ingress.Routing {
+	r := ingress.Routing{Attempts: s.attempt}
 	if s.producer != nil {
 		r.Producer = s.producer.name
 	}
@@ -508,12 +578,11 @@ func (s *requestSupervisor) snapshot() *messages.RequestState {
 	}
 	switch s.phase {
 	case phaseRunning:
-		leg, prefillStart := s.x.Progress()
-		switch leg {
-		case transport.ProgressPrefill:
-			st.Phase = "prefill"
-		case transport.ProgressDecode:
-			st.Phase = "decode"
+		leg, running, prefillStart := s.x.Progress()
+		if running {
+			st.Phase = leg.String()
+		}
+		if running && leg == fault.PhaseDecode {
 			st.HandoffAgeS = time.Since(prefillStart).Seconds()
 		}
 	case phaseStreaming:
@@ -522,10 +591,10 @@ func (s *requestSupervisor) snapshot() *messages.RequestState {
 	if (s.phase == phaseRunning || s.phase == phaseStreaming) && s.producer != nil {
 		st.Producer, st.Consumer = s.producer.name, s.consumer.name
 	}
-	if s.held[messages.PhasePrefill] != nil {
+	if s.held[fault.PhasePrefill] != nil {
 		st.Reserved.Prefill = 1
 	}
-	if s.held[messages.PhaseDecode] != nil {
+	if s.held[fault.PhaseDecode] != nil {
 		st.Reserved.Decode = 1
 	}
 	return st

@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -10,7 +11,8 @@ import (
 	"github.com/narwhal-router/narwhal/bench/sim"
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/messages"
-	"github.com/narwhal-router/narwhal/transport"
+	"github.com/narwhal-router/narwhal/transport/ingress"
+	"github.com/narwhal-router/narwhal/transport/wire"
 )
 
 // A request supervisor that crashes is stopped, not restarted: the client gets a 500, every
@@ -33,15 +35,15 @@ func TestCrashedRequestSupervisorAnswersAndReleasesEverything(t *testing.T) {
 	defer r.Close()
 	fleet.Engine("p0").InjectFault("prefill.hang_headers", 1)
 
-	body, _ := transport.ParseClientBody(transport.EndpointCompletions, []byte(`{"model":"sim-model","prompt":"x"}`))
-	x := transport.NewExchange("crash-1", body, time.Now(), time.Now().Add(time.Minute))
+	body, _ := wire.ParseClientBody(wire.EndpointCompletions, []byte(`{"model":"sim-model","prompt":"x"}`))
+	x := ingress.NewExchange("crash-1", body, time.Now(), time.Now().Add(time.Minute))
 	r.Dispatch(x)
 	// The test plays ingress: it runs the planned attempt, which hangs in the prefill.
 	cmd := x.Await()
 	if cmd.Plan == nil {
 		t.Fatalf("first command %+v, want a plan", cmd)
 	}
-	outcome := make(chan transport.Outcome, 1)
+	outcome := make(chan ingress.Outcome, 1)
 	go func() { outcome <- x.Run(cmd.Plan) }()
 	deadline := time.Now().Add(3 * time.Second)
 	for fleet.Engine("p0").Stats().InFlight == 0 {
@@ -57,7 +59,7 @@ func TestCrashedRequestSupervisorAnswersAndReleasesEverything(t *testing.T) {
 	if out.Fault == nil {
 		t.Fatalf("the running attempt was not cancelled: %+v", out)
 	}
-	r.AttemptEnded(x, out) // to the stopped supervisor: a dead letter
+	r.AttemptEnded(x, out.Report()) // to the stopped supervisor: a dead letter
 	if cmd := x.Await(); cmd.Plan != nil || cmd.Verdict.Status != 500 {
 		t.Fatalf("answer %+v, want 500", cmd)
 	}
@@ -83,5 +85,65 @@ func TestCrashedRequestSupervisorAnswersAndReleasesEverything(t *testing.T) {
 			t.Fatalf("after the crash: %d reservations held, %d live requests", held, r.InFlight())
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// A crashed supervisor's slots go back like any other's: a request queued for them is woken at
+// once, not left waiting for its queue timeout.
+func TestCrashedRequestSupervisorWakesTheQueue(t *testing.T) {
+	fleet, err := sim.StartFleet(sim.FleetOptions{Prefill: 1, Decode: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fleet.Close()
+	cfg := config.Default()
+	cfg.Admission.QueueTimeoutS = 30
+	for _, e := range fleet.Engines {
+		cfg.Engines = append(cfg.Engines, config.Engine{Name: e.Name(), URL: e.URL(), Role: config.Role(e.Role()),
+			Models: e.Models(), MaxInflight: 1, KV: config.KV{Connector: "nixl", TransferModes: []string{"pull"}}})
+	}
+	r, err := NewRouter(cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	fleet.Engine("p0").InjectFault("prefill.hang_headers", 1)
+
+	body := func() *wire.ClientBody {
+		b, _ := wire.ParseClientBody(wire.EndpointCompletions, []byte(`{"model":"sim-model","prompt":"x"}`))
+		return b
+	}
+	first := ingress.NewExchange("crash-q-1", body(), time.Now(), time.Now().Add(time.Minute))
+	r.Dispatch(first)
+	cmd := first.Await()
+	if cmd.Plan == nil {
+		t.Fatalf("first command %+v, want a plan", cmd)
+	}
+	ran := make(chan ingress.Outcome, 1)
+	go func() { ran <- first.Run(cmd.Plan) }()
+
+	second := ingress.NewExchange("crash-q-2", body(), time.Now(), time.Now().Add(time.Minute))
+	r.Dispatch(second)
+	deadline := time.Now().Add(5 * time.Second)
+	for r.queued.Load() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the second request never queued")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+
+	r.root.Send(first.Handle.(*actor.PID), (*messages.AttemptEnded)(nil)) // malformed: the supervisor panics
+	<-ran
+	got := make(chan ingress.Command, 1)
+	go func() { got <- second.Await() }()
+	select {
+	case c := <-got:
+		if c.Plan == nil {
+			t.Fatalf("the queued request was answered %+v, want a plan", c.Verdict)
+		}
+		second.Abort(errors.New("test over"))
+		second.Run(c.Plan)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the queued request was not woken by the crashed supervisor's released slots")
 	}
 }

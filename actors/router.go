@@ -23,6 +23,8 @@ import (
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/messages"
 	"github.com/narwhal-router/narwhal/transport"
+	"github.com/narwhal-router/narwhal/transport/ingress"
+	"github.com/narwhal-router/narwhal/transport/kv"
 	"github.com/narwhal-router/narwhal/transport/telemetry"
 )
 
@@ -32,13 +34,16 @@ type Options struct {
 	Logger  *slog.Logger
 	// AccessLog receives one JSON line per request; nil disables the access log.
 	AccessLog io.Writer
+	// Connectors are the KV connectors engines may name; zero: kv.Builtin.
+	Connectors kv.Registry
 	// Cluster shares breaker verdicts with other Narwhal nodes; nil runs this node alone.
 	Cluster *cluster.Node
 }
 
-// Router is the actor system behind the client API. It implements transport.Dispatcher.
+// Router is the actor system behind the client API. It implements ingress.Dispatcher.
 type Router struct {
 	cfg     config.Config
+	rt      config.Runtime // cfg provisioned: what the per-request paths read
 	metrics *telemetry.Metrics
 	log     *slog.Logger
 	access  *accessLog
@@ -56,12 +61,15 @@ type Router struct {
 	requestRoot *actor.RootContext
 	seq         atomic.Uint64
 	queued      atomic.Int32 // requests in the admission queue (written by the pool)
-	live        sync.Map     // request supervisor PID id → *actor.PID
+	// commits counts committed requests; attributedAt is its value when failures were last
+	// attributed to a request. Attribution needs a commit in between (request.go, judge).
+	commits, attributedAt atomic.Uint64
+	live                  sync.Map // request supervisor PID id → *actor.PID
 }
 
 // NewRouter builds the engine clients and starts the actor system.
 func NewRouter(cfg config.Config, opts Options) (*Router, error) {
-	r := &Router{cfg: cfg, metrics: opts.Metrics, log: opts.Logger, budget: newRetryBudget(cfg.Recovery.RetryBudget),
+	r := &Router{cfg: cfg, rt: config.Provision(cfg), metrics: opts.Metrics, log: opts.Logger, budget: newRetryBudget(cfg.Recovery.RetryBudget),
 		cluster: opts.Cluster}
 	if r.metrics == nil {
 		r.metrics = telemetry.Noop()
@@ -73,8 +81,12 @@ func NewRouter(cfg config.Config, opts Options) (*Router, error) {
 		r.access = newAccessLog(opts.AccessLog)
 	}
 	r.fleet = &fleet{byName: map[string]*engineView{}}
+	connectors := opts.Connectors
+	if len(connectors.Names()) == 0 {
+		connectors = kv.Builtin()
+	}
 	for _, e := range cfg.Engines {
-		client, err := transport.NewEngineClient(e, cfg.Engine)
+		client, err := transport.NewEngineClientWith(e, cfg.Engine, connectors)
 		if err != nil {
 			return nil, err
 		}
@@ -89,6 +101,11 @@ func NewRouter(cfg config.Config, opts Options) (*Router, error) {
 		r.states = append(r.states, &engineState{cfg: e, view: v, breaker: newBreaker(cfg.Recovery)})
 	}
 
+	if cfg.Recovery.Readmission == config.ReadmissionHealth {
+		r.log.Warn("readmission by health check (recovery.readmission: health): an ejected engine is readmitted when GET /health answers, even if its generations still hang; for development fleets only")
+	} else {
+		r.log.Info("readmission by inference probe (recovery.readmission: probe)", "lifecycle_validation", cfg.EngineContract != nil)
+	}
 	logger := r.log
 	r.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 		return slog.New(levelFloor{logger.Handler(), slog.LevelWarn}).With("lib", "protoactor")
@@ -135,32 +152,32 @@ func (r *Router) WaitForModels(timeout time.Duration) error {
 }
 
 // Dispatch spawns the request supervisor for x.
-func (r *Router) Dispatch(x *transport.Exchange) {
+func (r *Router) Dispatch(x *ingress.Exchange) {
 	props := actor.PropsFromProducer(func() actor.Actor { return &requestSupervisor{r: r, x: x} }, inline)
 	pid, err := r.requestRoot.SpawnNamed(props, "requests/"+strconv.FormatUint(r.seq.Add(1), 10))
 	if err != nil { // unreachable: names come from a counter
-		x.Send(transport.Command{Verdict: transport.Verdict{Status: 500}})
+		x.Send(ingress.Command{Verdict: ingress.Verdict{Status: 500}})
 		return
 	}
 	x.Handle = pid
 }
 
-// ClientGone implements transport.Dispatcher.
-func (r *Router) ClientGone(x *transport.Exchange) {
+// ClientGone implements ingress.Dispatcher.
+func (r *Router) ClientGone(x *ingress.Exchange) {
 	r.root.Send(x.Handle.(*actor.PID), &messages.ClientGone{})
 }
 
-// AttemptEnded implements transport.Dispatcher.
-func (r *Router) AttemptEnded(x *transport.Exchange, o transport.Outcome) {
-	r.root.Send(x.Handle.(*actor.PID), &messages.AttemptEnded{Outcome: o})
+// AttemptEnded implements ingress.Dispatcher.
+func (r *Router) AttemptEnded(x *ingress.Exchange, m *messages.AttemptEnded) {
+	r.root.Send(x.Handle.(*actor.PID), m)
 }
 
-// Finished implements transport.Dispatcher.
-func (r *Router) Finished(x *transport.Exchange, end transport.StreamEnd) {
-	r.root.Send(x.Handle.(*actor.PID), &messages.StreamFinished{End: end})
+// Finished implements ingress.Dispatcher.
+func (r *Router) Finished(x *ingress.Exchange, m *messages.StreamFinished) {
+	r.root.Send(x.Handle.(*actor.PID), m)
 }
 
-// Models implements transport.ModelLister.
+// Models implements ingress.ModelLister.
 func (r *Router) Models() []string { return r.fleet.models() }
 
 // requestDone records a finished request; its supervisor calls it once.
@@ -238,13 +255,13 @@ func (r *Router) Requests(ctx context.Context) []messages.RequestState {
 // ErrUnknownEngine is returned for an engine name that is not configured.
 var ErrUnknownEngine = errors.New("no such engine")
 
-// Eject takes an engine out of placement until a probe readmits it.
+// Eject takes an engine out of placement until an operator readmits it; no probe does.
 func (r *Router) Eject(ctx context.Context, name, reason string) (string, error) {
 	return r.admin(ctx, name, &messages.Eject{Reason: reason})
 }
 
-// Readmit probes an ejected engine now (readmitting it on success), or readmits it at once
-// when force is set.
+// Readmit readmits an engine an operator ejected at once; an engine ejected by its failures is
+// probed now (and readmitted on success), or readmitted at once when force is set.
 func (r *Router) Readmit(ctx context.Context, name string, force bool) (string, error) {
 	return r.admin(ctx, name, &messages.Readmit{Force: force})
 }
@@ -288,7 +305,7 @@ func (r *Router) InFlight() int {
 // a terminal error event, requests before commit get 503.
 func (r *Router) AbortAll() {
 	r.live.Range(func(_, v any) bool {
-		r.root.Send(v.(*actor.PID), &Abort{})
+		r.root.Send(v.(*actor.PID), &messages.Abort{})
 		return true
 	})
 }

@@ -75,11 +75,14 @@ func stateLine(state any) string {
 		if s.QuarantineEnds != nil {
 			line += " quarantine_until=" + s.QuarantineEnds.UTC().Format(time.RFC3339Nano)
 		}
+		if s.EjectedBy != "" {
+			line += fmt.Sprintf(" ejected_by=%s reason=%q", s.EjectedBy, s.EjectReason)
+		}
 		if s.NextProbe != nil {
 			line += " next_probe=" + s.NextProbe.UTC().Format(time.RFC3339Nano)
 		}
 		if p := s.LastProbe; p != nil {
-			line += fmt.Sprintf(" last_probe=%s(%s)", p.Result, p.Reason)
+			line += fmt.Sprintf(" last_probe=%s(%s: %s)", p.Result, p.Mode, p.Reason)
 		}
 		return line
 	case *messages.RequestState:

@@ -85,7 +85,16 @@ type Recovery struct {
 	FailureQuarantineS Seconds     `yaml:"failure_quarantine_s"`
 	ProbeIntervalS     Seconds     `yaml:"probe_interval_s"`
 	ProbeMaxIntervalS  Seconds     `yaml:"probe_max_interval_s"`
+	// Readmission is what readmits an ejected engine: ReadmissionProbe (a real inference
+	// probe, the default) or ReadmissionHealth (a successful GET /health; development only).
+	Readmission string `yaml:"readmission"`
 }
+
+// Readmission modes.
+const (
+	ReadmissionProbe  = "probe"
+	ReadmissionHealth = "health"
+)
 
 // RetryBudget lets retries add at most Ratio of the requests seen in the last WindowS seconds,
 // plus MinPerS retries per second that are always allowed (Finagle's retry budget).
@@ -201,6 +210,7 @@ func Default() Config {
 			EjectAfter:        3,
 			ProbeIntervalS:    5,
 			ProbeMaxIntervalS: 60,
+			Readmission:       ReadmissionProbe,
 		},
 		Preflight: Preflight{Concurrency: 4},
 		Log:       Log{Level: "info", Format: "json", AccessLog: true},
@@ -210,6 +220,10 @@ func Default() Config {
 
 // Connector names.
 const ConnectorNIXL = "nixl"
+
+// Connectors lists the engines[].kv.connector values a configuration may use: the connectors
+// transport/kv's Builtin registry implements (a test there keeps the two in step).
+var Connectors = []string{ConnectorNIXL}
 
 // engineDefaults fills the per-engine defaults that depend on nothing else.
 func (e *Engine) applyDefaults() {

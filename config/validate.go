@@ -121,6 +121,7 @@ func (c *Config) validate(lines map[string]int) error {
 		ck.fail("recovery.probe_max_interval_s", "must be at least recovery.probe_interval_s (%v), got %v",
 			float64(r.ProbeIntervalS), float64(r.ProbeMaxIntervalS))
 	}
+	ck.oneOf("recovery.readmission", r.Readmission, ReadmissionProbe, ReadmissionHealth)
 
 	if ec := c.EngineContract; ec != nil {
 		if ec.Model == "" && ec.Version == "" && ec.Connector == "" && ec.MaxModelLen == 0 {
@@ -176,6 +177,9 @@ func (c *Config) validateEngines(ck *checker) {
 			if strings.TrimSpace(m) == "" {
 				ck.fail(fmt.Sprintf("%s.models[%d]", p, j), "is empty; write a model name as clients send it")
 			}
+		}
+		if e.KV.Connector != "" {
+			ck.oneOf(p+".kv.connector", e.KV.Connector, Connectors...)
 		}
 		if e.KV.Endpoint != "" {
 			ck.hostPort(p+".kv.endpoint", e.KV.Endpoint)

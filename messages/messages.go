@@ -1,29 +1,14 @@
 // Package messages is the actor protocol: the plain structs Narwhal's actors exchange. Tokens
-// never appear here; they stay on the data plane (transport). Messages are sent as pointers and
-// never modified after sending.
+// never appear here; they stay on the data plane (transport); nor does any handle on it: every
+// message is plain values. Messages are sent as pointers and never modified after sending. The
+// package depends on nothing of Narwhal's but transport/fault, whose Fault and Phase it carries.
 package messages
 
 import (
 	"time"
 
-	"github.com/narwhal-router/narwhal/transport"
+	"github.com/narwhal-router/narwhal/transport/fault"
 )
-
-// Phase is the leg a reservation is for.
-type Phase uint8
-
-// Phases.
-const (
-	PhasePrefill Phase = iota
-	PhaseDecode
-)
-
-func (p Phase) String() string {
-	if p == PhasePrefill {
-		return "prefill"
-	}
-	return "decode"
-}
 
 // ---- request supervisor → engine actor ----
 
@@ -32,25 +17,45 @@ func (p Phase) String() string {
 // streak to reset: the common case costs no message. Partner is the other engine of the
 // attempt (for a consumer, the producer whose handoff it was decoding).
 type LegOutcome struct {
-	Phase   Phase
-	Fault   *transport.Fault // nil: success
+	Phase   fault.Phase
+	Fault   *fault.Fault // nil: success
 	Partner string
 }
 
 // ---- data plane → request supervisor ----
 
-// AttemptEnded reports how an attempt ran by ingress ended: committed or failed before commit.
+// AttemptEnded reports how an attempt ran by ingress ended: committed (the first token is in;
+// ingress keeps the stream) or failed before commit (Fault set). Times are zero for what did not
+// happen.
 type AttemptEnded struct {
-	Outcome transport.Outcome
+	Attempt   int
+	Committed bool
+	Fault     *fault.Fault
+
+	PrefillDone   time.Time // the prefill response fully read: ttft
+	DecodeStarted time.Time
+	FirstTokenAt  time.Time // committed only
+	HandoffAge    time.Duration
+	// MissingDescriptor says the producer returned none and the decode recomputed.
+	MissingDescriptor bool
 }
 
-// StreamFinished reports how a committed response ended.
+// StreamFinished reports how a committed response ended, as the data plane saw it.
 type StreamFinished struct {
-	End transport.StreamEnd
+	// Fault is nil when the response completed; otherwise it is why the stream ended.
+	Fault *fault.Fault
+	// ClientGone says the client stopped reading.
+	ClientGone bool
+	// OutputTokens is the completion token count (from usage, else counted events).
+	OutputTokens int
+	Ended        time.Time
 }
 
 // ClientGone reports that the client hung up.
 type ClientGone struct{}
+
+// Abort asks a request supervisor to cancel its request (router shutdown).
+type Abort struct{}
 
 // QueueTimeout fires when a request waited for capacity for too long.
 type QueueTimeout struct{}
@@ -87,6 +92,11 @@ type EngineChanged struct {
 	State     string // admitted, quarantined, ejected, probing
 	Placeable bool
 	HasRoom   bool
+	// ByAdmin marks an ejection an operator made; it holds until an operator readmits, so the
+	// whole-wave policy leaves it alone.
+	ByAdmin bool
+	// Cause is what ejected the engine (its last failures, or the operator's reason).
+	Cause string
 }
 
 // ProbeNow asks an ejected engine to probe at once (the whole-wave policy).
@@ -111,6 +121,14 @@ type EngineState struct {
 	NextProbe      *time.Time `json:"next_probe"`
 	LastProbe      *Probe     `json:"last_probe"`
 	Restarts       int        `json:"restarts"`
+	// Readmission is how this engine is readmitted after an ejection: "probe" (an inference
+	// probe) or "health" (a health check, recovery.readmission: health).
+	Readmission string `json:"readmission"`
+	// EjectedBy says who ejected the engine: "breaker" (its failures) or "admin"; EjectReason
+	// says why (the failures, or the operator's reason). Both are empty unless out of placement
+	// by an ejection.
+	EjectedBy   string `json:"ejected_by,omitempty"`
+	EjectReason string `json:"eject_reason,omitempty"`
 	// DecidedBy names the peer node whose verdict set the current state (clusters only);
 	// PeerReason is that node's reason.
 	DecidedBy  string `json:"decided_by,omitempty"`
@@ -129,6 +147,9 @@ type Probe struct {
 	Result  string    `json:"result"` // success | failure | inconclusive
 	Reason  string    `json:"reason,omitempty"`
 	Partner string    `json:"partner,omitempty"`
+	// Mode is the readmission mode that ran: "probe" (inference, plus lifecycle validation
+	// with engine_contract) or "health".
+	Mode string `json:"mode"`
 }
 
 // RequestState is a request supervisor's snapshot.
@@ -145,10 +166,11 @@ type RequestState struct {
 	ElapsedS    float64    `json:"elapsed_s"`
 }
 
-// Eject takes an engine out of placement until a probe readmits it.
+// Eject takes an engine out of placement until an operator readmits it (no probe does).
 type Eject struct{ Reason string }
 
-// Readmit asks an engine to probe now and readmit on success; Force readmits without a probe.
+// Readmit readmits an engine an operator ejected; for an engine ejected by its failures it
+// probes now and readmits on success. Force readmits without a probe.
 type Readmit struct{ Force bool }
 
 // AdminDone answers Eject and Readmit.

@@ -104,27 +104,18 @@ func TestSuccessResetsTheStreakAndClientErrorsNeverCount(t *testing.T) {
 func TestReadmissionOnlyAfterAGoodProbe(t *testing.T) {
 	h := start(t, setup{prefill: 1, decode: 2, engine: sim.Options{Tokens: 2}, config: func(c *config.Config) {
 		pinContract(c)
+		c.Recovery.EjectAfter = 1
 		c.Recovery.ProbeIntervalS, c.Recovery.ProbeMaxIntervalS = 0.1, 0.4
 	}})
 	d0 := h.fleet.Engine("d0")
-	d0.InjectFault("decode.status=500", 0) // until cleared
-	if code, body := h.adminDo("POST", "/engines/d0/eject"); code != 200 {
-		t.Fatalf("eject: %d %s", code, body)
-	}
+	h.failUntilEjected("d0", "decode.status=500", 0) // until cleared
 	// Probes run and fail: the engine stays out, the probe interval backs off.
-	var probes int64
-	eventually(t, 5*time.Second, func() bool {
-		e := h.engine("d0")
-		probes = d0.Stats().DecodeRequests
-		return e.LastProbe != nil && e.LastProbe.Result == "failure" && probes >= 3
-	}, func() string { return fmt.Sprintf("want 3 failed probes, engine %+v", h.engine("d0")) })
+	h.waitProbes("d0", "failure", 3, 5*time.Second)
 	if e := h.engine("d0"); e.State == "admitted" {
 		t.Fatalf("readmitted after failed probes: %+v", e)
 	}
-	for _, r := range d0.Requests() {
-		if r.Leg == "decode" && !strings.HasPrefix(r.Get("X-Request-Id"), "probe-") {
-			t.Fatalf("a client request reached the ejected engine: %s", r.Get("X-Request-Id"))
-		}
+	if n := h.clientLegs("d0", "decode"); n != 1 {
+		t.Fatalf("%d client requests reached d0, want only the one that ejected it", n)
 	}
 
 	d0.ClearFaults()
@@ -135,34 +126,31 @@ func TestReadmissionOnlyAfterAGoodProbe(t *testing.T) {
 	// Traffic flows to it again.
 	eventually(t, 5*time.Second, func() bool {
 		h.post("/v1/completions", shortPrompt)
-		for _, r := range d0.Requests() {
-			if r.Leg == "decode" && !strings.HasPrefix(r.Get("X-Request-Id"), "probe-") {
-				return true
-			}
-		}
-		return false
+		return h.clientLegs("d0", "decode") > 1
 	}, func() string { return "no client request reached the readmitted engine" })
 }
 
 func TestInconclusiveProbeLeavesTheEngineEjected(t *testing.T) {
 	h := start(t, setup{prefill: 1, decode: 2, engine: sim.Options{Tokens: 2}, config: func(c *config.Config) {
 		pinContract(c)
+		c.Recovery.EjectAfter = 1
 		c.Recovery.ProbeIntervalS, c.Recovery.ProbeMaxIntervalS = 0.1, 0.1
 	}})
 	p0 := h.fleet.Engine("p0")
+	h.failUntilEjected("d0", "decode.status=500", 1)
 	p0.InjectFault("prefill.status=500", 0) // the partner cannot make a handoff
-	h.adminDo("POST", "/engines/d0/eject")
-	eventually(t, 5*time.Second, func() bool {
-		e := h.engine("d0")
-		return e.LastProbe != nil && e.LastProbe.Result == "inconclusive"
-	}, func() string { return fmt.Sprintf("no inconclusive probe: %+v", h.engine("d0")) })
-	time.Sleep(300 * time.Millisecond) // several more inconclusive probes
+	decodes := h.fleet.Engine("d0").Stats().DecodeRequests
+	// Several inconclusive probes in a row, each one seen: the engine stays out.
+	h.waitProbes("d0", "inconclusive", 4, 5*time.Second)
 	e := h.engine("d0")
 	if e.State == "admitted" || e.LastProbe.Result != "inconclusive" || !strings.Contains(e.LastProbe.Reason, "p0") {
 		t.Fatalf("after inconclusive probes: %+v", e)
 	}
-	if st := h.fleet.Engine("d0").Stats(); st.DecodeRequests != 0 {
-		t.Fatalf("the ejected consumer ran %d decodes with no handoff to load", st.DecodeRequests)
+	if n := h.probeCount("d0", "success") + h.probeCount("d0", "failure"); n != 0 {
+		t.Fatalf("%v conclusive probes while the partner could not make a handoff", n)
+	}
+	if st := h.fleet.Engine("d0").Stats(); st.DecodeRequests != decodes {
+		t.Fatalf("the ejected consumer ran %d decodes with no handoff to load", st.DecodeRequests-decodes)
 	}
 	p0.ClearFaults()
 	h.waitState("d0", "admitted", 5*time.Second)
@@ -210,11 +198,12 @@ func TestCrossedDecodeProbeUsesTheOriginalProducer(t *testing.T) {
 func TestRestartedEngineWithANewIdentityFailsLifecycleValidation(t *testing.T) {
 	h := start(t, setup{prefill: 2, decode: 1, engine: sim.Options{Tokens: 2}, config: func(c *config.Config) {
 		pinContract(c)
+		c.Recovery.EjectAfter = 1
 		c.Recovery.ProbeIntervalS, c.Recovery.ProbeMaxIntervalS = 0.1, 0.2
 	}})
 	p1 := h.fleet.Engine("p1")
 	p1.Restart() // a new engine_id: its pinned identity no longer matches
-	h.adminDo("POST", "/engines/p1/eject")
+	h.failUntilEjected("p1", "", 0)
 	eventually(t, 5*time.Second, func() bool {
 		e := h.engine("p1")
 		return e.LastProbe != nil && e.LastProbe.Result == "failure"
@@ -225,23 +214,28 @@ func TestRestartedEngineWithANewIdentityFailsLifecycleValidation(t *testing.T) {
 	}
 }
 
-func TestHealthCheckReadmitsWithoutAnEngineContract(t *testing.T) {
+// recovery.readmission: health is the development fleets' opt-in: a successful /health check
+// readmits, and no inference runs.
+func TestHealthCheckReadmitsWhenTheFleetOptsIn(t *testing.T) {
 	h := start(t, setup{prefill: 1, decode: 2, config: func(c *config.Config) {
+		c.Recovery.Readmission = config.ReadmissionHealth
+		c.Recovery.EjectAfter = 1
 		c.Recovery.ProbeIntervalS, c.Recovery.ProbeMaxIntervalS = 0.1, 0.1
 	}})
 	d0 := h.fleet.Engine("d0")
+	h.failUntilEjected("d0", "decode.status=500", 1)
 	d0.SetDead(true)
-	h.adminDo("POST", "/engines/d0/eject")
 	eventually(t, 3*time.Second, func() bool {
 		e := h.engine("d0")
 		return e.LastProbe != nil && e.LastProbe.Result == "failure" && strings.Contains(e.LastProbe.Reason, "health")
 	}, func() string { return fmt.Sprintf("%+v", h.engine("d0")) })
+	decodes := d0.Stats().DecodeRequests
 	d0.SetDead(false)
 	e := h.waitState("d0", "admitted", 3*time.Second)
-	if e.LastProbe.Reason != "health check passed" {
+	if e.LastProbe.Reason != "health check passed" || e.LastProbe.Mode != "health" || e.Readmission != "health" {
 		t.Fatalf("%+v", e)
 	}
-	if d0.Stats().DecodeRequests != 0 {
+	if d0.Stats().DecodeRequests != decodes {
 		t.Fatal("a development fleet's readmission ran an inference")
 	}
 }
@@ -312,13 +306,15 @@ func TestAdminEjectAndReadmit(t *testing.T) {
 	}
 }
 
+// An engine ejected by its failures is readmitted by an operator only through a probe.
 func TestAdminReadmitProbesFirst(t *testing.T) {
 	h := start(t, setup{prefill: 1, decode: 2, engine: sim.Options{Tokens: 2}, config: func(c *config.Config) {
 		pinContract(c)
+		c.Recovery.EjectAfter = 1
 		c.Recovery.ProbeIntervalS, c.Recovery.ProbeMaxIntervalS = 30, 30 // only the admin starts a probe
 	}})
 	d1 := h.fleet.Engine("d1")
-	h.adminDo("POST", "/engines/d1/eject")
+	h.failUntilEjected("d1", "decode.status=500", 1)
 	d1.InjectFault("decode.status=500", 1) // the readmission probe fails once
 	if code, body := h.adminDo("POST", "/engines/d1/readmit"); code != 200 || strings.Contains(string(body), `"admitted"`) {
 		t.Fatalf("readmit of a failing engine: %d %s", code, body)
@@ -329,7 +325,7 @@ func TestAdminReadmitProbesFirst(t *testing.T) {
 	}
 	h.adminDo("POST", "/engines/d1/readmit")
 	e = h.waitState("d1", "admitted", 3*time.Second)
-	if e.LastProbe == nil || e.LastProbe.Result != "success" || d1.Stats().DecodeRequests != 2 {
+	if e.LastProbe == nil || e.LastProbe.Result != "success" || d1.Stats().DecodeRequests != 3 {
 		t.Fatalf("readmitted without its probe: %+v, %d decodes", e, d1.Stats().DecodeRequests)
 	}
 }

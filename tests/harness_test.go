@@ -18,7 +18,7 @@ import (
 	"github.com/narwhal-router/narwhal/bench/sim"
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/messages"
-	"github.com/narwhal-router/narwhal/transport/server"
+	"github.com/narwhal-router/narwhal/node"
 )
 
 // setup describes a simulated fleet and the router in front of it.
@@ -34,7 +34,7 @@ type setup struct {
 type harness struct {
 	t      *testing.T
 	fleet  *sim.Fleet
-	srv    *server.Server
+	srv    *node.Server
 	base   string
 	admin  string
 	access *syncBuffer
@@ -77,7 +77,7 @@ func start(t *testing.T, s setup) *harness {
 		t.Fatal(err)
 	}
 	access := &syncBuffer{}
-	srv, err := server.Start(cfg, server.Options{Logger: testLogger(t), AccessLog: access, Listener: ln, AdminListener: adminLn})
+	srv, err := node.Start(cfg, node.Options{Logger: testLogger(t), AccessLog: access, Listener: ln, AdminListener: adminLn})
 	if err != nil {
 		fleet.Close()
 		t.Fatal(err)

@@ -7,7 +7,7 @@ import (
 
 	"github.com/narwhal-router/narwhal/bench/sim"
 	"github.com/narwhal-router/narwhal/config"
-	"github.com/narwhal-router/narwhal/transport"
+	"github.com/narwhal-router/narwhal/transport/preflight"
 )
 
 // fleetConfig describes a running fleet the way an operator would: identities and KV endpoints
@@ -29,7 +29,7 @@ func TestPreflightPassesOnAHealthyFleetWithAFullMatrix(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	res, err := transport.Preflight(context.Background(), fleetConfig(f))
+	res, err := preflight.Run(context.Background(), fleetConfig(f))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +64,7 @@ func TestPreflightFailsNamingTheBrokenPair(t *testing.T) {
 	f.Engine("d1").InjectFault("decode.status=500", 1) // the first transfer into d1 fails
 	cfg := fleetConfig(f)
 	cfg.Preflight.Concurrency = 1 // so exactly one pair meets the fault
-	res, err := transport.Preflight(context.Background(), cfg)
+	res, err := preflight.Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func TestPreflightChecksThePinnedContract(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	res, err := transport.Preflight(context.Background(), fleetConfig(f))
+	res, err := preflight.Run(context.Background(), fleetConfig(f))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/narwhal-router/narwhal/bench/sim"
 	"github.com/narwhal-router/narwhal/config"
-	"github.com/narwhal-router/narwhal/transport/server"
+	"github.com/narwhal-router/narwhal/node"
 )
 
 // BenchmarkRoutedRequest is one full routed request — prefill leg, handoff, decode leg, relay —
@@ -27,7 +27,7 @@ func BenchmarkRoutedRequest(b *testing.B) {
 	cfg.Engines = fleetEngines(fleet)
 	cfg.Log.AccessLog = false
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	srv, err := server.Start(cfg, server.Options{Listener: ln, AdminListener: mustListen(b)})
+	srv, err := node.Start(cfg, node.Options{Listener: ln, AdminListener: mustListen(b)})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -9,18 +9,9 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
-)
 
-// EventKind says what an SSE event of a decode stream carries.
-type EventKind uint8
-
-// Event kinds.
-const (
-	EventMeta  EventKind = iota // no generated output: comments, the role delta, empty deltas
-	EventToken                  // generated output: text, content, reasoning, a tool call or a finish
-	EventUsage                  // the usage chunk
-	EventDone                   // data: [DONE]
-	EventError                  // an error object inside the 200 stream
+	"github.com/narwhal-router/narwhal/transport/fault"
+	"github.com/narwhal-router/narwhal/transport/wire"
 )
 
 // Event is one SSE event of a decode stream.
@@ -29,7 +20,7 @@ type Event struct {
 	// are valid until the next call to Next.
 	Raw  []byte
 	Data []byte
-	Kind EventKind
+	Kind wire.EventKind
 }
 
 // DecodeStream is an open decode leg whose first generated token has arrived. Events held
@@ -42,7 +33,7 @@ type DecodeStream struct {
 	lc       *legConn
 	resp     *fasthttp.Response
 	br       *bufio.Reader
-	sse      sseReader
+	sse      wire.EventReader
 	deadline time.Time
 
 	// FirstTokenAt is when the first generated token arrived.
@@ -50,7 +41,7 @@ type DecodeStream struct {
 
 	held     []byte
 	heldEnds []int
-	heldKind []EventKind
+	heldKind []wire.EventKind
 	heldNext int
 	done     bool
 	closed   bool
@@ -64,7 +55,7 @@ var streamReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 
 func newDecodeStream(ctx context.Context, c *EngineClient, lc *legConn, resp *fasthttp.Response, deadline time.Time) *DecodeStream {
 	br := streamReaders.Get().(*bufio.Reader)
 	br.Reset(resp.BodyStream())
-	return &DecodeStream{ctx: ctx, c: c, lc: lc, resp: resp, br: br, sse: sseReader{br: br},
+	return &DecodeStream{ctx: ctx, c: c, lc: lc, resp: resp, br: br, sse: wire.NewEventReader(br),
 		deadline: deadline}
 }
 
@@ -74,17 +65,17 @@ func (s *DecodeStream) Engine() string { return s.c.name }
 // awaitFirstToken reads until the first generated token, holding every event before it.
 func (s *DecodeStream) awaitFirstToken(deadline time.Time, byRequest bool) error {
 	for {
-		ev, err := s.sse.next()
+		ev, err := s.sse.Next()
 		if err != nil {
 			return s.readFault(err, true, byRequest)
 		}
-		data := eventData(ev)
-		switch kind := classify(data); kind {
-		case EventDone:
-			return s.c.fault(LegDecode, FaultDoneBeforeToken, "stream ended with [DONE] before any token arrived", nil)
-		case EventError:
+		data := wire.EventData(ev)
+		switch kind := wire.Classify(data); kind {
+		case wire.EventDone:
+			return s.c.fault(fault.PhaseDecode, fault.DoneBeforeToken, "stream ended with [DONE] before any token arrived", nil)
+		case wire.EventError:
 			return s.streamFault(data)
-		case EventToken:
+		case wire.EventToken:
 			s.hold(ev, kind)
 			s.FirstTokenAt = time.Now()
 			return nil
@@ -94,7 +85,7 @@ func (s *DecodeStream) awaitFirstToken(deadline time.Time, byRequest bool) error
 	}
 }
 
-func (s *DecodeStream) hold(ev []byte, kind EventKind) {
+func (s *DecodeStream) hold(ev []byte, kind wire.EventKind) {
 	s.held = append(s.held, ev...)
 	s.heldEnds = append(s.heldEnds, len(s.held))
 	s.heldKind = append(s.heldKind, kind)
@@ -112,28 +103,28 @@ func (s *DecodeStream) Next() (Event, error) {
 		raw := s.held[start:s.heldEnds[s.heldNext]]
 		kind := s.heldKind[s.heldNext]
 		s.heldNext++
-		return Event{Raw: raw, Data: eventData(raw), Kind: kind}, nil
+		return Event{Raw: raw, Data: wire.EventData(raw), Kind: kind}, nil
 	}
 	if s.done {
 		return Event{}, io.EOF
 	}
 	readDeadline, byRequest := s.deadline, true
-	if rt := s.c.timeouts.DecodeReadTimeoutS.Duration(); rt > 0 {
+	if rt := s.c.timeouts.DecodeRead; rt > 0 {
 		readDeadline, byRequest = earliest(time.Now().Add(rt), s.deadline)
 	}
 	if err := s.lc.setReadDeadline(readDeadline); err != nil {
 		return Event{}, s.readFault(err, false, byRequest)
 	}
-	ev, err := s.sse.next()
+	ev, err := s.sse.Next()
 	if err != nil {
 		return Event{}, s.readFault(err, false, byRequest)
 	}
-	data := eventData(ev)
-	kind := classifyFast(data)
+	data := wire.EventData(ev)
+	kind := wire.ClassifyFast(data)
 	switch kind {
-	case EventDone:
+	case wire.EventDone:
 		s.done = true
-	case EventError:
+	case wire.EventError:
 		s.done = true
 		return Event{Raw: ev, Data: data, Kind: kind}, s.streamFault(data)
 	}
@@ -142,30 +133,30 @@ func (s *DecodeStream) Next() (Event, error) {
 
 // Buffered reports whether more of the stream is already in memory, so a relay can batch the
 // next event into the same client write.
-func (s *DecodeStream) Buffered() bool { return s.heldNext < len(s.heldEnds) || s.sse.buffered() }
+func (s *DecodeStream) Buffered() bool { return s.heldNext < len(s.heldEnds) || s.sse.Buffered() }
 
-func (s *DecodeStream) streamFault(data []byte) *Fault {
-	se := parseStreamError(data)
-	return &Fault{Kind: FaultStreamError, Leg: LegDecode, Engine: s.c.name, Status: se.Status,
-		Body: appendEnvelope(nil, se.Body), Detail: se.Message}
+func (s *DecodeStream) streamFault(data []byte) *fault.Fault {
+	se := wire.ParseStreamError(data)
+	return &fault.Fault{Kind: fault.StreamError, Phase: fault.PhaseDecode, Engine: s.c.name, Status: se.Status,
+		Body: fault.AppendEnvelope(nil, se.Body), Detail: se.Message}
 }
 
-func (s *DecodeStream) readFault(err error, beforeFirst, byRequest bool) *Fault {
+func (s *DecodeStream) readFault(err error, beforeFirst, byRequest bool) *fault.Fault {
 	c := s.c
 	switch {
 	case s.ctx.Err() != nil:
-		return cancelFault(c.name, LegDecode, s.ctx)
+		return fault.FromContext(s.ctx, c.name, fault.PhaseDecode)
 	case isTimeout(err) && byRequest:
-		return c.fault(LegDecode, FaultDeadline, "the request deadline passed during the decode leg", err)
+		return c.fault(fault.PhaseDecode, fault.Deadline, "the request deadline passed during the decode leg", err)
 	case isTimeout(err) && beforeFirst:
-		return c.fault(LegDecode, FaultFirstTokenTimeout, c.firstTokenDetail(), err)
+		return c.fault(fault.PhaseDecode, fault.FirstTokenTimeout, c.firstTokenDetail(), err)
 	case isTimeout(err):
-		return c.fault(LegDecode, FaultSilence, "engine went silent between tokens (nothing for "+
-			c.timeouts.DecodeReadTimeoutS.Duration().String()+")", err)
-	case errors.Is(err, errEventTooLarge):
-		return c.fault(LegDecode, FaultBadResponse, err.Error(), err)
+		return c.fault(fault.PhaseDecode, fault.Silence, "engine went silent between tokens (nothing for "+
+			c.timeouts.DecodeRead.String()+")", err)
+	case errors.Is(err, wire.ErrEventTooLarge):
+		return c.fault(fault.PhaseDecode, fault.BadResponse, err.Error(), err)
 	}
-	return c.fault(LegDecode, FaultClosedEarly, "stream closed before [DONE]", err)
+	return c.fault(fault.PhaseDecode, fault.ClosedEarly, "stream closed before [DONE]", err)
 }
 
 // readAll reads the rest of the body, up to limit bytes (for error responses).

@@ -14,6 +14,9 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/narwhal-router/narwhal/config"
+	"github.com/narwhal-router/narwhal/transport/fault"
+	"github.com/narwhal-router/narwhal/transport/kv"
+	"github.com/narwhal-router/narwhal/transport/wire"
 )
 
 // EngineClient speaks to one vLLM-compatible engine: the prefill leg, the decode leg and the
@@ -24,14 +27,14 @@ type EngineClient struct {
 	urls      [3]string // by Endpoint
 	hc        *fasthttp.HostClient
 	auth      string
-	kv        KVSide
-	connector Connector
-	timeouts  config.EngineTimeouts
+	kv        kv.Side
+	connector kv.Connector
+	timeouts  config.EngineTimings
 }
 
 // Request is one attempt's view of a client request, as both legs send it.
 type Request struct {
-	Body *ClientBody
+	Body *wire.ClientBody
 	// BackendRequestID is the X-Request-Id of both legs of the attempt; fresh per attempt.
 	BackendRequestID string
 	// Deadline is the original request's deadline; every leg ends by then.
@@ -39,6 +42,9 @@ type Request struct {
 	// TraceParent and TraceState are the client's W3C trace headers, forwarded when present.
 	TraceParent string
 	TraceState  string
+	// Transfer is the attempt's connector plan (PlanTransfer). Zero: Prefill asks the
+	// producer's connector for a plan of its own, which only a sequential connector supports.
+	Transfer kv.Plan
 }
 
 // maxPrefillBody bounds a prefill response (one token plus the descriptor, or prompt logprobs).
@@ -47,19 +53,23 @@ const maxPrefillBody = 16 << 20
 // maxErrorBody bounds an engine error body kept for the client.
 const maxErrorBody = 64 << 10
 
-// NewEngineClient builds the client for one configured engine.
+// NewEngineClient builds the client for one configured engine, with Narwhal's own connectors.
 func NewEngineClient(e config.Engine, t config.EngineTimeouts) (*EngineClient, error) {
+	return NewEngineClientWith(e, t, kv.Builtin())
+}
+
+// NewEngineClientWith builds the client for one configured engine; its kv.connector is looked
+// up in connectors.
+func NewEngineClientWith(e config.Engine, t config.EngineTimeouts, connectors kv.Registry) (*EngineClient, error) {
 	u, err := url.Parse(e.URL)
 	if err != nil {
 		return nil, fmt.Errorf("engine %s: url: %w", e.Name, err)
 	}
-	if e.KV.Connector == "" {
-		e.KV.Connector = config.ConnectorNIXL
-	}
-	conn, err := LookupConnector(e.KV.Connector)
+	conn, err := connectors.For(e.KV.Connector)
 	if err != nil {
 		return nil, fmt.Errorf("engine %s: %w", e.Name, err)
 	}
+	e.KV.Connector = conn.Name()
 	addr := u.Host
 	if u.Port() == "" {
 		port := "80"
@@ -80,13 +90,13 @@ func NewEngineClient(e config.Engine, t config.EngineTimeouts) (*EngineClient, e
 			IsTLS:               u.Scheme == "https",
 			Name:                "narwhal",
 			MaxConns:            maxConns,
-			MaxIdleConnDuration: t.IdleConnTimeoutS.Duration(),
+			MaxIdleConnDuration: t.IdleConnTimeoutS.Duration(), // once, here
 			ConnPoolStrategy:    fasthttp.LIFO,
 			// Each open decode stream holds its connection's read buffer: 2 KiB fits an engine's
 			// response headers with room to spare and halves what a stream costs.
 			ReadBufferSize: 2048,
 		},
-		kv: KVSide{
+		kv: kv.Side{
 			Engine:        e.Name,
 			Connector:     e.KV.Connector,
 			EngineID:      e.KV.EngineID,
@@ -94,21 +104,18 @@ func NewEngineClient(e config.Engine, t config.EngineTimeouts) (*EngineClient, e
 			TransferModes: e.KV.TransferModes,
 		},
 		connector: conn,
-		timeouts:  t,
+		timeouts:  t.Provision(),
 	}
 	if e.APIKey != "" {
 		c.auth = "Bearer " + e.APIKey
 	}
-	c.urls[EndpointCompletions] = c.base + EndpointCompletions.Path()
-	c.urls[EndpointChat] = c.base + EndpointChat.Path()
+	c.urls[wire.EndpointCompletions] = c.base + wire.EndpointCompletions.Path()
+	c.urls[wire.EndpointChat] = c.base + wire.EndpointChat.Path()
 	return c, nil
 }
 
 // Name is the engine's configured name.
 func (c *EngineClient) Name() string { return c.name }
-
-// URL is the engine's base URL.
-func (c *EngineClient) URL() string { return c.base }
 
 // Close drops the idle connections to the engine.
 func (c *EngineClient) Close() { c.hc.CloseIdleConnections() }
@@ -118,29 +125,35 @@ func (c *EngineClient) Close() { c.hc.CloseIdleConnections() }
 // engine.prefill_timeout_s and the request deadline, and cancelled with ctx.
 func (c *EngineClient) Prefill(ctx context.Context, req *Request) (PrefillResult, error) {
 	start := time.Now()
-	deadline, byRequest := earliest(start.Add(c.timeouts.PrefillTimeoutS.Duration()), req.Deadline)
+	deadline, byRequest := earliest(start.Add(c.timeouts.Prefill), req.Deadline)
 
 	hreq := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(hreq)
 	buf := bytebufferpool.Get()
 	defer bytebufferpool.Put(buf)
-	buf.B = req.Body.AppendPrefillBody(buf.B[:0], c.connector.PrefillParams())
+	params := req.Transfer.Prefill
+	if params == nil {
+		params = c.connector.Plan(kv.Attempt{Pair: kv.Pair{Producer: c.kv, Endpoint: req.Body.Endpoint},
+			BackendRequestID: req.BackendRequestID}).Prefill
+	}
+	buf.B = req.Body.AppendPrefillBody(buf.B[:0], params)
 	c.prepare(hreq, req, buf.B)
 
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
-	lc, err := openLeg(ctx, c.hc, hreq, resp, deadline, c.timeouts.ConnectTimeoutS.Duration(), false, maxPrefillBody)
+	lc, err := openLeg(ctx, c.hc, hreq, resp, deadline, c.timeouts.Connect, false, maxPrefillBody)
 	if err != nil {
-		return PrefillResult{}, c.legFault(ctx, LegPrefill, err, byRequest, FaultTimeout,
-			fmt.Sprintf("prefill engine did not answer within %s", c.timeouts.PrefillTimeoutS.Duration()))
+		return PrefillResult{}, c.legFault(ctx, fault.PhasePrefill, err, byRequest, fault.Timeout,
+			fmt.Sprintf("prefill engine did not answer within %s", c.timeouts.Prefill))
 	}
 	defer lc.close()
-	if f := c.statusFault(LegPrefill, resp.StatusCode(), resp.Body(), resp); f != nil {
+	if f := c.statusFault(fault.PhasePrefill, resp.StatusCode(), resp.Body(), resp); f != nil {
 		return PrefillResult{}, f
 	}
 
 	res := PrefillResult{
 		producerKV:       c.kv,
+		connector:        c.connector,
 		Producer:         c.name,
 		ProducerURL:      c.base,
 		Endpoint:         req.Body.Endpoint,
@@ -150,18 +163,18 @@ func (c *EngineClient) Prefill(ctx context.Context, req *Request) (PrefillResult
 	}
 	body := resp.Body()
 	if !json.Valid(body) {
-		return PrefillResult{}, c.fault(LegPrefill, FaultBadResponse, "prefill response is not valid JSON", nil)
+		return PrefillResult{}, c.fault(fault.PhasePrefill, fault.BadResponse, "prefill response is not valid JSON", nil)
 	}
-	fields, err := scanObject(body, make([]field, 0, 12))
+	fields, err := wire.ScanObject(body, make([]wire.Field, 0, 12))
 	if err != nil {
-		return PrefillResult{}, c.fault(LegPrefill, FaultBadResponse, "prefill response is not a JSON object", nil)
+		return PrefillResult{}, c.fault(fault.PhasePrefill, fault.BadResponse, "prefill response is not a JSON object", nil)
 	}
-	f, ok := lastField(body, fields, "kv_transfer_params")
-	if !ok || isNull(body[f.valStart:f.valEnd]) {
+	v, ok := wire.Member(body, fields, "kv_transfer_params")
+	if !ok || wire.IsNull(v) {
 		return res, nil
 	}
-	raw := append([]byte(nil), body[f.valStart:f.valEnd]...) // resp is recycled on return
-	d, rej := ParseDescriptor(raw, req.Body.Endpoint)
+	raw := append([]byte(nil), v...) // resp is recycled on return
+	d, rej := kv.ParseDescriptor(raw, req.Body.Endpoint)
 	if rej != nil {
 		return PrefillResult{}, c.descriptorFault(rej)
 	}
@@ -177,15 +190,15 @@ func (c *EngineClient) Decode(ctx context.Context, res PrefillResult, req *Reque
 	start := time.Now()
 	var params []byte
 	if res.descriptor != nil {
-		pair := Pair{Producer: res.producerKV, Consumer: c.kv, Endpoint: req.Body.Endpoint}
-		if rej := ValidateDescriptor(res.descriptor, pair); rej != nil {
+		pair := kv.Pair{Producer: res.producerKV, Consumer: c.kv, Endpoint: req.Body.Endpoint}
+		if rej := kv.ValidateDescriptor(res.connector, res.descriptor, pair); rej != nil {
 			f := c.descriptorFault(rej)
 			f.Engine = res.Producer
 			return nil, f
 		}
-		params = res.descriptor.raw
+		params = res.descriptor.Raw()
 	}
-	deadline, byRequest := earliest(start.Add(c.timeouts.FirstTokenTimeoutS.Duration()), req.Deadline)
+	deadline, byRequest := earliest(start.Add(c.timeouts.FirstToken), req.Deadline)
 
 	hreq := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(hreq)
@@ -195,21 +208,21 @@ func (c *EngineClient) Decode(ctx context.Context, res PrefillResult, req *Reque
 	c.prepare(hreq, req, buf.B)
 
 	resp := fasthttp.AcquireResponse()
-	lc, err := openLeg(ctx, c.hc, hreq, resp, deadline, c.timeouts.ConnectTimeoutS.Duration(), true, 0)
+	lc, err := openLeg(ctx, c.hc, hreq, resp, deadline, c.timeouts.Connect, true, 0)
 	if err != nil {
 		fasthttp.ReleaseResponse(resp)
-		return nil, c.legFault(ctx, LegDecode, err, byRequest, FaultFirstTokenTimeout, c.firstTokenDetail())
+		return nil, c.legFault(ctx, fault.PhaseDecode, err, byRequest, fault.FirstTokenTimeout, c.firstTokenDetail())
 	}
 	s := newDecodeStream(ctx, c, lc, resp, req.Deadline)
 	if status := resp.StatusCode(); status != fasthttp.StatusOK {
 		body, _ := s.readAll(maxErrorBody)
-		f := c.statusFault(LegDecode, status, body, resp)
+		f := c.statusFault(fault.PhaseDecode, status, body, resp)
 		s.Close()
 		return nil, f
 	}
 	if ct := resp.Header.ContentType(); len(ct) < 17 || string(ct[:17]) != "text/event-stream" {
 		s.Close()
-		return nil, c.fault(LegDecode, FaultBadResponse, "decode response is not an event stream ("+string(ct)+")", nil)
+		return nil, c.fault(fault.PhaseDecode, fault.BadResponse, "decode response is not an event stream ("+string(ct)+")", nil)
 	}
 	if err := s.awaitFirstToken(deadline, byRequest); err != nil {
 		s.Close()
@@ -218,8 +231,37 @@ func (c *EngineClient) Decode(ctx context.Context, res PrefillResult, req *Reque
 	return s, nil
 }
 
+// PlanTransfer asks the producer's connector for the transfer parameters of one attempt on the
+// producer→consumer pair, before either leg starts. A plan with decode parameters
+// (kv.Plan.Concurrent) runs both legs at once: see Planned.
+func PlanTransfer(producer, consumer *EngineClient, endpoint wire.Endpoint, backendRequestID string) kv.Plan {
+	return producer.connector.Plan(kv.Attempt{
+		Pair:             kv.Pair{Producer: producer.kv, Consumer: consumer.kv, Endpoint: endpoint},
+		BackendRequestID: backendRequestID,
+	})
+}
+
+// Planned is the PrefillResult of a concurrent plan, for a decode that starts together with its
+// prefill: its descriptor is the plan's decode parameters (validated by the connector like a
+// producer's), and the handoff's age counts from now.
+func Planned(producer *EngineClient, req *Request) (PrefillResult, error) {
+	res := PrefillResult{producerKV: producer.kv, connector: producer.connector, Producer: producer.name,
+		ProducerURL: producer.base, Endpoint: req.Body.Endpoint, BackendRequestID: req.BackendRequestID,
+		Started: time.Now()}
+	if !json.Valid(req.Transfer.Decode) {
+		return PrefillResult{}, producer.fault(fault.PhasePrefill, fault.Descriptor,
+			"connector "+producer.connector.Name()+" planned decode parameters that are not JSON", nil)
+	}
+	d, rej := kv.ParseDescriptor(req.Transfer.Decode, req.Body.Endpoint)
+	if rej != nil {
+		return PrefillResult{}, producer.descriptorFault(rej)
+	}
+	res.descriptor = d
+	return res, nil
+}
+
 func (c *EngineClient) firstTokenDetail() string {
-	return fmt.Sprintf("no token from the decode engine within %s", c.timeouts.FirstTokenTimeoutS.Duration())
+	return fmt.Sprintf("no token from the decode engine within %s", c.timeouts.FirstToken)
 }
 
 // prepare fills the request line and the allowlisted headers; no client header reaches an engine
@@ -244,56 +286,56 @@ func (c *EngineClient) prepare(hreq *fasthttp.Request, req *Request, body []byte
 // legFault turns an error from opening or reading a leg into a Fault. A cancelled context wins
 // over whatever the closed connection reported; a timeout is the request's deadline when that
 // bound the leg, else the leg's own timeout kind.
-func (c *EngineClient) legFault(ctx context.Context, leg Leg, err error, byRequest bool, timeoutKind FaultKind, timeoutDetail string) *Fault {
+func (c *EngineClient) legFault(ctx context.Context, leg fault.Phase, err error, byRequest bool, timeoutKind fault.Kind, timeoutDetail string) *fault.Fault {
 	if ctx.Err() != nil {
-		return cancelFault(c.name, leg, ctx)
+		return fault.FromContext(ctx, c.name, leg)
 	}
 	if isTimeout(err) {
 		if errors.Is(err, fasthttp.ErrDialTimeout) && !byRequest {
-			return c.fault(leg, FaultTimeout, "could not connect to the engine in time", err)
+			return c.fault(leg, fault.Timeout, "could not connect to the engine in time", err)
 		}
 		if byRequest {
-			return c.fault(leg, FaultDeadline, "the request deadline passed during the "+leg.String()+" leg", err)
+			return c.fault(leg, fault.Deadline, "the request deadline passed during the "+leg.String()+" leg", err)
 		}
 		return c.fault(leg, timeoutKind, timeoutDetail, err)
 	}
 	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
-		return c.fault(leg, FaultBadResponse, "engine response is too large", err)
+		return c.fault(leg, fault.BadResponse, "engine response is too large", err)
 	}
 	if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, fasthttp.ErrNoFreeConns) {
-		return c.fault(leg, FaultOverloaded, "the router has no connection to spare", err)
+		return c.fault(leg, fault.Overloaded, "the router has no connection to spare", err)
 	}
-	return c.fault(leg, FaultUnreachable, "could not reach the engine or it closed the connection before answering", err)
+	return c.fault(leg, fault.Unreachable, "could not reach the engine or it closed the connection before answering", err)
 }
 
-func (c *EngineClient) fault(leg Leg, kind FaultKind, detail string, err error) *Fault {
-	return &Fault{Kind: kind, Leg: leg, Engine: c.name, Detail: detail, Err: err}
+func (c *EngineClient) fault(leg fault.Phase, kind fault.Kind, detail string, err error) *fault.Fault {
+	return &fault.Fault{Kind: kind, Phase: leg, Engine: c.name, Detail: detail, Err: err}
 }
 
 // descriptorFault reports a rejected descriptor. The client sees only the reason: the
 // rejection's own detail names engine identities and KV addresses, which stay in the logs.
-func (c *EngineClient) descriptorFault(rej *Rejection) *Fault {
-	return &Fault{Kind: FaultDescriptor, Leg: LegPrefill, Engine: c.name, Reason: rej.Reason,
+func (c *EngineClient) descriptorFault(rej *kv.Rejection) *fault.Fault {
+	return &fault.Fault{Kind: fault.Descriptor, Phase: fault.PhasePrefill, Engine: c.name, Reason: rej.Reason,
 		Detail: "the producer's handoff descriptor failed validation (" + rej.Reason + ")", Err: rej}
 }
 
 // statusFault maps a non-200 engine answer: 429/503 are backpressure, other 4xx are the client's
 // problem and pass through, everything else is an engine failure.
-func (c *EngineClient) statusFault(leg Leg, status int, body []byte, resp *fasthttp.Response) *Fault {
+func (c *EngineClient) statusFault(leg fault.Phase, status int, body []byte, resp *fasthttp.Response) *fault.Fault {
 	if status == fasthttp.StatusOK {
 		return nil
 	}
-	f := &Fault{Leg: leg, Engine: c.name, Status: status, Body: append([]byte(nil), body...)}
+	f := &fault.Fault{Phase: leg, Engine: c.name, Status: status, Body: append([]byte(nil), body...)}
 	switch {
 	case status == fasthttp.StatusTooManyRequests || status == fasthttp.StatusServiceUnavailable:
-		f.Kind = FaultBackpressure
+		f.Kind = fault.Backpressure
 		f.Detail = "engine is overloaded (" + strconv.Itoa(status) + ")"
 		f.RetryAfter = string(resp.Header.Peek("Retry-After"))
 	case status >= 400 && status < 500:
-		f.Kind = FaultRejected
+		f.Kind = fault.Rejected
 		f.Detail = "engine rejected the request (" + strconv.Itoa(status) + ")"
 	default:
-		f.Kind = FaultStatus
+		f.Kind = fault.Status
 		f.Detail = "engine failed (" + strconv.Itoa(status) + ")"
 	}
 	return f

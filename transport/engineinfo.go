@@ -55,7 +55,7 @@ func (c *EngineClient) Health(ctx context.Context) error {
 func (c *EngineClient) get(ctx context.Context, path string) ([]byte, error) {
 	deadline, ok := ctx.Deadline()
 	if !ok {
-		deadline = time.Now().Add(c.timeouts.FirstTokenTimeoutS.Duration())
+		deadline = time.Now().Add(c.timeouts.FirstToken)
 	}
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
@@ -66,7 +66,7 @@ func (c *EngineClient) get(ctx context.Context, path string) ([]byte, error) {
 	}
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
-	lc, err := openLeg(ctx, c.hc, req, resp, deadline, c.timeouts.ConnectTimeoutS.Duration(), false, 1<<20)
+	lc, err := openLeg(ctx, c.hc, req, resp, deadline, c.timeouts.Connect, false, 1<<20)
 	if err != nil {
 		return nil, fmt.Errorf("engine %s: GET %s: %w", c.name, path, err)
 	}

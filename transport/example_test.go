@@ -12,6 +12,7 @@ import (
 	"github.com/narwhal-router/narwhal/bench/sim"
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/transport"
+	"github.com/narwhal-router/narwhal/transport/wire"
 )
 
 // The engine-side API on its own: a prefill on one engine, its result passed as is to a decode
@@ -26,7 +27,7 @@ func ExampleEngineClient() {
 	producer, _ := transport.NewEngineClient(config.Engine{Name: "p0", URL: fleet.Engine("p0").URL(), Role: config.RolePrefill}, timeouts)
 	consumer, _ := transport.NewEngineClient(config.Engine{Name: "d0", URL: fleet.Engine("d0").URL(), Role: config.RoleDecode}, timeouts)
 
-	body, err := transport.ParseClientBody(transport.EndpointCompletions, []byte(`{"model":"sim-model","prompt":"Hello","max_tokens":3}`))
+	body, err := wire.ParseClientBody(wire.EndpointCompletions, []byte(`{"model":"sim-model","prompt":"Hello","max_tokens":3}`))
 	if err != nil {
 		panic(err)
 	}
@@ -56,7 +57,7 @@ func ExampleEngineClient() {
 		if err != nil {
 			panic(err)
 		}
-		if ev.Kind == transport.EventToken {
+		if ev.Kind == wire.EventToken {
 			var chunk struct {
 				Choices []struct{ Text string } `json:"choices"`
 			}

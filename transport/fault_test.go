@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/narwhal-router/narwhal/config"
+	"github.com/narwhal-router/narwhal/transport/fault"
 )
 
 // Running out of file descriptors is the router's trouble: a 503, no retry, and nothing
@@ -16,8 +17,8 @@ func TestRouterOutOfDescriptorsIsNotAnEngineFault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := c.legFault(context.Background(), LegDecode, fmt.Errorf("dial: %w", syscall.EMFILE), false, FaultFirstTokenTimeout, "")
-	if f.Kind != FaultOverloaded || f.ClientStatus() != 503 || f.Retriable() || f.CountsAgainstEngine() {
+	f := c.legFault(context.Background(), fault.PhaseDecode, fmt.Errorf("dial: %w", syscall.EMFILE), false, fault.FirstTokenTimeout, "")
+	if f.Kind != fault.Overloaded || f.ClientStatus() != 503 || f.Retriable() || f.CountsAgainstEngine() {
 		t.Fatalf("%+v", f)
 	}
 }

@@ -4,20 +4,24 @@ import (
 	"time"
 
 	"github.com/goccy/go-json"
+
+	"github.com/narwhal-router/narwhal/transport/kv"
+	"github.com/narwhal-router/narwhal/transport/wire"
 )
 
 // PrefillResult is what a prefill leg hands to the decode leg: the producer's handoff descriptor
 // together with the producer, the API endpoint and the backend request ID that produced it, and
 // when the prefill leg started (the handoff's age counts from then). Pass it to Decode as is.
 type PrefillResult struct {
-	descriptor *Descriptor
-	producerKV KVSide
+	descriptor *kv.Descriptor
+	producerKV kv.Side
+	connector  kv.Connector // the producer's: it validates the descriptor
 
 	// Producer is the producer engine's name; ProducerURL its base URL.
 	Producer    string
 	ProducerURL string
 	// Endpoint is the API the prefill ran on; only a decode on the same endpoint may use it.
-	Endpoint Endpoint
+	Endpoint wire.Endpoint
 	// BackendRequestID is the X-Request-Id both legs of the attempt carry.
 	BackendRequestID string
 	// Started is when the prefill leg started; Completed when its response was fully read.
@@ -34,7 +38,7 @@ func (r PrefillResult) Descriptor() []byte {
 	if r.descriptor == nil {
 		return nil
 	}
-	return r.descriptor.raw
+	return r.descriptor.Raw()
 }
 
 // Parameters returns a detached copy of the descriptor for inspection: changing the map changes
@@ -44,7 +48,7 @@ func (r PrefillResult) Parameters() map[string]any {
 		return nil
 	}
 	var m map[string]any
-	if err := json.Unmarshal(r.descriptor.raw, &m); err != nil {
+	if err := json.Unmarshal(r.descriptor.Raw(), &m); err != nil {
 		return nil
 	}
 	return m

@@ -10,6 +10,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/narwhal-router/narwhal/config"
+	"github.com/narwhal-router/narwhal/transport/fault"
+	"github.com/narwhal-router/narwhal/transport/wire"
 )
 
 // ProbeReport is what one probe transfer measured.
@@ -29,7 +31,7 @@ type ProbeReport struct {
 // whose Leg says which side failed (a bad descriptor is the producer's: LegPrefill).
 func ProbeTransfer(ctx context.Context, producer, consumer *EngineClient, model string, legTimeout time.Duration) (ProbeReport, error) {
 	var rep ProbeReport
-	body, err := ParseClientBody(EndpointCompletions,
+	body, err := wire.ParseClientBody(wire.EndpointCompletions,
 		fmt.Appendf(nil, `{"model":%q,"prompt":"narwhal probe","max_tokens":2,"temperature":0}`, model))
 	if err != nil {
 		return rep, fmt.Errorf("probe body: %w", err)
@@ -44,7 +46,7 @@ func ProbeTransfer(ctx context.Context, producer, consumer *EngineClient, model 
 	if producer == consumer {
 		res = res.WithoutTransfer()
 	} else if !res.HasDescriptor() {
-		return rep, &Fault{Kind: FaultMissingDescriptor, Leg: LegPrefill, Engine: producer.name,
+		return rep, &fault.Fault{Kind: fault.MissingDescriptor, Phase: fault.PhasePrefill, Engine: producer.name,
 			Detail: "the producer returned no handoff descriptor"}
 	}
 	rep.Descriptor = res.Descriptor()
@@ -70,7 +72,7 @@ func ProbeTransfer(ctx context.Context, producer, consumer *EngineClient, model 
 		if err != nil {
 			return rep, err
 		}
-		if ev.Kind == EventToken {
+		if ev.Kind == wire.EventToken {
 			rep.Tokens++
 		}
 	}

@@ -12,6 +12,8 @@ import (
 
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/transport"
+	"github.com/narwhal-router/narwhal/transport/fault"
+	"github.com/narwhal-router/narwhal/transport/wire"
 )
 
 // directArm runs a request the way the router does, with the router's own engine client:
@@ -57,7 +59,7 @@ func (d *directArm) do(start time.Time, body []byte, maxTokens int, guard time.D
 		cons = d.consumers[(n+1)%uint64(len(d.consumers))]
 	}
 
-	cb, err := transport.ParseClientBody(transport.EndpointChat, body)
+	cb, err := wire.ParseClientBody(wire.EndpointChat, body)
 	if err != nil {
 		o.Error = "bad request body: " + err.Error()
 		return o
@@ -90,9 +92,9 @@ func (d *directArm) do(start time.Time, body []byte, maxTokens int, guard time.D
 			return o
 		}
 		switch ev.Kind {
-		case transport.EventToken:
+		case wire.EventToken:
 			o.Tokens++
-		case transport.EventDone:
+		case wire.EventDone:
 			o.Total = time.Since(start)
 		}
 	}
@@ -106,11 +108,11 @@ func (d *directArm) do(start time.Time, body []byte, maxTokens int, guard time.D
 
 // faultClass names an engine-client error by leg and fault kind.
 func faultClass(err error) string {
-	if f, ok := transport.AsFault(err); ok {
+	if f, ok := fault.As(err); ok {
 		if f.Status != 0 {
-			return fmt.Sprintf("%s %s %d", f.Leg, f.Kind, f.Status)
+			return fmt.Sprintf("%s %s %d", f.Phase, f.Kind, f.Status)
 		}
-		return fmt.Sprintf("%s %s", f.Leg, f.Kind)
+		return fmt.Sprintf("%s %s", f.Phase, f.Kind)
 	}
 	return "error: " + err.Error()
 }

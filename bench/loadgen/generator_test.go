@@ -8,7 +8,7 @@ import (
 
 	"github.com/narwhal-router/narwhal/bench/sim"
 	"github.com/narwhal-router/narwhal/config"
-	"github.com/narwhal-router/narwhal/transport/server"
+	"github.com/narwhal-router/narwhal/node"
 )
 
 // rig starts an in-process fleet and router and a generator aimed at them.
@@ -41,7 +41,7 @@ func rig(t *testing.T, engine sim.Options, adjust func(*config.Config)) *Generat
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := server.Start(cfg, server.Options{Listener: ln, AdminListener: adminLn})
+	srv, err := node.Start(cfg, node.Options{Listener: ln, AdminListener: adminLn})
 	if err != nil {
 		t.Fatal(err)
 	}

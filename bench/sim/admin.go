@@ -29,6 +29,8 @@ func (e *Engine) apiRoutes() http.Handler {
 	mux.HandleFunc("DELETE /sim/faults", e.serveClearFaults)
 	mux.HandleFunc("POST /sim/restart", e.serveRestart)
 	mux.HandleFunc("POST /sim/health", e.serveSetHealth)
+	mux.HandleFunc("POST /sim/metrics", e.serveSetMetricsFault)
+	mux.HandleFunc("DELETE /sim/metrics", e.serveClearMetricsFault)
 	return e.recordOthers(mux)
 }
 
@@ -119,6 +121,21 @@ func (e *Engine) serveVersion(w http.ResponseWriter, r *http.Request) {
 }
 
 func (e *Engine) serveMetrics(w http.ResponseWriter, r *http.Request) {
+	if f := e.metricsFault.Load(); f != nil {
+		if f.Delay > 0 {
+			t := time.NewTimer(f.Delay)
+			select {
+			case <-t.C:
+			case <-r.Context().Done():
+				t.Stop()
+				return
+			}
+		}
+		if f.Status != 0 {
+			simulatedError(f.Status).write(w)
+			return
+		}
+	}
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	_, _ = w.Write(e.appendMetrics(nil))
 }
@@ -201,4 +218,27 @@ func (e *Engine) serveSetHealth(w http.ResponseWriter, r *http.Request) {
 	}
 	e.SetDead(*req.Dead)
 	writeJSON(w, http.StatusOK, map[string]bool{"dead": *req.Dead})
+}
+
+// serveSetMetricsFault takes {"status": CODE, "delay_ms": MS}; either may be 0.
+func (e *Engine) serveSetMetricsFault(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Status  int `json:"status"`
+		DelayMS int `json:"delay_ms"`
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	if err == nil {
+		err = json.Unmarshal(body, &req)
+	}
+	if err != nil || req.DelayMS < 0 || req.Status != 0 && (req.Status < 400 || req.Status > 599) {
+		invalidRequest("", `want {"status": 400..599 or 0, "delay_ms": N >= 0}`).write(w)
+		return
+	}
+	e.SetMetricsFault(&MetricsFault{Status: req.Status, Delay: time.Duration(req.DelayMS) * time.Millisecond})
+	writeJSON(w, http.StatusOK, req)
+}
+
+func (e *Engine) serveClearMetricsFault(w http.ResponseWriter, r *http.Request) {
+	e.SetMetricsFault(nil)
+	w.WriteHeader(http.StatusNoContent)
 }

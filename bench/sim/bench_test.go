@@ -13,12 +13,18 @@ import (
 //
 //	GOMAXPROCS=1 go test -run '^$' -bench StreamedTokens ./bench/sim/
 func BenchmarkStreamedTokens(b *testing.B) {
-	for _, tc := range []struct{ name, path, body string }{
-		{"completions", "/v1/completions", `{"prompt":"hello there","max_tokens":1000,"stream":true}`},
-		{"chat", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hello there"}],"max_tokens":1000,"stream":true}`},
+	for _, tc := range []struct {
+		name, path, body string
+		maxNumSeqs       int
+	}{
+		{"completions", "/v1/completions", `{"prompt":"hello there","max_tokens":1000,"stream":true}`, 0},
+		{"chat", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hello there"}],"max_tokens":1000,"stream":true}`, 0},
+		// The same through the capacity model's scheduler (zero-length steps): its cost
+		// per token.
+		{"completions capacity model", "/v1/completions", `{"prompt":"hello there","max_tokens":1000,"stream":true}`, 8},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
-			e := startEngine(b, Options{Tokens: 1000})
+			e := startEngine(b, Options{Tokens: 1000, MaxNumSeqs: tc.maxNumSeqs})
 			client := &http.Client{Transport: &http.Transport{Proxy: nil}}
 			defer client.CloseIdleConnections()
 			buf := make([]byte, 64<<10)

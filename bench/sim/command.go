@@ -88,6 +88,15 @@ func addEngineFlags(fs *pflag.FlagSet, o *Options) {
 	fs.DurationVar(&o.KVLease, "kv-lease", DefaultKVLease, "how long unread blocks stay pinned")
 	fs.StringVar(&o.KVLoadFailure, "kv-load-failure", KVLoadFail, "on a failed KV load: fail (HTTP 500) or recompute")
 	fs.IntVar(&o.TPSize, "tp-size", 1, "tp_size advertised in descriptors")
+
+	// The capacity model (off while --max-num-seqs is 0).
+	fs.IntVar(&o.MaxNumSeqs, "max-num-seqs", 0, "capacity model: sequences running at once, the rest queue (vLLM max_num_seqs; 0: model off, unbounded)")
+	fs.IntVar(&o.MaxNumBatchedTokens, "max-num-batched-tokens", DefaultMaxNumBatchedTokens, "capacity model: token budget of one step (decodes + prefill chunks)")
+	fs.DurationVar(&o.ITLPerSeq, "itl-per-seq", 0, "capacity model: added to each step per sequence in it (step = itl + itl-per-seq × seqs + prefill-per-token × prefill tokens)")
+	fs.IntVar(&o.KVBlocks, "kv-blocks", DefaultKVBlocks, "KV cache size in blocks (capacity model: requests wait for blocks; kv_cache_usage_perc is relative to it)")
+	fs.IntVar(&o.BlockSize, "block-size", DefaultBlockSize, "tokens (words) per KV block and prefix-cache hash")
+	fs.DurationVar(&o.TransferPerBlock, "transfer-per-block", 0, "time a consumer spends per KV block it pulls from a producer")
+	fs.BoolVar(&o.PromptTokensDetails, "enable-prompt-tokens-details", false, "report usage.prompt_tokens_details.cached_tokens (vLLM's flag of the same name)")
 }
 
 // runUntilSignal starts something, prints its description as one JSON line, and

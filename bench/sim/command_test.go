@@ -72,7 +72,9 @@ func TestCommandRunsOneEngine(t *testing.T) {
 
 func TestCommandRunsAFleet(t *testing.T) {
 	t.Parallel()
-	line, stop := runCommand(t, "fleet", "--prefill", "2", "--decode", "1", "--both", "1", "--tokens", "2", "--itl", "1ms")
+	line, stop := runCommand(t, "fleet", "--prefill", "2", "--decode", "1", "--both", "1", "--tokens", "2", "--itl", "1ms",
+		"--max-num-seqs", "3", "--kv-blocks", "300", "--block-size", "16", "--transfer-per-block", "1ms",
+		"--itl-per-seq", "1ms", "--max-num-batched-tokens", "512", "--enable-prompt-tokens-details")
 	var fleet struct{ Engines []EngineInfo }
 	if err := json.Unmarshal([]byte(line), &fleet); err != nil {
 		t.Fatalf("line %q: %v", line, err)
@@ -92,6 +94,12 @@ func TestCommandRunsAFleet(t *testing.T) {
 	if code != 200 || !strings.HasSuffix(string(body), "data: [DONE]\n\n") {
 		t.Errorf("decode through the fleet: %d %s", code, body)
 	}
+	// The capacity flags reached the engines.
+	_, _, body = get(t, fleet.Engines[2].URL+"/sim/stats")
+	var st Stats
+	if err := json.Unmarshal(body, &st); err != nil || st.KVBlocks != 300 || st.PrefixCacheQueries != 1 || st.Steps == 0 {
+		t.Errorf("consumer stats %s: want the capacity model on with 300 blocks", body)
+	}
 	if err := stop(); err != nil {
 		t.Errorf("command returned %v", err)
 	}
@@ -103,6 +111,7 @@ func TestCommandRejectsBadFlags(t *testing.T) {
 		{"--listen", "127.0.0.1:0", "--role", "router"},
 		{"--listen", "127.0.0.1:0", "--kv-load-failure", "retry"},
 		{"fleet", "--prefill", "0", "--decode", "0"},
+		{"fleet", "--max-num-seqs", "4", "--kv-blocks", "16"}, // 256 tokens < max model len
 	} {
 		cmd := Command()
 		cmd.SetArgs(args)

@@ -15,8 +15,13 @@
 // engine (the /sim/ admin endpoints or InjectFault), and the counters tests use to prove
 // that nothing leaked (served, aborted, blocks pinned/read/expired).
 //
-// It does not tokenize (a prompt token is a whitespace-separated word), sample, batch or
-// queue. Only n=1 and a single prompt per request are supported.
+// It does not tokenize (a prompt token is a whitespace-separated word) or sample. By
+// default every generation is timed on its own, as if capacity were unbounded; the
+// capacity model (Options.MaxNumSeqs > 0) adds a vLLM-like scheduler per engine: a
+// bounded running batch and a waiting queue, continuous batching whose step time grows
+// with the batch and with prefill work, a KV cache of a fixed number of blocks with a
+// prefix cache, and a cost per KV block transferred (scheduler.go, kvcache.go). Only n=1
+// and a single prompt per request are supported.
 //
 // This is an internal API of Narwhal; it may change between releases.
 package sim

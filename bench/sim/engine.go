@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/google/uuid"
 )
@@ -29,8 +30,11 @@ type Engine struct {
 
 	identity atomic.Pointer[string] // engine id; Restart replaces it
 	dead     atomic.Bool
+	// metricsFault bends /metrics for scrape tests (nil: none).
+	metricsFault atomic.Pointer[MetricsFault]
 
 	blocks   *blockTable
+	sched    *scheduler // nil unless the capacity model is on (Options.MaxNumSeqs > 0)
 	faults   faultQueue
 	recorded recorder
 	count    counters
@@ -42,7 +46,7 @@ type Engine struct {
 	cancel context.CancelFunc
 	api    *http.Server
 	kv     *http.Server
-	serve  sync.WaitGroup // the two Serve loops
+	serve  sync.WaitGroup // the two Serve loops and the scheduler
 	conns  connTracker
 
 	closeOnce sync.Once
@@ -55,7 +59,10 @@ func Start(o Options) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sim: %w", err)
 	}
-	e := &Engine{opts: o, blocks: newBlockTable(o.KVLease), kvClient: newKVClient()}
+	e := &Engine{opts: o, blocks: newBlockTable(o.KVLease, o.BlockSize), kvClient: newKVClient()}
+	if o.MaxNumSeqs > 0 {
+		e.sched = newScheduler(o, func() { e.blocks.counts(time.Now()) })
+	}
 	id := o.EngineID
 	if id == "" {
 		id = uuid.NewString()
@@ -83,6 +90,13 @@ func Start(o Options) (*Engine, error) {
 	e.serve.Add(2)
 	go e.run(e.api, apiLn)
 	go e.run(e.kv, kvLn)
+	if e.sched != nil {
+		e.serve.Add(1)
+		go func() {
+			defer e.serve.Done()
+			e.sched.run(e.ctx)
+		}()
+	}
 	return e, nil
 }
 
@@ -166,17 +180,32 @@ func (e *Engine) InjectFault(fault string, count int) error {
 // ClearFaults removes every injected fault.
 func (e *Engine) ClearFaults() { e.faults.clear() }
 
-// Restart simulates a crash and restart of the engine process: a new engine id, and
-// every pinned block lost. Requests in flight carry on.
+// Restart simulates a crash and restart of the engine process: a new engine id, every
+// pinned block lost and, with the capacity model, the prefix cache emptied of the
+// blocks no request holds. Requests in flight carry on.
 func (e *Engine) Restart() {
 	id := uuid.NewString()
 	e.identity.Store(&id)
 	e.blocks.dropAll()
+	if e.sched != nil {
+		e.sched.dropCached()
+	}
 	e.count.restarts.Add(1)
 }
 
 // SetDead makes /health answer 503 (dead) or 200.
 func (e *Engine) SetDead(dead bool) { e.dead.Store(dead) }
+
+// MetricsFault makes /metrics misbehave, for a router's scrape tests: Delay holds the
+// answer back (the client may give up first), then Status, if not 0, replaces it with
+// an error (vLLM's envelope).
+type MetricsFault struct {
+	Status int           `json:"status"`
+	Delay  time.Duration `json:"-"`
+}
+
+// SetMetricsFault installs f, or clears it when f is nil.
+func (e *Engine) SetMetricsFault(f *MetricsFault) { e.metricsFault.Store(f) }
 
 // EngineInfo describes an engine in fleet listings and the command's output.
 type EngineInfo struct {

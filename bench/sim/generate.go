@@ -32,10 +32,18 @@ type generation struct {
 	arrived time.Time
 	timer   *time.Timer
 	aborted bool
+	loading bool   // counted in the scheduler's loading gauge until the first wait ends
 	record  uint64 // the recorder's sequence number of this request
 	// sse is the open event stream of a streaming decode; with a keepalive fault, waits
 	// on it send comments.
 	sse *sseWriter
+	// seq is the generation inside the scheduler (capacity model only); handedOff says a
+	// prefill leg's pin now owns its blocks.
+	seq       *seq
+	handedOff bool
+	// transferred says the prompt's KV came from a producer (for cached_tokens without
+	// the capacity model).
+	transferred bool
 }
 
 func (e *Engine) serveGeneration(api endpoint) http.HandlerFunc {
@@ -117,6 +125,12 @@ func (g *generation) serve(w http.ResponseWriter) {
 	defer func() {
 		if g.timer != nil {
 			g.timer.Stop()
+		}
+		if g.seq != nil && !g.handedOff {
+			e.sched.release(g.seq)
+		}
+		if g.loading {
+			e.sched.loadingDelta(-1)
 		}
 		e.count.inFlight.Add(-1)
 		if !g.aborted {
@@ -236,8 +250,17 @@ func (g *generation) prefill(w http.ResponseWriter) {
 		g.hang()
 		return
 	}
-	if !g.sleepUntil(g.arrived.Add(f.slowHeaders + e.opts.TTFT + g.prefillTime() + f.slow)) {
-		return
+	if e.sched == nil {
+		if !g.sleepUntil(g.arrived.Add(f.slowHeaders + e.opts.TTFT + g.prefillTime() + f.slow)) {
+			return
+		}
+	} else {
+		// The prompt is computed in the scheduler; the leg's one token ends it, and its
+		// blocks stay held for the consumer.
+		g.seq = newSeq(g.req.promptTokens, g.req.hashes, 1, false, true)
+		if !g.waitFirst(g.arrived.Add(f.slowHeaders + e.opts.TTFT + f.slow)) {
+			return
+		}
 	}
 	if g.failInsteadOfResponse(w) {
 		return
@@ -251,7 +274,12 @@ func (g *generation) prefill(w http.ResponseWriter) {
 		if g.req.api == completionsAPI {
 			remoteID = g.id + "-0-" + suffix
 		}
-		groups := e.blocks.pin(remoteID, g.req.promptTokens, e.opts.KVLayout == KVLayoutGrouped, time.Now())
+		var release func()
+		if q := g.seq; q != nil {
+			g.handedOff = true
+			release = func() { e.sched.release(q) }
+		}
+		groups := e.blocks.pin(remoteID, g.req.promptTokens, e.opts.KVLayout == KVLayoutGrouped, time.Now(), release)
 		kv = g.appendDescriptor(nil, remoteID, groups)
 	}
 	g.respond(w, kv)
@@ -262,10 +290,13 @@ func (g *generation) prefill(w http.ResponseWriter) {
 func (g *generation) decode(w http.ResponseWriter) {
 	e, f := g.e, &g.faults
 	computePrompt := true
+	moved := 0 // KV blocks pulled from the producer
 	if bytes.Equal(g.req.kvParams["do_remote_prefill"], []byte("true")) {
-		switch err := g.loadKV(); {
+		n, err := g.loadKV()
+		switch {
 		case err == nil, errors.Is(err, errNothingToLoad):
-			computePrompt = false
+			computePrompt, moved = false, n
+			g.transferred = true
 		case g.ctx.Err() != nil:
 			g.abortIfClient()
 			return
@@ -277,9 +308,21 @@ func (g *generation) decode(w http.ResponseWriter) {
 			}
 		}
 	}
-	first := g.arrived.Add(f.slowHeaders + e.opts.TTFT + f.slow)
-	if computePrompt {
+	if e.sched != nil {
+		g.seq = newSeq(g.req.promptTokens, g.req.hashes, g.plan.len(), !computePrompt, false)
+		if moved > 0 {
+			// vLLM pulls only the blocks its own prefix cache lacks.
+			moved = max(moved-e.sched.cachedPrefix(g.req.hashes), 0)
+		}
+	}
+	e.count.blocksLoaded.Add(int64(moved))
+	first := g.arrived.Add(f.slowHeaders + e.opts.TTFT + f.slow + time.Duration(moved)*e.opts.TransferPerBlock)
+	if computePrompt && e.sched == nil {
 		first = first.Add(g.prefillTime())
+	}
+	if e.sched != nil && moved > 0 {
+		e.sched.loadingDelta(1)
+		g.loading = true
 	}
 	if g.req.stream {
 		g.stream(w, first)
@@ -289,22 +332,102 @@ func (g *generation) decode(w http.ResponseWriter) {
 		g.hang()
 		return
 	}
-	if !g.sleepUntil(first.Add(g.generationTime())) || g.failInsteadOfResponse(w) {
+	if !g.waitFirst(first) || !g.waitPiece(g.plan.len()-1, first) || g.failInsteadOfResponse(w) {
 		return
 	}
 	g.respond(w, []byte("null"))
 }
 
-func (g *generation) loadKV() error {
+// loadKV reads the prompt's blocks from the producer and returns how many it sent.
+func (g *generation) loadKV() (int, error) {
 	h, err := parseHandoff(g.req.kvParams)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	if err := g.e.readRemoteBlocks(g.ctx, h); err != nil {
-		return err
+	n, err := g.e.readRemoteBlocks(g.ctx, h)
+	if err != nil {
+		return 0, err
 	}
 	g.e.count.kvLoads.Add(1)
-	return nil
+	return n, nil
+}
+
+// waitFirst waits for the first output piece: until first without the capacity model;
+// with it, until first (the fixed delays and the KV transfer) and then for the
+// scheduler to produce the sequence's first token.
+func (g *generation) waitFirst(first time.Time) bool {
+	ok := g.sleepUntil(first)
+	if g.loading {
+		g.loading = false
+		g.e.sched.loadingDelta(-1)
+	}
+	if !ok {
+		return false
+	}
+	if g.seq == nil {
+		return true
+	}
+	g.e.sched.submit(g.seq)
+	return g.waitProduced(1)
+}
+
+// waitPiece waits until output piece i (0-based) is due; piece 0 comes with waitFirst.
+func (g *generation) waitPiece(i int, first time.Time) bool {
+	if g.seq != nil {
+		return g.waitProduced(i + 1)
+	}
+	if itl := g.e.opts.ITL; i > 0 && itl > 0 {
+		return g.sleepUntil(first.Add(time.Duration(i) * itl))
+	}
+	if g.ctx.Err() != nil {
+		g.abortIfClient()
+		return false
+	}
+	return true
+}
+
+// waitProduced waits until the scheduler has produced n tokens of g's sequence, sending
+// keep-alive comments meanwhile, and reports whether the client is still there.
+func (g *generation) waitProduced(n int) bool {
+	for {
+		if produced, _ := g.e.sched.progress(g.seq); produced >= n {
+			return true
+		}
+		var tick <-chan time.Time
+		if due := g.keepAliveDue(); !due.IsZero() {
+			if g.timer == nil {
+				g.timer = time.NewTimer(time.Until(due))
+			} else {
+				g.timer.Reset(time.Until(due))
+			}
+			tick = g.timer.C
+		}
+		select {
+		case <-g.seq.notify:
+		case <-tick:
+			if g.sse.comment("keep-alive") != nil {
+				g.abortIfClient()
+				return false
+			}
+		case <-g.ctx.Done():
+			g.abortIfClient()
+			return false
+		}
+	}
+}
+
+// cachedTokens is the prompt tokens the engine did not compute, as vLLM reports them in
+// usage.prompt_tokens_details.cached_tokens: prefix-cache hits, and on a decode whose
+// KV came from a producer every prompt token but the last (which vLLM recomputes).
+func (g *generation) cachedTokens() int {
+	if g.seq != nil {
+		_, cached := g.e.sched.progress(g.seq)
+		return cached
+	}
+	if g.transferred {
+		return g.req.promptTokens - 1
+	}
+	return 0
 }
 
 // failInsteadOfResponse applies the stream-shaped faults to a response that cannot
@@ -351,7 +474,7 @@ func (g *generation) stream(w http.ResponseWriter, first time.Time) {
 		g.hang()
 		return
 	}
-	if !g.sleepUntil(first) {
+	if !g.waitFirst(first) {
 		return
 	}
 	if b, ok := g.shape.appendStart(s.begin()); ok {
@@ -364,7 +487,7 @@ func (g *generation) stream(w http.ResponseWriter, first time.Time) {
 		g.end(s.done())
 		return
 	}
-	n, itl := g.plan.len(), g.e.opts.ITL
+	n := g.plan.len()
 	for i := 0; ; i++ {
 		if g.interrupted(s, i) {
 			return
@@ -372,12 +495,7 @@ func (g *generation) stream(w http.ResponseWriter, first time.Time) {
 		if i == n {
 			break
 		}
-		if i > 0 && itl > 0 {
-			if !g.sleepUntil(first.Add(time.Duration(i) * itl)) {
-				return
-			}
-		} else if g.ctx.Err() != nil {
-			g.abortIfClient()
+		if !g.waitPiece(i, first) {
 			return
 		}
 		finish := ""

@@ -145,7 +145,7 @@ func TestHandoffFailures(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := p.readRemoteBlocks(t.Context(), h); err != nil {
+			if _, err := p.readRemoteBlocks(t.Context(), h); err != nil {
 				t.Fatal(err)
 			}
 			return kv

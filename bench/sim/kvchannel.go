@@ -97,33 +97,37 @@ func (e *Engine) serveKVRead(w http.ResponseWriter, r *http.Request) {
 }
 
 // readRemoteBlocks is the consumer side: it reads h's blocks from the producer the
-// descriptor names, over the side channel.
-func (e *Engine) readRemoteBlocks(ctx context.Context, h handoff) error {
+// descriptor names, over the side channel, and returns how many blocks it sent.
+func (e *Engine) readRemoteBlocks(ctx context.Context, h handoff) (int, error) {
 	addr := net.JoinHostPort(h.host, strconv.Itoa(h.port))
 	body, err := json.Marshal(kvReadRequest{EngineID: h.engineID, RequestID: h.requestID, BlockIDs: h.blocks})
 	if err != nil {
-		return fmt.Errorf("encode KV read for %s: %w", addr, err)
+		return 0, fmt.Errorf("encode KV read for %s: %w", addr, err)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+kvReadPath, bytes.NewReader(body))
 	if err != nil {
-		return fmt.Errorf("KV read from %s: %w", addr, err)
+		return 0, fmt.Errorf("KV read from %s: %w", addr, err)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := e.kvClient.Do(req)
 	if err != nil {
-		return fmt.Errorf("KV read from %s: %w", addr, err)
+		return 0, fmt.Errorf("KV read from %s: %w", addr, err)
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
-		return fmt.Errorf("KV read from %s: %w", addr, err)
+		return 0, fmt.Errorf("KV read from %s: %w", addr, err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		var r kvReadResponse
 		if json.Unmarshal(raw, &r) != nil || r.Error == "" {
 			r.Error = fmt.Sprintf("not a KV side channel (HTTP %d)", resp.StatusCode)
 		}
-		return fmt.Errorf("KV read from %s: %s", addr, r.Error)
+		return 0, fmt.Errorf("KV read from %s: %s", addr, r.Error)
 	}
-	return nil
+	var r kvReadResponse
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return 0, fmt.Errorf("KV read from %s: bad answer %q: %w", addr, raw, err)
+	}
+	return r.Blocks, nil
 }

@@ -41,6 +41,15 @@ const (
 	DefaultTokens      = 16
 	DefaultMaxModelLen = 4096
 	DefaultKVLease     = 30 * time.Second
+
+	// DefaultBlockSize is vLLM's default KV block size in tokens.
+	DefaultBlockSize = 16
+	// DefaultKVBlocks is the size of the simulated KV cache in blocks, the figure
+	// vllm:kv_cache_usage_perc is relative to.
+	DefaultKVBlocks = 8192
+	// DefaultMaxNumBatchedTokens is the token budget of one scheduler step with the
+	// capacity model on (vLLM's max_num_batched_tokens for online serving).
+	DefaultMaxNumBatchedTokens = 2048
 )
 
 // Options configure one simulated engine. The zero value is a usable engine (role both,
@@ -84,6 +93,35 @@ type Options struct {
 	Version string
 	// TPSize is the tp_size advertised in descriptors (default 1).
 	TPSize int
+	// The capacity model (see README.md, "Capacity model"). It is off while MaxNumSeqs is
+	// 0, and then every generation is timed on its own (TTFT, PrefillPerToken, ITL) as if
+	// the engine had unbounded capacity.
+
+	// MaxNumSeqs turns the capacity model on: at most this many sequences run at once
+	// (vLLM's max_num_seqs); the others wait in a FIFO queue.
+	MaxNumSeqs int
+	// MaxNumBatchedTokens is the token budget of one step (decode tokens plus prefill
+	// chunk tokens; default 2048), so a long prompt is prefilled in chunks.
+	MaxNumBatchedTokens int
+	// ITLPerSeq is added to a step's duration for every sequence in the step, so the
+	// inter-token gap grows with the batch: step = ITL + ITLPerSeq × sequences +
+	// PrefillPerToken × prefill tokens.
+	ITLPerSeq time.Duration
+	// KVBlocks is the KV cache size in blocks (default 8192); with the capacity model
+	// on, a request waits until its blocks fit. It must hold MaxModelLen tokens.
+	KVBlocks int
+	// BlockSize is the number of prompt tokens (words) per KV block and per prefix
+	// hash (default 16, vLLM's).
+	BlockSize int
+
+	// TransferPerBlock is the time a consumer spends per KV block it pulls from a
+	// producer (blocks it already holds in its prefix cache are not pulled).
+	TransferPerBlock time.Duration
+	// PromptTokensDetails reports usage.prompt_tokens_details.cached_tokens, as vLLM
+	// does with --enable-prompt-tokens-details: prefix-cache hits plus, on a decode
+	// leg, the tokens whose KV came from the producer.
+	PromptTokensDetails bool
+
 	// DescriptorExtra is raw JSON members (`"a":1,"b":{"c":[2]}`) appended to every
 	// descriptor, standing for runtime fields a router has never heard of.
 	DescriptorExtra string
@@ -147,6 +185,32 @@ func (o Options) normalized() (Options, error) {
 	}
 	if o.TPSize == 0 {
 		o.TPSize = 1
+	}
+	if o.BlockSize == 0 {
+		o.BlockSize = DefaultBlockSize
+	}
+	if o.KVBlocks == 0 {
+		o.KVBlocks = DefaultKVBlocks
+	}
+	if o.MaxNumBatchedTokens == 0 {
+		o.MaxNumBatchedTokens = DefaultMaxNumBatchedTokens
+	}
+	switch {
+	case o.MaxNumSeqs < 0:
+		return o, fmt.Errorf("max num seqs %d: must not be negative (0 turns the capacity model off)", o.MaxNumSeqs)
+	case o.BlockSize < 1:
+		return o, fmt.Errorf("block size %d: must be at least 1", o.BlockSize)
+	case o.KVBlocks < 1:
+		return o, fmt.Errorf("kv blocks %d: must be at least 1", o.KVBlocks)
+	case o.MaxNumBatchedTokens < 1:
+		return o, fmt.Errorf("max num batched tokens %d: must be at least 1", o.MaxNumBatchedTokens)
+	case o.ITLPerSeq < 0, o.TransferPerBlock < 0:
+		return o, fmt.Errorf("latencies must not be negative (itl per seq %v, transfer per block %v)", o.ITLPerSeq, o.TransferPerBlock)
+	case o.MaxNumSeqs > 0 && o.KVBlocks*o.BlockSize < o.MaxModelLen:
+		// One request of the longest context must fit in an empty cache, or it would
+		// wait forever.
+		return o, fmt.Errorf("kv blocks %d × block size %d hold fewer tokens than max model len %d",
+			o.KVBlocks, o.BlockSize, o.MaxModelLen)
 	}
 	switch {
 	case o.KVLease < 0:

@@ -5,7 +5,6 @@ import (
 	"hash/fnv"
 	"strconv"
 	"strings"
-	"time"
 )
 
 // outputPlan is the sequence of output pieces one generation emits: first reasoning
@@ -102,8 +101,8 @@ func (g *generation) appendHead(b []byte, object string) []byte {
 	return appendString(b, g.req.model)
 }
 
-// appendUsageObject appends "usage":{...}; details adds the non-streaming
-// prompt_tokens_details:null.
+// appendUsageObject appends "usage":{...}; details says the body is non-streaming, where
+// vLLM writes prompt_tokens_details even when it is null.
 func (g *generation) appendUsageObject(b []byte, details bool) []byte {
 	completion := g.plan.len()
 	b = append(b, `"usage":{"prompt_tokens":`...)
@@ -112,7 +111,18 @@ func (g *generation) appendUsageObject(b []byte, details bool) []byte {
 	b = appendInt(b, g.req.promptTokens+completion)
 	b = append(b, `,"completion_tokens":`...)
 	b = appendInt(b, completion)
-	if details {
+	cached := 0
+	if g.e.opts.PromptTokensDetails {
+		cached = g.cachedTokens()
+	}
+	switch {
+	case cached > 0:
+		// vLLM sets prompt_tokens_details only when some tokens were cached; stream
+		// chunks (dumped with exclude_unset) omit it otherwise.
+		b = append(b, `,"prompt_tokens_details":{"cached_tokens":`...)
+		b = appendInt(b, cached)
+		b = append(b, '}')
+	case details:
 		b = append(b, `,"prompt_tokens_details":null`...)
 	}
 	return append(b, '}')
@@ -130,12 +140,4 @@ func (g *generation) toolCallID() string {
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(g.id))
 	return fmt.Sprintf("chatcmpl-tool-%016x", h.Sum64())
-}
-
-// generationTime is how long the engine takes from the first token to the last.
-func (g *generation) generationTime() time.Duration {
-	if n := g.plan.len(); n > 1 {
-		return time.Duration(n-1) * g.e.opts.ITL
-	}
-	return 0
 }

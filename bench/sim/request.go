@@ -83,6 +83,7 @@ type genRequest struct {
 	wantLogprobs bool // logprobs requested at all
 	kvParams     map[string]json.RawMessage
 	directives   []fault
+	hashes       []uint64 // prefix-cache keys of the prompt's full blocks (capacity model only)
 }
 
 // parseGeneration validates a completions or chat body the way vLLM would for the
@@ -176,6 +177,9 @@ func (e *Engine) parseGeneration(api endpoint, r *http.Request, body []byte) (*g
 			return nil, newError(http.StatusBadRequest, param, derr.Error())
 		}
 		g.directives = ds
+	}
+	if e.sched != nil {
+		g.hashes = promptHashes(api, &w, e.opts.BlockSize)
 	}
 	return g, nil
 }

@@ -39,20 +39,45 @@ type Stats struct {
 	// counts decodes whose transfer failed (malformed descriptor or failed read).
 	KVLoads        int64 `json:"kv_loads"`
 	KVLoadFailures int64 `json:"kv_load_failures"`
+	// BlocksLoaded counts the KV blocks this engine pulled from producers (with the
+	// capacity model, only those its prefix cache lacked): the blocks a transfer moved.
+	BlocksLoaded int64 `json:"blocks_loaded"`
 
 	Restarts int64 `json:"restarts"`
+
+	// The capacity model's view (all zero when it is off).
+	// Running and Waiting are the scheduler's sequences now (Waiting includes decodes
+	// pulling their KV); Queued counts sequences that could not start on arrival.
+	Running int64 `json:"running"`
+	Waiting int64 `json:"waiting"`
+	Queued  int64 `json:"queued"`
+	// KVBlocksUsed is the blocks held now (running sequences and pinned handoffs) of
+	// KVBlocks; KVBlocksCached is the blocks with a prefix hash, held or evictable;
+	// KVBlocksEvicted counts cached blocks evicted to make room.
+	KVBlocksUsed    int64 `json:"kv_blocks_used"`
+	KVBlocks        int64 `json:"kv_blocks"`
+	KVBlocksCached  int64 `json:"kv_blocks_cached"`
+	KVBlocksEvicted int64 `json:"kv_blocks_evicted"`
+	// PrefixCacheQueries and PrefixCacheHits are prompt tokens looked up in the prefix
+	// cache and found there (vLLM's counters); PromptTokensComputed counts prompt tokens
+	// the engine computed; Steps counts scheduler steps.
+	PrefixCacheQueries   int64 `json:"prefix_cache_queries"`
+	PrefixCacheHits      int64 `json:"prefix_cache_hits"`
+	PromptTokensComputed int64 `json:"prompt_tokens_computed"`
+	Steps                int64 `json:"steps"`
 }
 
 // counters are the engine's live request counters; block counts live in blockTable.
 type counters struct {
 	prefill, decode, completed, aborted, inFlight atomic.Int64
 	kvLoads, kvLoadFailures, restarts             atomic.Int64
+	blocksLoaded                                  atomic.Int64
 }
 
 // Stats returns a snapshot of the engine's counters.
 func (e *Engine) Stats() Stats {
 	bc := e.blocks.counts(time.Now())
-	return Stats{
+	st := Stats{
 		Name:            e.opts.Name,
 		EngineID:        e.EngineID(),
 		Role:            e.opts.Role,
@@ -70,23 +95,60 @@ func (e *Engine) Stats() Stats {
 		KVLoads:         e.count.kvLoads.Load(),
 		KVLoadFailures:  e.count.kvLoadFailures.Load(),
 		Restarts:        e.count.restarts.Load(),
+		BlocksLoaded:    e.count.blocksLoaded.Load(),
 	}
+	if e.sched != nil {
+		c := e.sched.counts()
+		st.Running, st.Waiting, st.Queued = int64(c.running), int64(c.waiting), c.queued
+		st.KVBlocksUsed, st.KVBlocks = int64(c.blocksUsed), int64(e.opts.KVBlocks)
+		st.KVBlocksCached, st.KVBlocksEvicted = int64(c.blocksCached), c.evicted
+		st.PrefixCacheQueries, st.PrefixCacheHits = c.queries, c.hits
+		st.PromptTokensComputed, st.Steps = c.computed, c.steps
+	}
+	return st
 }
 
-// appendMetrics renders the vLLM gauges a router or autoscaler reads, in Prometheus
-// text format. The simulator has no scheduler queue: every generation in flight counts
-// as running.
+// appendMetrics renders the vLLM gauges and counters a router or autoscaler reads, in
+// Prometheus text format, under vLLM's names and labels. Without the capacity model
+// every generation in flight counts as running, nothing waits, the KV usage is the
+// pinned blocks' share of KVBlocks and the prefix-cache counters stay 0.
 func (e *Engine) appendMetrics(b []byte) []byte {
 	bc := e.blocks.counts(time.Now())
+	running, waiting := float64(e.count.inFlight.Load()), 0.0
+	usage := float64(bc.pinned) / float64(e.opts.KVBlocks)
+	var queries, hits int64
+	if e.sched != nil {
+		c := e.sched.counts()
+		running, waiting = float64(c.running), float64(c.waiting)
+		usage = float64(c.blocksUsed) / float64(e.opts.KVBlocks)
+		queries, hits = c.queries, c.hits
+	}
 	labels := `{engine="0",model_name=` + strconv.Quote(e.opts.Models[0]) + `}`
-	gauge := func(name, help string, v float64) {
-		b = append(b, "# HELP "+name+" "+help+"\n# TYPE "+name+" gauge\n"+name+labels+" "...)
+	metric := func(name, typ, help, suffix string, v float64) {
+		b = append(b, "# HELP "+name+" "+help+"\n# TYPE "+name+" "+typ+"\n"+name+suffix+labels+" "...)
 		b = appendFloat(b, v)
 		b = append(b, '\n')
 	}
-	gauge("vllm:num_requests_running", "Number of requests in model execution batches.", float64(e.count.inFlight.Load()))
-	gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", 0)
-	gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
-		min(float64(bc.pinned)/kvCapacityBlocks, 1))
+	metric("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.", "", running)
+	metric("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", "", waiting)
+	metric("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", "", min(usage, 1))
+	// Counters follow prometheus_client's exposition: the TYPE line names the family,
+	// the sample carries the _total suffix.
+	metric("vllm:prefix_cache_queries", "counter", "Prefix cache queries, in terms of number of queried tokens.",
+		"_total", float64(queries))
+	metric("vllm:prefix_cache_hits", "counter", "Prefix cache hits, in terms of number of cached tokens.",
+		"_total", float64(hits))
+	// vLLM publishes its cache configuration as an info gauge; a router can read the
+	// block size and capacity from it.
+	caching := "False"
+	if e.sched != nil {
+		caching = "True"
+	}
+	b = append(b, "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"+
+		"# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{block_size=\""...)
+	b = strconv.AppendInt(b, int64(e.opts.BlockSize), 10)
+	b = append(b, `",enable_prefix_caching="`+caching+`",engine="0",num_gpu_blocks="`...)
+	b = strconv.AppendInt(b, int64(e.opts.KVBlocks), 10)
+	b = append(b, "\"} 1.0\n"...)
 	return b
 }

@@ -15,11 +15,37 @@ import (
 
 	"github.com/goccy/go-json"
 
-	"github.com/narwhal-router/narwhal/actors"
+	"github.com/narwhal-router/narwhal/messages"
 )
 
+// Fleet is what the admin listener needs of the router. The composition root (node) adapts
+// the actor router to it, so this package knows nothing of actors.
+type Fleet interface {
+	// Ready reports whether every role has an admitted engine.
+	Ready() bool
+	// Engines returns every engine's snapshot.
+	Engines(ctx context.Context) ([]messages.EngineState, error)
+	// Eject and Readmit act on one engine and return its new state; for a name that is not
+	// configured the error wraps ErrUnknownEngine.
+	Eject(ctx context.Context, name, reason string) (string, error)
+	Readmit(ctx context.Context, name string, force bool) (string, error)
+	// Tree dumps the supervisor tree.
+	Tree(ctx context.Context) (Tree, error)
+	// ClusterStatus is what /cluster shows: this node's view of the other Narwhal nodes
+	// (members, their last gossip, the shared verdicts); {"enabled": false} without a cluster.
+	ClusterStatus() any
+}
+
+// Tree is a supervisor-tree dump: JSON as it marshals, or indented text.
+type Tree interface {
+	Text() string
+}
+
+// ErrUnknownEngine is wrapped by a Fleet's answer for an engine name that is not configured.
+var ErrUnknownEngine = errors.New("no such engine")
+
 // Handler serves the admin routes for router; prom serves /metrics (nil: 404).
-func Handler(router *actors.Router, prom http.Handler, token string) http.Handler {
+func Handler(router Fleet, prom http.Handler, token string) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Write([]byte("ok\n"))
@@ -48,7 +74,7 @@ func Handler(router *actors.Router, prom http.Handler, token string) http.Handle
 		answerAdmin(w, r.PathValue("name"), state, err)
 	})
 	mux.HandleFunc("GET /cluster", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, router.Cluster().Status())
+		writeJSON(w, http.StatusOK, router.ClusterStatus())
 	})
 	mux.HandleFunc("GET /debug/tree", func(w http.ResponseWriter, r *http.Request) {
 		tree, err := router.Tree(askContext(r))
@@ -94,7 +120,7 @@ func askContext(r *http.Request) context.Context {
 
 func answerAdmin(w http.ResponseWriter, name, state string, err error) {
 	switch {
-	case errors.Is(err, actors.ErrUnknownEngine):
+	case errors.Is(err, ErrUnknownEngine):
 		http.Error(w, err.Error(), http.StatusNotFound)
 	case err != nil:
 		http.Error(w, err.Error(), http.StatusConflict)

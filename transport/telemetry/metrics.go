@@ -224,5 +224,11 @@ func (m *Metrics) ProbeResult(engine, result string) {
 	m.counter("probe_results", "engine", engine, "result", result).Inc(1)
 }
 
+// RequestAttributedFailure counts a failed engine leg blamed on its request rather than on
+// the engine (the request failed the same way on another engine): it extended no streak.
+func (m *Metrics) RequestAttributedFailure(leg, kind string) {
+	m.counter("request_attributed_failures", "leg", leg, "kind", kind).Inc(1)
+}
+
 // WaveRestart counts a whole-wave restart of a role's engine actors.
 func (m *Metrics) WaveRestart(role string) { m.counter("wave_restarts", "role", role).Inc(1) }

@@ -1,0 +1,191 @@
+package actors
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/narwhal-router/narwhal/config"
+	"github.com/narwhal-router/narwhal/messages"
+	"github.com/narwhal-router/narwhal/transport/fault"
+)
+
+// logBuffer collects a router's log lines.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// loggedRouter is a router over unreachable engines (p0, d0, d1) whose log goes to the
+// returned buffer.
+func loggedRouter(t *testing.T, tweak func(*config.Recovery)) (*Router, *logBuffer) {
+	t.Helper()
+	cfg := config.Default()
+	cfg.Recovery.ProbeIntervalS, cfg.Recovery.ProbeMaxIntervalS = 60, 60
+	if tweak != nil {
+		tweak(&cfg.Recovery)
+	}
+	for _, e := range []config.Engine{
+		{Name: "p0", URL: "http://127.0.0.1:1", Role: config.RolePrefill, Models: []string{"m"}},
+		{Name: "d0", URL: "http://127.0.0.1:1", Role: config.RoleDecode, Models: []string{"m"}},
+		{Name: "d1", URL: "http://127.0.0.1:1", Role: config.RoleDecode, Models: []string{"m"}},
+	} {
+		e.KV = config.KV{Connector: config.ConnectorNIXL, TransferModes: []string{"pull"}}
+		cfg.Engines = append(cfg.Engines, e)
+	}
+	logs := &logBuffer{}
+	r, err := NewRouter(cfg, Options{Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	return r, logs
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal(what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// hungDecode is the report of a decode leg that timed out waiting for its first token.
+func hungDecode(engine string) *messages.LegOutcome {
+	return &messages.LegOutcome{Phase: fault.PhaseDecode, Partner: "p0",
+		Fault: &fault.Fault{Kind: fault.FirstTokenTimeout, Phase: fault.PhaseDecode, Engine: engine}}
+}
+
+func TestReadmissionModeIsLoggedAtStartUp(t *testing.T) {
+	_, logs := loggedRouter(t, nil)
+	if !strings.Contains(logs.String(), `msg="readmission by inference probe (recovery.readmission: probe)"`) {
+		t.Fatalf("log: %s", logs)
+	}
+	_, logs = loggedRouter(t, func(r *config.Recovery) { r.Readmission = config.ReadmissionHealth })
+	if !strings.Contains(logs.String(), `level=WARN msg="readmission by health check (recovery.readmission: health)`) {
+		t.Fatalf("log: %s", logs)
+	}
+}
+
+func TestAdminEjectionSaysWhoAndWhy(t *testing.T) {
+	r, logs := loggedRouter(t, nil)
+	ctx := context.Background()
+	if st, err := r.Eject(ctx, "d0", "disk swap"); err != nil || st != "ejected" {
+		t.Fatalf("eject: %s %v", st, err)
+	}
+	if !strings.Contains(logs.String(), `msg="engine breaker" engine=d0 from=admitted to=ejected streak=0 by=admin reason="disk swap"`) {
+		t.Fatalf("log: %s", logs)
+	}
+	e := describeEngine(t, r, "d0")
+	if e.EjectedBy != "admin" || e.EjectReason != "disk swap" || e.NextProbe != nil {
+		t.Fatalf("engine: %+v", e)
+	}
+	tree, err := r.Tree(ctx)
+	if err != nil || !strings.Contains(tree.Text(), `d0 [engine] role=decode state=ejected streak=0 reserved=prefill:0,decode:0 ejected_by=admin reason="disk swap"`) {
+		t.Fatalf("tree: %v %s", err, tree.Text())
+	}
+	// The whole-wave policy leaves an operator's ejection alone: d1 failing too restarts nothing.
+	r.root.Send(r.fleet.engine("d1").pid, hungDecode("d1"))
+	r.root.Send(r.fleet.engine("d1").pid, hungDecode("d1"))
+	r.root.Send(r.fleet.engine("d1").pid, hungDecode("d1"))
+	waitFor(t, "d1 not ejected", func() bool { return describeEngine(t, r, "d1").State != "admitted" })
+	if e := describeEngine(t, r, "d0"); e.Restarts != 0 || e.State != "ejected" {
+		t.Fatalf("the admin-ejected engine was restarted or probed: %+v", e)
+	}
+	// An admin readmission of an operator's ejection needs no probe.
+	if st, err := r.Readmit(ctx, "d0", false); err != nil || st != "admitted" {
+		t.Fatalf("readmit: %s %v", st, err)
+	}
+	if !strings.Contains(logs.String(), `msg="engine readmitted by admin" engine=d0 from=ejected force=false`) {
+		t.Fatalf("log: %s", logs)
+	}
+	if e := describeEngine(t, r, "d0"); e.EjectedBy != "" || e.EjectReason != "" || e.LastProbe != nil {
+		t.Fatalf("after readmission: %+v", e)
+	}
+}
+
+func TestWholeWaveRestartIsLoggedWithItsEnginesAndFailures(t *testing.T) {
+	r, logs := loggedRouter(t, func(r *config.Recovery) { r.EjectAfter = 2 })
+	for _, name := range []string{"d0", "d1"} {
+		r.root.Send(r.fleet.engine(name).pid, hungDecode(name))
+		r.root.Send(r.fleet.engine(name).pid, hungDecode(name))
+	}
+	want := `msg="every engine of a role is ejected: restarting the wave and probing it" role=decode engines="[d0 d1]" ` +
+		`failures="[d0: first_token_timeout on the decode leg (partner p0); first_token_timeout on the decode leg (partner p0) ` +
+		`d1: first_token_timeout on the decode leg (partner p0); first_token_timeout on the decode leg (partner p0)]"`
+	waitFor(t, "no wave log line", func() bool { return strings.Contains(logs.String(), "restarting the wave") })
+	if !strings.Contains(logs.String(), want) {
+		t.Fatalf("log:\n%s\nwant a line with\n%s", logs, want)
+	}
+}
+
+// The engine actor publishes what its next counted failure would do, so that a supervisor
+// retrying after a failure can keep off an engine about to leave placement.
+func TestEnginePublishesTheConsequenceOfItsNextFailure(t *testing.T) {
+	r, _ := loggedRouter(t, func(r *config.Recovery) { r.EjectAfter = 3 })
+	d0 := r.fleet.engine("d0")
+	if d0.takesOut.Load() {
+		t.Fatal("a fresh engine's next failure takes it out with eject_after 3")
+	}
+	r.root.Send(d0.pid, hungDecode("d0"))
+	waitFor(t, "streak 1", func() bool { return describeEngine(t, r, "d0").Streak == 1 })
+	if d0.takesOut.Load() {
+		t.Fatal("streak 1 of 3: the next failure does not eject")
+	}
+	r.root.Send(d0.pid, hungDecode("d0"))
+	waitFor(t, "streak 2", func() bool { return describeEngine(t, r, "d0").Streak == 2 })
+	if !d0.takesOut.Load() {
+		t.Fatal("streak 2 of 3: the next failure ejects")
+	}
+	r.root.Send(d0.pid, &messages.LegOutcome{Phase: fault.PhaseDecode})
+	waitFor(t, "streak reset", func() bool { return describeEngine(t, r, "d0").Streak == 0 })
+	if d0.takesOut.Load() {
+		t.Fatal("after a success the next failure does not eject")
+	}
+
+	q, _ := loggedRouter(t, func(r *config.Recovery) { r.FailureQuarantineS = 1 })
+	if !q.fleet.engine("d0").takesOut.Load() {
+		t.Fatal("with failure_quarantine_s every counted failure takes the engine out")
+	}
+}
+
+func TestBreakerAdminEjectionHoldsAndClears(t *testing.T) {
+	b := newBreaker(recovery())
+	now := time.Now()
+	b.note("engine_status on the decode leg")
+	b.failure(now, "")
+	b.ejectByAdmin(now, "maintenance")
+	if b.state != ejected || !b.byAdmin || b.cause != "maintenance" || !b.nextProbe.IsZero() || b.ejectedBy() != "admin" {
+		t.Fatalf("admin ejection: %+v", b)
+	}
+	b.probeSucceeded()
+	if b.state != admitted || b.byAdmin || b.cause != "" || b.ejectedBy() != "" || len(b.recent) != 0 {
+		t.Fatalf("after readmission: %+v", b)
+	}
+	for i := 0; i < 5; i++ { // the cause keeps the last eject_after failures
+		b.note("kind" + string(rune('0'+i)))
+		b.failure(now, "")
+	}
+	if b.ejectedBy() != "breaker" || b.cause != "kind0; kind1; kind2" {
+		t.Fatalf("failure ejection: %+v", b)
+	}
+}

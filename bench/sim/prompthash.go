@@ -1,0 +1,120 @@
+package sim
+
+import (
+	"strconv"
+
+	json "github.com/goccy/go-json"
+)
+
+// Prefix-cache keys. A prompt's tokens are its whitespace-separated words (the decimal
+// ids of a token-id prompt; for chat, the words of every message's text in order), cut
+// into blocks of BlockSize tokens. Like vLLM's, the hash of block i is chained: it
+// covers block i's tokens and the hash of block i−1, so two prompts share block i's
+// hash exactly when their first (i+1)·BlockSize tokens are equal. A partial last block
+// has no hash.
+
+const (
+	fnvOffset = 14695981039346656037
+	fnvPrime  = 1099511628211
+)
+
+// blockHasher hashes a stream of tokens into chained block hashes (FNV-1a, 64 bits).
+type blockHasher struct {
+	size int
+	n    int // tokens in the current block
+	h    uint64
+	prev uint64
+	out  []uint64
+}
+
+func newBlockHasher(size int) *blockHasher {
+	b := &blockHasher{size: size}
+	b.start()
+	return b
+}
+
+func (b *blockHasher) start() {
+	b.h = fnvOffset
+	for i := range 8 {
+		b.h = (b.h ^ uint64(byte(b.prev>>(8*i)))) * fnvPrime
+	}
+	b.n = 0
+}
+
+func (b *blockHasher) token(t string) {
+	if b.n > 0 {
+		b.h = (b.h ^ ' ') * fnvPrime
+	}
+	for i := 0; i < len(t); i++ {
+		b.h = (b.h ^ uint64(t[i])) * fnvPrime
+	}
+	b.n++
+	if b.n == b.size {
+		b.out = append(b.out, b.h)
+		b.prev = b.h
+		b.start()
+	}
+}
+
+// text feeds every whitespace-separated word of s.
+func (b *blockHasher) text(s string) {
+	start := -1
+	for i := 0; i <= len(s); i++ {
+		space := i == len(s)
+		if !space {
+			switch s[i] {
+			case ' ', '\t', '\n', '\r', '\v', '\f':
+				space = true
+			}
+		}
+		switch {
+		case space && start >= 0:
+			b.token(s[start:i])
+			start = -1
+		case !space && start < 0:
+			start = i
+		}
+	}
+}
+
+// BlockHashes returns the chained hashes of the full blocks of text's words, the keys
+// the capacity model's prefix cache uses for a completions prompt.
+func BlockHashes(text string, blockSize int) []uint64 {
+	b := newBlockHasher(blockSize)
+	b.text(text)
+	return b.out
+}
+
+// promptHashes hashes a validated request's prompt (see the package comment above).
+func promptHashes(api endpoint, w *wireRequest, blockSize int) []uint64 {
+	b := newBlockHasher(blockSize)
+	if api == chatAPI {
+		var msgs []wireMessage
+		if json.Unmarshal(w.Messages, &msgs) == nil {
+			for _, m := range msgs {
+				if text, err := messageText(m.Content); err == nil {
+					b.text(text)
+				}
+			}
+		}
+		return b.out
+	}
+	var v any
+	if json.Unmarshal(w.Prompt, &v) != nil {
+		return nil
+	}
+	if p, ok := v.([]any); ok && len(p) == 1 {
+		v = p[0]
+	}
+	switch p := v.(type) {
+	case string:
+		b.text(p)
+	case []any:
+		for _, id := range p {
+			if f, ok := id.(float64); ok {
+				b.token(strconv.FormatInt(int64(f), 10))
+			}
+		}
+	}
+	return b.out
+}

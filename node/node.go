@@ -1,0 +1,223 @@
+// Package node assembles a running Narwhal from a configuration: the metrics reporters, the
+// actor router, the client listener and the admin listener, with graceful shutdown. The
+// `narwhal serve` and `narwhal demo` commands and the end-to-end tests all start Narwhal here.
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/narwhal-router/narwhal/actors"
+	"github.com/narwhal-router/narwhal/cluster"
+	"github.com/narwhal-router/narwhal/config"
+	"github.com/narwhal-router/narwhal/transport/admin"
+	"github.com/narwhal-router/narwhal/transport/ingress"
+	"github.com/narwhal-router/narwhal/transport/kv"
+	"github.com/narwhal-router/narwhal/transport/telemetry"
+)
+
+// Options adjust how a Server starts; the zero value listens where the configuration says.
+type Options struct {
+	Logger *slog.Logger
+	// AccessLog receives one JSON line per request when log.access_log is on.
+	AccessLog io.Writer
+	// Listener and AdminListener replace server.listen and server.admin_listen (tests pass
+	// listeners on free ports).
+	Listener      net.Listener
+	AdminListener net.Listener
+	// Connectors are the KV connectors engines may name; zero: kv.Builtin (tests add their own).
+	Connectors kv.Registry
+}
+
+// Server is one running Narwhal.
+type Server struct {
+	cfg       config.Config
+	log       *slog.Logger
+	reporting *telemetry.Reporting
+	router    *actors.Router
+	peers     *cluster.Node // nil without a cluster
+	ingress   *ingress.Ingress
+	admin     *http.Server
+	ln        net.Listener
+	adminLn   net.Listener
+	served    chan error
+	serving   chan struct{} // closed when the client listener's Serve returns
+	stopping  atomic.Bool
+	stopOnce  sync.Once
+	stopErr   error
+}
+
+// Start builds everything and begins serving. On error nothing is left running.
+func Start(cfg config.Config, opts Options) (_ *Server, err error) {
+	s := &Server{cfg: cfg, log: opts.Logger, served: make(chan error, 2)}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	var cleanup []func()
+	defer func() {
+		if err != nil {
+			for i := len(cleanup) - 1; i >= 0; i-- {
+				cleanup[i]()
+			}
+		}
+	}()
+
+	if s.reporting, err = telemetry.NewReporting(cfg.Metrics); err != nil {
+		return nil, err
+	}
+	cleanup = append(cleanup, func() { s.reporting.Close() })
+
+	var access io.Writer
+	if cfg.Log.AccessLog {
+		access = opts.AccessLog
+	}
+	if s.peers, err = cluster.Start(cfg.Cluster, cluster.Options{Logger: s.log}); err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	cleanup = append(cleanup, s.peers.Close)
+	if s.router, err = actors.NewRouter(cfg, actors.Options{Metrics: s.reporting.Metrics, Logger: s.log, AccessLog: access,
+		Connectors: opts.Connectors, Cluster: s.peers}); err != nil {
+		return nil, err
+	}
+	cleanup = append(cleanup, s.router.Close)
+	s.peers.Attach(s.router.PeerVerdict)
+	if err := s.router.WaitForModels(cfg.Engine.FirstTokenTimeoutS.Duration()); err != nil {
+		s.log.Warn("starting without every engine's model list", "error", err)
+	}
+
+	if s.ingress, err = ingress.NewIngress(cfg, s.router, s.router, s.reporting.Metrics); err != nil {
+		return nil, err
+	}
+	cleanup = append(cleanup, s.ingress.Close)
+
+	s.ln = opts.Listener
+	if s.ln == nil {
+		if s.ln, err = net.Listen("tcp", cfg.Server.Listen); err != nil {
+			return nil, fmt.Errorf("listen %s: %w", cfg.Server.Listen, err)
+		}
+	}
+	cleanup = append(cleanup, func() { s.ln.Close() })
+	s.adminLn = opts.AdminListener
+	if s.adminLn == nil && cfg.Server.AdminListen != "" {
+		if s.adminLn, err = net.Listen("tcp", cfg.Server.AdminListen); err != nil {
+			return nil, fmt.Errorf("listen %s (admin): %w", cfg.Server.AdminListen, err)
+		}
+	}
+
+	s.serving = make(chan struct{})
+	go func() {
+		err := s.ingress.Serve(s.ln)
+		close(s.serving)
+		if !s.stopping.Load() {
+			s.served <- fmt.Errorf("client listener: %w", err)
+		}
+	}()
+	if s.adminLn != nil {
+		s.admin = &http.Server{Handler: admin.Handler(adminFleet{s.router}, s.reporting.Prometheus, cfg.Server.AdminToken),
+			ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := s.admin.Serve(s.adminLn); !errors.Is(err, http.ErrServerClosed) {
+				s.served <- fmt.Errorf("admin listener: %w", err)
+			}
+		}()
+	}
+	return s, nil
+}
+
+// Addr is the client listener's address.
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// AdminAddr is the admin listener's address, or "" when it is off.
+func (s *Server) AdminAddr() string {
+	if s.adminLn == nil {
+		return ""
+	}
+	return s.adminLn.Addr().String()
+}
+
+// Router is the actor router, for dumps and tests.
+func (s *Server) Router() *actors.Router { return s.router }
+
+// Failed delivers an error if a listener stops on its own.
+func (s *Server) Failed() <-chan error { return s.served }
+
+// Shutdown stops accepting, lets in-flight requests finish within server.shutdown_grace_s (or
+// ctx, if sooner), then cancels what is left — streams end with a terminal error event — and
+// releases everything. Calls after the first wait for it and return its result.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.stopOnce.Do(func() { s.stopErr = s.shutdown(ctx) })
+	return s.stopErr
+}
+
+func (s *Server) shutdown(ctx context.Context) error {
+	s.stopping.Store(true)
+	grace, cancel := context.WithTimeout(ctx, s.cfg.Server.ShutdownGraceS.Duration())
+	defer cancel()
+	err := s.ingress.Shutdown(grace)
+	// fasthttp only closes listeners Serve has registered; one that had not started yet would
+	// go on accepting, so the listener is closed here too and Serve waited for.
+	s.ln.Close()
+	select {
+	case <-s.serving:
+	case <-time.After(5 * time.Second):
+		s.log.Error("client listener did not stop")
+	}
+	if err != nil {
+		s.log.Warn("shutdown grace period over; cancelling in-flight requests", "in_flight", s.router.InFlight())
+		s.router.AbortAll()
+		deadline := time.Now().Add(5 * time.Second)
+		for s.router.InFlight() > 0 && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if s.admin != nil {
+		actx, acancel := context.WithTimeout(context.Background(), 2*time.Second)
+		s.admin.Shutdown(actx)
+		acancel()
+	}
+	s.ingress.Close()
+	s.peers.Close() // leave the cluster before the engine actors stop
+	s.router.Close()
+	s.reporting.Close()
+	if errors.Is(err, context.DeadlineExceeded) {
+		return nil // the grace period ending is the designed path, not a failure
+	}
+	return err
+}
+
+// adminFleet adapts the actor router to what the admin listener asks of it.
+type adminFleet struct{ *actors.Router }
+
+func (a adminFleet) Tree(ctx context.Context) (admin.Tree, error) { return a.Router.Tree(ctx) }
+
+func (a adminFleet) ClusterStatus() any { return a.Router.Cluster().Status() }
+
+func (a adminFleet) Eject(ctx context.Context, name, reason string) (string, error) {
+	state, err := a.Router.Eject(ctx, name, reason)
+	return state, adminError(err)
+}
+
+func (a adminFleet) Readmit(ctx context.Context, name string, force bool) (string, error) {
+	state, err := a.Router.Readmit(ctx, name, force)
+	return state, adminError(err)
+}
+
+// adminError marks the router's unknown-engine error as admin.ErrUnknownEngine, keeping its text.
+func adminError(err error) error {
+	if errors.Is(err, actors.ErrUnknownEngine) {
+		return unknownEngine{err}
+	}
+	return err
+}
+
+type unknownEngine struct{ error }
+
+func (u unknownEngine) Unwrap() []error { return []error{u.error, admin.ErrUnknownEngine} }

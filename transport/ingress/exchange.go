@@ -1,0 +1,140 @@
+package ingress
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/narwhal-router/narwhal/messages"
+	"github.com/narwhal-router/narwhal/transport"
+	"github.com/narwhal-router/narwhal/transport/fault"
+	"github.com/narwhal-router/narwhal/transport/wire"
+)
+
+// Exchange is one admitted client request as the data plane holds it: what ingress parsed, the
+// context that aborts its engine legs, and the channel on which the request supervisor tells
+// ingress what to do next — run an attempt it planned, or answer. Ingress owns the client
+// connection and runs the engine legs on the request's own goroutine; the supervisor owns every
+// decision (placement, reservations, retries, the answer, cleanup).
+type Exchange struct {
+	// ID is the client-facing request ID: the client's sane X-Request-Id, or a generated one.
+	ID       string
+	Body     *wire.ClientBody
+	Arrival  time.Time
+	Deadline time.Time
+	// TraceParent and TraceState are the client's W3C trace headers.
+	TraceParent string
+	TraceState  string
+
+	// Handle is the dispatcher's reference to the request's supervisor.
+	Handle any
+
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
+	commands chan Command
+
+	// progress is where the running attempt stands, 0 idle or else 1 + its fault.Phase (for
+	// supervisor-tree dumps only: no decision reads it); prefillStart is when its prefill leg
+	// started, in Unix nanoseconds.
+	progress     atomic.Int32
+	prefillStart atomic.Int64
+}
+
+// NewExchange prepares an exchange; ingress calls it, tests may too.
+func NewExchange(id string, body *wire.ClientBody, arrival, deadline time.Time) *Exchange {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	return &Exchange{ID: id, Body: body, Arrival: arrival, Deadline: deadline,
+		ctx: ctx, cancel: cancel, commands: make(chan Command, 2)}
+}
+
+// Context is cancelled when the request must stop: engine legs opened with it are aborted.
+func (x *Exchange) Context() context.Context { return x.ctx }
+
+// Abort cancels every engine leg of the exchange with cause.
+func (x *Exchange) Abort(cause error) { x.cancel(cause) }
+
+// Command is what the supervisor tells ingress: run Plan, or (Plan nil) answer with Verdict.
+// Ingress waits for a command after the dispatch and after each attempt that failed before
+// commit; the supervisor sends exactly one in each of those moments, and nothing otherwise —
+// except a supervisor that crashed, which leaves its 500 behind a plan ingress has not read
+// yet (hence room for two).
+type Command struct {
+	Plan    *Plan
+	Verdict Verdict
+}
+
+// Send hands ingress its next command.
+func (x *Exchange) Send(c Command) {
+	select {
+	case x.commands <- c:
+	default: // unreachable by the protocol above; an actor must never block on it
+	}
+}
+
+// Await blocks until the supervisor's next command.
+func (x *Exchange) Await() Command { return <-x.commands }
+
+// EngineRequest is the engine request of one attempt.
+func (x *Exchange) EngineRequest(backendRequestID string) *transport.Request {
+	return &transport.Request{Body: x.Body, BackendRequestID: backendRequestID, Deadline: x.Deadline,
+		TraceParent: x.TraceParent, TraceState: x.TraceState}
+}
+
+// setProgress records the leg the running attempt is on; idle when no attempt runs.
+func (x *Exchange) setProgress(phase fault.Phase, running bool) {
+	v := int32(0)
+	if running {
+		v = 1 + int32(phase)
+	}
+	x.progress.Store(v)
+}
+
+// Progress reports the running attempt's leg (running false: none runs) and when its prefill
+// started (for dumps).
+func (x *Exchange) Progress() (phase fault.Phase, running bool, prefillStart time.Time) {
+	p := x.progress.Load()
+	if ns := x.prefillStart.Load(); ns != 0 {
+		prefillStart = time.Unix(0, ns)
+	}
+	if p == 0 {
+		return 0, false, prefillStart
+	}
+	return fault.Phase(p - 1), true, prefillStart
+}
+
+// Verdict is an answer ingress sends to the client before commit: an error response, or
+// (Status 0) nothing at all, because the client is gone.
+type Verdict struct {
+	Status     int
+	Body       []byte
+	RetryAfter string
+	Timing     Timing
+	Routing    Routing
+}
+
+// Timing is the measurement contract (SPEC §10), as offsets from the request's arrival; zero
+// means the event did not happen.
+type Timing struct {
+	TTFT      time.Duration // producer HTTP completion
+	FirstByte time.Duration // first generated decode output
+}
+
+// Routing says where the request ran, for the optional x-narwhal-* headers.
+type Routing struct {
+	Producer string
+	Consumer string
+	Attempts int
+}
+
+// Dispatcher runs request supervisors; the actor system implements it.
+type Dispatcher interface {
+	// Dispatch starts x's supervisor, which sends x its first command.
+	Dispatch(x *Exchange)
+	// ClientGone tells x's supervisor the client disconnected.
+	ClientGone(x *Exchange)
+	// AttemptEnded tells x's supervisor how the attempt it planned ended: committed (ingress
+	// keeps the stream and relays it) or failed before commit.
+	AttemptEnded(x *Exchange, m *messages.AttemptEnded)
+	// Finished tells x's supervisor how its committed response ended.
+	Finished(x *Exchange, m *messages.StreamFinished)
+}

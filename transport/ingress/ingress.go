@@ -1,0 +1,355 @@
+package ingress
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/goccy/go-json"
+	"github.com/google/uuid"
+	"github.com/valyala/fasthttp"
+
+	"github.com/narwhal-router/narwhal/config"
+	"github.com/narwhal-router/narwhal/messages"
+	"github.com/narwhal-router/narwhal/transport"
+	"github.com/narwhal-router/narwhal/transport/fault"
+	"github.com/narwhal-router/narwhal/transport/telemetry"
+	"github.com/narwhal-router/narwhal/transport/wire"
+)
+
+// ModelLister reports the models the fleet serves, for GET /v1/models.
+type ModelLister interface {
+	Models() []string
+}
+
+// Ingress is the client-facing OpenAI API listener. It parses and validates requests, hands
+// each to a request supervisor through the Dispatcher, and carries out the supervisor's verdict:
+// an error response, or the relay of a committed decode stream.
+type Ingress struct {
+	rt         config.ServerRuntime
+	dispatcher Dispatcher
+	models     ModelLister
+	metrics    *telemetry.Metrics
+	gone       *goneWatcher
+	srv        *fasthttp.Server
+	deadline   time.Duration
+}
+
+// NewIngress builds the listener; Serve starts it.
+func NewIngress(cfg config.Config, d Dispatcher, models ModelLister, m *telemetry.Metrics) (*Ingress, error) {
+	gone, err := newGoneWatcher()
+	if err != nil {
+		return nil, err
+	}
+	rt := config.Provision(cfg)
+	in := &Ingress{rt: rt.Server, dispatcher: d, models: models, metrics: m, gone: gone,
+		deadline: rt.Request.Deadline}
+	in.srv = &fasthttp.Server{
+		Name:               "narwhal",
+		Handler:            in.handle,
+		ErrorHandler:       in.handleTransportError,
+		MaxRequestBodySize: rt.Server.MaxBodyBytes,
+		ReadTimeout:        rt.Server.HeaderTimeout,
+		IdleTimeout:        rt.Server.IdleTimeout,
+		CloseOnShutdown:    true,
+		// A streaming response holds its connection's write buffer for as long as it streams;
+		// events are a few hundred bytes, and larger writes bypass the buffer anyway.
+		WriteBufferSize:       2048,
+		NoDefaultServerHeader: true,
+		NoDefaultDate:         true,
+	}
+	return in, nil
+}
+
+// Serve accepts connections on ln until Shutdown.
+func (in *Ingress) Serve(ln net.Listener) error { return in.srv.Serve(ln) }
+
+// Shutdown stops accepting and waits, until ctx ends, for in-flight requests to finish.
+func (in *Ingress) Shutdown(ctx context.Context) error { return in.srv.ShutdownWithContext(ctx) }
+
+// Close releases the disconnect watcher; call it after Shutdown.
+func (in *Ingress) Close() { in.gone.close() }
+
+func (in *Ingress) handle(ctx *fasthttp.RequestCtx) {
+	path := ctx.Path()
+	switch string(path) {
+	case "/v1/completions":
+		in.generate(ctx, wire.EndpointCompletions)
+	case "/v1/chat/completions":
+		in.generate(ctx, wire.EndpointChat)
+	case "/v1/models":
+		in.listModels(ctx)
+	case "/health":
+		if !ctx.IsGet() && !ctx.IsHead() {
+			methodNotAllowed(ctx, "GET")
+			return
+		}
+		ctx.SetStatusCode(fasthttp.StatusOK)
+	default:
+		writeError(ctx, fasthttp.StatusNotFound, fault.ErrorBody{Message: "no route for " + string(path), Type: "invalid_request_error", Code: "not_found"})
+	}
+}
+
+func (in *Ingress) handleTransportError(ctx *fasthttp.RequestCtx, err error) {
+	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+		writeError(ctx, fasthttp.StatusRequestEntityTooLarge, fault.ErrorBody{
+			Message: "request body is larger than server.max_body_bytes (" + strconv.Itoa(in.rt.MaxBodyBytes) + " bytes)",
+			Type:    fault.ErrorType(413), Code: "request_too_large"})
+		return
+	}
+	writeError(ctx, fasthttp.StatusBadRequest, fault.ErrorBody{Message: "malformed HTTP request", Type: fault.ErrorType(400), Code: "bad_request"})
+}
+
+func (in *Ingress) generate(ctx *fasthttp.RequestCtx, ep wire.Endpoint) {
+	arrival := time.Now()
+	if !ctx.IsPost() {
+		methodNotAllowed(ctx, "POST")
+		return
+	}
+	id := clientRequestID(ctx.Request.Header.Peek("X-Request-Id"))
+	ctx.Response.Header.Set("x-request-id", id)
+
+	deadline, err := in.requestDeadline(arrival, ctx.Request.Header.Peek("X-Narwhal-Deadline-S"))
+	if err != nil {
+		in.reject(ctx, ep, arrival, fasthttp.StatusBadRequest, fault.ErrorBody{Message: err.Error(), Type: fault.ErrorType(400), Code: "invalid_deadline"})
+		return
+	}
+	body, err := wire.ParseClientBody(ep, ctx.PostBody())
+	if err != nil {
+		var bre *wire.BadRequestError
+		errors.As(err, &bre)
+		var param *string
+		if bre.Param != "" {
+			param = &bre.Param
+		}
+		in.reject(ctx, ep, arrival, fasthttp.StatusBadRequest, fault.ErrorBody{Message: bre.Message, Type: fault.ErrorType(400), Param: param, Code: "invalid_request"})
+		return
+	}
+
+	x := NewExchange(id, body, arrival, deadline)
+	x.TraceParent = string(ctx.Request.Header.Peek("traceparent"))
+	x.TraceState = string(ctx.Request.Header.Peek("tracestate"))
+	in.dispatcher.Dispatch(x)
+	stopWatch := in.gone.watch(ctx.Conn(), func() { in.dispatcher.ClientGone(x) })
+
+	// The supervisor decides, this goroutine carries out: each attempt it plans runs here, and
+	// it answers once no attempt will commit.
+	for {
+		cmd := x.Await()
+		if cmd.Plan == nil {
+			stopWatch()
+			in.answer(ctx, cmd.Verdict)
+			return
+		}
+		out := runOffStack(x, cmd.Plan)
+		in.dispatcher.AttemptEnded(x, out.Report())
+		if out.Stream == nil {
+			continue
+		}
+		// Committed: the first token is in and the status is 200 from here on.
+		in.setCommonHeaders(ctx, out.timing(arrival), Routing{Producer: cmd.Plan.Producer.Name(),
+			Consumer: cmd.Plan.Consumer.Name(), Attempts: cmd.Plan.Attempt})
+		// The client's body is not read again (no retry after commit): hand its buffer back
+		// instead of keeping it for the whole stream.
+		body.Release()
+		ctx.Request.ResetBody()
+		if body.Stream {
+			ctx.SetStatusCode(fasthttp.StatusOK)
+			ctx.SetContentType("text/event-stream")
+			ctx.Response.Header.Set("Cache-Control", "no-cache")
+			ctx.Response.Header.Set("X-Accel-Buffering", "no")
+			ctx.Response.SetBodyStream(newRelay(in, x, out.Stream, stopWatch), -1)
+			return
+		}
+		in.respondAssembled(ctx, x, out.Stream)
+		stopWatch()
+		return
+	}
+}
+
+// runOffStack runs an attempt on a goroutine of its own and waits for it. The engine legs need a
+// deep stack (HTTP client, header parsing, JSON), and a stack grown on the connection's
+// goroutine would stay grown for the whole stream that follows: measured, 16 KiB instead of 8
+// per open stream. The hand-back is cheap: the waiting goroutine runs next on the same P.
+func runOffStack(x *Exchange, p *Plan) Outcome {
+	done := make(chan Outcome, 1)
+	go func() { done <- x.Run(p) }()
+	return <-done
+}
+
+// answer writes the supervisor's answer before commit: an error response, or nothing for a
+// client that is gone.
+func (in *Ingress) answer(ctx *fasthttp.RequestCtx, v Verdict) {
+	in.setCommonHeaders(ctx, v.Timing, v.Routing)
+	if v.Status == 0 {
+		ctx.SetConnectionClose()
+		return
+	}
+	if v.RetryAfter != "" {
+		ctx.Response.Header.Set("Retry-After", v.RetryAfter)
+	}
+	ctx.SetStatusCode(v.Status)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(v.Body)
+}
+
+// reject answers a request that never reached a supervisor.
+func (in *Ingress) reject(ctx *fasthttp.RequestCtx, ep wire.Endpoint, arrival time.Time, status int, e fault.ErrorBody) {
+	writeError(ctx, status, e)
+	in.setCommonHeaders(ctx, Timing{}, Routing{})
+	in.metrics.Rejected(ep.String(), status, time.Since(arrival))
+}
+
+func (in *Ingress) setCommonHeaders(ctx *fasthttp.RequestCtx, t Timing, r Routing) {
+	h := &ctx.Response.Header
+	h.Set("Server-Timing", serverTiming(t))
+	if in.rt.ExposeRoutingHeaders {
+		if r.Producer != "" {
+			h.Set("x-narwhal-producer", r.Producer)
+		}
+		if r.Consumer != "" {
+			h.Set("x-narwhal-consumer", r.Consumer)
+		}
+		h.Set("x-narwhal-attempts", strconv.Itoa(r.Attempts))
+	}
+}
+
+// respondAssembled reads a committed stream to its end and answers with one JSON body. Nothing
+// has reached the client yet, so a failure after the first token still gets an error status.
+func (in *Ingress) respondAssembled(ctx *fasthttp.RequestCtx, x *Exchange, s *transport.DecodeStream) {
+	a := wire.NewAssembler(x.Body.Endpoint)
+	end := &messages.StreamFinished{}
+	events := 0
+	for {
+		ev, err := s.Next()
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				end.Fault, _ = fault.As(err)
+			}
+			break
+		}
+		if ev.Kind == wire.EventToken {
+			events++
+		}
+		a.Add(ev.Data)
+	}
+	s.Close()
+	end.OutputTokens = wire.CompletionTokens(a.Usage(), events)
+	if f := end.Fault; f != nil {
+		if f.Kind == fault.Canceled && errors.Is(f.Err, fault.ErrClientGone) {
+			end.ClientGone = true
+			ctx.SetConnectionClose()
+		} else {
+			ctx.SetStatusCode(f.ClientStatus())
+			ctx.SetContentType("application/json")
+			ctx.SetBody(fault.FaultEnvelope(f))
+		}
+	} else if out, err := a.Body(); err != nil {
+		end.Fault = &fault.Fault{Kind: fault.BadResponse, Phase: fault.PhaseDecode, Engine: s.Engine(), Detail: "could not assemble the response", Err: err}
+		ctx.SetStatusCode(fasthttp.StatusBadGateway)
+		ctx.SetContentType("application/json")
+		ctx.SetBody(fault.FaultEnvelope(end.Fault))
+	} else {
+		ctx.SetStatusCode(fasthttp.StatusOK)
+		ctx.SetContentType("application/json")
+		ctx.SetBody(out)
+	}
+	end.Ended = time.Now()
+	in.dispatcher.Finished(x, end)
+}
+
+// requestDeadline is arrival + request.deadline_s, which X-Narwhal-Deadline-S may only shorten.
+func (in *Ingress) requestDeadline(arrival time.Time, header []byte) (time.Time, error) {
+	d := in.deadline
+	if len(header) > 0 {
+		s, err := strconv.ParseFloat(strings.TrimSpace(string(header)), 64)
+		if err != nil || s <= 0 {
+			return time.Time{}, errors.New("X-Narwhal-Deadline-S must be a positive number of seconds")
+		}
+		if hd := time.Duration(s * float64(time.Second)); hd < d {
+			d = hd
+		}
+	}
+	return arrival.Add(d), nil
+}
+
+func (in *Ingress) listModels(ctx *fasthttp.RequestCtx) {
+	if !ctx.IsGet() {
+		methodNotAllowed(ctx, "GET")
+		return
+	}
+	type model struct {
+		ID      string `json:"id"`
+		Object  string `json:"object"`
+		Created int64  `json:"created"`
+		OwnedBy string `json:"owned_by"`
+	}
+	out := struct {
+		Object string  `json:"object"`
+		Data   []model `json:"data"`
+	}{Object: "list", Data: []model{}}
+	now := time.Now().Unix()
+	for _, m := range in.models.Models() {
+		out.Data = append(out.Data, model{ID: m, Object: "model", Created: now, OwnedBy: "narwhal"})
+	}
+	writeJSON(ctx, fasthttp.StatusOK, out)
+}
+
+// clientRequestID honours a client's X-Request-Id when it is printable ASCII of at most 128
+// bytes, and otherwise makes a fresh one.
+func clientRequestID(h []byte) string {
+	if len(h) == 0 || len(h) > 128 {
+		return uuid.NewString()
+	}
+	for _, c := range h {
+		if c < 0x21 || c > 0x7e {
+			return uuid.NewString()
+		}
+	}
+	return string(h)
+}
+
+// serverTiming renders the measurement contract as a Server-Timing header. Both metrics are
+// always named; a duration is given only for events that happened.
+func serverTiming(t Timing) string {
+	b := make([]byte, 0, 48)
+	b = append(b, "ttft"...)
+	b = appendDur(b, t.TTFT)
+	b = append(b, ", first_byte"...)
+	b = appendDur(b, t.FirstByte)
+	return string(b)
+}
+
+func appendDur(b []byte, d time.Duration) []byte {
+	if d <= 0 {
+		return b
+	}
+	b = append(b, ";dur="...)
+	return strconv.AppendFloat(b, float64(d)/float64(time.Millisecond), 'f', 3, 64)
+}
+
+func methodNotAllowed(ctx *fasthttp.RequestCtx, allow string) {
+	ctx.Response.Header.Set("Allow", allow)
+	writeError(ctx, fasthttp.StatusMethodNotAllowed, fault.ErrorBody{Message: "use " + allow, Type: "invalid_request_error", Code: "method_not_allowed"})
+}
+
+func writeError(ctx *fasthttp.RequestCtx, status int, e fault.ErrorBody) {
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(fault.AppendErrorEnvelope(nil, e))
+}
+
+func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		writeError(ctx, fasthttp.StatusInternalServerError, fault.ErrorBody{Message: "internal error", Type: "server_error"})
+		return
+	}
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(b)
+}

@@ -1,0 +1,166 @@
+package ingress
+
+import (
+	"errors"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/narwhal-router/narwhal/messages"
+	"github.com/narwhal-router/narwhal/transport"
+	"github.com/narwhal-router/narwhal/transport/fault"
+	"github.com/narwhal-router/narwhal/transport/wire"
+)
+
+// relay copies a committed decode stream to a streaming client. fasthttp calls WriteTo on the
+// connection's own goroutine after the handler returns, and frames every Write as one flushed
+// HTTP chunk, so tokens go from the engine socket to the client socket with no goroutine, pipe or
+// mailbox in between. Events are relayed byte for byte; consecutive events already buffered from
+// the engine share one write.
+type relay struct {
+	in        *Ingress
+	x         *Exchange
+	s         *transport.DecodeStream
+	stopWatch func()
+
+	end      messages.StreamFinished
+	events   int   // token events relayed
+	written  int64 // bytes written to the client
+	closeOne sync.Once
+}
+
+func newRelay(in *Ingress, x *Exchange, s *transport.DecodeStream, stopWatch func()) *relay {
+	return &relay{in: in, x: x, s: s, stopWatch: stopWatch}
+}
+
+// SupportsBodyWriteTo makes fasthttp use WriteTo (fasthttp.BodyWriterTo).
+func (r *relay) SupportsBodyWriteTo() bool { return true }
+
+// Read is never used: fasthttp prefers WriteTo. It exists to satisfy io.Reader.
+func (r *relay) Read([]byte) (int, error) { return 0, io.EOF }
+
+var relayBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 8192); return &b }}
+
+// flushAt is the batch size past which the relay writes even if more is buffered.
+const flushAt = 16 << 10
+
+// WriteTo relays the stream until [DONE], an error event, a failure or a client hang-up. After
+// any failure the client gets exactly one terminal error event and no [DONE].
+func (r *relay) WriteTo(w io.Writer) (int64, error) {
+	includeUsage := r.x.Body.IncludeUsage
+	endpoint := r.x.Body.Endpoint.String()
+	var (
+		lastToken time.Time
+		werr      error
+		// batch gathers events that arrived together; it is borrowed from a pool only while in
+		// use, so a quiet stream holds no buffer of its own.
+		batch *[]byte
+	)
+	write := func(p []byte) bool {
+		n, err := w.Write(p)
+		r.written += int64(n)
+		werr = err
+		return err == nil
+	}
+	flush := func() bool {
+		ok := write(*batch)
+		*batch = (*batch)[:0]
+		relayBuffers.Put(batch)
+		batch = nil
+		return ok
+	}
+	for {
+		ev, err := r.s.Next()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				break // after [DONE]
+			}
+			f, _ := fault.As(err)
+			if f == nil {
+				f = &fault.Fault{Kind: fault.ClosedEarly, Phase: fault.PhaseDecode, Engine: r.s.Engine(), Detail: "stream failed", Err: err}
+			}
+			r.end.Fault = f
+			if f.Kind == fault.Canceled && errors.Is(f.Err, fault.ErrClientGone) {
+				r.end.ClientGone = true
+				break
+			}
+			if batch == nil {
+				batch = relayBuffers.Get().(*[]byte)
+			}
+			if ev.Kind == wire.EventError {
+				*batch = append(*batch, ev.Raw...) // the engine's own error event, as it sent it
+			} else {
+				*batch = appendErrorEvent(*batch, f)
+			}
+			flush()
+			break
+		}
+		switch ev.Kind {
+		case wire.EventToken:
+			now := time.Now()
+			if !lastToken.IsZero() {
+				r.in.metrics.TokenGap(now.Sub(lastToken))
+			}
+			lastToken = now
+			r.events++
+		case wire.EventUsage:
+			r.end.OutputTokens = wire.CompletionTokens(wire.UsageOf(ev.Data), 0)
+			if !includeUsage {
+				continue
+			}
+		}
+		more := r.s.Buffered() && ev.Kind != wire.EventDone
+		if batch == nil && !more {
+			if !write(ev.Raw) { // the common case: one event, straight from the read buffer
+				break
+			}
+			continue
+		}
+		if batch == nil {
+			batch = relayBuffers.Get().(*[]byte)
+		}
+		*batch = append(*batch, ev.Raw...)
+		if more && len(*batch) < flushAt {
+			continue
+		}
+		if !flush() {
+			break
+		}
+	}
+	if batch != nil {
+		*batch = (*batch)[:0]
+		relayBuffers.Put(batch)
+	}
+	if werr != nil {
+		r.end.ClientGone = true
+		r.x.Abort(fault.ErrClientGone) // closes the engine connection: the engine stops generating
+	}
+	if r.end.OutputTokens == 0 {
+		r.end.OutputTokens = r.events
+	}
+	r.in.metrics.TokensRelayed(endpoint, r.events)
+	return r.written, werr
+}
+
+// Close runs when fasthttp is done with the response, written or not. It releases the engine
+// stream and reports the outcome to the supervisor, exactly once.
+func (r *relay) Close() error {
+	r.closeOne.Do(func() {
+		r.stopWatch()
+		r.s.Close()
+		r.end.Ended = time.Now()
+		r.in.dispatcher.Finished(r.x, &r.end)
+	})
+	return nil
+}
+
+var _ fasthttp.BodyWriterTo = (*relay)(nil)
+
+// appendErrorEvent appends the terminal SSE error event for a failure after commit.
+func appendErrorEvent(dst []byte, f *fault.Fault) []byte {
+	dst = append(dst, "data: "...)
+	dst = fault.AppendErrorEnvelope(dst, fault.ErrorBody{Message: f.Detail, Type: fault.ErrorType(f.ClientStatus()), Code: f.Kind.String()})
+	return append(dst, "\n\n"...)
+}

@@ -1,0 +1,109 @@
+package kv
+
+import (
+	"fmt"
+
+	"github.com/narwhal-router/narwhal/transport/wire"
+)
+
+// Connector is one KV transfer mechanism as the router sees it: what each leg of an attempt
+// carries as kv_transfer_params, and which descriptors may be forwarded to a consumer.
+//
+// A sequential connector (NIXL) plans only the prefill leg: the consumer's parameters are the
+// descriptor in the producer's response, and the decode leg starts once it is in and valid. A
+// concurrent connector (Mooncake-style: the router picks a transfer id and the producer's
+// bootstrap address up front) plans both legs: the attempt runner then starts prefill and decode
+// together, and Validate checks the planned decode parameters instead of a producer response.
+//
+// Adding one: implement this interface in a file of this package and list it in Builtin
+// (registry.go), and add its name to config.Connectors so configurations may use it.
+type Connector interface {
+	// Name is the value of engines[].kv.connector.
+	Name() string
+	// Plan returns the transfer parameters of one attempt, before either leg starts.
+	Plan(a Attempt) Plan
+	// Validate checks the consumer-bound descriptor for one producer→consumer pair: a
+	// producer's response, or the planned decode parameters of a concurrent connector. It
+	// returns nil to forward the descriptor unchanged, or the rejection.
+	Validate(d *Descriptor, pair Pair) *Rejection
+}
+
+// Attempt is what a connector plans for: the engine pair and the attempt's backend request ID
+// (the X-Request-Id both legs carry). Pair.Consumer is zero when a caller runs a prefill leg
+// on its own (the standalone Go API); only sequential connectors support that.
+type Attempt struct {
+	Pair             Pair
+	BackendRequestID string
+}
+
+// Plan is a connector's parameters for the two legs of one attempt.
+type Plan struct {
+	// Prefill is the kv_transfer_params object sent to the producer.
+	Prefill []byte
+	// Decode, when set, is the consumer's kv_transfer_params, planned up front: the legs run
+	// concurrently. Nil for a sequential connector, whose consumer gets the producer's
+	// descriptor.
+	Decode []byte
+}
+
+// Concurrent says the plan runs both legs at once.
+func (p Plan) Concurrent() bool { return p.Decode != nil }
+
+// Side is one engine's KV transfer configuration.
+type Side struct {
+	Engine    string
+	Connector string
+	// EngineID is the pinned producer identity ("" = not pinned).
+	EngineID string
+	// Endpoint is the pinned KV side-channel host:port ("" = not pinned).
+	Endpoint string
+	// TransferModes lists the transfer_mode values the engine accepts as a consumer.
+	TransferModes []string
+}
+
+// Pair is what a descriptor is validated against: who produced it, who will consume it, and the
+// API endpoint of the decode call.
+type Pair struct {
+	Producer Side
+	Consumer Side
+	Endpoint wire.Endpoint
+}
+
+// Rejection reasons; each is a metric tag value and appears in the client's error detail.
+const (
+	ReasonMissingEngineIdentity = "missing_engine_identity"
+	ReasonMalformedBlockIDs     = "malformed_block_ids"
+	ReasonConnectorMismatch     = "connector_mismatch"
+	ReasonEndpointMismatch      = "endpoint_mismatch"
+)
+
+// Rejection is why a descriptor may not reach the consumer.
+type Rejection struct {
+	Reason string
+	Detail string
+}
+
+func (r *Rejection) Error() string { return r.Reason + ": " + r.Detail }
+
+// Reject makes a rejection; connectors outside this package use it too.
+func Reject(reason, format string, args ...any) *Rejection {
+	return &Rejection{Reason: reason, Detail: fmt.Sprintf(format, args...)}
+}
+
+// ValidateDescriptor checks d for pair: the parts every connector shares (the pair's connectors
+// agree, the descriptor was made for the same API endpoint) and then c's own rules; c is the
+// producer's connector.
+func ValidateDescriptor(c Connector, d *Descriptor, pair Pair) *Rejection {
+	if pair.Producer.Connector != pair.Consumer.Connector {
+		return Reject(ReasonConnectorMismatch, "producer %s uses connector %q but consumer %s uses %q",
+			pair.Producer.Engine, pair.Producer.Connector, pair.Consumer.Engine, pair.Consumer.Connector)
+	}
+	if d.endpoint != pair.Endpoint {
+		return Reject(ReasonEndpointMismatch, "descriptor was produced for the %s endpoint, not %s",
+			d.endpoint, pair.Endpoint)
+	}
+	if c.Name() != pair.Producer.Connector {
+		return Reject(ReasonConnectorMismatch, "descriptor of connector %q checked as %q", pair.Producer.Connector, c.Name())
+	}
+	return c.Validate(d, pair)
+}

@@ -1,0 +1,11 @@
+// Package kv owns the KV-cache handoff between the two legs: the producer's descriptor (indexed,
+// never re-encoded, validated against the producer→consumer pair), the Connector interface a
+// transfer mechanism implements (what each leg carries, planned per attempt, sequential or
+// concurrent), NIXL, and the explicit Registry of connectors engines may name.
+//
+// Adding a connector: implement Connector in a new file of this package (nixl.go is the example),
+// list it in Builtin (registry.go), and add its name to config.Connectors so configurations may
+// name it (TestBuiltinRegistryMatchesTheConfigurationsConnectors keeps the two in step). A
+// connector of a program's own (tests/connector_test.go has one) is passed through
+// node.Options.Connectors as kv.Builtin().With(c) instead.
+package kv

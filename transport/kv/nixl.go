@@ -1,0 +1,99 @@
+package kv
+
+import (
+	"net"
+	"strconv"
+	"strings"
+
+	"github.com/narwhal-router/narwhal/config"
+	"github.com/narwhal-router/narwhal/transport/wire"
+)
+
+// nixlConnector is vLLM's NixlConnector (v1, v2 and the newest grouped shapes): the producer
+// pins the prompt's KV blocks and the consumer pulls them from remote_host:remote_port.
+type nixlConnector struct{}
+
+var nixlPrefillParams = []byte(`{"do_remote_decode":true,"do_remote_prefill":false,"remote_engine_id":null,"remote_block_ids":null,"remote_host":null,"remote_port":null}`)
+
+// foreignKeys belong to other connectors' descriptors (Mooncake, SGLang-style bootstrap).
+var foreignKeys = []string{"transfer_id", "remote_bootstrap_addr", "bootstrap_room", "bootstrap_host", "bootstrap_port"}
+
+func (nixlConnector) Name() string { return config.ConnectorNIXL }
+
+// Plan asks the producer to keep the prompt's blocks for a remote decode; the consumer's
+// parameters are the descriptor the producer answers with.
+func (nixlConnector) Plan(Attempt) Plan { return Plan{Prefill: nixlPrefillParams} }
+
+func (nixlConnector) Validate(d *Descriptor, pair Pair) *Rejection {
+	for _, k := range foreignKeys {
+		if _, ok := d.Member(k); ok {
+			return Reject(ReasonConnectorMismatch, "descriptor carries %s, which belongs to another connector than nixl", k)
+		}
+	}
+	if v, ok := d.Member("do_remote_prefill"); !ok || string(v) != "true" {
+		return Reject(ReasonConnectorMismatch, "do_remote_prefill is not true, so the consumer would not load the KV cache")
+	}
+	if v, ok := d.Member("transfer_mode"); ok && !wire.IsNull(v) {
+		mode, isStr := d.StringMember("transfer_mode")
+		if !isStr || !contains(pair.Consumer.TransferModes, mode) {
+			return Reject(ReasonConnectorMismatch, "transfer_mode %s is not one consumer %s accepts (%s)",
+				excerpt(v), pair.Consumer.Engine, strings.Join(pair.Consumer.TransferModes, ", "))
+		}
+	}
+
+	id, ok := d.StringMember("remote_engine_id")
+	if !ok || id == "" {
+		return Reject(ReasonMissingEngineIdentity, "remote_engine_id is absent, empty or not a string")
+	}
+	if pin := pair.Producer.EngineID; pin != "" && !sameEngineID(id, pin) {
+		return Reject(ReasonMissingEngineIdentity, "remote_engine_id %q is not producer %s's pinned identity %q",
+			id, pair.Producer.Engine, pin)
+	}
+
+	blocks, ok := d.Member("remote_block_ids")
+	if !ok {
+		return Reject(ReasonMalformedBlockIDs, "remote_block_ids is absent")
+	}
+	if r := checkBlockIDs(blocks); r != nil {
+		return r
+	}
+
+	host, hostOK := d.StringMember("remote_host")
+	port, portOK := d.intMember("remote_port")
+	if !hostOK || host == "" || !portOK || port < 1 || port > 65535 {
+		return Reject(ReasonEndpointMismatch, "remote_host/remote_port do not name a KV endpoint (need a host string and a port 1-65535)")
+	}
+	if pin := pair.Producer.Endpoint; pin != "" {
+		if got := net.JoinHostPort(host, strconv.FormatInt(port, 10)); !strings.EqualFold(got, pin) {
+			return Reject(ReasonEndpointMismatch, "descriptor names KV endpoint %s but producer %s is pinned to %s",
+				got, pair.Producer.Engine, pin)
+		}
+	}
+	return nil
+}
+
+// sameEngineID accepts the pinned id itself or the id a data-parallel rank derives from it.
+func sameEngineID(got, pinned string) bool {
+	if got == pinned {
+		return true
+	}
+	rank, ok := strings.CutPrefix(got, pinned+"_dp")
+	if !ok || rank == "" {
+		return false
+	}
+	for _, c := range rank {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}

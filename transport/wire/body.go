@@ -1,0 +1,187 @@
+package wire
+
+import (
+	"fmt"
+
+	"github.com/goccy/go-json"
+)
+
+// Endpoint is the OpenAI API a request was made to. A prefill made for one endpoint can only feed
+// a decode on the same endpoint.
+type Endpoint uint8
+
+// The generation endpoints.
+const (
+	EndpointCompletions Endpoint = iota + 1
+	EndpointChat
+)
+
+// Path is the engine-side URL path of the endpoint.
+func (e Endpoint) Path() string {
+	if e == EndpointChat {
+		return "/v1/chat/completions"
+	}
+	return "/v1/completions"
+}
+
+// String names the endpoint in logs and metric tags.
+func (e Endpoint) String() string {
+	switch e {
+	case EndpointChat:
+		return "chat"
+	case EndpointCompletions:
+		return "completions"
+	}
+	return "unknown"
+}
+
+// ClientBody is a validated client request body. It keeps the client's bytes and the offsets of
+// their top-level members, so the engine-bound bodies are rewritten key by key rather than
+// decoded and re-encoded.
+type ClientBody struct {
+	raw      []byte
+	fields   []Field
+	Endpoint Endpoint
+	Model    string
+	Stream   bool
+	// IncludeUsage says the client asked for the usage chunk (stream_options.include_usage).
+	IncludeUsage bool
+	// streamOptions is the client's stream_options object, if it sent one.
+	streamOptions []byte
+}
+
+// BadRequestError is a client mistake; the ingress answers 400 naming Param.
+type BadRequestError struct {
+	Param   string
+	Message string
+}
+
+func (e *BadRequestError) Error() string { return e.Message }
+
+func badRequest(param, format string, args ...any) *BadRequestError {
+	return &BadRequestError{Param: param, Message: fmt.Sprintf(format, args...)}
+}
+
+// ParseClientBody validates raw for endpoint ep. raw is not copied: the caller must keep it
+// unchanged for as long as the ClientBody is used.
+func ParseClientBody(ep Endpoint, raw []byte) (*ClientBody, error) {
+	if !json.Valid(raw) {
+		return nil, badRequest("", "request body is not valid JSON")
+	}
+	fields, err := ScanObject(raw, make([]Field, 0, 16))
+	if err != nil {
+		return nil, badRequest("", "request body must be a JSON object")
+	}
+	b := &ClientBody{raw: raw, fields: fields, Endpoint: ep}
+
+	model, ok := b.member("model")
+	if !ok || IsNull(model) {
+		return nil, badRequest("model", "the model field is required")
+	}
+	if err := json.Unmarshal(model, &b.Model); err != nil || b.Model == "" {
+		return nil, badRequest("model", "model must be a non-empty string")
+	}
+
+	switch ep {
+	case EndpointCompletions:
+		if v, ok := b.member("prompt"); !ok || IsNull(v) {
+			return nil, badRequest("prompt", "the prompt field is required")
+		} else if c := v[0]; c != '"' && c != '[' {
+			return nil, badRequest("prompt", "prompt must be a string, an array of strings or an array of token ids")
+		}
+	case EndpointChat:
+		v, ok := b.member("messages")
+		if !ok || IsNull(v) {
+			return nil, badRequest("messages", "the messages field is required")
+		}
+		if v[0] != '[' || v[SkipSpace(v, 1)] == ']' {
+			return nil, badRequest("messages", "messages must be a non-empty array")
+		}
+	}
+
+	if v, ok := b.member("stream"); ok && !IsNull(v) {
+		if err := json.Unmarshal(v, &b.Stream); err != nil {
+			return nil, badRequest("stream", "stream must be true or false")
+		}
+	}
+	if v, ok := b.member("stream_options"); ok && !IsNull(v) {
+		var so struct {
+			IncludeUsage *bool `json:"include_usage"`
+		}
+		if v[0] != '{' || json.Unmarshal(v, &so) != nil {
+			return nil, badRequest("stream_options", "stream_options must be an object like {\"include_usage\": true}")
+		}
+		// vLLM defaults include_usage to true once stream_options is present; so do we, so
+		// the client gets what the engine alone would have sent it.
+		b.IncludeUsage = so.IncludeUsage == nil || *so.IncludeUsage
+		b.streamOptions = v
+	}
+	for _, key := range [...]string{"max_tokens", "max_completion_tokens", "n"} {
+		if v, ok := b.member(key); ok && !IsNull(v) {
+			var n int64
+			if err := json.Unmarshal(v, &n); err != nil || n < 1 {
+				return nil, badRequest(key, "%s must be a positive integer", key)
+			}
+		}
+	}
+	return b, nil
+}
+
+// Release drops the client's bytes once no engine request will be built from them again; the
+// parsed fields (model, stream, usage) stay.
+func (b *ClientBody) Release() { b.raw, b.fields, b.streamOptions = nil, nil, nil }
+
+// member returns the raw value of the last top-level member named key.
+func (b *ClientBody) member(key string) ([]byte, bool) {
+	return Member(b.raw, b.fields, key)
+}
+
+// IsNull reports whether a raw JSON value is null.
+func IsNull(v []byte) bool { return len(v) == 4 && string(v) == "null" }
+
+var (
+	jsonTrue  = []byte("true")
+	jsonFalse = []byte("false")
+	jsonOne   = []byte("1")
+	usageOnly = []byte(`{"include_usage":true}`)
+)
+
+// AppendPrefillBody appends the producer's body (SPEC §4.3): the client body with stream off, no
+// stream_options, one output token, no minimum, and kvParams as kv_transfer_params.
+func (b *ClientBody) AppendPrefillBody(dst, kvParams []byte) []byte {
+	return RewriteObject(dst, b.raw, b.fields, []Edit{
+		{Key: "max_tokens", Value: jsonOne},
+		{Key: "max_completion_tokens", Value: jsonOne, OnlyIfPresent: true},
+		{Key: "min_tokens"},
+		{Key: "min_completion_tokens"},
+		{Key: "stream", Value: jsonFalse},
+		{Key: "stream_options"},
+		{Key: "kv_transfer_params", Value: kvParams},
+	})
+}
+
+// AppendDecodeBody appends the consumer's body (SPEC §4.5): the client body, streaming with
+// usage, and kvParams as kv_transfer_params; nil kvParams removes the key, client-sent or not.
+func (b *ClientBody) AppendDecodeBody(dst, kvParams []byte) []byte {
+	streamOptions := usageOnly
+	if b.streamOptions != nil && !b.IncludeUsage {
+		streamOptions = b.withIncludeUsage()
+	} else if b.streamOptions != nil {
+		streamOptions = b.streamOptions
+	}
+	return RewriteObject(dst, b.raw, b.fields, []Edit{
+		{Key: "stream", Value: jsonTrue},
+		{Key: "stream_options", Value: streamOptions},
+		{Key: "kv_transfer_params", Value: kvParams},
+	})
+}
+
+// withIncludeUsage returns the client's stream_options with include_usage forced on, keeping any
+// other option (continuous_usage_stats, ...) the client chose.
+func (b *ClientBody) withIncludeUsage() []byte {
+	fields, err := ScanObject(b.streamOptions, nil)
+	if err != nil {
+		return usageOnly
+	}
+	return RewriteObject(nil, b.streamOptions, fields, []Edit{{Key: "include_usage", Value: jsonTrue}})
+}
