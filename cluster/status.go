@@ -131,8 +131,11 @@ func (n *Node) Tree() TreeNode {
 		"joined": st.Joined, "fenced": st.Fenced, "members": len(st.Members)}}
 	if inc := n.current(); inc != nil {
 		root.PID = inc.system.Address() + "/" + inc.system.ID
-		gossip := TreeNode{Name: "gossip", Kind: "gossip", PID: inc.system.Address() + "/gossip",
-			State: map[string]any{"interval_s": float64(n.cfg.GossipIntervalS), "last_gossip": st.LastGossip}}
+		state := map[string]any{"interval_s": float64(n.cfg.GossipIntervalS)}
+		if st.LastGossip != nil {
+			state["last_gossip"] = st.LastGossip.UTC().Format(time.RFC3339Nano)
+		}
+		gossip := TreeNode{Name: "gossip", Kind: "gossip", PID: inc.system.Address() + "/gossip", State: state}
 		for _, m := range st.Members {
 			gossip.Children = append(gossip.Children, TreeNode{Name: m.Node, Kind: "member", State: m})
 		}
