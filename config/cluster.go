@@ -76,10 +76,9 @@ func (c Cluster) Node() string {
 	return c.AdvertiseAddr()
 }
 
+// cluster checks the section whether or not it is enabled: turning it on must not be the moment
+// a mistake in it shows.
 func (ck *checker) cluster(c Cluster) {
-	if !c.Enabled {
-		return
-	}
 	if c.Name == "" {
 		ck.fail("cluster.name", "must not be empty: nodes only join a cluster of the same name")
 	}
