@@ -3,7 +3,7 @@ GO        ?= go
 BIN       ?= bin/narwhal
 FUZZTIME  ?= 5s
 
-.PHONY: run build test fuzz vet lint fmt-check bench clean
+.PHONY: run build test fuzz vet lint fmt-check bench bench-cluster clean
 
 run: build ## run the router in front of an embedded simulated fleet
 	./$(BIN) demo
@@ -31,6 +31,9 @@ fmt-check:
 
 bench: build ## router overhead against the direct baseline (see bench/README.md)
 	$(GO) run ./bench/cmd/bench $(if $(BENCH_SCENARIOS),-scenarios $(BENCH_SCENARIOS))
+
+bench-cluster: build ## idle cost and verdict convergence of a 3-node cluster (see bench/README.md)
+	$(GO) run ./bench/cmd/clusterbench -narwhal $(BIN)
 
 clean:
 	rm -rf bin

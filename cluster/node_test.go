@@ -14,20 +14,31 @@ import (
 
 // freeAddr returns a loopback host:port free for both TCP (protoactor's remote) and UDP (the
 // static provider's heartbeats).
+var (
+	portsMu   sync.Mutex
+	handedOut = map[string]bool{} // a closed port may come back from the next check
+)
+
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	for range 50 {
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	for range 100 {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
 		addr := ln.Addr().String()
 		ln.Close()
+		if handedOut[addr] {
+			continue
+		}
 		u, err := net.ListenPacket("udp", addr)
 		if err != nil {
 			continue
 		}
 		u.Close()
+		handedOut[addr] = true
 		return addr
 	}
 	t.Fatal("no free port for TCP and UDP")

@@ -38,34 +38,51 @@ func buildNarwhal(t *testing.T) string {
 	return bin
 }
 
+// Ports handed out by freeClusterAddr and freeTCPAddr: a port closed after the check may come
+// back from the next check, and two nodes must not be given one port.
+var (
+	portsMu   sync.Mutex
+	handedOut = map[string]bool{}
+)
+
 // freeClusterAddr is a loopback host:port free for TCP and UDP (the static provider's
 // heartbeats share the cluster port).
 func freeClusterAddr(t *testing.T) string {
 	t.Helper()
-	for range 50 {
+	return freePort(t, true)
+}
+
+func freeTCPAddr(t *testing.T) string {
+	t.Helper()
+	return freePort(t, false)
+}
+
+func freePort(t *testing.T, udp bool) string {
+	t.Helper()
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	for range 100 {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
 		addr := ln.Addr().String()
 		ln.Close()
-		if u, err := net.ListenPacket("udp", addr); err == nil {
-			u.Close()
-			return addr
+		if handedOut[addr] {
+			continue
 		}
+		if udp {
+			u, err := net.ListenPacket("udp", addr)
+			if err != nil {
+				continue
+			}
+			u.Close()
+		}
+		handedOut[addr] = true
+		return addr
 	}
-	t.Fatal("no port free for TCP and UDP")
+	t.Fatal("no free loopback port")
 	return ""
-}
-
-func freeTCPAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // narwhalNode is one `narwhal serve` process.
