@@ -521,3 +521,50 @@ func TestClusterWithEtcdProvider(t *testing.T) {
 	}
 	checkFleetWideEjection(t, c, "d0")
 }
+
+// TestClusterLoneNodeKeepsServing: a node that can reach no peer — they died, or a partition
+// cut it off; from inside the two look alike — routes on its own view, decides and probes alone,
+// and the nodes that come back get the state it decided meanwhile.
+func TestClusterLoneNodeKeepsServing(t *testing.T) {
+	c := startCluster(t, clusterSetup{nodes: 3, config: func(cfg *config.Config) {
+		cfg.Recovery.ProbeIntervalS, cfg.Recovery.ProbeMaxIntervalS = 0.3, 0.3
+	}})
+	a := c.nodes[0]
+	for _, n := range c.nodes[1:] {
+		n.kill()
+	}
+	c.waitMembers(1, 5*time.Second, a)
+	noFailures(t, a, 5)
+
+	// Its own evidence ejects d0, its own probe readmits it.
+	c.ejectByTraffic(a, "d0")
+	c.fleet.Engine("d0").ClearFaults()
+	a.watchState("d0", "admitted", 3*time.Second)
+
+	// What it decides alone reaches the nodes that return.
+	c.ejectByTraffic(a, "d1")
+	for _, n := range c.nodes[1:] {
+		n.start()
+	}
+	for _, n := range c.nodes[1:] {
+		n.waitReady()
+		n.watchState("d1", "ejected", 3*time.Second)
+		if e := n.engine("d1"); e.DecidedBy != a.name {
+			t.Fatalf("%s's d1: %+v, want %s's verdict", n.name, e, a.name)
+		}
+	}
+	c.waitMembers(3, 5*time.Second)
+
+	// The tree dump shows the cluster's actors: gossip with its members, and the verdicts.
+	resp, err := a.client.Get(a.admin + "/debug/tree?format=text")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tree, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{"cluster [cluster]", "gossip [gossip]", "node-1 [member]", "node-2 [member]", "verdicts [verdicts]", "d1 [verdict] state="} {
+		if !strings.Contains(string(tree), want) {
+			t.Fatalf("tree dump lacks %q:\n%s", want, tree)
+		}
+	}
+}
