@@ -52,6 +52,11 @@ type Node struct {
 	done     chan struct{}
 	wg       sync.WaitGroup
 
+	// tick is the watchdog's last tick, as monotonic time since epoch: older than
+	// suspect_after_s means a stall is under way that the watchdog has not run to notice yet.
+	epoch time.Time
+	tick  atomic.Int64
+
 	mu          sync.Mutex
 	inc         *incarnation
 	generation  int
@@ -83,7 +88,7 @@ func Start(cfg config.Cluster, opts Options) (*Node, error) {
 	n := &Node{cfg: cfg, name: cfg.Node(), log: opts.Logger,
 		board: newBoard(cfg.Node(), cfg.VerdictTTLS.Duration()),
 		push:  make(chan struct{}, 1), rejoiner: make(chan rejoinRequest, 1), done: make(chan struct{}),
-		lastGossip: map[string]time.Time{}}
+		lastGossip: map[string]time.Time{}, epoch: time.Now()}
 	if n.log == nil {
 		n.log = slog.New(slog.DiscardHandler)
 	}
@@ -292,6 +297,7 @@ func (n *Node) watchdog() {
 		now := time.Now()
 		gap := now.Sub(last)
 		last = now
+		n.tick.Store(int64(now.Sub(n.epoch)))
 		if gap <= suspect {
 			continue
 		}
@@ -376,9 +382,13 @@ func (n *Node) Fenced() bool {
 	if n == nil {
 		return false
 	}
+	now := time.Now()
+	if now.Sub(n.epoch)-time.Duration(n.tick.Load()) > n.cfg.SuspectAfterS.Duration() {
+		return true // resumed, and a leg's timeout ran before the watchdog
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return time.Now().Before(n.fencedUntil)
+	return now.Before(n.fencedUntil)
 }
 
 // ShouldProbe reports whether this node is the one that probes engine this interval: the
