@@ -101,6 +101,7 @@ func (a *engineActor) share(from breakerState) {
 		}
 	}
 	a.r.cluster.Publish(v)
+	a.r.metrics.ClusterVerdict(v.Engine, v.State, "published")
 }
 
 // applyPeer brings this node's view of the engine in line with a peer's newer verdict.
@@ -108,6 +109,7 @@ func (a *engineActor) applyPeer(ctx actor.Context, v cluster.Verdict) {
 	st := a.st
 	b := &st.breaker
 	if !v.Decided.After(st.peer.decided) {
+		a.r.metrics.ClusterVerdict(v.Engine, v.State, "stale")
 		return // this node decided or heard something newer
 	}
 	now := time.Now()
@@ -153,6 +155,7 @@ func (a *engineActor) applyPeer(ctx actor.Context, v cluster.Verdict) {
 		return
 	}
 	st.peer.decided, st.peer.by, st.peer.reason = v.Decided, v.Node, v.Reason
+	a.r.metrics.ClusterVerdict(v.Engine, v.State, "applied")
 	if b.state != prev {
 		st.peer.applying = true
 		a.transition(ctx, prev)

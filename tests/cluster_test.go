@@ -251,6 +251,17 @@ func (n *narwhalNode) engine(name string) messages.EngineState {
 	return messages.EngineState{}
 }
 
+func (n *narwhalNode) metrics() string {
+	n.t.Helper()
+	resp, err := n.client.Get(n.admin + "/metrics")
+	if err != nil {
+		n.t.Fatalf("%s GET /metrics: %v", n.name, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
 func (n *narwhalNode) status() cluster.Status {
 	n.t.Helper()
 	var st cluster.Status
@@ -356,6 +367,16 @@ func checkFleetWideEjection(t *testing.T, c *narwhalCluster, engine string) {
 		if e.DecidedBy != a.name || e.Streak != 0 {
 			t.Fatalf("%s's %s: %+v, want decided by %s and no failure of its own", n.name, engine, e, a.name)
 		}
+	}
+	counted := func(n *narwhalNode, direction string) {
+		t.Helper()
+		line := `narwhal_cluster_verdicts{direction="` + direction + `",engine="` + engine + `",state="ejected"} 1`
+		eventually(t, 3*time.Second, func() bool { return strings.Contains(n.metrics(), line) },
+			func() string { return n.name + "'s /metrics lacks " + line })
+	}
+	counted(a, "published")
+	for _, n := range others {
+		counted(n, "applied")
 	}
 	before := d.Stats().DecodeRequests
 	for _, n := range others {
