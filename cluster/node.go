@@ -56,6 +56,8 @@ type Node struct {
 	// suspect_after_s means a stall is under way that the watchdog has not run to notice yet.
 	epoch time.Time
 	tick  atomic.Int64
+	// joining is set while a join runs (at most one at a time).
+	joining atomic.Bool
 
 	mu          sync.Mutex
 	inc         *incarnation
@@ -96,12 +98,21 @@ func Start(cfg config.Cluster, opts Options) (*Node, error) {
 	if opts.OnVerdict != nil {
 		n.on.Store(&opts.OnVerdict)
 	}
-	if err := n.join(); err != nil {
+	// Wait a bounded time for the first join, so that a node normally has the live verdicts
+	// before it serves; a membership service that does not answer (protoactor's etcd provider
+	// waits on it without a deadline) must not keep the node from routing.
+	select {
+	case err := <-n.startJoin():
 		var bind *bindError
 		if errors.As(err, &bind) {
 			return nil, err // a port we cannot listen on will not fix itself
 		}
-		n.log.Warn("cluster not joined yet; routing on this node's own view and retrying", "error", err)
+		if err != nil {
+			n.log.Warn("cluster not joined yet; routing on this node's own view and retrying", "error", err)
+		}
+	case <-time.After(firstJoinWait):
+		n.log.Warn("cluster not joined yet (the membership provider has not answered); routing on this node's own view meanwhile",
+			"waited", firstJoinWait.String())
 	}
 	n.wg.Add(2)
 	go n.loop()
@@ -155,13 +166,24 @@ func (n *Node) join() (err error) {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("start cluster member: %v", r)
 			inc.provider.Shutdown(false)
-			system.Shutdown()
+			if inc.cl.Remote != nil {
+				inc.cl.Shutdown(false) // the remote may hold the port already
+			} else {
+				system.Shutdown()
+			}
 		}
 	}()
 	startMu.Lock()
 	defer startMu.Unlock()
 	inc.cl.StartMember()
 	inc.started = time.Now()
+	select {
+	case <-n.done: // the node closed while this join hung
+		inc.provider.Shutdown(false)
+		inc.cl.Shutdown(false)
+		return errors.New("node closed")
+	default:
+	}
 	n.mu.Lock()
 	n.inc = inc
 	n.generation++
@@ -326,9 +348,9 @@ func (n *Node) loop() {
 		case <-republish.C:
 			n.board.forget(time.Now())
 			n.send()
-		case now := <-retry.C:
-			if n.current() == nil {
-				n.retryJoin(now)
+		case <-retry.C:
+			if n.current() == nil && !n.joining.Load() {
+				n.startJoin()
 			}
 		case r := <-n.rejoiner:
 			if r.memberID == n.memberID() {
@@ -338,12 +360,28 @@ func (n *Node) loop() {
 	}
 }
 
-func (n *Node) retryJoin(time.Time) {
-	if err := n.join(); err != nil {
-		n.mu.Lock()
-		n.startErr = err.Error()
-		n.mu.Unlock()
+// firstJoinWait bounds how long Start waits for the first join.
+const firstJoinWait = 5 * time.Second
+
+// startJoin starts a join unless one is under way, and delivers its result. A join may hang
+// (an unreachable etcd); while it does, no other starts.
+func (n *Node) startJoin() <-chan error {
+	res := make(chan error, 1)
+	if !n.joining.CompareAndSwap(false, true) {
+		res <- errors.New("a join is under way")
+		return res
 	}
+	go func() {
+		defer n.joining.Store(false)
+		err := n.join()
+		if err != nil {
+			n.mu.Lock()
+			n.startErr = err.Error()
+			n.mu.Unlock()
+		}
+		res <- err
+	}()
+	return res
 }
 
 func (n *Node) doRejoin(why string) {
@@ -352,12 +390,7 @@ func (n *Node) doRejoin(why string) {
 	n.mu.Unlock()
 	n.log.Info("rejoining the cluster under a new member identity", "reason", why)
 	n.leave()
-	if err := n.join(); err != nil {
-		n.mu.Lock()
-		n.startErr = err.Error()
-		n.mu.Unlock()
-		n.log.Warn("rejoin failed; retrying", "error", err)
-	}
+	n.startJoin() // the retry tick tries again if it fails
 }
 
 func (n *Node) current() *incarnation {

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -27,13 +28,35 @@ import (
 // breakers' verdicts through the cluster (SPEC §15). Each node is a real process: a stall is a
 // SIGSTOP, a crash a SIGKILL.
 
-// buildNarwhal builds the binary once per test (the build cache makes the later ones a link).
+// narwhalBinary is the binary the cluster tests run, built once per test binary into a
+// directory TestMain removes (removeNarwhalBinary).
+var narwhalBinary = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "narwhal-e2e-")
+	if err != nil {
+		return "", err
+	}
+	binDir.Store(&dir)
+	bin := filepath.Join(dir, "narwhal")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/narwhal-router/narwhal").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return bin, nil
+})
+
+var binDir atomic.Pointer[string]
+
+// removeNarwhalBinary deletes what narwhalBinary built, if anything.
+func removeNarwhalBinary(int) {
+	if d := binDir.Load(); d != nil {
+		os.RemoveAll(*d)
+	}
+}
+
 func buildNarwhal(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "narwhal")
-	cmd := exec.Command("go", "build", "-o", bin, "github.com/narwhal-router/narwhal")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	bin, err := narwhalBinary()
+	if err != nil {
+		t.Fatal(err)
 	}
 	return bin
 }
