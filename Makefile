@@ -11,13 +11,28 @@ run: build ## run the router in front of an embedded simulated fleet
 build:
 	$(GO) build -o $(BIN) .
 
-test: fmt-check vet ## everything CI runs: format, vet, race tests, fuzz smoke
-	$(GO) test -race -count=1 -timeout 12m ./...
-	$(MAKE) fuzz
+# Every step runs even when an earlier one failed, so one run reports everything it found; the
+# summary names the failed steps and the exit status is non-zero if any failed.
+test: ## everything CI runs: format, vet, race tests, fuzz smoke
+	@failed=""; \
+	$(MAKE) --no-print-directory fmt-check || failed="$$failed fmt-check"; \
+	$(MAKE) --no-print-directory vet || failed="$$failed vet"; \
+	$(GO) test -race -count=1 -timeout 12m ./... || failed="$$failed go-test"; \
+	$(MAKE) --no-print-directory fuzz || failed="$$failed fuzz"; \
+	if command -v python3 >/dev/null; then $(MAKE) --no-print-directory python-test || failed="$$failed python-test"; \
+	else echo "python3 not found: skipping the Python client's tests"; fi; \
+	if [ -n "$$failed" ]; then echo "make test: FAILED:$$failed"; exit 1; fi; \
+	echo "make test: all passed (fmt-check vet go-test fuzz python-test)"
 
-fuzz: ## a few seconds of each fuzz target
-	$(GO) test -run '^$$' -fuzz '^FuzzRewriteObject$$' -fuzztime $(FUZZTIME) ./transport/wire/
-	$(GO) test -run '^$$' -fuzz '^FuzzValidateDescriptor$$' -fuzztime $(FUZZTIME) ./transport/kv/
+fuzz: ## a few seconds of each fuzz target (each runs even if another failed)
+	@rc=0; \
+	$(GO) test -run '^$$' -fuzz '^FuzzRewriteObject$$' -fuzztime $(FUZZTIME) ./transport/wire/ || rc=1; \
+	$(GO) test -run '^$$' -fuzz '^FuzzValidateDescriptor$$' -fuzztime $(FUZZTIME) ./transport/kv/ || rc=1; \
+	exit $$rc
+
+.PHONY: python-test
+python-test: build ## the Python client (python/) against the shared vectors and real simulator processes
+	NARWHAL_BIN=$(CURDIR)/$(BIN) python3 -m unittest discover -s python/tests -t python/tests
 
 vet:
 	$(GO) vet ./...

@@ -1,10 +1,12 @@
 // Command narwhal is a disaggregated prefill/decode router for vLLM-compatible engines.
 //
 //	narwhal serve --config narwhal.yaml      run the router (after a preflight)
+//	narwhal serve --check --config FILE      validate the configuration and exit
 //	narwhal preflight --config narwhal.yaml  check every engine and KV transfer, print a matrix
 //	narwhal dump [--admin ADDR]              print the live supervisor tree
 //	narwhal demo                             run it in front of a simulated fleet (no GPU)
 //	narwhal sim ...                          run the engine simulator
+//	narwhal version (or --version)           module version and VCS revision
 package main
 
 import (
@@ -19,6 +21,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -35,22 +38,85 @@ import (
 )
 
 func main() {
-	root := &cobra.Command{
-		Use:           "narwhal",
-		Short:         "Disaggregated prefill/decode router for vLLM-compatible engines",
-		SilenceUsage:  true,
-		SilenceErrors: true,
-	}
-	root.AddCommand(serveCommand(), preflightCommand(), dumpCommand(), demoCommand(), sim.Command())
-	if err := root.Execute(); err != nil {
+	if err := rootCommand().Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "narwhal:", err)
 		os.Exit(1)
 	}
 }
 
+func rootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "narwhal",
+		Short:         "Disaggregated prefill/decode router for vLLM-compatible engines",
+		Version:       version(),
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetVersionTemplate("{{.Version}}\n")
+	root.AddCommand(serveCommand(), preflightCommand(), dumpCommand(), demoCommand(), versionCommand(), sim.Command())
+	noStrayArguments(root)
+	return root
+}
+
+// noStrayArguments makes a positional argument an error for every command that takes none
+// (all of them): `narwhal serve extra` must not start as if nothing were wrong.
+func noStrayArguments(cmd *cobra.Command) {
+	if cmd.Args == nil && !cmd.HasSubCommands() { // cobra refuses unknown subcommands itself
+		cmd.Args = noArgs
+	}
+	for _, c := range cmd.Commands() {
+		noStrayArguments(c)
+	}
+}
+
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s takes no arguments, got %q (options are --flags; see %s --help)", cmd.CommandPath(), args, cmd.CommandPath())
+}
+
+func versionCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the module version and the VCS revision it was built from",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			fmt.Fprintln(cmd.OutOrStdout(), version())
+			return nil
+		},
+	}
+}
+
+// version describes the build from the information the Go toolchain embeds: the module
+// version ("(devel)" for a build from a work tree), the VCS revision and time, whether the tree
+// had local changes, and the Go version.
+func version() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "narwhal (no build information)"
+	}
+	v := "narwhal " + info.Main.Version
+	settings := map[string]string{}
+	for _, s := range info.Settings {
+		settings[s.Key] = s.Value
+	}
+	if rev := settings["vcs.revision"]; rev != "" {
+		v += " revision " + rev
+		if t := settings["vcs.time"]; t != "" {
+			v += " (" + t + ")"
+		}
+		if settings["vcs.modified"] == "true" {
+			v += " modified"
+		}
+	} else {
+		v += " revision unknown"
+	}
+	return v + " " + info.GoVersion
+}
+
 func serveCommand() *cobra.Command {
 	var path string
-	var skipPreflight bool
+	var skipPreflight, check bool
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the router with a configuration file",
@@ -59,18 +125,23 @@ func serveCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if check {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: configuration valid (%d engines)\n", path, len(cfg.Engines))
+				return nil
+			}
 			log := newLogger(cfg.Log, os.Stderr)
 			if !skipPreflight {
+				// The matrix ends with its verdict ("preflight passed"): nothing more to say.
 				if err := runPreflight(cfg, os.Stderr); err != nil {
 					return fmt.Errorf("%w (start anyway with --skip-preflight)", err)
 				}
-				log.Info("preflight passed")
 			}
 			return run(cfg, log, nil)
 		},
 	}
 	cmd.Flags().StringVarP(&path, "config", "c", "narwhal.yaml", "configuration file (YAML)")
 	cmd.Flags().BoolVar(&skipPreflight, "skip-preflight", false, "start without checking engines and KV transfers first")
+	cmd.Flags().BoolVar(&check, "check", false, "validate the configuration (strict parsing, every value) and exit: 0 valid, 1 not")
 	return cmd
 }
 
@@ -127,7 +198,14 @@ func dumpCommand() *cobra.Command {
 			defer resp.Body.Close()
 			if resp.StatusCode != http.StatusOK {
 				b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-				return fmt.Errorf("dump: %s: %s", resp.Status, strings.TrimSpace(string(b)))
+				err := fmt.Errorf("dump: %s: %s", resp.Status, strings.TrimSpace(string(b)))
+				if resp.StatusCode == http.StatusUnauthorized {
+					if token == "" {
+						return fmt.Errorf("%w; this admin listener needs its server.admin_token: pass it with --token or $NARWHAL_ADMIN_TOKEN", err)
+					}
+					return fmt.Errorf("%w; the token given (--token or $NARWHAL_ADMIN_TOKEN) is not this admin listener's server.admin_token", err)
+				}
+				return err
 			}
 			_, err = io.Copy(os.Stdout, resp.Body)
 			return err
@@ -313,17 +391,23 @@ func mustShift(shift func(string, int) (string, error), addr string, by int) str
 // run serves until SIGTERM or SIGINT, then shuts down gracefully. SIGUSR1 writes the supervisor
 // tree to stderr.
 func run(cfg config.Config, log *slog.Logger, started func(*node.Server)) error {
+	// Signals are caught before the listeners open: a SIGTERM that arrives as soon as Narwhal
+	// says it is listening is a graceful stop, not the default abrupt exit.
+	signals := make(chan os.Signal, 4)
+	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1)
+	defer signal.Stop(signals)
 	srv, err := node.Start(cfg, node.Options{Logger: log, AccessLog: os.Stdout})
 	if err != nil {
 		return err
 	}
 	log.Info("narwhal listening", "addr", srv.Addr(), "admin", srv.AdminAddr(), "engines", len(cfg.Engines))
+	if addr := srv.AdminAddr(); addr != "" && cfg.Server.AdminToken == "" && !loopback(addr) {
+		log.Warn("the admin listener is reachable beyond this host and has no token: anyone who can reach it can eject engines and read profiles; set server.admin_token or listen on 127.0.0.1",
+			"admin", addr)
+	}
 	if started != nil {
 		started(srv)
 	}
-	signals := make(chan os.Signal, 4)
-	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1)
-	defer signal.Stop(signals)
 	for {
 		select {
 		case err := <-srv.Failed():
@@ -338,6 +422,16 @@ func run(cfg config.Config, log *slog.Logger, started func(*node.Server)) error 
 			return srv.Shutdown(context.Background())
 		}
 	}
+}
+
+// loopback reports whether the listener address addr accepts only local connections.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func dumpTree(srv *node.Server, w io.Writer) {

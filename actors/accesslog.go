@@ -33,17 +33,22 @@ type accessLine struct {
 	Reason       string  `json:"descriptor_reason,omitempty"`
 }
 
-// accessLog writes one JSON line per request through a buffer flushed every 200 ms, so the
-// request supervisor never waits on a write system call.
+// accessLog writes one JSON line per request through a buffer flushed every interval
+// (log.access_log_flush_s, 200 ms by default), so the request supervisor never waits on a write
+// system call.
 type accessLog struct {
-	mu   sync.Mutex
-	w    *bufio.Writer
-	stop chan struct{}
-	done chan struct{}
+	mu       sync.Mutex
+	w        *bufio.Writer
+	interval time.Duration
+	stop     chan struct{}
+	done     chan struct{}
 }
 
-func newAccessLog(w io.Writer) *accessLog {
-	l := &accessLog{w: bufio.NewWriterSize(w, 64<<10), stop: make(chan struct{}), done: make(chan struct{})}
+func newAccessLog(w io.Writer, interval time.Duration) *accessLog {
+	if interval <= 0 {
+		interval = 200 * time.Millisecond
+	}
+	l := &accessLog{w: bufio.NewWriterSize(w, 64<<10), interval: interval, stop: make(chan struct{}), done: make(chan struct{})}
 	go l.flusher()
 	return l
 }
@@ -61,7 +66,7 @@ func (l *accessLog) write(line *accessLine) {
 
 func (l *accessLog) flusher() {
 	defer close(l.done)
-	t := time.NewTicker(200 * time.Millisecond)
+	t := time.NewTicker(l.interval)
 	defer t.Stop()
 	for {
 		select {

@@ -78,7 +78,7 @@ func NewRouter(cfg config.Config, opts Options) (*Router, error) {
 		r.log = slog.New(slog.DiscardHandler)
 	}
 	if opts.AccessLog != nil {
-		r.access = newAccessLog(opts.AccessLog)
+		r.access = newAccessLog(opts.AccessLog, cfg.Log.AccessLogFlushS.Duration())
 	}
 	r.fleet = &fleet{byName: map[string]*engineView{}}
 	connectors := opts.Connectors
@@ -187,8 +187,14 @@ func (r *Router) requestDone(s *requestSupervisor) {
 	if !s.end.Ended.IsZero() {
 		total = s.end.Ended.Sub(s.x.Arrival)
 	}
+	// A rejected request's last attempt was never placed: it called no engine, and its backend
+	// request id was never sent anywhere.
+	attempts, backendID := s.attempt, s.backendID
+	if s.outcome == outcomeRejected && attempts > 0 {
+		attempts, backendID = attempts-1, ""
+	}
 	r.metrics.RequestDone(telemetry.Request{
-		Endpoint: s.x.Body.Endpoint.String(), Status: s.status, Outcome: s.outcome, Attempts: s.attempt,
+		Endpoint: s.x.Body.Endpoint.String(), Status: s.status, Outcome: s.outcome, Attempts: attempts,
 		TTFT: s.ttft, FirstByte: s.firstByte, Total: total, OutputToks: s.end.OutputTokens,
 	})
 	if s.self != nil {
@@ -198,9 +204,9 @@ func (r *Router) requestDone(s *requestSupervisor) {
 		return
 	}
 	line := &accessLine{
-		Time: now.UTC().Format(time.RFC3339Nano), RequestID: s.x.ID, BackendID: s.backendID,
+		Time: now.UTC().Format(time.RFC3339Nano), RequestID: s.x.ID, BackendID: backendID,
 		Endpoint: s.x.Body.Endpoint.String(), Model: s.x.Body.Model, Stream: s.x.Body.Stream,
-		Status: s.status, Outcome: s.outcome, Attempts: s.attempt,
+		Status: s.status, Outcome: s.outcome, Attempts: attempts,
 		TTFT: s.ttft.Seconds(), FirstByte: s.firstByte.Seconds(), Total: total.Seconds(),
 		OutputTokens: s.end.OutputTokens,
 	}

@@ -37,6 +37,9 @@ type Server struct {
 	HeaderTimeoutS Seconds `yaml:"header_timeout_s"`
 	// IdleTimeoutS closes client keep-alive connections idle for longer than this.
 	IdleTimeoutS Seconds `yaml:"idle_timeout_s"`
+	// AdminIdleTimeoutS closes admin keep-alive connections idle for longer than this, so a
+	// scraper or tool that went away holds nothing.
+	AdminIdleTimeoutS Seconds `yaml:"admin_idle_timeout_s"`
 }
 
 // Request bounds one client request end to end, retries included.
@@ -175,6 +178,9 @@ type Log struct {
 	Level     string `yaml:"level"`
 	Format    string `yaml:"format"`
 	AccessLog bool   `yaml:"access_log"`
+	// AccessLogFlushS is how often the buffered access log is written out: the request path
+	// never waits on a write, and a line appears at most this long after its request ended.
+	AccessLogFlushS Seconds `yaml:"access_log_flush_s"`
 }
 
 // Seconds is a duration written as (possibly fractional) seconds.
@@ -193,6 +199,8 @@ func Default() Config {
 			ShutdownGraceS: 30,
 			HeaderTimeoutS: 30,
 			IdleTimeoutS:   120,
+
+			AdminIdleTimeoutS: 60,
 		},
 		Request:   Request{DeadlineS: 600},
 		Admission: Admission{MaxQueue: 10000, QueueTimeoutS: 5},
@@ -213,7 +221,7 @@ func Default() Config {
 			Readmission:       ReadmissionProbe,
 		},
 		Preflight: Preflight{Concurrency: 4},
-		Log:       Log{Level: "info", Format: "json", AccessLog: true},
+		Log:       Log{Level: "info", Format: "json", AccessLog: true, AccessLogFlushS: 0.2},
 		Cluster:   defaultCluster(),
 	}
 }

@@ -26,7 +26,8 @@ func Load(path string) (Config, error) {
 }
 
 // Parse decodes a YAML document on top of Default, then validates it. lookupEnv resolves
-// `${NAME}` references in scalar values (os.LookupEnv in production).
+// `${NAME}` references in scalar values (os.LookupEnv in production). Every problem found is
+// reported, each naming its line and key path.
 func Parse(data []byte, lookupEnv func(string) (string, bool)) (Config, error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
@@ -37,65 +38,157 @@ func Parse(data []byte, lookupEnv func(string) (string, bool)) (Config, error) {
 		return cfg, cfg.validate(nil)
 	}
 	root := doc.Content[0]
-	lines := map[string]int{}
-	if err := checkKeys(root, reflect.TypeOf(cfg), "", lines); err != nil {
-		return Config{}, err
-	}
-	if err := expandEnv(root, lookupEnv); err != nil {
-		return Config{}, err
-	}
+	w := &walker{lines: map[string]int{}, lookupEnv: lookupEnv, bad: map[string]bool{}}
+	w.walk(root, reflect.TypeOf(cfg), "")
+	// The walker removed what it refused, so the rest decodes and is validated too: one run
+	// reports every problem. A value already refused is not validated again.
 	if err := root.Decode(&cfg); err != nil {
-		return Config{}, fmt.Errorf("wrong type: %w", tidyYAMLError(err))
+		return Config{}, errors.Join(append(w.errs, fmt.Errorf("wrong type: %w", tidyYAMLError(err)))...)
 	}
 	for i := range cfg.Engines {
 		cfg.Engines[i].applyDefaults()
 	}
-	return cfg, cfg.validate(lines)
+	ck := &checker{lines: w.lines, skip: w.bad}
+	if len(w.errs) > 0 {
+		cfg.check(ck)
+		return Config{}, errors.Join(byLine(append(w.errs, ck.errs...))...)
+	}
+	return cfg, cfg.validate(w.lines)
 }
 
-// checkKeys walks the document alongside the Go type and rejects every mapping key that has no
-// field, so a misspelt key fails loudly instead of silently keeping its default. It records the
-// line of every path for validation messages.
-func checkKeys(n *yaml.Node, t reflect.Type, path string, lines map[string]int) error {
+// walker checks the document alongside the Go type before anything is decoded: every mapping
+// key must have a field (a misspelt key fails loudly instead of silently keeping its default),
+// `${NAME}` references are expanded, and every scalar must suit its field. It records the line
+// of every path for validation messages and collects every problem.
+type walker struct {
+	lines     map[string]int
+	lookupEnv func(string) (string, bool)
+	errs      []error
+	bad       map[string]bool // paths whose value was refused
+}
+
+func (w *walker) fail(line int, path, format string, args ...any) {
+	w.bad[path] = true
+	msg := fmt.Sprintf(format, args...)
+	if path != "" {
+		msg = path + ": " + msg
+	}
+	w.errs = append(w.errs, fmt.Errorf("line %d: %s", line, msg))
+}
+
+var secondsType = reflect.TypeOf(Seconds(0))
+
+func (w *walker) walk(n *yaml.Node, t reflect.Type, path string) {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
 	if n.Kind == yaml.AliasNode {
 		n = n.Alias
 	}
-	lines[path] = n.Line
-	switch {
-	case t.Kind() == reflect.Struct && n.Kind == yaml.MappingNode:
+	w.lines[path] = n.Line
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return // an empty value keeps the default
+	}
+	switch t.Kind() {
+	case reflect.Struct:
 		fields := yamlFields(t)
+		if n.Kind != yaml.MappingNode {
+			w.fail(n.Line, path, "%s is not allowed here; want a mapping with the keys %s", describe(n), strings.Join(sortedKeys(fields), ", "))
+			drop(n)
+			return
+		}
 		seen := map[string]bool{}
+		kept := n.Content[:0]
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			key, val := n.Content[i], n.Content[i+1]
-			child := joinPath(path, key.Value)
 			if key.Value == "<<" {
-				return fmt.Errorf("line %d: merge keys (<<) are not supported", key.Line)
+				w.fail(key.Line, "", "merge keys (<<) are not supported")
+				continue
 			}
 			ft, ok := fields[key.Value]
 			if !ok {
-				return fmt.Errorf("line %d: unknown key %q%s (known keys: %s)",
-					key.Line, key.Value, under(path), strings.Join(sortedKeys(fields), ", "))
+				w.fail(key.Line, "", "unknown key %q%s (known keys: %s)", key.Value, under(path), strings.Join(sortedKeys(fields), ", "))
+				continue
 			}
 			if seen[key.Value] {
-				return fmt.Errorf("line %d: key %q appears twice%s", key.Line, key.Value, under(path))
+				w.fail(key.Line, "", "key %q appears twice%s", key.Value, under(path))
+				continue
 			}
 			seen[key.Value] = true
-			if err := checkKeys(val, ft, child, lines); err != nil {
-				return err
-			}
+			w.walk(val, ft, joinPath(path, key.Value))
+			kept = append(kept, key, val)
 		}
-	case t.Kind() == reflect.Slice && n.Kind == yaml.SequenceNode:
+		n.Content = kept
+	case reflect.Slice:
+		if n.Kind != yaml.SequenceNode {
+			w.fail(n.Line, path, "%s is not allowed here; want a list", describe(n))
+			drop(n)
+			return
+		}
 		for i, item := range n.Content {
-			if err := checkKeys(item, t.Elem(), fmt.Sprintf("%s[%d]", path, i), lines); err != nil {
-				return err
-			}
+			w.walk(item, t.Elem(), fmt.Sprintf("%s[%d]", path, i))
+		}
+	default:
+		if n.Kind != yaml.ScalarNode {
+			w.fail(n.Line, path, "%s is not allowed here; want %s", describe(n), wants(t))
+			drop(n)
+			return
+		}
+		if !w.expandEnv(n, path) {
+			drop(n)
+			return
+		}
+		if err := n.Decode(reflect.New(t).Interface()); err != nil {
+			w.fail(n.Line, path, "%q is not allowed; want %s", n.Value, wants(t))
+			drop(n)
 		}
 	}
-	// Kind mismatches (a list where a mapping belongs, ...) are reported by the decoder.
-	return nil
+}
+
+// byLine orders problems by the line they name (those without a line last).
+func byLine(errs []error) []error {
+	line := func(err error) int {
+		var n int
+		if _, scanErr := fmt.Sscanf(err.Error(), "line %d:", &n); scanErr != nil {
+			return 1 << 30
+		}
+		return n
+	}
+	sort.SliceStable(errs, func(i, j int) bool { return line(errs[i]) < line(errs[j]) })
+	return errs
+}
+
+// drop turns a refused value into null, which leaves the field at its default when decoded.
+func drop(n *yaml.Node) {
+	*n = yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null", Line: n.Line, Column: n.Column}
+}
+
+// wants says in words what a scalar field accepts.
+func wants(t reflect.Type) string {
+	switch {
+	case t == secondsType:
+		return "a number of seconds (durations are plain numbers of seconds, fractions allowed: 120, 0.5; no units)"
+	case t.Kind() >= reflect.Int && t.Kind() <= reflect.Uint64:
+		return "a whole number (no units: 8388608, not 8MB)"
+	case t.Kind() == reflect.Float32 || t.Kind() == reflect.Float64:
+		return "a number"
+	case t.Kind() == reflect.Bool:
+		return "true or false"
+	default:
+		return "a string"
+	}
+}
+
+// describe names what a node is, for messages about a value of the wrong shape.
+func describe(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	default:
+		return fmt.Sprintf("%q", n.Value)
+	}
 }
 
 func yamlFields(t reflect.Type) map[string]reflect.Type {
@@ -136,32 +229,30 @@ func under(path string) string {
 
 var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
 
-// expandEnv replaces `${NAME}` in every scalar. An unset variable is an error: a secret that
-// silently became "" would be far worse than a refusal to start.
-func expandEnv(n *yaml.Node, lookupEnv func(string) (string, bool)) error {
-	if n.Kind == yaml.ScalarNode && strings.Contains(n.Value, "${") {
-		var missing string
-		n.Value = envRef.ReplaceAllStringFunc(n.Value, func(ref string) string {
-			name := ref[2 : len(ref)-1]
-			v, ok := lookupEnv(name)
-			if !ok && missing == "" {
-				missing = name
-			}
-			return v
-		})
-		if missing != "" {
-			return fmt.Errorf("line %d: environment variable %s is not set", n.Line, missing)
-		}
-		if n.Style == 0 {
-			n.Tag = "" // let the expanded text resolve to its own type (a number stays a number)
-		}
+// expandEnv replaces `${NAME}` in the scalar n at path and reports whether every variable was
+// set. An unset variable is an error: a secret that silently became "" would be far worse than a
+// refusal to start.
+func (w *walker) expandEnv(n *yaml.Node, path string) bool {
+	if !strings.Contains(n.Value, "${") {
+		return true
 	}
-	for _, c := range n.Content {
-		if err := expandEnv(c, lookupEnv); err != nil {
-			return err
+	var missing []string
+	n.Value = envRef.ReplaceAllStringFunc(n.Value, func(ref string) string {
+		name := ref[2 : len(ref)-1]
+		v, ok := w.lookupEnv(name)
+		if !ok {
+			missing = append(missing, name)
 		}
+		return v
+	})
+	if len(missing) > 0 {
+		w.fail(n.Line, path, "environment variable %s is not set", strings.Join(missing, ", "))
+		return false
 	}
-	return nil
+	if n.Style == 0 {
+		n.Tag = "" // let the expanded text resolve to its own type (a number stays a number)
+	}
+	return true
 }
 
 // tidyYAMLError strips the library's multi-line wrapper so the message fits one log line.

@@ -106,8 +106,46 @@ func TestRejections(t *testing.T) {
 		{"unknown key inside an engine", "engines:\n  - {name: p0, url: \"http://a:1\", role: both, wieght: 2}\n",
 			[]string{`unknown key "wieght" under engines[0]`}},
 		{"duplicate key", "log: {level: info, level: debug}\n" + minimal, []string{`key "level" appears twice under log`}},
-		{"unset env var", "server: {admin_token: \"${NOPE}\"}\n" + minimal, []string{"line 1", "NOPE is not set"}},
-		{"wrong type", "request: {deadline_s: soon}\n" + minimal, []string{"wrong type", "line 1"}},
+		{"unset env var names line and key", "server: {admin_token: \"${NOPE}\"}\n" + minimal,
+			[]string{"line 1: server.admin_token: environment variable NOPE is not set"}},
+		{"every unset env var", "server:\n  admin_token: \"${NOPE}-${NADA}\"\nengines:\n  - {name: p0, url: \"${URL}\", role: both}\n",
+			[]string{"line 2: server.admin_token: environment variable NOPE, NADA is not set",
+				"line 4: engines[0].url: environment variable URL is not set"}},
+		{"a word for seconds", "request: {deadline_s: soon}\n" + minimal,
+			[]string{`line 1: request.deadline_s: "soon" is not allowed; want a number of seconds`}},
+		{"a duration with a unit", "request:\n  deadline_s: 120s\n" + minimal,
+			[]string{`line 2: request.deadline_s: "120s" is not allowed; want a number of seconds (durations are plain numbers of seconds`, "no units"}},
+		{"a size with a unit", "server:\n  max_body_bytes: 1MB\n" + minimal,
+			[]string{`line 2: server.max_body_bytes: "1MB" is not allowed; want a whole number`}},
+		{"a word for a bool", "log: {access_log: sometimes}\n" + minimal,
+			[]string{`line 1: log.access_log: "sometimes" is not allowed; want true or false`}},
+		{"a mapping for a scalar", "server:\n  listen: {port: 1}\n" + minimal,
+			[]string{"line 2: server.listen: a mapping is not allowed here; want a string"}},
+		{"a scalar for a section", "server: yes\n" + minimal,
+			[]string{`line 1: server: "yes" is not allowed here; want a mapping with the keys admin_idle_timeout_s, admin_listen`}},
+		{"a scalar for a list", "engines: p0\n",
+			[]string{`line 1: engines: "p0" is not allowed here; want a list`}},
+		{"a wrong type in an engine", "engines:\n  - {name: p0, url: \"http://a:1\", role: both, max_inflight: many}\n",
+			[]string{`line 2: engines[0].max_inflight: "many" is not allowed; want a whole number`}},
+		{"every unknown key and wrong type at once", "servr: {}\nlog: {levl: info}\nrequest: {deadline_s: 1m}\n" + minimal,
+			[]string{`line 1: unknown key "servr" at the top level`, `line 2: unknown key "levl" under log`,
+				`line 3: request.deadline_s: "1m" is not allowed`}},
+		{"wrong types and bad values reported together, by line", "server:\n  max_body_bytes: 1MB\n  listen: \":99999\"\n" + minimal,
+			[]string{"line 2: server.max_body_bytes: \"1MB\" is not allowed; want a whole number (no units: 8388608, not 8MB)\nline 3: server.listen: \":99999\" has port 99999"}},
+		{"listen port out of range", "server: {listen: \"127.0.0.1:99999\"}\n" + minimal,
+			[]string{`line 1: server.listen: "127.0.0.1:99999" has port 99999; want a port from 0 (any free port) to 65535`}},
+		{"listen port not a number", "server: {admin_listen: \"127.0.0.1:http\"}\n" + minimal,
+			[]string{`server.admin_listen: "127.0.0.1:http" has port "http"; want a port from 0 (any free port) to 65535`}},
+		{"engine URL port out of range", "engines:\n  - {name: a, url: \"http://10.0.0.1:81000\", role: both}\n",
+			[]string{`line 2: engines[0].url: "http://10.0.0.1:81000" has port 81000; want a port from 1 to 65535`}},
+		{"engine URL port zero", "engines:\n  - {name: a, url: \"http://10.0.0.1:0\", role: both}\n",
+			[]string{`engines[0].url: "http://10.0.0.1:0" has port 0`}},
+		{"kv endpoint port out of range", "engines:\n  - {name: a, url: \"http://a:1\", role: both, kv: {endpoint: \"10.0.0.1:70000\"}}\n",
+			[]string{`engines[0].kv.endpoint: "10.0.0.1:70000" has port 70000`}},
+		{"statsd port out of range", "metrics: {statsd: {address: \"127.0.0.1:65536\", flush_interval_s: 1}}\n" + minimal,
+			[]string{`metrics.statsd.address: "127.0.0.1:65536" has port 65536`}},
+		{"flush interval zero", "log: {access_log_flush_s: 0}\n" + minimal,
+			[]string{"log.access_log_flush_s: must be a number of seconds greater than 0 and at most 10"}},
 		{"bad role lists roles", "engines:\n  - {name: p0, url: \"http://a:1\", role: decoder}\n",
 			[]string{`line 2: engines[0].role: "decoder" is not allowed (allowed: prefill, decode, both)`}},
 		{"no decode engine", "engines:\n  - {name: p0, url: \"http://a:1\", role: prefill}\n",
@@ -148,10 +186,11 @@ func TestExampleConfigParses(t *testing.T) {
 		t.Fatalf("without the token variable: %v", err)
 	}
 	t.Setenv("NARWHAL_ADMIN_TOKEN", "t")
+	t.Setenv("ENGINE_P0_KEY", "k")
 	if cfg, err = Load("../docs/narwhal.example.yaml"); err != nil {
 		t.Fatal(err)
 	}
-	if len(cfg.Engines) != 2 || cfg.Server.AdminToken != "t" || cfg.Recovery.MaxAttempts != 2 {
+	if len(cfg.Engines) != 2 || cfg.Server.AdminToken != "t" || cfg.Engines[0].APIKey != "k" || cfg.Recovery.MaxAttempts != 2 {
 		t.Fatalf("%+v", cfg)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 )
 
@@ -14,17 +15,36 @@ func (c *Config) Validate() error { return c.validate(nil) }
 
 type checker struct {
 	lines map[string]int
+	skip  map[string]bool // paths already reported by the parser
 	errs  []error
 }
 
 // fail records a problem at path; the message says what is wrong and what is allowed.
 func (ck *checker) fail(path, format string, args ...any) {
+	if ck.skipped(path) {
+		return
+	}
 	msg := fmt.Sprintf(format, args...)
 	if line := ck.line(path); line > 0 {
 		ck.errs = append(ck.errs, fmt.Errorf("line %d: %s: %s", line, path, msg))
 		return
 	}
 	ck.errs = append(ck.errs, fmt.Errorf("%s: %s", path, msg))
+}
+
+// skipped reports whether path or a parent of it was already reported.
+func (ck *checker) skipped(path string) bool {
+	for p := path; p != ""; {
+		if ck.skip[p] {
+			return true
+		}
+		i := strings.LastIndexAny(p, ".[")
+		if i < 0 {
+			break
+		}
+		p = p[:i]
+	}
+	return false
 }
 
 // line finds the line of path, or of its closest parent that appeared in the file.
@@ -54,9 +74,28 @@ func (ck *checker) nonNegative(path string, v Seconds) {
 	}
 }
 
-func (ck *checker) hostPort(path, v string) {
-	if _, port, err := net.SplitHostPort(v); err != nil || port == "" {
+// hostPort checks a host:port address; a listener (listen) may use port 0, any free port.
+func (ck *checker) hostPort(path, v string, listen bool) {
+	_, port, err := net.SplitHostPort(v)
+	if err != nil || port == "" {
 		ck.fail(path, "%q is not an address; write host:port (e.g. 127.0.0.1:8001 or :8000)", v)
+		return
+	}
+	ck.port(path, v, port, listen)
+}
+
+// port checks the port of the address or URL v.
+func (ck *checker) port(path, v, port string, listen bool) {
+	lo, allowed := 1, "a port from 1 to 65535"
+	if listen {
+		lo, allowed = 0, "a port from 0 (any free port) to 65535"
+	}
+	n, err := strconv.Atoi(port)
+	switch {
+	case err != nil:
+		ck.fail(path, "%q has port %q; want %s", v, port, allowed)
+	case n < lo || n > 65535:
+		ck.fail(path, "%q has port %d; want %s", v, n, allowed)
 	}
 }
 
@@ -73,10 +112,16 @@ var engineName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
 
 func (c *Config) validate(lines map[string]int) error {
 	ck := &checker{lines: lines}
+	c.check(ck)
+	return errors.Join(ck.errs...)
+}
 
-	ck.hostPort("server.listen", c.Server.Listen)
+// check records every problem of c in ck.
+func (c *Config) check(ck *checker) {
+
+	ck.hostPort("server.listen", c.Server.Listen, true)
 	if c.Server.AdminListen != "" {
-		ck.hostPort("server.admin_listen", c.Server.AdminListen)
+		ck.hostPort("server.admin_listen", c.Server.AdminListen, true)
 	}
 	if c.Server.MaxBodyBytes <= 0 {
 		ck.fail("server.max_body_bytes", "must be a byte count greater than 0, got %d", c.Server.MaxBodyBytes)
@@ -84,6 +129,7 @@ func (c *Config) validate(lines map[string]int) error {
 	ck.nonNegative("server.shutdown_grace_s", c.Server.ShutdownGraceS)
 	ck.positive("server.header_timeout_s", c.Server.HeaderTimeoutS)
 	ck.positive("server.idle_timeout_s", c.Server.IdleTimeoutS)
+	ck.positive("server.admin_idle_timeout_s", c.Server.AdminIdleTimeoutS)
 
 	ck.positive("request.deadline_s", c.Request.DeadlineS)
 
@@ -138,14 +184,15 @@ func (c *Config) validate(lines map[string]int) error {
 	c.validateEngines(ck)
 
 	if s := c.Metrics.Statsd; s != nil {
-		ck.hostPort("metrics.statsd.address", s.Address)
+		ck.hostPort("metrics.statsd.address", s.Address, false)
 		ck.positive("metrics.statsd.flush_interval_s", s.FlushIntervalS)
 	}
 	ck.oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
 	ck.oneOf("log.format", c.Log.Format, "json", "text")
-
+	if f := c.Log.AccessLogFlushS; f <= 0 || f > 10 {
+		ck.fail("log.access_log_flush_s", "must be a number of seconds greater than 0 and at most 10, got %v", float64(f))
+	}
 	ck.cluster(c.Cluster)
-	return errors.Join(ck.errs...)
 }
 
 func (c *Config) validateEngines(ck *checker) {
@@ -166,6 +213,8 @@ func (c *Config) validateEngines(ck *checker) {
 		if u, err := url.Parse(e.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
 			(u.Path != "" && u.Path != "/") || u.RawQuery != "" {
 			ck.fail(p+".url", "%q is not an engine base URL; write http://host:port or https://host:port (no path)", e.URL)
+		} else if port := u.Port(); port != "" {
+			ck.port(p+".url", e.URL, port, false)
 		}
 		ck.oneOf(p+".role", string(e.Role), string(RolePrefill), string(RoleDecode), string(RoleBoth))
 		canPrefill = canPrefill || e.Role.CanPrefill()
@@ -182,7 +231,7 @@ func (c *Config) validateEngines(ck *checker) {
 			ck.oneOf(p+".kv.connector", e.KV.Connector, Connectors...)
 		}
 		if e.KV.Endpoint != "" {
-			ck.hostPort(p+".kv.endpoint", e.KV.Endpoint)
+			ck.hostPort(p+".kv.endpoint", e.KV.Endpoint, false)
 		}
 		for j, m := range e.KV.TransferModes {
 			ck.oneOf(fmt.Sprintf("%s.kv.transfer_modes[%d]", p, j), m, "pull", "push")

@@ -122,7 +122,7 @@ func Start(cfg config.Config, opts Options) (_ *Server, err error) {
 	}()
 	if s.adminLn != nil {
 		s.admin = &http.Server{Handler: admin.Handler(adminFleet{s.router}, s.reporting.Prometheus, cfg.Server.AdminToken),
-			ReadHeaderTimeout: 10 * time.Second}
+			ReadHeaderTimeout: 10 * time.Second, IdleTimeout: cfg.Server.AdminIdleTimeoutS.Duration()}
 		go func() {
 			if err := s.admin.Serve(s.adminLn); !errors.Is(err, http.ErrServerClosed) {
 				s.served <- fmt.Errorf("admin listener: %w", err)

@@ -57,7 +57,7 @@ func (h *harness) metric(series string) float64 {
 
 // probeCount is how many probes of engine ended with result (the probe_results counter).
 func (h *harness) probeCount(engine, result string) float64 {
-	return h.metric(fmt.Sprintf(`narwhal_probe_results{engine=%q,result=%q}`, engine, result))
+	return h.metric(fmt.Sprintf(`narwhal_probe_results_total{engine=%q,result=%q}`, engine, result))
 }
 
 // waitProbes waits until engine has had n probes ending with result.
@@ -97,7 +97,7 @@ func TestHungConsumerIsNotReadmittedWhileItsHealthIsFine(t *testing.T) {
 		!strings.Contains(e.EjectReason, "first_token_timeout on the decode leg") {
 		t.Fatalf("while hanging: %+v %+v", e, e.LastProbe)
 	}
-	if n := h.metric(`narwhal_breaker_transitions{engine="d0",from="probing",to="admitted"}`); n != 0 {
+	if n := h.metric(`narwhal_breaker_transitions_total{engine="d0",from="probing",to="admitted"}`); n != 0 {
 		t.Fatalf("%v readmissions while it hangs", n)
 	}
 

@@ -393,7 +393,7 @@ func checkFleetWideEjection(t *testing.T, c *narwhalCluster, engine string) {
 	}
 	counted := func(n *narwhalNode, direction string) {
 		t.Helper()
-		line := `narwhal_cluster_verdicts{direction="` + direction + `",engine="` + engine + `",state="ejected"} 1`
+		line := `narwhal_cluster_verdicts_total{direction="` + direction + `",engine="` + engine + `",state="ejected"} 1`
 		eventually(t, 3*time.Second, func() bool { return strings.Contains(n.metrics(), line) },
 			func() string { return n.name + "'s /metrics lacks " + line })
 	}

@@ -60,6 +60,7 @@ func start(t *testing.T, s setup) *harness {
 	cfg.Request.DeadlineS = 30
 	cfg.Recovery.ProbeIntervalS = 0.2
 	cfg.Recovery.ProbeMaxIntervalS = 1
+	cfg.Log.AccessLogFlushS = 0.005 // access-log lines appear within 5 ms: waits for them stay short
 	cfg.Engines = fleetEngines(fleet)
 	if s.config != nil {
 		s.config(&cfg)

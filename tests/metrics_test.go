@@ -166,17 +166,17 @@ func TestMetricsReportTheMeasurementContract(t *testing.T) {
 	var scrape string
 	eventually(t, 3*time.Second, func() bool {
 		scrape = h.scrape()
-		return strings.Contains(scrape, `narwhal_requests{endpoint="completions",outcome="success",status="200"} 4`)
+		return strings.Contains(scrape, `narwhal_requests_total{endpoint="completions",outcome="success",status="200"} 4`)
 	}, func() string {
-		return "Prometheus requests counter never reached 4:\n" + grep(scrape, "narwhal_requests")
+		return "Prometheus requests counter never reached 4:\n" + grep(scrape, "narwhal_requests_total")
 	})
-	count := promValue(t, scrape, `narwhal_ttft_s_count{endpoint="completions"}`)
-	sum := promValue(t, scrape, `narwhal_ttft_s_sum{endpoint="completions"}`)
+	count := promValue(t, scrape, `narwhal_ttft_seconds_count{endpoint="completions"}`)
+	sum := promValue(t, scrape, `narwhal_ttft_seconds_sum{endpoint="completions"}`)
 	if count != n {
 		t.Fatalf("ttft_s count %v", count)
 	}
 	within(t, "Prometheus mean ttft_s (ms)", sum/count*1000, ttft, ttft+150)
-	fbMean := promValue(t, scrape, `narwhal_first_byte_s_sum{endpoint="completions"}`) / n * 1000
+	fbMean := promValue(t, scrape, `narwhal_first_byte_seconds_sum{endpoint="completions"}`) / n * 1000
 	within(t, "Prometheus mean first_byte_s (ms)", fbMean, ttft+decodeTTFT, ttft+decodeTTFT+150)
 }
 
@@ -227,7 +227,7 @@ func TestAccessLogHasOneLinePerRequestAndNoPromptText(t *testing.T) {
 	want := map[string]map[string]any{
 		"req-a": {"endpoint": "completions", "status": 200.0, "outcome": "success", "attempts": 1.0, "producer": "p0", "consumer": "d0"},
 		"req-b": {"endpoint": "chat", "status": 200.0, "outcome": "success", "stream": true},
-		"req-c": {"status": 404.0, "outcome": "rejected"},
+		"req-c": {"status": 404.0, "outcome": "rejected", "attempts": 0.0}, // never placed: no engine called
 	}
 	for _, l := range h.accessLines() {
 		id, _ := l["request_id"].(string)
@@ -236,7 +236,13 @@ func TestAccessLogHasOneLinePerRequestAndNoPromptText(t *testing.T) {
 				t.Errorf("%s: %s = %v, want %v", id, k, l[k], v)
 			}
 		}
-		if id != "req-c" {
+		if id == "req-c" {
+			for _, k := range []string{"backend_request_id", "producer", "consumer", "ttft_s", "first_byte_s"} {
+				if _, ok := l[k]; ok {
+					t.Errorf("%s was rejected before placement yet logs %s: %v", id, k, l)
+				}
+			}
+		} else {
 			for _, k := range []string{"ttft_s", "first_byte_s", "handoff_age_s", "total_s", "output_tokens", "backend_request_id"} {
 				if _, ok := l[k]; !ok {
 					t.Errorf("%s: no %s in %v", id, k, l)

@@ -22,7 +22,7 @@ import (
 // finished requests, so that what was recorded before them is in the scrape.
 func (h *harness) metricsCaughtUp(n int) {
 	h.t.Helper()
-	re := regexp.MustCompile(`(?m)^narwhal_requests\{[^}]*\} ([0-9.e+-]+)$`)
+	re := regexp.MustCompile(`(?m)^narwhal_requests_total\{[^}]*\} ([0-9.e+-]+)$`)
 	var got float64
 	eventually(h.t, 5*time.Second, func() bool {
 		got = 0
@@ -39,14 +39,14 @@ func (h *harness) ejections() float64 {
 	n := 0.0
 	for _, e := range h.fleet.Engines {
 		for _, from := range []string{"admitted", "quarantined"} {
-			n += h.metric(fmt.Sprintf(`narwhal_breaker_transitions{engine=%q,from=%q,to="ejected"}`, e.Name(), from))
+			n += h.metric(fmt.Sprintf(`narwhal_breaker_transitions_total{engine=%q,from=%q,to="ejected"}`, e.Name(), from))
 		}
 	}
 	return n
 }
 
 func (h *harness) attributed(leg, kind string) float64 {
-	return h.metric(fmt.Sprintf(`narwhal_request_attributed_failures{kind=%q,leg=%q}`, kind, leg))
+	return h.metric(fmt.Sprintf(`narwhal_request_attributed_failures_total{kind=%q,leg=%q}`, kind, leg))
 }
 
 // With recovery.eject_after: 1, a single counted failure would eject an engine: a poison
@@ -260,6 +260,6 @@ func TestFleetFailingEveryRequestIsStillEjected(t *testing.T) {
 		}
 		h.send("/v1/completions", completion("hi", true))
 	}
-	eventually(t, 3*time.Second, func() bool { return h.metric(`narwhal_wave_restarts{role="decode"}`) == 1 },
+	eventually(t, 3*time.Second, func() bool { return h.metric(`narwhal_wave_restarts_total{role="decode"}`) == 1 },
 		func() string { return "no whole-wave restart" })
 }

@@ -6,6 +6,8 @@ import (
 	"runtime"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Floor is what the machine itself charges for the work a relay cannot avoid: moving one
@@ -92,21 +94,41 @@ func loopbackPair() (net.Conn, net.Conn, error) {
 	return a, b, nil
 }
 
-// threadCPU runs fn n times on one locked thread and returns its CPU per call.
+// minCPU is the least CPU a measurement accumulates before it divides: the CPU clocks count
+// nanoseconds, but a scheduler tick on some kernels credits time in coarser steps, and a cheap
+// call repeated a fixed number of times could otherwise measure as zero.
+const minCPU = 20 * time.Millisecond
+
+// threadCPU runs fn in batches of n on one locked thread until the thread has used at least
+// minCPU (or a few seconds passed), and returns its CPU per call.
 func threadCPU(n int, fn func()) time.Duration {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	c0 := rusage(syscall.RUSAGE_THREAD)
-	for range n {
-		fn()
+	c0, calls := threadClock(), 0
+	for stop := time.Now().Add(5 * time.Second); ; {
+		for range n {
+			fn()
+		}
+		calls += n
+		if threadClock()-c0 >= minCPU || time.Now().After(stop) {
+			break
+		}
 	}
-	return (rusage(syscall.RUSAGE_THREAD) - c0) / time.Duration(n)
+	return (threadClock() - c0) / time.Duration(calls)
 }
 
-func processCPU() time.Duration { return rusage(syscall.RUSAGE_SELF) }
+// threadClock is the CPU the calling thread has used, to the nanosecond.
+func threadClock() time.Duration { return cpuClock(unix.CLOCK_THREAD_CPUTIME_ID) }
 
-func rusage(who int) time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(who, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+// processCPU is the CPU the process has used, to the nanosecond.
+func processCPU() time.Duration { return cpuClock(unix.CLOCK_PROCESS_CPUTIME_ID) }
+
+func cpuClock(id int32) time.Duration {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(id, &ts); err != nil {
+		var ru syscall.Rusage // no CPU clock: fall back to the coarser rusage
+		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	return time.Duration(ts.Nano())
 }

@@ -192,7 +192,7 @@ func attemptsMix(m map[int]int) string {
 	return strings.Join(parts, ", ")
 }
 
-// outcomes is the router's own count of finished requests (narwhal_requests, every status
+// outcomes is the router's own count of finished requests (narwhal_requests_total, every status
 // and outcome) and of retries by reason, from its Prometheus endpoint.
 type outcomes struct {
 	total   int
@@ -202,11 +202,11 @@ type outcomes struct {
 func routerOutcomes(r *harness.Router) (outcomes, error) {
 	// Counters reach the Prometheus reporter on tally's flush (every second).
 	time.Sleep(1500 * time.Millisecond)
-	req, err := r.Counter("narwhal_requests", "")
+	req, err := r.Counter("narwhal_requests_total", "")
 	if err != nil {
 		return outcomes{}, err
 	}
-	ret, err := r.Counter("narwhal_retries", "reason")
+	ret, err := r.Counter("narwhal_retries_total", "reason")
 	if err != nil {
 		return outcomes{}, err
 	}

@@ -188,6 +188,7 @@ func (g *generation) keepAliveDue() time.Time {
 func (g *generation) abortIfClient() {
 	if !g.aborted && g.e.ctx.Err() == nil {
 		g.aborted = true
+		g.e.count.lastAbort.Store(time.Now().UnixNano())
 		g.e.count.aborted.Add(1)
 	}
 }

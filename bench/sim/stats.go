@@ -24,6 +24,9 @@ type Stats struct {
 	Completed int64 `json:"completed"`
 	// Aborted counts generations whose client went away before the end.
 	Aborted int64 `json:"aborted"`
+	// LastAbort is when the engine last noticed a client going away (zero: never), so a test
+	// can time the abort from the engine's side rather than from when it polled.
+	LastAbort time.Time `json:"last_abort,omitzero"`
 	// InFlight is the number of generations being served now.
 	InFlight int64 `json:"in_flight"`
 
@@ -72,6 +75,7 @@ type counters struct {
 	prefill, decode, completed, aborted, inFlight atomic.Int64
 	kvLoads, kvLoadFailures, restarts             atomic.Int64
 	blocksLoaded                                  atomic.Int64
+	lastAbort                                     atomic.Int64 // unix nanoseconds
 }
 
 // Stats returns a snapshot of the engine's counters.
@@ -87,6 +91,7 @@ func (e *Engine) Stats() Stats {
 		DecodeRequests:  e.count.decode.Load(),
 		Completed:       e.count.completed.Load(),
 		Aborted:         e.count.aborted.Load(),
+		LastAbort:       unixNanoTime(e.count.lastAbort.Load()),
 		InFlight:        e.count.inFlight.Load(),
 		BlocksPinned:    bc.pinned,
 		BlocksRead:      bc.read,
@@ -151,4 +156,11 @@ func (e *Engine) appendMetrics(b []byte) []byte {
 	b = strconv.AppendInt(b, int64(e.opts.KVBlocks), 10)
 	b = append(b, "\"} 1.0\n"...)
 	return b
+}
+
+func unixNanoTime(ns int64) time.Time {
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
 }

@@ -45,18 +45,24 @@ type Tree interface {
 var ErrUnknownEngine = errors.New("no such engine")
 
 // Handler serves the admin routes for router; prom serves /metrics (nil: 404).
+//
+// Only /healthz and /readyz are served without the token: they are the sole routes of the
+// outer mux, and everything else — the engine routes, the tree, /metrics and every
+// /debug/pprof/ route — is reachable only through the token check when a token is set.
 func Handler(router Fleet, prom http.Handler, token string) http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+	open := http.NewServeMux()
+	open.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Write([]byte("ok\n"))
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+	open.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !router.Ready() {
 			http.Error(w, "not ready: a role has no admitted engine", http.StatusServiceUnavailable)
 			return
 		}
 		w.Write([]byte("ready\n"))
 	})
+	mux := http.NewServeMux()
+	open.Handle("/", requireToken(mux, token))
 	mux.HandleFunc("GET /engines", func(w http.ResponseWriter, r *http.Request) {
 		engines, err := router.Engines(askContext(r))
 		if err != nil {
@@ -97,18 +103,23 @@ func Handler(router Fleet, prom http.Handler, token string) http.Handler {
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return open
+}
+
+// requireToken lets a request through to next only with `Authorization: Bearer <token>`; an
+// empty token lets everything through.
+func requireToken(next http.Handler, token string) http.Handler {
 	if token == "" {
-		return mux
+		return next
 	}
 	want := []byte("Bearer " + token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/healthz" && r.URL.Path != "/readyz" &&
-			subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="narwhal-admin"`)
-			http.Error(w, "missing or wrong bearer token", http.StatusUnauthorized)
+			http.Error(w, "missing or wrong bearer token (send Authorization: Bearer <server.admin_token>; narwhal dump takes --token or $NARWHAL_ADMIN_TOKEN)", http.StatusUnauthorized)
 			return
 		}
-		mux.ServeHTTP(w, r)
+		next.ServeHTTP(w, r)
 	})
 }
 

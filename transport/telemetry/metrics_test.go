@@ -46,3 +46,16 @@ func BenchmarkRequestDone(b *testing.B) {
 		m.RequestDone(r)
 	}
 }
+
+func TestPrometheusNamesFollowTheConventions(t *testing.T) {
+	for _, c := range []struct{ name, kind, want string }{
+		{"requests", KindCounter, "narwhal_requests_total"},
+		{"ttft_s", KindTimer, "narwhal_ttft_seconds"},
+		{"inter_token_gap_s", KindHistogram, "narwhal_inter_token_gap_seconds"},
+		{"queue_depth", KindGauge, "narwhal_queue_depth"},
+	} {
+		if got := PrometheusName(c.name, c.kind); got != c.want {
+			t.Errorf("PrometheusName(%s, %s) = %s, want %s", c.name, c.kind, got, c.want)
+		}
+	}
+}

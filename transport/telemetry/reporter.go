@@ -31,6 +31,29 @@ type Reporting struct {
 // PrometheusPrefix starts every Prometheus metric name.
 const PrometheusPrefix = "narwhal_"
 
+// Metric kinds, for PrometheusName.
+const (
+	KindCounter   = "counter"
+	KindGauge     = "gauge"
+	KindTimer     = "timer"
+	KindHistogram = "histogram"
+)
+
+// PrometheusName is the Prometheus name of the catalog metric name of kind, following the
+// Prometheus naming conventions: the narwhal_ prefix, durations in seconds named _seconds (the
+// catalog's _s), counters ending in _total. For example requests is narwhal_requests_total and
+// ttft_s is narwhal_ttft_seconds. statsd keeps the catalog name itself (StatsdName), so the
+// two stay derivable from one another and neither changes with a library upgrade.
+func PrometheusName(name, kind string) string {
+	if kind == KindTimer || kind == KindHistogram {
+		name = strings.TrimSuffix(name, "_s") + "_seconds"
+	}
+	if kind == KindCounter {
+		name += "_total"
+	}
+	return PrometheusPrefix + name
+}
+
 // secondsBuckets are the Prometheus buckets for latency timers, in seconds.
 var secondsBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
 
@@ -62,6 +85,9 @@ func NewReporting(cfg config.Metrics) (*Reporting, error) {
 		CachedReporter:  rep,
 		Separator:       tallyprom.DefaultSeparator,
 		SanitizeOptions: &tallyprom.DefaultSanitizerOpts,
+		// tally's own cardinality gauges carry the library version in their names: a dashboard
+		// over them would break on an upgrade, and they are not Narwhal's to report.
+		OmitCardinalityMetrics: true,
 	}, interval)
 	return &Reporting{Metrics: New(scope), Prometheus: pr.HTTPHandler(), closer: closer, statter: rep.statter}, nil
 }
@@ -148,19 +174,19 @@ type (
 )
 
 func (f *fanout) AllocateCounter(name string, tags map[string]string) tally.CachedCount {
-	return &count{p: f.prom.AllocateCounter(PrometheusPrefix+name, tags), s: f.statter, sn: StatsdName(name, tags)}
+	return &count{p: f.prom.AllocateCounter(PrometheusName(name, KindCounter), tags), s: f.statter, sn: StatsdName(name, tags)}
 }
 
 func (f *fanout) AllocateGauge(name string, tags map[string]string) tally.CachedGauge {
-	return &gauge{p: f.prom.AllocateGauge(PrometheusPrefix+name, tags), s: f.statter, sn: StatsdName(name, tags)}
+	return &gauge{p: f.prom.AllocateGauge(PrometheusName(name, KindGauge), tags), s: f.statter, sn: StatsdName(name, tags)}
 }
 
 func (f *fanout) AllocateTimer(name string, tags map[string]string) tally.CachedTimer {
-	return &timer{p: f.prom.AllocateTimer(PrometheusPrefix+name, tags), s: f.statter, sn: StatsdName(name, tags)}
+	return &timer{p: f.prom.AllocateTimer(PrometheusName(name, KindTimer), tags), s: f.statter, sn: StatsdName(name, tags)}
 }
 
 func (f *fanout) AllocateHistogram(name string, tags map[string]string, b tally.Buckets) tally.CachedHistogram {
-	return &histogram{p: f.prom.AllocateHistogram(PrometheusPrefix+name, tags, b), s: f.statter, sn: StatsdName(name, tags)}
+	return &histogram{p: f.prom.AllocateHistogram(PrometheusName(name, KindHistogram), tags, b), s: f.statter, sn: StatsdName(name, tags)}
 }
 
 func (c *count) ReportCount(v int64) {

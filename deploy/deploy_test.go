@@ -1,0 +1,348 @@
+package deploy
+
+import (
+	"bufio"
+	"bytes"
+	"debug/elf"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/narwhal-router/narwhal/config"
+)
+
+// unit parses a systemd unit file into section → key → values (a key may repeat).
+func unit(t *testing.T, path string) map[string]map[string][]string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]map[string][]string{}
+	section := ""
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		switch {
+		case line == "" || strings.HasPrefix(line, "#") || strings.HasPrefix(line, ";"):
+		case strings.HasPrefix(line, "[") && strings.HasSuffix(line, "]"):
+			section = line[1 : len(line)-1]
+			out[section] = map[string][]string{}
+		default:
+			k, v, ok := strings.Cut(line, "=")
+			if !ok || section == "" {
+				t.Fatalf("%s:%d: not a key=value line in a section: %q", path, n, line)
+			}
+			out[section][k] = append(out[section][k], v)
+		}
+	}
+	return out
+}
+
+func TestSystemdUnitIsHardened(t *testing.T) {
+	u := unit(t, "narwhal.service")
+	svc := u["Service"]
+	for k, want := range map[string]string{
+		"DynamicUser": "yes", "NoNewPrivileges": "yes", "ProtectSystem": "strict", "ProtectHome": "yes",
+		"PrivateTmp": "yes", "Restart": "always", "KillSignal": "SIGTERM", "CapabilityBoundingSet": "",
+	} {
+		if got := svc[k]; len(got) != 1 || got[0] != want {
+			t.Errorf("[Service] %s = %q, want %q", k, got, want)
+		}
+	}
+	if n, err := strconv.Atoi(strings.Join(svc["LimitNOFILE"], "")); err != nil || n < 65536 {
+		t.Errorf("LimitNOFILE = %v, want at least 65536", svc["LimitNOFILE"])
+	}
+	// Reload is a validated restart: check the file, then SIGTERM (Restart=always starts it
+	// again with the new configuration).
+	reload := strings.Join(svc["ExecReload"], "\n")
+	if !strings.Contains(reload, "serve --check") || !strings.Contains(reload, "kill -TERM $MAINPID") {
+		t.Errorf("ExecReload = %q, want a configuration check, then SIGTERM", svc["ExecReload"])
+	}
+	start := strings.Join(svc["ExecStart"], "")
+	if !strings.Contains(start, " serve --config ") || !strings.Contains(strings.Join(svc["ExecStartPre"], ""), "serve --check") {
+		t.Errorf("ExecStart %q / ExecStartPre %q", start, svc["ExecStartPre"])
+	}
+	// A graceful stop (server.shutdown_grace_s) must fit in the stop timeout.
+	if n, err := strconv.Atoi(strings.Join(svc["TimeoutStopSec"], "")); err != nil || n <= int(config.Default().Server.ShutdownGraceS) {
+		t.Errorf("TimeoutStopSec = %v, want more than the default shutdown grace %v s", svc["TimeoutStopSec"], config.Default().Server.ShutdownGraceS)
+	}
+	if len(u["Install"]["WantedBy"]) == 0 {
+		t.Error("no [Install] WantedBy")
+	}
+}
+
+// TestSystemdAnalyzeVerifiesTheUnit runs systemd-analyze verify (it needs no running systemd)
+// on the unit, with the binary path pointed at an executable that exists here, and requires it
+// to print nothing: it exits 0 even on unknown keys, which it only warns about.
+func TestSystemdAnalyzeVerifiesTheUnit(t *testing.T) {
+	analyze, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Skip("systemd-analyze is not installed (Debian: apt-get install systemd; .ci/run does it): only the parse-level check ran")
+	}
+	b, err := os.ReadFile("narwhal.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "narwhal.service")
+	if err := os.WriteFile(path, bytes.ReplaceAll(b, []byte("/usr/local/bin/narwhal"), []byte(self)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(analyze, "verify", path).CombinedOutput()
+	if err != nil || len(bytes.TrimSpace(out)) > 0 {
+		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
+	}
+}
+
+// containerfile returns the instructions of the Containerfile, each as its keyword and the rest.
+func containerfile(t *testing.T) [][2]string {
+	t.Helper()
+	b, err := os.ReadFile("Containerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out [][2]string
+	for _, line := range strings.Split(strings.ReplaceAll(string(b), "\\\n", " "), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, v, _ := strings.Cut(line, " ")
+		out = append(out, [2]string{strings.ToUpper(k), strings.TrimSpace(v)})
+	}
+	return out
+}
+
+func TestContainerfileBuildsAStaticNonRootImage(t *testing.T) {
+	ins := containerfile(t)
+	var final []([2]string)
+	for _, in := range ins {
+		if in[0] == "FROM" {
+			final = final[:0]
+		}
+		final = append(final, in)
+	}
+	var user, cmd, entry string
+	for _, in := range final {
+		switch in[0] {
+		case "USER":
+			user = in[1]
+		case "CMD":
+			cmd = in[1]
+		case "ENTRYPOINT":
+			entry = in[1]
+		}
+	}
+	if !strings.Contains(final[0][1], "static") {
+		t.Errorf("the runtime image %q is not a static (libc-free) base", final[0][1])
+	}
+	uid, _, _ := strings.Cut(user, ":")
+	if n, err := strconv.Atoi(uid); err != nil || n == 0 {
+		t.Errorf("USER %q: want a numeric non-root user (runAsNonRoot can only verify a number)", user)
+	}
+	var argv []string
+	if err := json.Unmarshal([]byte(entry), new([]string)); err != nil {
+		t.Errorf("ENTRYPOINT %q is not exec form", entry)
+	}
+	if err := json.Unmarshal([]byte(cmd), &argv); err != nil || len(argv) == 0 || argv[0] != "demo" {
+		t.Errorf("CMD %q: want the demo, in exec form", cmd)
+	}
+	build := ""
+	for _, in := range ins {
+		if in[0] == "RUN" && strings.Contains(in[1], "go build") {
+			build = in[1]
+		}
+	}
+	if !strings.Contains(build, "CGO_ENABLED=0") {
+		t.Errorf("the build %q does not make a static binary (CGO_ENABLED=0)", build)
+	}
+}
+
+// TestStaticBuildHasNoDynamicDependencies builds the binary as the Containerfile does and checks
+// the ELF file asks for no interpreter and no shared library, so it runs on a libc-free image.
+func TestStaticBuildHasNoDynamicDependencies(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := filepath.Join(t.TempDir(), "narwhal")
+	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, "..")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("static build: %v\n%s", err, out)
+	}
+	f, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			t.Fatal("the binary needs a dynamic loader")
+		}
+	}
+	if libs, _ := f.ImportedLibraries(); len(libs) > 0 {
+		t.Fatalf("the binary needs shared libraries: %v", libs)
+	}
+	if out, err := exec.Command(bin, "version").Output(); err != nil || !strings.HasPrefix(string(out), "narwhal ") {
+		t.Fatalf("narwhal version: %q, %v", out, err)
+	}
+}
+
+// manifests returns every document of deploy/kubernetes/*.yaml by kind.
+func manifests(t *testing.T) map[string]map[string]any {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join("kubernetes", "*.yaml"))
+	if len(files) == 0 {
+		t.Fatal("no manifests in deploy/kubernetes")
+	}
+	out := map[string]map[string]any{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec := yaml.NewDecoder(bytes.NewReader(b))
+		for {
+			var doc map[string]any
+			if err := dec.Decode(&doc); err != nil {
+				if err.Error() == "EOF" {
+					break
+				}
+				t.Fatalf("%s: %v", f, err)
+			}
+			if doc == nil {
+				continue
+			}
+			kind, _ := doc["kind"].(string)
+			if _, dup := out[kind]; dup || kind == "" || doc["apiVersion"] == nil {
+				t.Fatalf("%s: a document without kind/apiVersion or a second %q", f, kind)
+			}
+			out[kind] = doc
+		}
+	}
+	return out
+}
+
+// at walks a parsed YAML document: keys for mappings, indices for lists.
+func at(t *testing.T, v any, path ...any) any {
+	t.Helper()
+	for _, p := range path {
+		switch k := p.(type) {
+		case string:
+			m, ok := v.(map[string]any)
+			if !ok {
+				t.Fatalf("%v: %q is not under a mapping", path, k)
+			}
+			v = m[k]
+		case int:
+			l, ok := v.([]any)
+			if !ok || k >= len(l) {
+				t.Fatalf("%v: no item %d", path, k)
+			}
+			v = l[k]
+		}
+	}
+	return v
+}
+
+var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
+
+func TestKubernetesManifests(t *testing.T) {
+	docs := manifests(t)
+	for _, kind := range []string{"ConfigMap", "Deployment", "Service", "PodDisruptionBudget"} {
+		if docs[kind] == nil {
+			t.Fatalf("no %s in deploy/kubernetes", kind)
+		}
+	}
+	dep := docs["Deployment"]
+	podLabels := at(t, dep, "spec", "template", "metadata", "labels").(map[string]any)
+	matches := func(what string, selector any) {
+		for k, v := range selector.(map[string]any) {
+			if podLabels[k] != v {
+				t.Errorf("%s selects %s=%v, which the pods do not carry (%v)", what, k, v, podLabels)
+			}
+		}
+	}
+	matches("the Deployment", at(t, dep, "spec", "selector", "matchLabels"))
+	matches("the Service", at(t, docs["Service"], "spec", "selector"))
+	matches("the PodDisruptionBudget", at(t, docs["PodDisruptionBudget"], "spec", "selector", "matchLabels"))
+
+	c := at(t, dep, "spec", "template", "spec", "containers", 0)
+	ports := map[string]int{}
+	for _, p := range at(t, c, "ports").([]any) {
+		ports[at(t, p, "name").(string)] = at(t, p, "containerPort").(int)
+	}
+	for probe, path := range map[string]string{"readinessProbe": "/readyz", "livenessProbe": "/healthz"} {
+		if got := at(t, c, probe, "httpGet", "path"); got != path {
+			t.Errorf("%s path %v, want %s", probe, got, path)
+		}
+		if at(t, c, probe, "httpGet", "port") != "admin" {
+			t.Errorf("%s is not on the admin port", probe)
+		}
+	}
+	if at(t, c, "securityContext", "readOnlyRootFilesystem") != true || at(t, c, "securityContext", "allowPrivilegeEscalation") != false ||
+		at(t, dep, "spec", "template", "spec", "securityContext", "runAsNonRoot") != true {
+		t.Error("the container is not read-only, non-root and without privilege escalation")
+	}
+
+	// The ConfigMap's configuration passes the validation `narwhal serve --check` runs, with
+	// the environment the Deployment gives the container.
+	env := map[string]string{}
+	for _, e := range at(t, c, "env").([]any) {
+		env[at(t, e, "name").(string)] = "from-the-secret"
+	}
+	var mount string
+	for _, m := range at(t, c, "volumeMounts").([]any) {
+		if at(t, m, "name") == "config" {
+			mount = at(t, m, "mountPath").(string)
+		}
+	}
+	args := at(t, c, "args").([]any)
+	var configPath string
+	for i := 0; i+1 < len(args); i++ {
+		if args[i] == "--config" {
+			configPath = args[i+1].(string)
+		}
+	}
+	if args[0] != "serve" || filepath.Dir(configPath) != mount {
+		t.Fatalf("the container runs %v with the configuration mounted at %s", args, mount)
+	}
+	text, ok := at(t, docs["ConfigMap"], "data", filepath.Base(configPath)).(string)
+	if !ok {
+		t.Fatalf("the ConfigMap has no key %s", filepath.Base(configPath))
+	}
+	for _, m := range envRef.FindAllStringSubmatch(text, -1) {
+		if _, ok := env[m[1]]; !ok {
+			t.Errorf("the configuration needs ${%s}, which the container's env does not set", m[1])
+		}
+	}
+	cfg, err := config.Parse([]byte(text), func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	if err != nil {
+		t.Fatalf("the ConfigMap's configuration is refused:\n%v", err)
+	}
+	for name, addr := range map[string]string{"http": cfg.Server.Listen, "admin": cfg.Server.AdminListen} {
+		if !strings.HasSuffix(addr, ":"+strconv.Itoa(ports[name])) {
+			t.Errorf("the %s port %d is not where Narwhal listens (%s)", name, ports[name], addr)
+		}
+	}
+	if cfg.Server.AdminToken == "" {
+		t.Error("the admin listener is reachable from the pod network and has no token")
+	}
+	if grace := at(t, dep, "spec", "template", "spec", "terminationGracePeriodSeconds").(int); float64(grace) <= float64(cfg.Server.ShutdownGraceS) {
+		t.Errorf("terminationGracePeriodSeconds %d does not leave room for shutdown_grace_s %v", grace, cfg.Server.ShutdownGraceS)
+	}
+	if tp := at(t, docs["Service"], "spec", "ports", 0, "targetPort"); tp != "http" {
+		t.Errorf("the Service targets %v, not the http port", tp)
+	}
+}

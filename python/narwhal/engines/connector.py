@@ -1,0 +1,311 @@
+"""KV handoff descriptors: their validation, the NIXL connector and :class:`PrefillResult`.
+
+Internal API: it may change between releases.
+
+A descriptor (a producer's ``kv_transfer_params``) is kept as the exact bytes the producer
+sent; only the members validation needs are looked at, and ``decode`` splices those bytes into
+its body unchanged, opaque runtime fields and key order included (SPEC §5, §6). The rules and
+their messages mirror the Go router's (transport/connector.go, nixl.go, descriptor.go); the
+shared vectors in testdata/contract/descriptors.json hold both to them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass, field as dc_field, replace
+from typing import Optional
+
+from .wire import Field, NotObject, last_field, scan_object, skip_space, skip_value
+
+MISSING_ENGINE_IDENTITY = "missing_engine_identity"
+MALFORMED_BLOCK_IDS = "malformed_block_ids"
+CONNECTOR_MISMATCH = "connector_mismatch"
+ENDPOINT_MISMATCH = "endpoint_mismatch"
+
+MAX_DESCRIPTOR_BYTES = 1 << 20
+MAX_BLOCK_IDS = 1 << 18
+MAX_BLOCK_GROUPS = 64
+
+
+class Rejection(Exception):
+    """Why a descriptor may not reach the consumer: ``reason`` is one of the four page reasons,
+    ``detail`` names what is wrong (engine identities and KV addresses included)."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class KVSide:
+    """One engine's KV transfer configuration."""
+
+    engine: str
+    connector: str = "nixl"
+    engine_id: str = ""  # pinned producer identity ("" = not pinned)
+    endpoint: str = ""  # pinned KV side channel host:port ("" = not pinned)
+    transfer_modes: tuple = ("pull",)  # transfer_mode values accepted as a consumer
+
+
+@dataclass(frozen=True)
+class Pair:
+    producer: KVSide
+    consumer: KVSide
+    endpoint: str  # the decode call's API endpoint
+
+
+class Descriptor:
+    """A producer's descriptor: its raw bytes and the index of its members."""
+
+    __slots__ = ("raw", "fields", "endpoint")
+
+    def __init__(self, raw: bytes, endpoint: str):
+        if len(raw) > MAX_DESCRIPTOR_BYTES:
+            raise Rejection(CONNECTOR_MISMATCH,
+                            f"descriptor is {len(raw)} bytes, more than the 1 MiB any connector sends")
+        try:
+            self.fields: list[Field] = scan_object(raw)
+        except NotObject:
+            raise Rejection(CONNECTOR_MISMATCH, "kv_transfer_params is not a JSON object") from None
+        self.raw = raw
+        self.endpoint = endpoint
+
+    def member(self, key: str) -> Optional[bytes]:
+        f = last_field(self.raw, self.fields, key)
+        return None if f is None else self.raw[f.val_start:f.val_end]
+
+    def string_member(self, key: str) -> Optional[str]:
+        v = self.member(key)
+        if v is None or v[:1] != b'"':
+            return None
+        try:
+            s = json.loads(v)
+        except ValueError:
+            return None
+        return s if isinstance(s, str) else None
+
+    def int_member(self, key: str) -> Optional[int]:
+        v = self.member(key)
+        if v is None or not re.fullmatch(rb"[+-]?[0-9]+", v):
+            return None
+        n = int(v)
+        return n if -(1 << 63) <= n < (1 << 63) else None
+
+
+def excerpt(b: bytes) -> str:
+    """At most 40 bytes of engine output, for a message."""
+    if len(b) > 40:
+        return b[:40].decode("utf-8", "ignore") + "…"
+    return b.decode("utf-8", "ignore")
+
+
+def _scan_block_id(v: bytes, i: int, where: str) -> int:
+    j = i
+    while j < len(v) and 0x30 <= v[j] <= 0x39:
+        j += 1
+    if j == i or j - i > 12 or (j < len(v) and v[j] not in b",] \n\t\r"):
+        try:
+            end = skip_value(v, i)
+        except NotObject:
+            end = len(v)
+        raise Rejection(MALFORMED_BLOCK_IDS,
+                        f"remote_block_ids{where} holds {excerpt(v[i:end])}, not a non-negative integer")
+    return j
+
+
+def check_block_ids(v: bytes) -> None:
+    """A non-empty array of non-negative integers, or a non-empty array of such arrays (one per
+    KV-cache group), within the bounds."""
+
+    def bad(what: str) -> Rejection:
+        return Rejection(MALFORMED_BLOCK_IDS, "remote_block_ids " + what)
+
+    if not v or v[0] != 0x5B:
+        raise bad(f"must be an array, got {excerpt(v)}")
+    i = skip_space(v, 1)
+    if i < len(v) and v[i] == 0x5D:
+        raise bad("is empty")
+    grouped = i < len(v) and v[i] == 0x5B
+    total = groups = 0
+    while i < len(v):
+        if grouped:
+            if v[i] != 0x5B:
+                raise bad(f"mixes block ids and groups at element {groups}")
+            groups += 1
+            if groups > MAX_BLOCK_GROUPS:
+                raise bad(f"has more than {MAX_BLOCK_GROUPS} groups")
+            j = skip_space(v, i + 1)
+            if j < len(v) and v[j] == 0x5D:
+                raise bad(f"group {groups - 1} is empty")
+            while True:
+                end = _scan_block_id(v, j, f"[{groups - 1}]")
+                total += 1
+                if total > MAX_BLOCK_IDS:
+                    raise bad(f"has more than {MAX_BLOCK_IDS} blocks")
+                j = skip_space(v, end)
+                if j >= len(v):
+                    raise bad("is truncated")
+                if v[j] == 0x5D:
+                    i = j + 1
+                    break
+                if v[j] != 0x2C:
+                    raise bad(f"group {groups - 1} is not a list of integers")
+                j = skip_space(v, j + 1)
+        else:
+            i = _scan_block_id(v, i, "")
+            total += 1
+            if total > MAX_BLOCK_IDS:
+                raise bad(f"has more than {MAX_BLOCK_IDS} blocks")
+        i = skip_space(v, i)
+        if i >= len(v):
+            raise bad("is truncated")
+        if v[i] == 0x5D:
+            return
+        if v[i] != 0x2C:
+            raise bad("is not a list")
+        i = skip_space(v, i + 1)
+    raise bad("is truncated")
+
+
+_FOREIGN_KEYS = ("transfer_id", "remote_bootstrap_addr", "bootstrap_room", "bootstrap_host", "bootstrap_port")
+
+NIXL_PREFILL_PARAMS = (b'{"do_remote_decode":true,"do_remote_prefill":false,"remote_engine_id":null,'
+                       b'"remote_block_ids":null,"remote_host":null,"remote_port":null}')
+
+
+def _same_engine_id(got: str, pinned: str) -> bool:
+    if got == pinned:
+        return True
+    if not got.startswith(pinned + "_dp"):
+        return False
+    rank = got[len(pinned) + 3:]
+    return rank != "" and all("0" <= c <= "9" for c in rank)
+
+
+def _join_host_port(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+class NixlConnector:
+    """vLLM's NixlConnector (v1, v2 and the newest grouped shapes)."""
+
+    name = "nixl"
+    prefill_params = NIXL_PREFILL_PARAMS
+
+    @staticmethod
+    def validate(d: Descriptor, pair: Pair) -> None:
+        for k in _FOREIGN_KEYS:
+            if d.member(k) is not None:
+                raise Rejection(CONNECTOR_MISMATCH, f"descriptor carries {k}, which belongs to another connector than nixl")
+        if d.member("do_remote_prefill") != b"true":
+            raise Rejection(CONNECTOR_MISMATCH, "do_remote_prefill is not true, so the consumer would not load the KV cache")
+        v = d.member("transfer_mode")
+        if v is not None and v != b"null":
+            mode = d.string_member("transfer_mode")
+            if mode is None or mode not in pair.consumer.transfer_modes:
+                raise Rejection(CONNECTOR_MISMATCH, f"transfer_mode {excerpt(v)} is not one consumer "
+                                f"{pair.consumer.engine} accepts ({', '.join(pair.consumer.transfer_modes)})")
+
+        eid = d.string_member("remote_engine_id")
+        if not eid:
+            raise Rejection(MISSING_ENGINE_IDENTITY, "remote_engine_id is absent, empty or not a string")
+        pin = pair.producer.engine_id
+        if pin and not _same_engine_id(eid, pin):
+            raise Rejection(MISSING_ENGINE_IDENTITY, f"remote_engine_id {json.dumps(eid)} is not producer "
+                            f"{pair.producer.engine}'s pinned identity {json.dumps(pin)}")
+
+        blocks = d.member("remote_block_ids")
+        if blocks is None:
+            raise Rejection(MALFORMED_BLOCK_IDS, "remote_block_ids is absent")
+        check_block_ids(blocks)
+
+        host = d.string_member("remote_host")
+        port = d.int_member("remote_port")
+        if not host or port is None or not 1 <= port <= 65535:
+            raise Rejection(ENDPOINT_MISMATCH, "remote_host/remote_port do not name a KV endpoint "
+                            "(need a host string and a port 1-65535)")
+        if pair.producer.endpoint:
+            got = _join_host_port(host, port)
+            if got.lower() != pair.producer.endpoint.lower():
+                raise Rejection(ENDPOINT_MISMATCH, f"descriptor names KV endpoint {got} but producer "
+                                f"{pair.producer.engine} is pinned to {pair.producer.endpoint}")
+
+
+CONNECTORS = {"nixl": NixlConnector}
+
+
+def lookup_connector(name: str):
+    try:
+        return CONNECTORS[name]
+    except KeyError:
+        raise ValueError(f"unknown KV connector {name!r} (known: {', '.join(sorted(CONNECTORS))})") from None
+
+
+def validate_descriptor(d: Descriptor, pair: Pair) -> None:
+    """Raise :class:`Rejection` unless d may be forwarded to pair's consumer as is."""
+    if pair.producer.connector != pair.consumer.connector:
+        raise Rejection(CONNECTOR_MISMATCH, f"producer {pair.producer.engine} uses connector "
+                        f"{json.dumps(pair.producer.connector)} but consumer {pair.consumer.engine} "
+                        f"uses {json.dumps(pair.consumer.connector)}")
+    if d.endpoint != pair.endpoint:
+        raise Rejection(ENDPOINT_MISMATCH, f"descriptor was produced for the {d.endpoint} endpoint, not {pair.endpoint}")
+    try:
+        c = lookup_connector(pair.producer.connector)
+    except ValueError as e:
+        raise Rejection(CONNECTOR_MISMATCH, str(e)) from None
+    c.validate(d, pair)
+
+
+@dataclass(frozen=True)
+class PrefillResult:
+    """What a prefill leg hands to the decode leg: the producer's descriptor, associated with
+    the producer URL, the API endpoint and the backend request ID that produced it.
+
+    Internal API: it may change between releases. Pass it to ``EngineClient.decode`` as is;
+    :meth:`parameters` returns a detached dict for inspection.
+    """
+
+    producer: str
+    producer_url: str
+    endpoint: str
+    backend_request_id: str
+    started: float  # time.monotonic() when the prefill leg started (the handoff age counts from it)
+    completed: float
+    _descriptor: Optional[Descriptor] = dc_field(default=None, repr=False, compare=False)
+    _producer_kv: Optional[KVSide] = dc_field(default=None, repr=False, compare=False)
+
+    @property
+    def has_descriptor(self) -> bool:
+        """Whether the producer returned a descriptor (it may return null)."""
+        return self._descriptor is not None
+
+    @property
+    def descriptor(self) -> Optional[bytes]:
+        """The raw kv_transfer_params exactly as the producer sent them, or None."""
+        return None if self._descriptor is None else self._descriptor.raw
+
+    def parameters(self) -> Optional[dict]:
+        """A detached dict of the descriptor: changing it changes nothing decode sends."""
+        return None if self._descriptor is None else json.loads(self._descriptor.raw)
+
+    def age(self, now: Optional[float] = None) -> float:
+        """Seconds since the prefill leg started."""
+        return (time.monotonic() if now is None else now) - self.started
+
+    def without_transfer(self) -> "PrefillResult":
+        """The result without its descriptor, for a decode that must not load remote KV."""
+        return replace(self, _descriptor=None)
+
+
+def parse_descriptor(raw: bytes, endpoint: str) -> Descriptor:
+    """Index raw (a JSON object's text) as a descriptor made for endpoint."""
+    return Descriptor(raw, endpoint)
+
+
+__all__ = ["PrefillResult", "Rejection", "KVSide", "Pair", "Descriptor", "parse_descriptor",
+           "validate_descriptor", "check_block_ids", "NixlConnector", "lookup_connector",
+           "MISSING_ENGINE_IDENTITY", "MALFORMED_BLOCK_IDS", "CONNECTOR_MISMATCH", "ENDPOINT_MISMATCH"]
+
