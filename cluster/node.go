@@ -78,6 +78,7 @@ type incarnation struct {
 	cl       *cluster.Cluster
 	provider cluster.ClusterProvider
 	static   *staticProvider
+	refresh  *etcdRefresher // etcd only
 	started  time.Time
 }
 
@@ -184,6 +185,12 @@ func (n *Node) join() (err error) {
 		return errors.New("node closed")
 	default:
 	}
+	if n.cfg.Provider == config.ProviderEtcd {
+		if inc.refresh, err = startEtcdRefresher(n.cfg, system.ID, n.log); err != nil {
+			n.log.Warn("etcd registration refresher not started", "error", err)
+			err = nil
+		}
+	}
 	n.mu.Lock()
 	n.inc = inc
 	n.generation++
@@ -204,6 +211,7 @@ func (n *Node) leave() {
 	if inc == nil {
 		return
 	}
+	inc.refresh.stop()
 	inc.provider.Shutdown(false)
 	inc.cl.Shutdown(false)
 }

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"sort"
 	"sync"
@@ -16,23 +17,27 @@ import (
 // static provider's heartbeats).
 var (
 	portsMu   sync.Mutex
-	handedOut = map[string]bool{} // a closed port may come back from the next check
+	handedOut = map[string]bool{}
 )
 
+// freeAddr returns a loopback host:port free for both TCP (protoactor's remote) and UDP (the
+// static provider's heartbeats). It draws below the kernel's ephemeral range (32768 and up by
+// default), so that a port checked free is not handed to some other socket bound to :0 — other
+// test packages run at the same time — before the node binds it.
 func freeAddr(t *testing.T) string {
 	t.Helper()
 	portsMu.Lock()
 	defer portsMu.Unlock()
-	for range 100 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := ln.Addr().String()
-		ln.Close()
+	for range 1000 {
+		addr := fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12000))
 		if handedOut[addr] {
 			continue
 		}
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			continue
+		}
+		ln.Close()
 		u, err := net.ListenPacket("udp", addr)
 		if err != nil {
 			continue
@@ -74,12 +79,18 @@ func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) 
 func startTrio(t *testing.T, cfg func(bind string, seeds []string) config.Cluster) ([]*proc, []string) {
 	addrs := []string{freeAddr(t), freeAddr(t), freeAddr(t)}
 	nodes := make([]*proc, 3)
+	errs := make([]error, 3)
 	var wg sync.WaitGroup
 	for i, a := range addrs {
 		wg.Add(1)
-		go func() { defer wg.Done(); nodes[i] = startProc(t, cfg(a, addrs)) }()
+		go func() { defer wg.Done(); nodes[i], errs[i] = launchProc(t, cfg(a, addrs)) }()
 	}
 	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, n := range nodes {
 		waitFor(t, 10*time.Second, n.name+" sees 3 members", func() bool { return len(n.status().Members) == 3 })
 	}
@@ -189,8 +200,8 @@ func rejoined(t *testing.T, nodes []*proc, cut func(), check func(Status)) {
 		t.Fatalf("status after rejoin = %+v, want a second generation and its reason", st)
 	}
 	for _, n := range nodes[1:] {
-		if g := n.status().Generation; g != 1 {
-			t.Fatalf("%s rejoined too (generation %d): only the cut-off node should", n.name, g)
+		if st := n.status(); st.Generation != 1 {
+			t.Fatalf("%s rejoined too: only the cut-off node should: %+v (why: %+v)", n.name, st, st.LastRejoin)
 		}
 	}
 	check(st)

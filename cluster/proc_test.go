@@ -109,6 +109,15 @@ type proc struct {
 
 func startProc(t *testing.T, cfg config.Cluster) *proc {
 	t.Helper()
+	p, err := launchProc(t, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// launchProc starts a node and waits for it to be up; safe to call from any goroutine.
+func launchProc(t *testing.T, cfg config.Cluster) (*proc, error) {
 	spec, _ := json.Marshal(cfg)
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	raceDir := t.TempDir()
@@ -117,7 +126,7 @@ func startProc(t *testing.T, cfg config.Cluster) *proc {
 	in, _ := cmd.StdinPipe()
 	out, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	p := &proc{t: t, name: cfg.Node(), cmd: cmd, in: in, replies: make(chan line, 4)}
 	go func() {
@@ -144,12 +153,12 @@ func startProc(t *testing.T, cfg config.Cluster) *proc {
 	select {
 	case l, ok := <-p.replies:
 		if !ok || !l.OK {
-			t.Fatalf("node %s did not start: %+v", p.name, l)
+			return nil, fmt.Errorf("node %s did not start: %+v", p.name, l)
 		}
 	case <-time.After(15 * time.Second):
-		t.Fatalf("node %s did not start within 15s", p.name)
+		return nil, fmt.Errorf("node %s did not start within 15s", p.name)
 	}
-	return p
+	return p, nil
 }
 
 func (p *proc) do(c command) line {

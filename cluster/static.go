@@ -197,14 +197,16 @@ func (p *staticProvider) tick() {
 // beat sends this round's heartbeats and recomputes the topology.
 func (p *staticProvider) beat() {
 	now := time.Now()
-	suspect := p.n.cfg.SuspectAfterS.Duration()
 	p.mu.Lock()
-	if now.Sub(p.lastTick) > suspect {
-		// This process was not running (stopped, or starved): nothing heard meanwhile says a
-		// peer is gone. Give every peer the benefit of the doubt for one suspect period.
+	if interval := p.n.cfg.HeartbeatIntervalS.Duration(); now.Sub(p.lastTick) > 2*interval {
+		// This process was not running (stopped, or starved): a peer's silence while we could
+		// not listen says nothing about the peer, so that time does not count against it.
+		lost := now.Sub(p.lastTick) - interval
 		for _, pe := range p.peers {
 			if pe.memberID != "" {
-				pe.heard = now
+				if pe.heard = pe.heard.Add(lost); pe.heard.After(now) {
+					pe.heard = now
+				}
 			}
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -61,8 +62,10 @@ func buildNarwhal(t *testing.T) string {
 	return bin
 }
 
-// Ports handed out by freeClusterAddr and freeTCPAddr: a port closed after the check may come
-// back from the next check, and two nodes must not be given one port.
+// Ports handed out by freeClusterAddr and freeTCPAddr, drawn below the kernel's ephemeral
+// range (32768 and up by default): a port checked free there is not handed to another socket
+// bound to :0 (the simulators, other test packages running at the same time) before the node
+// binds it.
 var (
 	portsMu   sync.Mutex
 	handedOut = map[string]bool{}
@@ -84,16 +87,16 @@ func freePort(t *testing.T, udp bool) string {
 	t.Helper()
 	portsMu.Lock()
 	defer portsMu.Unlock()
-	for range 100 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := ln.Addr().String()
-		ln.Close()
+	for range 1000 {
+		addr := fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12000))
 		if handedOut[addr] {
 			continue
 		}
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			continue
+		}
+		ln.Close()
 		if udp {
 			u, err := net.ListenPacket("udp", addr)
 			if err != nil {
@@ -206,7 +209,8 @@ func (n *narwhalNode) start() {
 	n.cmd.Stdout = io.Discard
 	n.cmd.Stderr = n.log
 	if err := n.cmd.Start(); err != nil {
-		n.t.Fatalf("start %s: %v", n.name, err)
+		n.t.Errorf("start %s: %v", n.name, err) // may run on a goroutine of its own: no Fatal
+		return
 	}
 	cmd := n.cmd
 	n.t.Cleanup(func() {
