@@ -77,8 +77,11 @@ func (a *engineActor) share(from breakerState) {
 			}
 		case from == probing:
 			v.Reason = "probe did not pass"
-			if st.lastProbe != nil {
-				v.Reason += ": " + st.lastProbe.Reason
+			if p := st.lastProbe; p != nil {
+				if p.Result == probeInconclusive {
+					v.Reason = "probe inconclusive"
+				}
+				v.Reason += ": " + p.Reason
 			}
 		default:
 			v.Reason = "ejected after consecutive failures"
