@@ -213,7 +213,30 @@ func (n *Node) leave() {
 	}
 	inc.refresh.stop()
 	inc.provider.Shutdown(false)
-	inc.cl.Shutdown(false)
+	// protoactor's non-graceful shutdown stops the server but leaves the connections to peers
+	// open (a leak per rejoin); the graceful one closes them but may wait up to 10 s for peers'
+	// streams. It closes its listener first, so the next incarnation only waits for that.
+	go func() {
+		inc.system.Shutdown()
+		inc.cl.Remote.Shutdown(true)
+	}()
+	waitPortFree(n.cfg.Bind, 3*time.Second)
+}
+
+// waitPortFree waits until addr can be listened on again (TCP), or the timeout passes.
+func waitPortFree(addr string, timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	for {
+		ln, err := net.Listen("tcp", addr)
+		if err == nil {
+			ln.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // event handles the cluster's own events: peers' verdict sets and topology changes.
