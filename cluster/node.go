@@ -201,8 +201,8 @@ func (n *Node) join() (err error) {
 	return nil
 }
 
-// leave ends the current incarnation.
-func (n *Node) leave() {
+// leave ends the current incarnation; rejoining waits until its port is free for the next.
+func (n *Node) leave(rejoining bool) {
 	n.mu.Lock()
 	inc := n.inc
 	n.inc = nil
@@ -217,10 +217,12 @@ func (n *Node) leave() {
 	// open (a leak per rejoin); the graceful one closes them but may wait up to 10 s for peers'
 	// streams. It closes its listener first, so the next incarnation only waits for that.
 	go func() {
-		inc.system.Shutdown()
 		inc.cl.Remote.Shutdown(true)
+		inc.system.Shutdown()
 	}()
-	waitPortFree(n.cfg.Bind, 3*time.Second)
+	if rejoining {
+		waitPortFree(n.cfg.Bind, 3*time.Second)
+	}
 }
 
 // waitPortFree waits until addr can be listened on again (TCP), or the timeout passes.
@@ -378,6 +380,7 @@ func (n *Node) loop() {
 			n.send()
 		case <-republish.C:
 			n.board.forget(time.Now())
+			n.forgetGossip()
 			n.send()
 		case <-retry.C:
 			if n.current() == nil && !n.joining.Load() {
@@ -420,7 +423,7 @@ func (n *Node) doRejoin(why string) {
 	n.lastRejoin, n.rejoinWhy = time.Now(), why
 	n.mu.Unlock()
 	n.log.Info("rejoining the cluster under a new member identity", "reason", why)
-	n.leave()
+	n.leave(true)
 	n.startJoin() // the retry tick tries again if it fails
 }
 
@@ -438,6 +441,22 @@ func (n *Node) send() {
 	}
 	inc.cl.Gossip.SetState(verdictKey, n.board.localSet(time.Now()))
 	inc.cl.Gossip.SendState()
+}
+
+// forgetGossip drops the last-gossip times of members gone for longer than a verdict lives
+// (every rejoin elsewhere leaves an identity behind).
+func (n *Node) forgetGossip() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	live := map[string]bool{}
+	for _, m := range n.members {
+		live[systemID(m)] = true
+	}
+	for id, at := range n.lastGossip {
+		if !live[id] && time.Since(at) > n.cfg.VerdictTTLS.Duration() {
+			delete(n.lastGossip, id)
+		}
+	}
 }
 
 // Fenced reports whether this node is just back from a stall: failures its legs saw during
@@ -533,7 +552,7 @@ func (n *Node) Close() {
 	}
 	close(n.done)
 	n.wg.Wait()
-	n.leave()
+	n.leave(false)
 }
 
 // warnOnly keeps protoactor's cluster logs to warnings and errors: it logs every gossip
