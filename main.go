@@ -405,6 +405,10 @@ func run(cfg config.Config, log *slog.Logger, started func(*node.Server)) error 
 		log.Warn("the admin listener is reachable beyond this host and has no token: anyone who can reach it can eject engines and read profiles; set server.admin_token or listen on 127.0.0.1",
 			"admin", addr)
 	}
+	if keys, _ := cfg.Server.ClientAPIKeys(); len(keys) == 0 && !loopback(srv.Addr()) {
+		log.Warn("the client listener is reachable beyond this host and no client API key is configured: anyone who can reach it can use the fleet; set server.api_keys or listen on 127.0.0.1",
+			"addr", srv.Addr())
+	}
 	if started != nil {
 		started(srv)
 	}

@@ -107,7 +107,8 @@ func TestDumpExplainsHowToPassTheToken(t *testing.T) {
 
 // TestServeStartsAsAnOperatorSeesIt runs `narwhal serve` as a process in front of a simulated
 // fleet: the preflight verdict is printed once, an admin listener open beyond loopback without
-// a token is warned about, and SIGTERM stops it cleanly.
+// a token and a client listener open beyond loopback without API keys are warned about, and
+// SIGTERM stops it cleanly.
 func TestServeStartsAsAnOperatorSeesIt(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a process")
@@ -118,7 +119,7 @@ func TestServeStartsAsAnOperatorSeesIt(t *testing.T) {
 	}
 	defer fleet.Close()
 	var yaml strings.Builder
-	yaml.WriteString("server: {listen: \"127.0.0.1:0\", admin_listen: \"0.0.0.0:0\", shutdown_grace_s: 1}\nlog: {format: text}\nengines:\n")
+	yaml.WriteString("server: {listen: \"0.0.0.0:0\", admin_listen: \"0.0.0.0:0\", shutdown_grace_s: 1}\nlog: {format: text}\nengines:\n")
 	for _, e := range fleet.Engines {
 		fmt.Fprintf(&yaml, "  - {name: %s, url: %q, role: %s, models: [m], kv: {engine_id: %q, endpoint: %q}}\n",
 			e.Name(), e.URL(), e.Role(), e.EngineID(), e.KVEndpoint())
@@ -176,5 +177,8 @@ func TestServeStartsAsAnOperatorSeesIt(t *testing.T) {
 	}
 	if !strings.Contains(out, "has no token") {
 		t.Errorf("no warning about an admin listener beyond loopback without a token:\n%s", out)
+	}
+	if !strings.Contains(out, "no client API key is configured") {
+		t.Errorf("no warning about a client listener beyond loopback without API keys:\n%s", out)
 	}
 }

@@ -11,26 +11,31 @@ import (
 
 // accessLine is one request's access-log record. It never holds prompt or output text.
 type accessLine struct {
-	Time         string  `json:"ts"`
-	RequestID    string  `json:"request_id"`
-	BackendID    string  `json:"backend_request_id,omitempty"`
-	Endpoint     string  `json:"endpoint"`
-	Model        string  `json:"model"`
-	Stream       bool    `json:"stream"`
-	Status       int     `json:"status"`
-	Outcome      string  `json:"outcome"`
-	Attempts     int     `json:"attempts"`
-	Producer     string  `json:"producer,omitempty"`
-	Consumer     string  `json:"consumer,omitempty"`
-	TTFT         float64 `json:"ttft_s,omitempty"`
-	FirstByte    float64 `json:"first_byte_s,omitempty"`
-	HandoffAge   float64 `json:"handoff_age_s,omitempty"`
-	Total        float64 `json:"total_s"`
-	OutputTokens int     `json:"output_tokens"`
-	ErrorKind    string  `json:"error_kind,omitempty"`
-	ErrorEngine  string  `json:"error_engine,omitempty"`
-	ErrorDetail  string  `json:"error_detail,omitempty"`
-	Reason       string  `json:"descriptor_reason,omitempty"`
+	Time      string `json:"ts"`
+	RequestID string `json:"request_id"`
+	BackendID string `json:"backend_request_id,omitempty"`
+	Endpoint  string `json:"endpoint"`
+	Model     string `json:"model"`
+	Stream    bool   `json:"stream"`
+	Status    int    `json:"status"`
+	Outcome   string `json:"outcome"`
+	Attempts  int    `json:"attempts"`
+	Producer  string `json:"producer,omitempty"`
+	Consumer  string `json:"consumer,omitempty"`
+	// Disaggregation is the placement's decision ("disaggregated" or "local") and DisaggReason
+	// the rule that made it; PrefixMatch the consumer's prefix-index match, in blocks.
+	Disaggregation string  `json:"disaggregation,omitempty"`
+	DisaggReason   string  `json:"disaggregation_reason,omitempty"`
+	PrefixMatch    int     `json:"prefix_match_blocks,omitempty"`
+	TTFT           float64 `json:"ttft_s,omitempty"`
+	FirstByte      float64 `json:"first_byte_s,omitempty"`
+	HandoffAge     float64 `json:"handoff_age_s,omitempty"`
+	Total          float64 `json:"total_s"`
+	OutputTokens   int     `json:"output_tokens"`
+	ErrorKind      string  `json:"error_kind,omitempty"`
+	ErrorEngine    string  `json:"error_engine,omitempty"`
+	ErrorDetail    string  `json:"error_detail,omitempty"`
+	Reason         string  `json:"descriptor_reason,omitempty"`
 }
 
 // accessLog writes one JSON line per request through a buffer flushed every interval

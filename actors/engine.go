@@ -271,6 +271,7 @@ func (a *engineActor) snapshot() *messages.EngineState {
 	if s.EjectedBy != "" {
 		s.EjectReason = b.cause
 	}
+	s.Load = a.r.loadState(st.view)
 	if p := st.view.models.Load(); p != nil {
 		s.Models = *p
 	}

@@ -1,14 +1,17 @@
 package actors
 
 import (
+	"math"
 	"math/rand/v2"
 	"sync/atomic"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/transport"
 	"github.com/narwhal-router/narwhal/transport/fault"
+	"github.com/narwhal-router/narwhal/transport/telemetry"
 )
 
 // engineView is an engine as placement sees it, shared by every request supervisor. Its phase
@@ -18,6 +21,7 @@ import (
 // else here — placeability, the failure streak, the models — is written by the engine actor
 // alone and only read by others.
 type engineView struct {
+	idx         int // position in the configuration: the prefix index's bit
 	name        string
 	role        config.Role
 	maxInflight int
@@ -31,6 +35,11 @@ type engineView struct {
 	// takesOut is the consequence of the next counted failure, as the engine actor publishes it:
 	// true when that failure quarantines or ejects the engine (breaker.takesOut).
 	takesOut atomic.Bool
+	// scraped is the last /metrics scrape (placement.scrape_interval_s), written by its scraper.
+	scraped atomic.Pointer[loadSample]
+	// prefillTokens is the estimated prompt tokens of the prefill reservations held: a
+	// producer's load is its work, and prompts differ a hundredfold in length.
+	prefillTokens atomic.Int64
 }
 
 func packSlots(prefill, decode uint32) uint64 { return uint64(prefill)<<32 | uint64(decode) }
@@ -120,6 +129,12 @@ func (v *engineView) canServe(p fault.Phase) bool {
 type fleet struct {
 	engines []*engineView
 	byName  map[string]*engineView
+
+	policy     string // placement.policy
+	loadFactor float64
+	stale      time.Duration // placement.scrape_stale_s
+	index      *prefixIndex
+	rr         [2]atomic.Uint64 // round robin position per phase
 }
 
 func (f *fleet) engine(name string) *engineView { return f.byName[name] }
@@ -134,30 +149,61 @@ const (
 	unknownModel          // no engine serves the model at all: 404
 )
 
-// pick chooses an engine for phase by power of two choices on reservations: two random
-// candidates, the less loaded wins, a tie goes to the first (already random). avoid lists
-// engines to use only if nothing else can serve (a failed engine on retry; the producer, for
-// decode); full lists engines that just refused a slot; exclude lists engines never to use.
+// ask is one leg's placement question.
+type ask struct {
+	phase fault.Phase
+	model string
+	// avoid lists engines to use only if nothing else can serve (a failed engine on retry; the
+	// other leg's engine); full lists engines that just refused a slot; exclude lists engines
+	// never to use.
+	avoid, full, exclude []string
+	// blocks are the prompt's block hashes, for prefix preference; tokens its token estimate,
+	// the request's weight on a producer.
+	blocks []uint64
+	tokens int
+}
+
+// placed is a leg's placement: the engine, or why there is none; match is the number of the
+// prompt's leading blocks the prefix index says the engine served.
+type placed struct {
+	engine *engineView
+	why    scarcity
+	match  int
+}
+
+// pick chooses an engine for phase by power of two choices on load (pickFor without a prompt).
 func (f *fleet) pick(phase fault.Phase, model string, avoid, full, exclude []string) (*engineView, scarcity) {
+	p := f.pickFor(ask{phase: phase, model: model, avoid: avoid, full: full, exclude: exclude}, nil)
+	return p.engine, p.why
+}
+
+// pickFor chooses an engine for a leg under placement.policy:
+//
+//   - prefix: among the candidates under the load bound (load + 1 ≤ ⌈load_factor × (total
+//     load + 1) / candidates⌉, consistent hashing with bounded loads' rule), the one with the
+//     longest prefix match, the lower load on a tie; with no match under the bound, p2c;
+//   - p2c: two random candidates, the less loaded wins, a tie goes to the first (random);
+//   - round_robin: the next candidate in configuration order.
+func (f *fleet) pickFor(a ask, m *telemetry.Metrics) placed {
 	var buf [32]*engineView
 	cands := buf[:0]
 	var preferred [32]*engineView
 	pref := preferred[:0]
 	worst := unknownModel
 	for _, v := range f.engines {
-		if !v.canServe(phase) || !v.serves(model) {
+		if !v.canServe(a.phase) || !v.serves(a.model) {
 			continue
 		}
-		if !v.placeable.Load() || contains(exclude, v.name) {
+		if !v.placeable.Load() || contains(a.exclude, v.name) {
 			worst = min(worst, noAdmitted)
 			continue
 		}
-		if !v.hasRoom() || contains(full, v.name) {
+		if !v.hasRoom() || contains(a.full, v.name) {
 			worst = min(worst, noRoom)
 			continue
 		}
 		cands = append(cands, v)
-		if !contains(avoid, v.name) {
+		if !contains(a.avoid, v.name) {
 			pref = append(pref, v)
 		}
 	}
@@ -166,20 +212,135 @@ func (f *fleet) pick(phase fault.Phase, model string, avoid, full, exclude []str
 	}
 	switch len(cands) {
 	case 0:
-		return nil, worst
+		return placed{why: worst}
 	case 1:
-		return cands[0], available
+		return placed{engine: cands[0], match: f.matchOf(cands[0], a.blocks)}
+	}
+	now := time.Now()
+	switch f.policy {
+	case config.PlaceRoundRobin:
+		v := cands[int(f.rr[a.phase].Add(1)%uint64(len(cands)))]
+		return placed{engine: v, match: f.matchOf(v, a.blocks)}
+	case config.PlacePrefix:
+		if f.index != nil && len(a.blocks) > 0 {
+			var match [maxIndexed]int
+			hit := f.index.match(a.blocks, &match) > 0
+			// Only engines under the bound are candidates, for their cache or, failing a match
+			// among them, for p2c: the bound holds whichever way the choice goes.
+			var under [32]*engineView
+			cands = f.underBound(cands, under[:0], a, now)
+			if hit {
+				if v, n := f.longest(cands, &match, a, now); v != nil {
+					countPrefix(m, a.phase, "hit")
+					return placed{engine: v, match: n}
+				}
+				countPrefix(m, a.phase, "bounded")
+			} else {
+				countPrefix(m, a.phase, "miss")
+			}
+			if len(cands) == 1 {
+				return placed{engine: cands[0], match: f.matchOf(cands[0], a.blocks)}
+			}
+		}
 	}
 	i := rand.IntN(len(cands))
 	j := rand.IntN(len(cands) - 1)
 	if j >= i {
 		j++
 	}
-	a, b := cands[i], cands[j]
-	if b.load() < a.load() {
-		return b, available
+	v, b := cands[i], cands[j]
+	if f.loadFor(b, a, now) < f.loadFor(v, a, now) {
+		v = b
 	}
-	return a, available
+	return placed{engine: v, match: f.matchOf(v, a.blocks)}
+}
+
+// loadFor is v's load as a's placement weighs it: for a decode its load score (requests), for
+// a prefill the prompt tokens it is computing for us, plus one request's worth per scraped
+// waiting request.
+func (f *fleet) loadFor(v *engineView, a ask, now time.Time) int {
+	if a.phase != fault.PhasePrefill {
+		return v.loadScore(now, f.stale)
+	}
+	n := int(v.prefillTokens.Load())
+	if l, ok := v.fresh(now, f.stale); ok {
+		n += l.Waiting * max(1, a.tokens)
+	}
+	return n
+}
+
+// weight is what a's request adds to the engine's load.
+func (a ask) weight() int {
+	if a.phase == fault.PhasePrefill {
+		return max(1, a.tokens)
+	}
+	return 1
+}
+
+// underBound appends to dst the candidates whose load plus this request stays within the bound
+// load_factor × (total load + this request) / candidates (consistent hashing with bounded
+// loads; for decodes, in whole requests, rounded up). When none does (a prefill heavier than
+// the bound allows anywhere), the least loaded alone is.
+func (f *fleet) underBound(cands, dst []*engineView, a ask, now time.Time) []*engineView {
+	var loads [32]int
+	ls := loads[:0]
+	total, w := 0, a.weight()
+	least := 0
+	for i, v := range cands {
+		l := f.loadFor(v, a, now)
+		ls = append(ls, l)
+		total += l
+		if l < ls[least] {
+			least = i
+		}
+	}
+	limit := int(math.Ceil(f.loadFactor * float64(total+w) / float64(len(cands))))
+	for i, v := range cands {
+		if ls[i]+w <= limit {
+			dst = append(dst, v)
+		}
+	}
+	if len(dst) == 0 {
+		dst = append(dst, cands[least])
+	}
+	return dst
+}
+
+// longest returns the candidate with the longest match (at least one block), the less loaded
+// on a tie, or nil.
+func (f *fleet) longest(cands []*engineView, match *[maxIndexed]int, a ask, now time.Time) (*engineView, int) {
+	var best *engineView
+	bestMatch, bestLoad := 0, 0
+	for _, v := range cands {
+		if v.idx >= maxIndexed {
+			continue
+		}
+		n := match[v.idx]
+		if n == 0 {
+			continue
+		}
+		l := f.loadFor(v, a, now)
+		if n > bestMatch || (n == bestMatch && l < bestLoad) {
+			best, bestMatch, bestLoad = v, n, l
+		}
+	}
+	return best, bestMatch
+}
+
+func countPrefix(m *telemetry.Metrics, phase fault.Phase, result string) {
+	if m != nil {
+		m.PrefixPlacement(phase.String(), result)
+	}
+}
+
+// matchOf is how many of blocks the prefix index says v served.
+func (f *fleet) matchOf(v *engineView, blocks []uint64) int {
+	if f.index == nil || len(blocks) == 0 || v.idx >= maxIndexed {
+		return 0
+	}
+	var match [maxIndexed]int
+	f.index.match(blocks, &match)
+	return match[v.idx]
 }
 
 // anyAdmitted returns an admitted engine able to run phase, other than not, or nil.

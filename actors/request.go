@@ -11,6 +11,7 @@ import (
 	"github.com/narwhal-router/narwhal/messages"
 	"github.com/narwhal-router/narwhal/transport/fault"
 	"github.com/narwhal-router/narwhal/transport/ingress"
+	"github.com/narwhal-router/narwhal/transport/wire"
 )
 
 // reqPhase is where a request stands in its life.
@@ -62,6 +63,13 @@ type requestSupervisor struct {
 	exclude    []string       // engines that pushed back (429/503): never retried for this request
 	frontOfQ   bool
 	queueTimer *time.Timer
+
+	// prompt is the prompt as placement reads it (computed once); verdict the last placement's
+	// disaggregation decision, prefixMatch the consumer's prefix-index match in blocks.
+	prompt      wire.Prompt
+	prompted    bool
+	verdict     verdict
+	prefixMatch int
 
 	gone      bool // the client hung up
 	answered  bool // ingress got its final command
@@ -128,7 +136,8 @@ func (s *requestSupervisor) startAttempt(ctx actor.Context) {
 	s.place(ctx)
 }
 
-// place picks a producer and a consumer, takes a slot on each and hands ingress the plan.
+// place picks a consumer, decides whether the request pays a prefill leg (decide), picks a
+// producer if so, takes a slot on each and hands ingress the plan.
 func (s *requestSupervisor) place(ctx actor.Context) {
 	if s.x.Context().Err() != nil {
 		s.respondShutdown(ctx)
@@ -136,45 +145,101 @@ func (s *requestSupervisor) place(ctx actor.Context) {
 	}
 	s.phase = phasePlacing
 	model := s.x.Body.Model
-	for {
-		prod, why := s.r.fleet.pick(fault.PhasePrefill, model, s.avoid, s.full, s.exclude)
-		if prod == nil {
-			s.noPlacement(ctx, why, fault.PhasePrefill)
-			return
-		}
-		cons, why := s.r.fleet.pick(fault.PhaseDecode, model, append(s.avoid[:len(s.avoid):len(s.avoid)], prod.name), s.full, s.exclude)
+	for s.x.Body.Endpoint.Passthrough() { // one engine and no prefill (ingress/passthrough.go)
+		cons, why := s.r.fleet.pick(fault.PhaseDecode, model, s.avoid, s.full, s.exclude)
 		if cons == nil {
 			s.noPlacement(ctx, why, fault.PhaseDecode)
 			return
 		}
+		if !cons.reserve(fault.PhaseDecode) {
+			s.full = append(s.full, cons.name)
+			continue
+		}
+		s.producer, s.consumer = nil, cons
+		s.held = [2]*engineView{nil, cons}
+		s.reportSlots(cons)
+		s.sendPlan()
+		return
+	}
+	if !s.prompted {
+		s.prompt, s.prompted = s.x.Body.Prompt(s.r.rt.Fleet.BlockWords), true
+	}
+	f, blocks := s.r.fleet, s.prompt.Blocks
+	for {
+		c := f.pickFor(ask{phase: fault.PhaseDecode, model: model, avoid: s.avoid, full: s.full, exclude: s.exclude, blocks: blocks}, s.r.metrics)
+		if c.engine == nil {
+			s.noPlacement(ctx, c.why, fault.PhaseDecode)
+			return
+		}
+		cons := c.engine
+		s.verdict, s.prefixMatch = s.decide(cons, c.match), c.match
+		var prod *engineView
+		if !s.verdict.local {
+			p := f.pickFor(ask{phase: fault.PhasePrefill, model: model, avoid: append(s.avoid[:len(s.avoid):len(s.avoid)], cons.name),
+				full: s.full, exclude: s.exclude, blocks: blocks, tokens: s.prompt.Tokens}, s.r.metrics)
+			switch auto := s.r.rt.Fleet.Disaggregation == config.DisaggAuto; {
+			case auto && p.engine == nil && p.why == noRoom && s.uncachedOn(c.match) <= s.r.rt.Fleet.MaxLocalPrompt:
+				// Every producer is full: the consumer computes a prompt it can afford rather
+				// than wait.
+				s.verdict = verdict{true, reasonPrefillSaturated}
+			case auto && (p.engine == cons || (p.engine == nil && p.why != noRoom)):
+				// Nowhere else to prefill (none admitted, or only the consumer itself): the
+				// consumer computes the prompt rather than fail or prefill twice.
+				s.verdict = verdict{true, reasonNoProducer}
+			case p.engine == nil:
+				s.noPlacement(ctx, p.why, fault.PhasePrefill)
+				return
+			default:
+				prod = p.engine
+			}
+		}
 		// The views were read a moment ago; the slots are the authority. A refusal narrows the
 		// next round, so the loop ends.
-		if !prod.reserve(fault.PhasePrefill) {
+		if prod != nil && !prod.reserve(fault.PhasePrefill) {
 			s.full = append(s.full, prod.name)
 			continue
 		}
+		if prod != nil {
+			prod.prefillTokens.Add(int64(s.prompt.Tokens)) // returned with the slot (release)
+		}
 		if !cons.reserve(fault.PhaseDecode) {
-			s.held[fault.PhasePrefill] = prod
-			s.release(ctx, fault.PhasePrefill, nil, true)
+			if prod != nil {
+				s.held[fault.PhasePrefill] = prod
+				s.release(ctx, fault.PhasePrefill, nil, true)
+			}
 			s.full = append(s.full, cons.name)
 			continue
 		}
 		s.producer, s.consumer = prod, cons
 		s.held = [2]*engineView{prod, cons}
-		s.reportSlots(prod)
+		if prod != nil {
+			s.reportSlots(prod)
+			f.index.record(blocks, prod.idx)
+		}
 		s.reportSlots(cons)
+		f.index.record(blocks, cons.idx)
 		break
 	}
+	s.r.metrics.DisaggregationDecision(s.verdict.decision(), s.verdict.reason)
+	s.sendPlan()
+}
+
+// sendPlan hands ingress the attempt's plan; the producer is nil for a passthrough request
+// and a local decode.
+func (s *requestSupervisor) sendPlan() {
 	s.phase = phaseRunning
-	s.x.Send(ingress.Command{Plan: &ingress.Plan{
+	plan := &ingress.Plan{
 		Attempt:          s.attempt,
 		BackendRequestID: s.backendID,
-		Producer:         s.producer.client,
 		Consumer:         s.consumer.client,
-		SameWorker:       s.producer == s.consumer,
+		Local:            s.producer == nil,
 		FailOnMissing:    s.r.rt.Request.FailOnMissing,
 		MaxHandoffAge:    s.r.rt.Request.MaxHandoffAge,
-	}})
+	}
+	if s.producer != nil {
+		plan.Producer, plan.SameWorker = s.producer.client, s.producer == s.consumer
+	}
+	s.x.Send(ingress.Command{Plan: plan})
 }
 
 func (s *requestSupervisor) noPlacement(ctx actor.Context, why scarcity, phase fault.Phase) {
@@ -237,7 +302,9 @@ func (s *requestSupervisor) onAttemptEnded(ctx actor.Context, o *messages.Attemp
 	}
 	if !o.DecodeStarted.IsZero() {
 		s.decodeStart, s.handoffAge = o.DecodeStarted, o.HandoffAge
-		s.r.metrics.HandoffAge(s.x.Body.Endpoint.String(), o.HandoffAge)
+		if s.producer != nil { // a local decode has no handoff
+			s.r.metrics.HandoffAge(s.x.Body.Endpoint.String(), o.HandoffAge)
+		}
 	}
 	if o.MissingDescriptor {
 		s.r.metrics.MissingDescriptor(s.producer.name, config.OnMissingRecompute)
@@ -428,7 +495,7 @@ func sameWay(a, b *fault.Fault) bool {
 func (s *requestSupervisor) respondFault(ctx actor.Context, f *fault.Fault) {
 	s.lastFault = f
 	status := f.ClientStatus()
-	v := ingress.Verdict{Status: status, Body: fault.FaultEnvelope(f), Timing: s.timing(), Routing: s.routing()}
+	v := ingress.Verdict{Status: status, Body: fault.ClientEnvelope(f, s.r.rt.Server.ExposeEngineErrors), Timing: s.timing(), Routing: s.routing()}
 	if status == 503 {
 		v.RetryAfter = f.RetryAfter
 		if v.RetryAfter == "" {
@@ -486,6 +553,9 @@ func (s *requestSupervisor) release(ctx actor.Context, phase fault.Phase, f *fau
 		return
 	}
 	s.held[phase] = nil
+	if phase == fault.PhasePrefill {
+		e.prefillTokens.Add(-int64(s.prompt.Tokens))
+	}
 	if wasFull := e.release(phase); wasFull && s.r.queued.Load() > 0 {
 		ctx.Send(s.r.pool, &messages.CapacityFreed{Engine: e.name})
 	}
@@ -588,8 +658,11 @@ func (s *requestSupervisor) snapshot() *messages.RequestState {
 	case phaseStreaming:
 		st.HandoffAgeS = s.handoffAge.Seconds()
 	}
-	if (s.phase == phaseRunning || s.phase == phaseStreaming) && s.producer != nil {
-		st.Producer, st.Consumer = s.producer.name, s.consumer.name
+	if (s.phase == phaseRunning || s.phase == phaseStreaming) && s.consumer != nil {
+		st.Consumer = s.consumer.name
+		if s.producer != nil {
+			st.Producer = s.producer.name
+		}
 	}
 	if s.held[fault.PhasePrefill] != nil {
 		st.Reserved.Prefill = 1

@@ -24,6 +24,7 @@ func TestCrashedRequestSupervisorAnswersAndReleasesEverything(t *testing.T) {
 	}
 	defer fleet.Close()
 	cfg := config.Default()
+	cfg.Disaggregation.Policy = config.DisaggAlways // the prompts are short: they would decode alone
 	for _, e := range fleet.Engines {
 		cfg.Engines = append(cfg.Engines, config.Engine{Name: e.Name(), URL: e.URL(), Role: config.Role(e.Role()),
 			Models: e.Models(), KV: config.KV{Connector: "nixl", TransferModes: []string{"pull"}}})
@@ -97,6 +98,7 @@ func TestCrashedRequestSupervisorWakesTheQueue(t *testing.T) {
 	}
 	defer fleet.Close()
 	cfg := config.Default()
+	cfg.Disaggregation.Policy = config.DisaggAlways // the prompts are short: they would decode alone
 	cfg.Admission.QueueTimeoutS = 30
 	for _, e := range fleet.Engines {
 		cfg.Engines = append(cfg.Engines, config.Engine{Name: e.Name(), URL: e.URL(), Role: config.Role(e.Role()),

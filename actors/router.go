@@ -65,6 +65,7 @@ type Router struct {
 	// attributed to a request. Attribution needs a commit in between (request.go, judge).
 	commits, attributedAt atomic.Uint64
 	live                  sync.Map // request supervisor PID id → *actor.PID
+	scraper               *scraper // placement.scrape_interval_s; nil when off
 }
 
 // NewRouter builds the engine clients and starts the actor system.
@@ -80,7 +81,9 @@ func NewRouter(cfg config.Config, opts Options) (*Router, error) {
 	if opts.AccessLog != nil {
 		r.access = newAccessLog(opts.AccessLog, cfg.Log.AccessLogFlushS.Duration())
 	}
-	r.fleet = &fleet{byName: map[string]*engineView{}}
+	fr := r.rt.Fleet
+	r.fleet = &fleet{byName: map[string]*engineView{}, policy: fr.Placement, loadFactor: fr.LoadFactor,
+		stale: fr.ScrapeStale, index: newPrefixIndex(fr.IndexBlocks)}
 	connectors := opts.Connectors
 	if len(connectors.Names()) == 0 {
 		connectors = kv.Builtin()
@@ -90,7 +93,7 @@ func NewRouter(cfg config.Config, opts Options) (*Router, error) {
 		if err != nil {
 			return nil, err
 		}
-		v := &engineView{name: e.Name, role: e.Role, maxInflight: e.MaxInflight, client: client}
+		v := &engineView{idx: len(r.fleet.engines), name: e.Name, role: e.Role, maxInflight: e.MaxInflight, client: client}
 		if len(e.Models) > 0 {
 			ms := append([]string(nil), e.Models...)
 			v.models.Store(&ms)
@@ -126,6 +129,9 @@ func NewRouter(cfg config.Config, opts Options) (*Router, error) {
 	r.guardian = guardian
 	if _, err := r.root.RequestFuture(guardian, &awaitReady{}, 10*time.Second).Result(); err != nil {
 		return nil, fmt.Errorf("start engine actors: %w", err)
+	}
+	if fr.ScrapeInterval > 0 {
+		r.scraper = startScraper(r.fleet.engines, fr.ScrapeInterval, fr.ScrapeTimeout, r.metrics)
 	}
 	return r, nil
 }
@@ -210,8 +216,14 @@ func (r *Router) requestDone(s *requestSupervisor) {
 		TTFT: s.ttft.Seconds(), FirstByte: s.firstByte.Seconds(), Total: total.Seconds(),
 		OutputTokens: s.end.OutputTokens,
 	}
-	if s.producer != nil && s.attempt > 0 && s.outcome != outcomeRejected {
-		line.Producer, line.Consumer = s.producer.name, s.consumer.name
+	if s.consumer != nil && s.attempt > 0 && s.outcome != outcomeRejected {
+		line.Consumer = s.consumer.name
+		if s.producer != nil { // a passthrough request and a local decode have none
+			line.Producer = s.producer.name
+		}
+		if !s.x.Body.Endpoint.Passthrough() {
+			line.Disaggregation, line.DisaggReason, line.PrefixMatch = s.verdict.decision(), s.verdict.reason, s.prefixMatch
+		}
 	}
 	if s.phase != phaseQueued && !s.decodeStart.IsZero() {
 		line.HandoffAge = s.handoffAge.Seconds()
@@ -318,6 +330,7 @@ func (r *Router) AbortAll() {
 
 // Close stops the actor system and closes engine connections. Call it after ingress is down.
 func (r *Router) Close() {
+	r.scraper.stop()
 	r.root.StopFuture(r.guardian).Wait()
 	for _, st := range r.states {
 		st.timers.stop()

@@ -15,6 +15,8 @@ type Config struct {
 	Admission      Admission       `yaml:"admission"`
 	Engine         EngineTimeouts  `yaml:"engine"`
 	Handoff        Handoff         `yaml:"handoff"`
+	Disaggregation Disaggregation  `yaml:"disaggregation"`
+	Placement      Placement       `yaml:"placement"`
 	Recovery       Recovery        `yaml:"recovery"`
 	EngineContract *EngineContract `yaml:"engine_contract"`
 	Preflight      Preflight       `yaml:"preflight"`
@@ -40,6 +42,24 @@ type Server struct {
 	// AdminIdleTimeoutS closes admin keep-alive connections idle for longer than this, so a
 	// scraper or tool that went away holds nothing.
 	AdminIdleTimeoutS Seconds `yaml:"admin_idle_timeout_s"`
+	// APIKeys are the client API keys (Authorization: Bearer); none configured means no
+	// authentication. APIKeysFile names a file of more keys, one a line ('#' comments).
+	APIKeys     []string `yaml:"api_keys"`
+	APIKeysFile string   `yaml:"api_keys_file"`
+	// APIKeyMaxConcurrency bounds each key's requests in flight (0: unbounded); one more is
+	// answered 429 with Retry-After.
+	APIKeyMaxConcurrency int `yaml:"api_key_max_concurrency"`
+	// MaxHeaderBytes bounds a request's line and headers together (431 past it).
+	MaxHeaderBytes int `yaml:"max_header_bytes"`
+	// ClientWriteTimeoutS bounds how long one write to a client may block (a client that stops
+	// reading); the request deadline bounds a streamed response as a whole.
+	ClientWriteTimeoutS Seconds `yaml:"client_write_timeout_s"`
+	// MaxResponseBytes bounds the decode event data a non-streaming response is assembled from.
+	MaxResponseBytes int `yaml:"max_response_bytes"`
+
+	// ExposeEngineErrors relays an engine's in-stream error message to clients; off, they get
+	// its status, type and code with a generic message (engine text can name internal hosts).
+	ExposeEngineErrors bool `yaml:"expose_engine_errors"`
 }
 
 // Request bounds one client request end to end, retries included.
@@ -66,6 +86,14 @@ type EngineTimeouts struct {
 	// the engine's own keep-alive timeout (uvicorn's default is 5 s) so a request never lands on
 	// a connection the engine is closing.
 	IdleConnTimeoutS Seconds `yaml:"idle_conn_timeout_s"`
+	// PassthroughTimeoutS bounds a passthrough request (embeddings, tokenize, score, rerank)
+	// from connect to the last byte of the engine's answer.
+	PassthroughTimeoutS Seconds `yaml:"passthrough_timeout_s"`
+	// MaxHeldBytes and MaxHeldEvents bound what a decode leg may send before its first
+	// generated token (it is held until commit); SSE comments do not count (past 1 KiB of
+	// them, they are dropped).
+	MaxHeldBytes  int `yaml:"max_held_bytes"`
+	MaxHeldEvents int `yaml:"max_held_events"`
 }
 
 // Handoff governs the KV handoff descriptor between the legs.
@@ -78,6 +106,61 @@ type Handoff struct {
 const (
 	OnMissingRecompute = "recompute"
 	OnMissingFail      = "fail"
+)
+
+// Disaggregation decides, per request, between the prefill/decode path (a prefill leg on a
+// producer, a KV transfer, decode on a consumer) and same-worker decode (the consumer computes
+// the prompt itself; no prefill leg, no transfer). docs/configuration.md explains each rule.
+type Disaggregation struct {
+	// Policy is always, never or auto (the rules below).
+	Policy string `yaml:"policy"`
+	// MinPromptTokens: under auto, a prompt estimated below this many tokens, or whose part
+	// the consumer is not likely to hold in its prefix cache is below it, decodes on the
+	// consumer alone.
+	MinPromptTokens int `yaml:"min_prompt_tokens"`
+	// PrefillSaturation: under auto, when every producer is at least this busy (a fraction of
+	// its max_inflight, or its scraped KV usage; 1 once it has requests waiting) and the
+	// consumer is less busy than DecodeHeadroom, the consumer decodes alone.
+	PrefillSaturation float64 `yaml:"prefill_saturation"`
+	DecodeHeadroom    float64 `yaml:"decode_headroom"`
+	// MaxLocalPromptTokens bounds the saturation rule: a prompt whose uncached part is
+	// estimated above it still waits for a producer, since computing it on the consumer would
+	// stall every stream decoding there.
+	MaxLocalPromptTokens int `yaml:"max_local_prompt_tokens"`
+}
+
+// Disaggregation policies.
+const (
+	DisaggAlways = "always"
+	DisaggNever  = "never"
+	DisaggAuto   = "auto"
+)
+
+// Placement is how engines are chosen for each leg, and where the router learns their load.
+type Placement struct {
+	// Policy is prefix (longest cached prefix, bounded by load), p2c (power of two choices on
+	// load) or round_robin.
+	Policy string `yaml:"policy"`
+	// PrefixBlockWords is the prefix index's block: this many whitespace-separated words of
+	// prompt text hash into one block.
+	PrefixBlockWords int `yaml:"prefix_block_words"`
+	// PrefixIndexBlocks bounds the prefix index: the block hashes it remembers.
+	PrefixIndexBlocks int `yaml:"prefix_index_blocks"`
+	// LoadFactor bounds prefix preference: an engine whose load would exceed this multiple of
+	// the candidates' mean load is not preferred for its cache.
+	LoadFactor float64 `yaml:"load_factor"`
+	// ScrapeIntervalS is how often every engine's /metrics is read (0: never; load is the
+	// router's own reservations alone); a scrape older than ScrapeStaleS is ignored.
+	ScrapeIntervalS Seconds `yaml:"scrape_interval_s"`
+	ScrapeStaleS    Seconds `yaml:"scrape_stale_s"`
+	ScrapeTimeoutS  Seconds `yaml:"scrape_timeout_s"`
+}
+
+// Placement policies.
+const (
+	PlacePrefix     = "prefix"
+	PlaceP2C        = "p2c"
+	PlaceRoundRobin = "round_robin"
 )
 
 // Recovery holds retries, the retry budget, breakers and probing.
@@ -159,6 +242,10 @@ type KV struct {
 	Endpoint string `yaml:"endpoint"`
 	// TransferModes lists the `transfer_mode` values this engine accepts as a consumer.
 	TransferModes []string `yaml:"transfer_modes"`
+	// AllowedEndpoints, when set, is where an unpinned producer may point consumers for the KV
+	// transfer: CIDRs (10.0.0.0/8) or exact host:port entries. Unset, the KV host must be the
+	// producer's own host (from its url).
+	AllowedEndpoints []string `yaml:"allowed_endpoints"`
 }
 
 // Metrics configures the tally reporters.
@@ -200,7 +287,10 @@ func Default() Config {
 			HeaderTimeoutS: 30,
 			IdleTimeoutS:   120,
 
-			AdminIdleTimeoutS: 60,
+			AdminIdleTimeoutS:   60,
+			MaxHeaderBytes:      16 << 10,
+			ClientWriteTimeoutS: 30,
+			MaxResponseBytes:    64 << 20,
 		},
 		Request:   Request{DeadlineS: 600},
 		Admission: Admission{MaxQueue: 10000, QueueTimeoutS: 5},
@@ -210,8 +300,16 @@ func Default() Config {
 			DecodeReadTimeoutS: 30,
 			ConnectTimeoutS:    5,
 			IdleConnTimeoutS:   4,
+
+			PassthroughTimeoutS: 60,
+			MaxHeldBytes:        4 << 20,
+			MaxHeldEvents:       256,
 		},
 		Handoff: Handoff{MaxAgeS: 30, OnMissing: OnMissingRecompute},
+		Disaggregation: Disaggregation{Policy: DisaggAuto, MinPromptTokens: 256,
+			PrefillSaturation: 0.9, DecodeHeadroom: 0.7, MaxLocalPromptTokens: 1024},
+		Placement: Placement{Policy: PlacePrefix, PrefixBlockWords: 64, PrefixIndexBlocks: 1 << 18,
+			LoadFactor: 1.25, ScrapeIntervalS: 0, ScrapeStaleS: 5, ScrapeTimeoutS: 1},
 		Recovery: Recovery{
 			MaxAttempts:       1,
 			RetryBudget:       RetryBudget{Ratio: 0.1, MinPerS: 5, WindowS: 10},

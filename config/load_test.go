@@ -1,6 +1,9 @@
 package config
 
 import (
+	"os"
+	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,7 +23,7 @@ func TestMinimalFileKeepsDocumentedDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	def := Default()
-	if cfg.Server != def.Server || cfg.Engine != def.Engine || cfg.Recovery != def.Recovery || cfg.Log != def.Log {
+	if !reflect.DeepEqual(cfg.Server, def.Server) || cfg.Engine != def.Engine || cfg.Recovery != def.Recovery || cfg.Log != def.Log {
 		t.Fatalf("defaults changed by a file that does not mention them:\n got %+v\nwant %+v", cfg, def)
 	}
 	if got := cfg.Engines[0].KV.Connector; got != ConnectorNIXL {
@@ -187,10 +190,47 @@ func TestExampleConfigParses(t *testing.T) {
 	}
 	t.Setenv("NARWHAL_ADMIN_TOKEN", "t")
 	t.Setenv("ENGINE_P0_KEY", "k")
+	t.Setenv("NARWHAL_API_KEY", "client-key")
 	if cfg, err = Load("../docs/narwhal.example.yaml"); err != nil {
 		t.Fatal(err)
 	}
+	if len(cfg.Server.APIKeys) != 1 || cfg.Server.APIKeys[0] != "client-key" {
+		t.Fatalf("server.api_keys: %d keys", len(cfg.Server.APIKeys))
+	}
 	if len(cfg.Engines) != 2 || cfg.Server.AdminToken != "t" || cfg.Engines[0].APIKey != "k" || cfg.Recovery.MaxAttempts != 2 {
 		t.Fatalf("%+v", cfg)
+	}
+}
+
+func TestAPIKeyValidationNamesThePositionNotTheKey(t *testing.T) {
+	dir := t.TempDir()
+	file := dir + "/keys"
+	if err := os.WriteFile(file, []byte("# comment\nfile-key-1\n\nfile-key-2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Parse([]byte("server:\n  api_keys: [\"secret-one\", \"secret-one\", \"\"]\n  api_key_max_concurrency: -1\n"+minimal), noEnv)
+	if err == nil {
+		t.Fatal("bad keys accepted")
+	}
+	for _, want := range []string{"line 2: server.api_keys[1]: repeats server.api_keys[0]", "server.api_keys[2]: is empty",
+		"line 3: server.api_key_max_concurrency: must be 0 (unbounded) or a number of requests, got -1"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("missing %q in:\n%v", want, err)
+		}
+	}
+	if strings.Contains(err.Error(), "secret-one") {
+		t.Errorf("a key value is in the error: %v", err)
+	}
+	cfg, err := Parse([]byte("server: {api_keys: [k0], api_keys_file: "+strconv.Quote(file)+"}\n"+minimal), noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := cfg.Server.ClientAPIKeys()
+	if err != nil || strings.Join(keys, ",") != "k0,file-key-1,file-key-2" {
+		t.Fatalf("keys %v, %v", keys, err)
+	}
+	if _, err := Parse([]byte("server: {api_keys_file: "+strconv.Quote(dir+"/missing")+"}\n"+minimal), noEnv); err == nil ||
+		!strings.Contains(err.Error(), "server.api_keys_file") {
+		t.Fatalf("missing file: %v", err)
 	}
 }

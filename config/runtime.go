@@ -13,6 +13,24 @@ type Runtime struct {
 	Server  ServerRuntime
 	Engine  EngineTimings
 	Request RequestRuntime
+	Fleet   FleetRuntime
+}
+
+// FleetRuntime is disaggregation.* and placement.* provisioned.
+type FleetRuntime struct {
+	Disaggregation    string // always, never, auto
+	MinPromptTokens   int
+	PrefillSaturation float64
+	DecodeHeadroom    float64
+	MaxLocalPrompt    int
+
+	Placement      string // prefix, p2c, round_robin
+	BlockWords     int
+	IndexBlocks    int
+	LoadFactor     float64
+	ScrapeInterval time.Duration // 0: no scraping
+	ScrapeStale    time.Duration
+	ScrapeTimeout  time.Duration
 }
 
 // ServerRuntime is the client listener's provisioned settings.
@@ -22,6 +40,10 @@ type ServerRuntime struct {
 	IdleTimeout          time.Duration
 	ShutdownGrace        time.Duration
 	ExposeRoutingHeaders bool
+	MaxHeaderBytes       int
+	ClientWriteTimeout   time.Duration
+	MaxResponseBytes     int
+	ExposeEngineErrors   bool
 }
 
 // EngineTimings are the engine-leg bounds (engine.* in the file).
@@ -33,6 +55,11 @@ type EngineTimings struct {
 	DecodeRead time.Duration
 	Connect    time.Duration
 	IdleConn   time.Duration
+	// Passthrough bounds a whole passthrough request (embeddings, tokenize, score, rerank).
+	Passthrough time.Duration
+	// MaxHeldBytes and MaxHeldEvents bound what is held before the first token.
+	MaxHeldBytes  int
+	MaxHeldEvents int
 }
 
 // RequestRuntime is what a request supervisor reads for every request.
@@ -59,8 +86,21 @@ func Provision(c Config) Runtime {
 			IdleTimeout:          c.Server.IdleTimeoutS.Duration(),
 			ShutdownGrace:        c.Server.ShutdownGraceS.Duration(),
 			ExposeRoutingHeaders: c.Server.ExposeRoutingHeaders,
+			MaxHeaderBytes:       c.Server.MaxHeaderBytes,
+			ClientWriteTimeout:   c.Server.ClientWriteTimeoutS.Duration(),
+			MaxResponseBytes:     c.Server.MaxResponseBytes,
+			ExposeEngineErrors:   c.Server.ExposeEngineErrors,
 		},
 		Engine: c.Engine.Provision(),
+		Fleet: FleetRuntime{
+			Disaggregation: c.Disaggregation.Policy, MinPromptTokens: c.Disaggregation.MinPromptTokens,
+			PrefillSaturation: c.Disaggregation.PrefillSaturation, DecodeHeadroom: c.Disaggregation.DecodeHeadroom,
+			MaxLocalPrompt: c.Disaggregation.MaxLocalPromptTokens,
+			Placement:      c.Placement.Policy, BlockWords: c.Placement.PrefixBlockWords,
+			IndexBlocks: c.Placement.PrefixIndexBlocks, LoadFactor: c.Placement.LoadFactor,
+			ScrapeInterval: c.Placement.ScrapeIntervalS.Duration(), ScrapeStale: c.Placement.ScrapeStaleS.Duration(),
+			ScrapeTimeout: c.Placement.ScrapeTimeoutS.Duration(),
+		},
 		Request: RequestRuntime{
 			Deadline:      c.Request.DeadlineS.Duration(),
 			MaxQueue:      c.Admission.MaxQueue,
@@ -81,5 +121,17 @@ func (t EngineTimeouts) Provision() EngineTimings {
 		DecodeRead: t.DecodeReadTimeoutS.Duration(),
 		Connect:    t.ConnectTimeoutS.Duration(),
 		IdleConn:   t.IdleConnTimeoutS.Duration(),
+
+		Passthrough: t.PassthroughTimeoutS.Duration(),
+		// Zero (a configuration built by hand) takes the documented defaults.
+		MaxHeldBytes:  orDefault(t.MaxHeldBytes, 4<<20),
+		MaxHeldEvents: orDefault(t.MaxHeldEvents, 256),
 	}
+}
+
+func orDefault(v, def int) int {
+	if v <= 0 {
+		return def
+	}
+	return v
 }

@@ -3,7 +3,9 @@ package config
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net"
+	"net/netip"
 	"net/url"
 	"regexp"
 	"strconv"
@@ -62,15 +64,23 @@ func (ck *checker) line(path string) int {
 	return 0
 }
 
+// MaxSeconds is the longest duration any *_s key (and X-Narwhal-Deadline-S) accepts: one year.
+// Anything longer is a typo, and far longer values overflow a time.Duration (about 292 years)
+// into a negative one, which would make every request time out at once.
+const MaxSeconds = 365 * 24 * 3600
+
+// finite reports whether v is a number a duration can be made of: not NaN, not ±Inf.
+func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+
 func (ck *checker) positive(path string, v Seconds) {
-	if v <= 0 {
-		ck.fail(path, "must be a number of seconds greater than 0, got %v", float64(v))
+	if f := float64(v); !finite(f) || f <= 0 || f > MaxSeconds {
+		ck.fail(path, "%v is not allowed; want a number of seconds greater than 0 and at most %d (one year)", f, MaxSeconds)
 	}
 }
 
 func (ck *checker) nonNegative(path string, v Seconds) {
-	if v < 0 {
-		ck.fail(path, "must be a number of seconds, 0 or more, got %v", float64(v))
+	if f := float64(v); !finite(f) || f < 0 || f > MaxSeconds {
+		ck.fail(path, "%v is not allowed; want a number of seconds from 0 to %d (one year)", f, MaxSeconds)
 	}
 }
 
@@ -130,6 +140,14 @@ func (c *Config) check(ck *checker) {
 	ck.positive("server.header_timeout_s", c.Server.HeaderTimeoutS)
 	ck.positive("server.idle_timeout_s", c.Server.IdleTimeoutS)
 	ck.positive("server.admin_idle_timeout_s", c.Server.AdminIdleTimeoutS)
+	ck.checkAPIKeys(c.Server)
+	if v := c.Server.MaxHeaderBytes; v < 4096 || v > 1<<20 {
+		ck.fail("server.max_header_bytes", "%d is not allowed; want a byte count from 4096 to 1048576", v)
+	}
+	ck.positive("server.client_write_timeout_s", c.Server.ClientWriteTimeoutS)
+	if v := c.Server.MaxResponseBytes; v < 1 || v > 1<<30 {
+		ck.fail("server.max_response_bytes", "%d is not allowed; want a byte count from 1 to 1073741824", v)
+	}
 
 	ck.positive("request.deadline_s", c.Request.DeadlineS)
 
@@ -143,19 +161,28 @@ func (c *Config) check(ck *checker) {
 	ck.nonNegative("engine.decode_read_timeout_s", c.Engine.DecodeReadTimeoutS)
 	ck.positive("engine.connect_timeout_s", c.Engine.ConnectTimeoutS)
 	ck.positive("engine.idle_conn_timeout_s", c.Engine.IdleConnTimeoutS)
+	ck.positive("engine.passthrough_timeout_s", c.Engine.PassthroughTimeoutS)
+	if v := c.Engine.MaxHeldBytes; v < 1 || v > 1<<30 {
+		ck.fail("engine.max_held_bytes", "%d is not allowed; want a byte count from 1 to 1073741824", v)
+	}
+	if v := c.Engine.MaxHeldEvents; v < 1 || v > 1<<20 {
+		ck.fail("engine.max_held_events", "%d is not allowed; want an event count from 1 to 1048576", v)
+	}
 
 	ck.positive("handoff.max_age_s", c.Handoff.MaxAgeS)
 	ck.oneOf("handoff.on_missing", c.Handoff.OnMissing, OnMissingRecompute, OnMissingFail)
+
+	c.checkPlacement(ck)
 
 	r := c.Recovery
 	if r.MaxAttempts < 1 || r.MaxAttempts > 10 {
 		ck.fail("recovery.max_attempts", "must be between 1 (no retries) and 10, got %d", r.MaxAttempts)
 	}
-	if r.RetryBudget.Ratio < 0 || r.RetryBudget.Ratio > 1 {
+	if !finite(r.RetryBudget.Ratio) || r.RetryBudget.Ratio < 0 || r.RetryBudget.Ratio > 1 {
 		ck.fail("recovery.retry_budget.ratio", "must be a fraction between 0 and 1, got %v", r.RetryBudget.Ratio)
 	}
-	if r.RetryBudget.MinPerS < 0 {
-		ck.fail("recovery.retry_budget.min_per_s", "must be 0 or more retries per second, got %v", r.RetryBudget.MinPerS)
+	if !finite(r.RetryBudget.MinPerS) || r.RetryBudget.MinPerS < 0 || r.RetryBudget.MinPerS > 1e6 {
+		ck.fail("recovery.retry_budget.min_per_s", "must be from 0 to 1000000 retries per second, got %v", r.RetryBudget.MinPerS)
 	}
 	ck.positive("recovery.retry_budget.window_s", r.RetryBudget.WindowS)
 	if r.EjectAfter < 1 {
@@ -189,7 +216,7 @@ func (c *Config) check(ck *checker) {
 	}
 	ck.oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
 	ck.oneOf("log.format", c.Log.Format, "json", "text")
-	if f := c.Log.AccessLogFlushS; f <= 0 || f > 10 {
+	if f := c.Log.AccessLogFlushS; !finite(float64(f)) || f <= 0 || f > 10 {
 		ck.fail("log.access_log_flush_s", "must be a number of seconds greater than 0 and at most 10, got %v", float64(f))
 	}
 	ck.cluster(c.Cluster)
@@ -233,6 +260,16 @@ func (c *Config) validateEngines(ck *checker) {
 		if e.KV.Endpoint != "" {
 			ck.hostPort(p+".kv.endpoint", e.KV.Endpoint, false)
 		}
+		for j, a := range e.KV.AllowedEndpoints {
+			if _, err := netip.ParsePrefix(a); err == nil {
+				continue
+			}
+			if h, port, err := net.SplitHostPort(a); err != nil || h == "" || strings.ContainsAny(h, "/@ ") {
+				ck.fail(fmt.Sprintf("%s.kv.allowed_endpoints[%d]", p, j), "%q is not allowed; want a CIDR (10.0.0.0/8) or a host:port", a)
+			} else {
+				ck.port(fmt.Sprintf("%s.kv.allowed_endpoints[%d]", p, j), a, port, false)
+			}
+		}
 		for j, m := range e.KV.TransferModes {
 			ck.oneOf(fmt.Sprintf("%s.kv.transfer_modes[%d]", p, j), m, "pull", "push")
 		}
@@ -243,4 +280,35 @@ func (c *Config) validateEngines(ck *checker) {
 	if !canDecode {
 		ck.fail("engines", "no engine can run the decode leg; give at least one the role decode or both")
 	}
+}
+
+func (c *Config) checkPlacement(ck *checker) {
+	d := c.Disaggregation
+	ck.oneOf("disaggregation.policy", d.Policy, DisaggAuto, DisaggAlways, DisaggNever)
+	if d.MinPromptTokens < 0 {
+		ck.fail("disaggregation.min_prompt_tokens", "must be 0 (no short-prompt rule) or a token count, got %d", d.MinPromptTokens)
+	}
+	if d.PrefillSaturation <= 0 || d.PrefillSaturation > 1 {
+		ck.fail("disaggregation.prefill_saturation", "must be a fraction greater than 0 and at most 1, got %v", d.PrefillSaturation)
+	}
+	if d.MaxLocalPromptTokens < d.MinPromptTokens {
+		ck.fail("disaggregation.max_local_prompt_tokens", "must be at least disaggregation.min_prompt_tokens (%d), got %d", d.MinPromptTokens, d.MaxLocalPromptTokens)
+	}
+	if d.DecodeHeadroom <= 0 || d.DecodeHeadroom > 1 {
+		ck.fail("disaggregation.decode_headroom", "must be a fraction greater than 0 and at most 1, got %v", d.DecodeHeadroom)
+	}
+	p := c.Placement
+	ck.oneOf("placement.policy", p.Policy, PlacePrefix, PlaceP2C, PlaceRoundRobin)
+	if p.PrefixBlockWords < 1 {
+		ck.fail("placement.prefix_block_words", "must be 1 or more words, got %d", p.PrefixBlockWords)
+	}
+	if p.PrefixIndexBlocks < 1 {
+		ck.fail("placement.prefix_index_blocks", "must be 1 or more block hashes, got %d", p.PrefixIndexBlocks)
+	}
+	if p.LoadFactor < 1 {
+		ck.fail("placement.load_factor", "must be 1 (strict balance) or more, got %v", p.LoadFactor)
+	}
+	ck.nonNegative("placement.scrape_interval_s", p.ScrapeIntervalS)
+	ck.positive("placement.scrape_stale_s", p.ScrapeStaleS)
+	ck.positive("placement.scrape_timeout_s", p.ScrapeTimeoutS)
 }

@@ -133,6 +133,26 @@ type EngineState struct {
 	// PeerReason is that node's reason.
 	DecidedBy  string `json:"decided_by,omitempty"`
 	PeerReason string `json:"peer_reason,omitempty"`
+	// Load is the engine's load as placement sees it (placement.* in the configuration).
+	Load LoadState `json:"load"`
+}
+
+// LoadState is an engine's load view: the router's reservations, the last /metrics scrape
+// (when placement.scrape_interval_s is set), the score placement compares, and how many prompt
+// block hashes the prefix index holds for the engine.
+type LoadState struct {
+	Reservations int        `json:"reservations"`
+	Score        int        `json:"score"`
+	PrefixBlocks int        `json:"prefix_blocks"`
+	ScrapedAt    *time.Time `json:"scraped_at,omitempty"`
+	// Fresh says the last successful scrape is younger than placement.scrape_stale_s, so it
+	// counts; a stale one is shown but ignored.
+	Fresh          bool     `json:"scrape_fresh"`
+	Running        int      `json:"running"`
+	Waiting        int      `json:"waiting"`
+	KVUsage        *float64 `json:"kv_cache_usage,omitempty"`
+	ScrapeError    string   `json:"scrape_error,omitempty"`
+	ScrapeFailures int      `json:"scrape_failures,omitempty"`
 }
 
 // PhaseSlots counts reservations per phase.

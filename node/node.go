@@ -70,6 +70,7 @@ func Start(cfg config.Config, opts Options) (_ *Server, err error) {
 		}
 	}()
 
+	warnUnconstrainedProducers(s.log, cfg)
 	if s.reporting, err = telemetry.NewReporting(cfg.Metrics); err != nil {
 		return nil, err
 	}
@@ -221,3 +222,15 @@ func adminError(err error) error {
 type unknownEngine struct{ error }
 
 func (u unknownEngine) Unwrap() []error { return []error{u.error, admin.ErrUnknownEngine} }
+
+// warnUnconstrainedProducers names every producer whose KV endpoint is neither pinned nor
+// allowlisted: its descriptors may only point consumers at its own host (transport/kv's endpoint
+// policy), but an operator should know the endpoint is not pinned.
+func warnUnconstrainedProducers(log *slog.Logger, cfg config.Config) {
+	for _, e := range cfg.Engines {
+		if e.Role.CanPrefill() && e.KV.Endpoint == "" && len(e.KV.AllowedEndpoints) == 0 {
+			log.Warn("producer's KV endpoint is not pinned: its descriptors may name only its own host; "+
+				"set engines[].kv.endpoint or kv.allowed_endpoints", "engine", e.Name, "url", e.URL)
+		}
+	}
+}

@@ -56,6 +56,7 @@ func startWithConnector(t *testing.T) *harness {
 		t.Fatal(err)
 	}
 	cfg := config.Default()
+	cfg.Disaggregation.Policy = config.DisaggAlways // the connector's legs are the point
 	cfg.Server.ShutdownGraceS = 2
 	cfg.Engine.PrefillTimeoutS = 10
 	cfg.Engine.FirstTokenTimeoutS = 10

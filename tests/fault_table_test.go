@@ -34,8 +34,12 @@ func TestFaultTableEndToEnd(t *testing.T) {
 		fault.Timeout:           {{prompt: "@sim:prefill.hang_headers"}},
 		fault.FirstTokenTimeout: {{prompt: "@sim:decode.hang_first_token"}},
 		fault.Silence:           {{prompt: "@sim:decode.silence_after=1", afterCommit: true}},
-		fault.ClosedEarly:       {{prompt: "@sim:decode.close_after=0"}},
-		fault.DoneBeforeToken:   {{prompt: "@sim:decode.done_first"}},
+		fault.ClosedEarly: {
+			{prompt: "@sim:decode.close_after=0"}, // the connection drops, the chunked body cut short
+			// A token, then an orderly end of the body without [DONE] (clean_close_test.go).
+			{config: hostileDecoders(t, endBody), afterCommit: true},
+		},
+		fault.DoneBeforeToken: {{prompt: "@sim:decode.done_first"}},
 		fault.StreamError: {
 			{prompt: "@sim:decode.error_in_stream=500", engineStatus: 500},
 			{prompt: "@sim:decode.error_in_stream=422", engineStatus: 422},
@@ -48,6 +52,8 @@ func TestFaultTableEndToEnd(t *testing.T) {
 			config: func(c *config.Config) { c.Handoff.MaxAgeS = 0.2; c.Engine.PrefillTimeoutS = 5 }}},
 		fault.MissingDescriptor: {{prompt: "@sim:prefill.bad_descriptor=null",
 			config: func(c *config.Config) { c.Handoff.OnMissing = config.OnMissingFail }}},
+		// Every decode event, the first token's included, is larger than 8 bytes.
+		fault.HeldOverflow: {{config: func(c *config.Config) { c.Engine.MaxHeldBytes = 8 }}},
 		fault.Deadline: {{prompt: "@sim:prefill.hang_headers", headers: []string{"X-Narwhal-Deadline-S", "0.4"},
 			config: func(c *config.Config) { c.Engine.PrefillTimeoutS = 5 }}},
 	}

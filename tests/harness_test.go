@@ -61,6 +61,9 @@ func start(t *testing.T, s setup) *harness {
 	cfg.Recovery.ProbeIntervalS = 0.2
 	cfg.Recovery.ProbeMaxIntervalS = 1
 	cfg.Log.AccessLogFlushS = 0.005 // access-log lines appear within 5 ms: waits for them stay short
+	// The tests' prompts are a few words: under the default (auto) none would pay a prefill
+	// leg. Tests of the handoff need one; the disaggregation tests choose their own policy.
+	cfg.Disaggregation.Policy = config.DisaggAlways
 	cfg.Engines = fleetEngines(fleet)
 	if s.config != nil {
 		s.config(&cfg)

@@ -245,7 +245,11 @@ func TestDeadlineStopsRetries(t *testing.T) {
 		t.Fatalf("error kind %q", k)
 	}
 	h.quiesced()
-	h.expectLegs(attempts, attempts)
+	// Every attempt but the last ran both legs; how far the last got before the deadline cut
+	// it depends on the machine's speed (its prefill, or its decode leg, may never be sent).
+	if p, d := h.legCounts(); p < attempts-1 || p > attempts || d < attempts-1 || d > p {
+		t.Fatalf("the fleet saw %d prefill and %d decode legs for %d attempts", p, d, attempts)
+	}
 	arrival := time.Now().Add(-r.elapsed)
 	for _, leg := range h.legs("decode") {
 		if !leg.At.Before(arrival.Add(limit)) {

@@ -50,8 +50,8 @@ func TestStatusMappingBeforeCommit(t *testing.T) {
 
 		{"stream closed before [DONE]", "before any token", "@sim:decode.close_after=0", 502, "closed_early", "stream closed before [DONE]", [2]int{1, 1}},
 		{"[DONE] before any token", "done first", "@sim:decode.done_first", 502, "done_before_token", "stream ended with [DONE] before any token arrived", [2]int{1, 1}},
-		{"error object inside a 200 stream", "5xx", "@sim:decode.error_in_stream=500", 500, "", engineError(500, "Internal server error", "InternalServerError"), [2]int{1, 1}},
-		{"error object inside a 200 stream", "4xx", "@sim:decode.error_in_stream=422", 422, "", engineError(422, "Unprocessable Entity", "Unprocessable Entity"), [2]int{1, 1}},
+		{"error object inside a 200 stream", "5xx", "@sim:decode.error_in_stream=500", 500, "", withheldEngineError(500, "InternalServerError"), [2]int{1, 1}},
+		{"error object inside a 200 stream", "4xx", "@sim:decode.error_in_stream=422", 422, "", withheldEngineError(422, "Unprocessable Entity"), [2]int{1, 1}},
 
 		{"engine 4xx", "prefill 400", "@sim:prefill.status=400", 400, "", engineError(400, "Bad Request", "BadRequestError"), [2]int{1, 0}},
 		{"engine 4xx", "decode 404", "@sim:decode.status=404", 404, "", engineError(404, "Not Found", "NotFoundError"), [2]int{1, 1}},
@@ -207,8 +207,8 @@ func TestStatusMappingAfterCommit(t *testing.T) {
 	}{
 		{"silence (timeout-shaped)", "@sim:decode.silence_after=2", "silence", "engine went silent between tokens"},
 		{"connection reset (engine fault)", "@sim:decode.close_after=2", "closed_early", "stream closed before [DONE]"},
-		{"error object, 5xx", "@sim:decode.error_in_stream=503@2", "503", "Service Unavailable (simulated fault)"},
-		{"error object, 4xx", "@sim:decode.error_in_stream=400@2", "400", "Bad Request (simulated fault)"},
+		{"error object, 5xx", "@sim:decode.error_in_stream=503@2", "503", "engine reported an error (stream_error, status 503)"},
+		{"error object, 4xx", "@sim:decode.error_in_stream=400@2", "400", "engine reported an error (stream_error, status 400)"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

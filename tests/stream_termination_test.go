@@ -85,51 +85,67 @@ func TestDoneBeforeAnyTokenIs502(t *testing.T) {
 }
 
 // An error object inside an upstream 200 stream carries its own status: before commit the
-// client gets that status and the engine's body; after commit the engine's own error event is
-// the terminal event (and the engine's [DONE] after it is not relayed).
+// client gets that status and the engine's error object; after commit that object is the
+// terminal event (and the engine's [DONE] after it is not relayed). The engine's message reaches
+// the client only with server.expose_engine_errors; by default the object keeps the engine's
+// type, param and code and says which fault it was (engine_errors_test.go has the why).
 func TestErrorEventInsideA200StreamPropagates(t *testing.T) {
-	h := terminationHarness(t, 4)
-	engineBody := func(code int, message, typ string) string {
-		return `{"error":{"message":"` + message + ` (simulated fault)","type":"` + typ + `","param":null,"code":` +
-			strconv.Itoa(code) + `}}`
-	}
-	before := []struct {
-		name, path, body string
-		status           int
-		want             string
-	}{
-		{"5xx before any token", "/v1/completions", completion("hi @sim:decode.error_in_stream=500", true), 500,
-			engineBody(500, "Internal server error", "InternalServerError")},
-		{"503 before any token", "/v1/completions", completion("hi @sim:decode.error_in_stream=503", true), 503,
-			engineBody(503, "Service Unavailable", "Service Unavailable")},
-		{"4xx before any token", "/v1/completions", completion("hi @sim:decode.error_in_stream=400", true), 400,
-			engineBody(400, "Bad Request", "BadRequestError")},
-		{"chat, after the role delta", "/v1/chat/completions", chat("hi @sim:decode.error_in_stream=500@0", true), 500,
-			engineBody(500, "Internal server error", "InternalServerError")},
-		{"non-streaming client, after tokens", "/v1/completions", completion("hi @sim:decode.error_in_stream=502@2", false), 502,
-			engineBody(502, "Bad Gateway", "Bad Gateway")},
-	}
-	for _, tc := range before {
-		t.Run(tc.name, func(t *testing.T) {
-			r := h.send(tc.path, tc.body)
-			if r.status != tc.status || string(r.body) != tc.want {
-				t.Fatalf("got %d %s, want %d %s", r.status, r.body, tc.status, tc.want)
+	for _, expose := range []bool{false, true} {
+		t.Run("expose_engine_errors="+strconv.FormatBool(expose), func(t *testing.T) {
+			h := start(t, setup{prefill: 1, decode: 1, engine: sim.Options{Tokens: 4}, config: func(c *config.Config) {
+				c.Recovery.EjectAfter = 1000
+				c.Server.ExposeEngineErrors = expose
+			}})
+			engineBody := func(code int, message, typ string) string {
+				if !expose {
+					return withheldEngineError(code, typ)
+				}
+				return `{"error":{"message":"` + message + ` (simulated fault)","type":"` + typ + `","param":null,"code":` +
+					strconv.Itoa(code) + `}}`
 			}
-			h.expectAccess(r.id, tc.status, 1, "stream_error")
+			before := []struct {
+				name, path, body string
+				status           int
+				want             string
+			}{
+				{"5xx before any token", "/v1/completions", completion("hi @sim:decode.error_in_stream=500", true), 500,
+					engineBody(500, "Internal server error", "InternalServerError")},
+				{"503 before any token", "/v1/completions", completion("hi @sim:decode.error_in_stream=503", true), 503,
+					engineBody(503, "Service Unavailable", "Service Unavailable")},
+				{"4xx before any token", "/v1/completions", completion("hi @sim:decode.error_in_stream=400", true), 400,
+					engineBody(400, "Bad Request", "BadRequestError")},
+				{"chat, after the role delta", "/v1/chat/completions", chat("hi @sim:decode.error_in_stream=500@0", true), 500,
+					engineBody(500, "Internal server error", "InternalServerError")},
+				{"non-streaming client, after tokens", "/v1/completions", completion("hi @sim:decode.error_in_stream=502@2", false), 502,
+					engineBody(502, "Bad Gateway", "Bad Gateway")},
+			}
+			for _, tc := range before {
+				t.Run(tc.name, func(t *testing.T) {
+					r := h.send(tc.path, tc.body)
+					if r.status != tc.status || string(r.body) != tc.want {
+						t.Fatalf("got %d %s, want %d %s", r.status, r.body, tc.status, tc.want)
+					}
+					h.expectAccess(r.id, tc.status, 1, "stream_error")
+				})
+			}
+			t.Run("after commit", func(t *testing.T) {
+				r := h.send("/v1/chat/completions", chat("hi @sim:decode.error_in_stream=500@2", true))
+				want := engineBody(500, "Internal server error", "InternalServerError")
+				o := expectTerminalError(t, r, 2, "500", envelope(t, []byte(want)).Message)
+				if o.errRaw != want {
+					t.Fatalf("terminal event %s, want %s", o.errRaw, want)
+				}
+				h.expectAccess(r.id, 200, 1, "stream_error")
+			})
+			t.Run("after commit, 4xx", func(t *testing.T) {
+				r := h.send("/v1/completions", completion("hi @sim:decode.error_in_stream=400@1", true))
+				want := engineBody(400, "Bad Request", "BadRequestError")
+				if o := expectTerminalError(t, r, 1, "400", envelope(t, []byte(want)).Message); o.errRaw != want {
+					t.Fatalf("terminal event %s, want %s", o.errRaw, want)
+				}
+			})
 		})
 	}
-	t.Run("after commit", func(t *testing.T) {
-		r := h.send("/v1/chat/completions", chat("hi @sim:decode.error_in_stream=500@2", true))
-		o := expectTerminalError(t, r, 2, "500", "Internal server error (simulated fault)")
-		if o.errRaw != engineBody(500, "Internal server error", "InternalServerError") {
-			t.Fatalf("terminal event %s is not the engine's own", o.errRaw)
-		}
-		h.expectAccess(r.id, 200, 1, "stream_error")
-	})
-	t.Run("after commit, 4xx", func(t *testing.T) {
-		r := h.send("/v1/completions", completion("hi @sim:decode.error_in_stream=400@1", true))
-		expectTerminalError(t, r, 1, "400", "Bad Request (simulated fault)")
-	})
 }
 
 // A stream that fails after commit ends with one terminal event even when the client is slow

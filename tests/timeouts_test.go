@@ -13,8 +13,9 @@ import (
 // assertions only check that a timeout did not fire early and did fire (well) before the
 // test's patience ran out.
 
-// slack is how late a timeout may fire on a loaded CI machine.
-const slack = 1500 * time.Millisecond
+// slack is how late a timeout may fire on a loaded 2-core CI machine running the suite with
+// -race and parallel tests (seen: 1.7 s late once, under a load average of 7).
+const slack = 3 * time.Second
 
 func expectElapsed(t *testing.T, r result, atLeast time.Duration) {
 	t.Helper()

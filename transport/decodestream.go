@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"sync"
 	"time"
@@ -43,9 +44,15 @@ type DecodeStream struct {
 	heldEnds []int
 	heldKind []wire.EventKind
 	heldNext int
-	done     bool
-	closed   bool
+	// comments and commentBytes count the comments held (they are not held past
+	// maxHeldComments bytes and do not count toward engine.max_held_*).
+	comments, commentBytes int
+	done                   bool
+	closed                 bool
 }
+
+// maxHeldComments bounds the SSE comments held before the first token.
+const maxHeldComments = 1 << 10
 
 // streamReaders hold the SSE reader of each open stream. 2 KiB holds several of vLLM's events
 // (a few hundred bytes each); a longer line is read in pieces. Every open stream holds one, so
@@ -62,7 +69,10 @@ func newDecodeStream(ctx context.Context, c *EngineClient, lc *legConn, resp *fa
 // Engine is the name of the engine serving the stream.
 func (s *DecodeStream) Engine() string { return s.c.name }
 
-// awaitFirstToken reads until the first generated token, holding every event before it.
+// awaitFirstToken reads until the first generated token, holding the events before it: what is
+// held is bounded by engine.max_held_bytes and engine.max_held_events, so an
+// engine that floods events before its first token costs a bounded amount of memory and fails
+// its leg (HeldOverflow) instead of growing the router until the first-token timeout.
 func (s *DecodeStream) awaitFirstToken(deadline time.Time, byRequest bool) error {
 	for {
 		ev, err := s.sse.Next()
@@ -70,6 +80,22 @@ func (s *DecodeStream) awaitFirstToken(deadline time.Time, byRequest bool) error
 			return s.readFault(err, true, byRequest)
 		}
 		data := wire.EventData(ev)
+		if data == nil {
+			// A comment (keep-alive) or an event without data. The first maxHeldComments bytes of
+			// them are held and relayed like any event; the rest are dropped, so a flood of
+			// keep-alives costs nothing and a slow engine's keep-alives never fail its leg.
+			if s.commentBytes+len(ev) <= maxHeldComments {
+				s.hold(ev, wire.EventMeta)
+				s.commentBytes += len(ev)
+				s.comments++
+			}
+			continue
+		}
+		if len(s.held)-s.commentBytes+len(ev) > s.c.timeouts.MaxHeldBytes || len(s.heldEnds)-s.comments >= s.c.timeouts.MaxHeldEvents {
+			return s.c.fault(fault.PhaseDecode, fault.HeldOverflow, fmt.Sprintf(
+				"decode engine sent more than %d events or %d bytes before its first token",
+				s.c.timeouts.MaxHeldEvents, s.c.timeouts.MaxHeldBytes), nil)
+		}
 		switch kind := wire.Classify(data); kind {
 		case wire.EventDone:
 			return s.c.fault(fault.PhaseDecode, fault.DoneBeforeToken, "stream ended with [DONE] before any token arrived", nil)
@@ -91,9 +117,10 @@ func (s *DecodeStream) hold(ev []byte, kind wire.EventKind) {
 	s.heldKind = append(s.heldKind, kind)
 }
 
-// Next returns the next event. After EventDone it returns io.EOF. An error event is returned
-// together with its Fault; any other failure (silence, a close before [DONE], cancellation) comes
-// back as a *Fault with no event.
+// Next returns the next event. After EventDone it returns io.EOF, and only then: an error event
+// is returned together with its Fault, and any other failure (silence, a close or an orderly end
+// of the body before [DONE], cancellation) comes back as a *fault.Fault with no event. A Fault
+// never satisfies errors.Is(err, io.EOF), so testing for io.EOF tells the end from a failure.
 func (s *DecodeStream) Next() (Event, error) {
 	if s.heldNext < len(s.heldEnds) {
 		start := 0
@@ -104,6 +131,9 @@ func (s *DecodeStream) Next() (Event, error) {
 		kind := s.heldKind[s.heldNext]
 		s.heldNext++
 		return Event{Raw: raw, Data: wire.EventData(raw), Kind: kind}, nil
+	}
+	if s.held != nil { // every held event was returned (and the last is no longer in use)
+		s.held, s.heldEnds, s.heldKind = nil, nil, nil
 	}
 	if s.done {
 		return Event{}, io.EOF

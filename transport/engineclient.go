@@ -24,7 +24,7 @@ import (
 type EngineClient struct {
 	name      string
 	base      string
-	urls      [3]string // by Endpoint
+	urls      [wire.EndpointCount]string
 	hc        *fasthttp.HostClient
 	auth      string
 	kv        kv.Side
@@ -102,6 +102,9 @@ func NewEngineClientWith(e config.Engine, t config.EngineTimeouts, connectors kv
 			EngineID:      e.KV.EngineID,
 			Endpoint:      e.KV.Endpoint,
 			TransferModes: e.KV.TransferModes,
+			Host:          u.Hostname(),
+			// engines[].kv.allowed_endpoints
+			AllowedEndpoints: e.KV.AllowedEndpoints,
 		},
 		connector: conn,
 		timeouts:  t.Provision(),
@@ -109,8 +112,9 @@ func NewEngineClientWith(e config.Engine, t config.EngineTimeouts, connectors kv
 	if e.APIKey != "" {
 		c.auth = "Bearer " + e.APIKey
 	}
-	c.urls[wire.EndpointCompletions] = c.base + wire.EndpointCompletions.Path()
-	c.urls[wire.EndpointChat] = c.base + wire.EndpointChat.Path()
+	for ep := wire.EndpointCompletions; ep < wire.EndpointCount; ep++ {
+		c.urls[ep] = c.base + ep.Path()
+	}
 	return c, nil
 }
 
@@ -165,6 +169,7 @@ func (c *EngineClient) Prefill(ctx context.Context, req *Request) (PrefillResult
 	if !json.Valid(body) {
 		return PrefillResult{}, c.fault(fault.PhasePrefill, fault.BadResponse, "prefill response is not valid JSON", nil)
 	}
+	res.CachedTokens = wire.CachedTokens(body)
 	fields, err := wire.ScanObject(body, make([]wire.Field, 0, 12))
 	if err != nil {
 		return PrefillResult{}, c.fault(fault.PhasePrefill, fault.BadResponse, "prefill response is not a JSON object", nil)

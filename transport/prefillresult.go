@@ -27,6 +27,10 @@ type PrefillResult struct {
 	// Started is when the prefill leg started; Completed when its response was fully read.
 	Started   time.Time
 	Completed time.Time
+	// CachedTokens is the producer's usage.prompt_tokens_details.cached_tokens (0 if none):
+	// the prompt tokens it did not compute, the true cached count after a transfer
+	// (wire.CorrectCachedTokens).
+	CachedTokens int
 }
 
 // HasDescriptor reports whether the producer returned a handoff descriptor (it may return null).

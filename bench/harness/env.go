@@ -21,6 +21,8 @@ type Env struct {
 	Quick bool
 	// RouterEnv is added to the router's environment (experiments: GOGC=50, GOMAXPROCS=1).
 	RouterEnv []string
+	// Trace is the Mooncake trace the fleet scenario replays; it skips when the file is absent.
+	Trace string
 }
 
 // Logf prints progress to stderr, stamped.

@@ -29,6 +29,15 @@ type RouterConfig struct {
 	EjectAfter           int
 	ProbeIntervalS       float64
 	ExposeRoutingHeaders bool
+
+	// Disaggregation is disaggregation.policy and MinPromptTokens its threshold; Placement is
+	// placement.policy; ScrapeIntervalS placement.scrape_interval_s (0: off); PrefixBlockWords
+	// placement.prefix_block_words.
+	Disaggregation   string
+	MinPromptTokens  int
+	Placement        string
+	ScrapeIntervalS  float64
+	PrefixBlockWords int
 }
 
 // DefaultRouterConfig is the benchmark's baseline: the documented defaults, no engine cap,
@@ -38,6 +47,8 @@ func DefaultRouterConfig() RouterConfig {
 		DeadlineS: 60, MaxQueue: 10000, QueueTimeoutS: 5,
 		PrefillTimeoutS: 10, FirstTokenTimeoutS: 10, DecodeReadTimeoutS: 10,
 		MaxAttempts: 1, RetryRatio: 0.1, RetryMinPerS: 5, EjectAfter: 3, ProbeIntervalS: 1,
+		// The router-overhead scenarios measure the full prefill/decode path with short prompts.
+		Disaggregation: config.DisaggAlways, MinPromptTokens: 256, Placement: config.PlaceP2C, PrefixBlockWords: 64,
 	}
 }
 
@@ -59,6 +70,13 @@ engine:
 handoff:
   max_age_s: 30
   on_missing: recompute
+disaggregation:
+  policy: {{.Disaggregation}}
+  min_prompt_tokens: {{.MinPromptTokens}}
+placement:
+  policy: {{.Placement}}
+  prefix_block_words: {{.PrefixBlockWords}}
+  scrape_interval_s: {{.ScrapeIntervalS}}
 recovery:
   max_attempts: {{.MaxAttempts}}
   retry_budget: {ratio: {{.RetryRatio}}, min_per_s: {{.RetryMinPerS}}}

@@ -25,6 +25,7 @@ var All = []Scenario{
 	{Name: "saturation", Run: Saturation},
 	{Name: "streams", Run: Streams},
 	{Name: "faults", Run: Faults},
+	{Name: "fleet", Run: Fleet},
 }
 
 // Select returns the scenarios named in a comma-separated list ("" or "all": every one).

@@ -3,6 +3,7 @@ package sim
 import (
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -15,6 +16,10 @@ func (e *Engine) apiRoutes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/completions", e.serveGeneration(completionsAPI))
 	mux.HandleFunc("POST /v1/chat/completions", e.serveGeneration(chatAPI))
+	mux.HandleFunc("POST /v1/responses", e.serveGeneration(responsesAPI))
+	for _, p := range passthroughPaths {
+		mux.HandleFunc("POST "+p, e.servePassthrough)
+	}
 	mux.HandleFunc("GET /health", e.serveHealth)
 	mux.HandleFunc("GET /v1/models", e.serveModels)
 	mux.HandleFunc("GET /version", e.serveVersion)
@@ -39,7 +44,8 @@ func (e *Engine) apiRoutes() http.Handler {
 func (e *Engine) recordOthers(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p := r.URL.Path
-		if !strings.HasPrefix(p, "/sim/") && p != "/v1/completions" && p != "/v1/chat/completions" {
+		if !strings.HasPrefix(p, "/sim/") && p != "/v1/completions" && p != "/v1/chat/completions" &&
+			p != "/v1/responses" && !slices.Contains(passthroughPaths[:], p) {
 			e.recorded.add(newRecord(legNone, r, nil, time.Now()))
 		}
 		next.ServeHTTP(w, r)

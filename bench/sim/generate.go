@@ -74,9 +74,12 @@ func (e *Engine) newGeneration(r *http.Request, req *genRequest, arrived time.Ti
 		u := uuid.New()
 		rid = hex.EncodeToString(u[:]) // vLLM's random_uuid()
 	}
-	if req.api == chatAPI {
+	switch req.api {
+	case chatAPI:
 		g.id = "chatcmpl-" + rid
-	} else {
+	case responsesAPI:
+		g.id = "resp_" + rid
+	default:
 		g.id = "cmpl-" + rid
 	}
 
@@ -106,9 +109,16 @@ func (e *Engine) newGeneration(r *http.Request, req *genRequest, arrived time.Ti
 			g.finish = "tool_calls"
 		}
 	}
-	if req.api == chatAPI {
+	switch req.api {
+	case chatAPI:
 		g.shape = newChatShape(g)
-	} else {
+	case responsesAPI:
+		g.plan = outputPlan{content: g.plan.content} // content only (responses.go)
+		if g.finish == "tool_calls" {
+			g.finish = "stop"
+		}
+		g.shape = newResponsesShape(g)
+	default:
 		g.shape = newCompletionShape(g)
 	}
 	return g
@@ -471,6 +481,10 @@ func (g *generation) stream(w http.ResponseWriter, first time.Time) {
 		return
 	}
 	g.sse = s
+	if rs, ok := g.shape.(*responsesShape); ok && s.end(rs.appendOpen(s.begin())) != nil {
+		g.abortIfClient()
+		return
+	}
 	if f.hangFirstToken {
 		g.hang()
 		return
@@ -485,7 +499,7 @@ func (g *generation) stream(w http.ResponseWriter, first time.Time) {
 		}
 	}
 	if f.doneFirst {
-		g.end(s.done())
+		g.end(g.done(s))
 		return
 	}
 	n := g.plan.len()
@@ -516,7 +530,7 @@ func (g *generation) stream(w http.ResponseWriter, first time.Time) {
 		g.abortIfClient()
 		return
 	}
-	g.end(s.done())
+	g.end(g.done(s))
 }
 
 // interrupted applies the faults that cut a stream before piece i (i == the number
@@ -527,11 +541,15 @@ func (g *generation) interrupted(s *sseWriter, i int) bool {
 	switch {
 	case at(f.errorAfter):
 		// vLLM reports a failure inside a 200 stream as an error event, then [DONE].
-		if s.end(simulatedError(f.errorCode).appendJSON(s.begin())) != nil {
+		ev := simulatedError(f.errorCode).appendJSON(s.begin())
+		if rs, ok := g.shape.(*responsesShape); ok {
+			ev = rs.appendError(s.begin(), simulatedError(f.errorCode))
+		}
+		if s.end(ev) != nil {
 			g.abortIfClient()
 			return true
 		}
-		g.end(s.done())
+		g.end(g.done(s))
 		return true
 	case at(f.silenceAfter):
 		g.hang()
@@ -547,4 +565,12 @@ func (g *generation) end(err error) {
 	if err != nil {
 		g.abortIfClient()
 	}
+}
+
+// done ends a stream: [DONE], except on the Responses API, whose last event ends it.
+func (g *generation) done(s *sseWriter) error {
+	if g.req.api == responsesAPI {
+		return nil
+	}
+	return s.done()
 }

@@ -88,6 +88,13 @@ func BlockHashes(text string, blockSize int) []uint64 {
 // promptHashes hashes a validated request's prompt (see the package comment above).
 func promptHashes(api endpoint, w *wireRequest, blockSize int) []uint64 {
 	b := newBlockHasher(blockSize)
+	if api == responsesAPI {
+		texts, _ := responsesTexts(w.Input, w.Instructions)
+		for _, t := range texts {
+			b.text(t)
+		}
+		return b.out
+	}
 	if api == chatAPI {
 		var msgs []wireMessage
 		if json.Unmarshal(w.Messages, &msgs) == nil {

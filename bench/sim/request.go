@@ -35,6 +35,7 @@ type endpoint uint8
 const (
 	completionsAPI endpoint = iota
 	chatAPI
+	responsesAPI
 )
 
 // maxLogprobs is vLLM's default --max-logprobs.
@@ -48,6 +49,9 @@ type wireRequest struct {
 	Messages            json.RawMessage            `json:"messages"`
 	MaxTokens           *int                       `json:"max_tokens"`
 	MaxCompletionTokens *int                       `json:"max_completion_tokens"`
+	Input               json.RawMessage            `json:"input"`        // Responses API
+	Instructions        json.RawMessage            `json:"instructions"` // Responses API
+	MaxOutputTokens     *int                       `json:"max_output_tokens"`
 	N                   *int                       `json:"n"`
 	Stream              *bool                      `json:"stream"`
 	StreamOptions       *wireStreamOptions         `json:"stream_options"`
@@ -82,6 +86,7 @@ type genRequest struct {
 	logprobs     int  // completions: top-N alternatives; chat: top_logprobs
 	wantLogprobs bool // logprobs requested at all
 	kvParams     map[string]json.RawMessage
+	instructions json.RawMessage // Responses API, echoed in the response
 	directives   []fault
 	hashes       []uint64 // prefix-cache keys of the prompt's full blocks (capacity model only)
 }
@@ -103,9 +108,13 @@ func (e *Engine) parseGeneration(api endpoint, r *http.Request, body []byte) (*g
 
 	var text string // where directives are looked for
 	var err *apiError
-	if api == chatAPI {
+	switch api {
+	case chatAPI:
 		g.promptTokens, text, err = parseMessages(w.Messages)
-	} else {
+	case responsesAPI:
+		g.promptTokens, text, err = parseInput(w.Input, w.Instructions)
+		g.instructions = w.Instructions
+	default:
 		g.promptTokens, text, err = parsePrompt(w.Prompt)
 	}
 	if err != nil {
@@ -119,6 +128,9 @@ func (e *Engine) parseGeneration(api endpoint, r *http.Request, body []byte) (*g
 		}
 		// vLLM's StreamOptions.include_usage defaults to true when the object is present.
 		g.includeUsage = w.StreamOptions.IncludeUsage == nil || *w.StreamOptions.IncludeUsage
+		if api == responsesAPI {
+			g.includeUsage = false // a Responses stream always ends with its usage
+		}
 	}
 	if err := g.parseLogprobs(w); err != nil {
 		return nil, err
@@ -143,6 +155,9 @@ func (e *Engine) parseGeneration(api endpoint, r *http.Request, body []byte) (*g
 	limit := w.MaxTokens
 	if api == chatAPI && w.MaxCompletionTokens != nil {
 		limit = w.MaxCompletionTokens
+	}
+	if api == responsesAPI {
+		limit = w.MaxOutputTokens
 	}
 	maxLen := e.opts.MaxModelLen
 	if g.promptTokens >= maxLen {
@@ -171,8 +186,11 @@ func (e *Engine) parseGeneration(api endpoint, r *http.Request, body []byte) (*g
 		ds, derr := parseDirectives(text, api == chatAPI)
 		if derr != nil {
 			param := "prompt"
-			if api == chatAPI {
+			switch api {
+			case chatAPI:
 				param = "messages"
+			case responsesAPI:
+				param = "input"
 			}
 			return nil, newError(http.StatusBadRequest, param, derr.Error())
 		}

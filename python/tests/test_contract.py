@@ -1,7 +1,9 @@
 """The shared contract vectors (testdata/contract/*.json), run against the Python client.
 
-transport/contract_test.go runs the same files against the Go router's functions, so the two
-clients cannot drift.
+The Go router runs the same files in the package that owns each part, so the two clients cannot
+drift: transport/kv/contract_test.go (descriptors), transport/wire/contract_test.go (leg
+bodies), transport/fault/contract_test.go (the fault table) and transport/contract_test.go
+(the scripted engine answers).
 """
 
 import json

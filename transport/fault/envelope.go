@@ -1,6 +1,8 @@
 package fault
 
 import (
+	"strconv"
+
 	"github.com/goccy/go-json"
 )
 
@@ -57,6 +59,53 @@ func FaultEnvelope(f *Fault) []byte {
 	}
 	status := f.ClientStatus()
 	return AppendErrorEnvelope(nil, ErrorBody{Message: f.Detail, Type: ErrorType(status), Code: f.Kind.String()})
+}
+
+// ClientEnvelope is the error body the router's client gets for f: FaultEnvelope, except that
+// the error object of an in-stream engine error keeps only the engine's type, param and code
+// unless exposeEngine is set (server.expose_engine_errors). An engine's message can name
+// internal addresses ("KV pull from 10.20.30.40:5600 failed"), so by default it is replaced by a
+// generic one naming the fault kind and the engine's status; the full text stays in f.Detail
+// for the access log. Engine 4xx answers (Rejected: a context length error, say) pass through
+// whole either way: they describe the client's own request.
+func ClientEnvelope(f *Fault, exposeEngine bool) []byte {
+	if f.Kind != StreamError || exposeEngine {
+		return FaultEnvelope(f)
+	}
+	var env struct {
+		Error struct {
+			Type  string          `json:"type"`
+			Param json.RawMessage `json:"param"`
+			Code  json.RawMessage `json:"code"`
+		} `json:"error"`
+	}
+	_ = json.Unmarshal(f.Body, &env) // what did not parse is left out
+	e := env.Error
+	if e.Type == "" {
+		e.Type = ErrorType(f.ClientStatus())
+	}
+	if !scalar(e.Code) {
+		e.Code = strconv.AppendInt(nil, int64(f.Status), 10)
+	}
+	if !scalar(e.Param) {
+		e.Param = []byte("null")
+	}
+	inner, err := json.Marshal(struct {
+		Message string          `json:"message"`
+		Type    string          `json:"type"`
+		Param   json.RawMessage `json:"param"`
+		Code    json.RawMessage `json:"code"`
+	}{"engine reported an error (" + StreamError.String() + ", status " + strconv.Itoa(f.Status) + ")", e.Type, e.Param, e.Code})
+	if err != nil { // unreachable: the raw members are checked scalars
+		return AppendErrorEnvelope(nil, ErrorBody{Message: "engine reported an error", Type: ErrorType(f.ClientStatus()), Code: StreamError.String()})
+	}
+	return AppendEnvelope(nil, inner)
+}
+
+// scalar says v is a JSON string or number as the engine sent it: an object or an array in the
+// engine's param or code could carry anything, so it is not relayed.
+func scalar(v []byte) bool {
+	return len(v) > 0 && (v[0] == '"' || v[0] == '-' || (v[0] >= '0' && v[0] <= '9')) && json.Valid(v)
 }
 
 // isErrorData reports whether data is an error object: {"error": ...} at the top level.

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 )
 
@@ -53,6 +54,7 @@ const (
 	Canceled                          // the client went away
 	Aborted                           // the router cancelled the request (shutdown)
 	Overloaded                        // the router ran out of file descriptors or connections
+	HeldOverflow                      // a decode leg sent more than engine.max_held_* before its first token
 )
 
 // Rule is a yes/no column of the policy table that may depend on the engine's own status.
@@ -116,6 +118,7 @@ var table = [...]Policy{
 	Canceled:          {Name: "client_disconnected", Status: 503, Retry: Never, Counts: Never, RouterSide: true},
 	Aborted:           {Name: "aborted", Status: 503, Retry: Never, Counts: Never, RouterSide: true},
 	Overloaded:        {Name: "router_overloaded", Status: 503, Retry: Never, Counts: Never},
+	HeldOverflow:      {Name: "held_overflow", Status: 502, Retry: Always, Counts: Always},
 }
 
 // Kinds lists every fault kind, in table order.
@@ -150,7 +153,8 @@ func (k Kind) String() string {
 	return "fault(" + strconv.Itoa(int(k)) + ")"
 }
 
-// Fault is an engine leg failure. Detail is safe to show clients: it never holds an engine URL.
+// Fault is an engine leg failure. Detail is safe to show clients (it never holds an engine URL),
+// except a StreamError's, which is the engine's text.
 type Fault struct {
 	Kind   Kind
 	Phase  Phase
@@ -159,7 +163,8 @@ type Fault struct {
 	Status int
 	// Body is the engine's error body, passed through for 4xx and in-stream errors.
 	Body []byte
-	// Detail says what happened in words a client can read.
+	// Detail says what happened in words a client can read. For a StreamError it is the
+	// engine's own message, which ClientEnvelope withholds unless the operator exposes it.
 	Detail string
 	// Reason is the descriptor rejection reason (Descriptor only).
 	Reason string
@@ -177,7 +182,22 @@ func (f *Fault) Error() string {
 	return s
 }
 
-func (f *Fault) Unwrap() error { return f.Err }
+// Unwrap returns the cause, except that a Fault never satisfies errors.Is(err, io.EOF). io.EOF is
+// how a reader says its input ended well (DecodeStream.Next after [DONE]), and a caller that
+// tests for it must not take a failure for a success: a decode body that ends in an orderly way
+// before [DONE] is a ClosedEarly fault whose cause is io.EOF. Such a cause is unwrapped as its
+// text only; Err and Error() keep it for logs.
+func (f *Fault) Unwrap() error {
+	if f.Err != nil && errors.Is(f.Err, io.EOF) {
+		return opaqueCause{f.Err}
+	}
+	return f.Err
+}
+
+// opaqueCause shows an error's text and hides its identity.
+type opaqueCause struct{ err error }
+
+func (c opaqueCause) Error() string { return c.err.Error() }
 
 // ClientStatus is the HTTP status the client gets when the fault ends the request before commit.
 func (f *Fault) ClientStatus() int {

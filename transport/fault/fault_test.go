@@ -3,6 +3,9 @@ package fault
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"strings"
 	"testing"
 )
 
@@ -35,8 +38,8 @@ func TestEveryKindHasARowAndThePredicatesReadIt(t *testing.T) {
 			t.Fatalf("%s: a router-side fault is retried or counted", k)
 		}
 	}
-	if len(names) != int(Overloaded) {
-		t.Fatalf("%d kinds in the table, want %d", len(names), Overloaded)
+	if len(names) != int(HeldOverflow) {
+		t.Fatalf("%d kinds in the table, want %d", len(names), HeldOverflow)
 	}
 	if Kind(200).String() != "fault(200)" || (&Fault{Kind: 200}).ClientStatus() != 502 {
 		t.Fatal("an unknown kind is not an unreadable engine failure")
@@ -98,5 +101,59 @@ func BenchmarkFaultPolicy(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		f := Fault{Kind: kinds[i%len(kinds)], Status: 500}
 		sink = f.ClientStatus() > 0 && f.Retriable() != f.CountsAgainstEngine()
+	}
+}
+
+// io.EOF means a stream ended well; a fault whose cause is an orderly end of input (a decode
+// body that ended before [DONE]) must not read as one, while its other causes still unwrap.
+func TestAFaultNeverReadsAsEndOfStream(t *testing.T) {
+	for _, cause := range []error{io.EOF, fmt.Errorf("reading the body: %w", io.EOF)} {
+		f := &Fault{Kind: ClosedEarly, Phase: PhaseDecode, Engine: "d0", Detail: "stream closed before [DONE]", Err: cause}
+		var err error = f
+		if errors.Is(err, io.EOF) {
+			t.Fatalf("fault with cause %q satisfies errors.Is(err, io.EOF)", cause)
+		}
+		if got, ok := As(err); !ok || got != f {
+			t.Fatal("the fault is no longer found by As")
+		}
+		if !strings.Contains(err.Error(), "EOF") {
+			t.Fatalf("the cause is lost from the text: %s", err)
+		}
+	}
+	gone := &Fault{Kind: Canceled, Err: ErrClientGone}
+	if !errors.Is(gone, ErrClientGone) {
+		t.Fatal("a fault's other causes no longer unwrap")
+	}
+}
+
+// An in-stream engine error keeps its status, type, param and code for clients; its message only
+// when exposed. Other kinds, the engine's 4xx bodies among them, are what FaultEnvelope says.
+func TestClientEnvelopeWithholdsOnlyTheEngineMessage(t *testing.T) {
+	stream := func(obj string) *Fault {
+		return &Fault{Kind: StreamError, Status: 500, Body: AppendEnvelope(nil, []byte(obj)), Detail: "KV pull from 10.0.0.9:5600 failed"}
+	}
+	for _, tc := range []struct{ name, obj, want string }{
+		{"vLLM's object", `{"message":"KV pull from 10.0.0.9:5600 failed","type":"InternalServerError","param":null,"code":500}`,
+			`{"error":{"message":"engine reported an error (stream_error, status 500)","type":"InternalServerError","param":null,"code":500}}`},
+		{"string param and code", `{"message":"x","type":"T","param":"prompt","code":"kv_failed"}`,
+			`{"error":{"message":"engine reported an error (stream_error, status 500)","type":"T","param":"prompt","code":"kv_failed"}}`},
+		{"structured members are dropped", `{"message":"x","param":{"host":"10.0.0.9"},"code":[1]}`,
+			`{"error":{"message":"engine reported an error (stream_error, status 500)","type":"server_error","param":null,"code":500}}`},
+	} {
+		f := stream(tc.obj)
+		if got := string(ClientEnvelope(f, false)); got != tc.want {
+			t.Errorf("%s: withheld\n got %s\nwant %s", tc.name, got, tc.want)
+		}
+		if got, want := string(ClientEnvelope(f, true)), `{"error":`+tc.obj+`}`; got != want {
+			t.Errorf("%s: exposed %s, want the engine's own %s", tc.name, got, want)
+		}
+	}
+	rejected := &Fault{Kind: Rejected, Status: 400, Body: []byte(`{"error":{"message":"This model's maximum context length is 4096 tokens","type":"BadRequestError","param":null,"code":400}}`)}
+	if got := ClientEnvelope(rejected, false); string(got) != string(rejected.Body) {
+		t.Errorf("an engine 4xx body does not pass through: %s", got)
+	}
+	silence := &Fault{Kind: Silence, Detail: "engine went silent between tokens"}
+	if got, want := ClientEnvelope(silence, false), FaultEnvelope(silence); string(got) != string(want) {
+		t.Errorf("router fault %s, want %s", got, want)
 	}
 }

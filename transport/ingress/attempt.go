@@ -20,6 +20,8 @@ type Plan struct {
 	Consumer         *transport.EngineClient
 	// SameWorker decodes on the producer itself, without any transfer parameters.
 	SameWorker bool
+	// Local skips the prefill leg: the consumer computes the prompt itself (Producer is nil).
+	Local bool
 	// FailOnMissing turns a prefill without a descriptor into a fault (handoff.on_missing:
 	// fail); otherwise the decode recomputes the prompt.
 	FailOnMissing bool
@@ -48,6 +50,9 @@ type Outcome struct {
 func (x *Exchange) Run(p *Plan) Outcome {
 	out := Outcome{Attempt: p.Attempt}
 	req := x.EngineRequest(p.BackendRequestID)
+	if p.Local {
+		return x.runLocal(p, req, out)
+	}
 	if !p.SameWorker {
 		req.Transfer = transport.PlanTransfer(p.Producer, p.Consumer, req.Body.Endpoint, req.BackendRequestID)
 	}
@@ -91,6 +96,27 @@ func (x *Exchange) Run(p *Plan) Outcome {
 		out.Fault = faultOf(err, fault.PhaseDecode, p.Consumer.Name())
 		return out
 	}
+	out.Stream = stream
+	if res.HasDescriptor() || p.SameWorker {
+		x.cachedTokens = res.CachedTokens // the prompt was computed by the prefill leg
+	}
+	return out
+}
+
+// runLocal runs a same-worker decode without a prefill leg: the consumer computes the prompt
+// and streams; the prompt counts as done when the first token is in.
+func (x *Exchange) runLocal(p *Plan, req *transport.Request, out Outcome) Outcome {
+	now := time.Now()
+	x.prefillStart.Store(now.UnixNano())
+	x.setProgress(fault.PhaseDecode, true)
+	defer x.setProgress(0, false)
+	out.DecodeStarted = now
+	stream, err := p.Consumer.Decode(x.ctx, transport.PrefillResult{Started: now}, req)
+	if err != nil {
+		out.Fault = faultOf(err, fault.PhaseDecode, p.Consumer.Name())
+		return out
+	}
+	out.PrefillDone = stream.FirstTokenAt
 	out.Stream = stream
 	return out
 }
@@ -146,6 +172,7 @@ func (x *Exchange) runConcurrent(p *Plan, req *transport.Request, out Outcome) O
 	}
 	out.PrefillDone = pre.res.Completed
 	out.Stream = stream
+	x.cachedTokens = pre.res.CachedTokens
 	return out
 }
 

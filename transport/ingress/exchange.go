@@ -38,13 +38,21 @@ type Exchange struct {
 	// started, in Unix nanoseconds.
 	progress     atomic.Int32
 	prefillStart atomic.Int64
+
+	// cachedTokens is what the committed attempt's usage must report as cached_tokens, or -1
+	// to pass the consumer's count through (a local decode, a recomputed one): wire/usage.go.
+	cachedTokens int
+
+	// keys and keySlot are the API key slot the request holds (auth.go), given back when it ends.
+	keys    *keyring
+	keySlot atomic.Int32
 }
 
 // NewExchange prepares an exchange; ingress calls it, tests may too.
 func NewExchange(id string, body *wire.ClientBody, arrival, deadline time.Time) *Exchange {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	return &Exchange{ID: id, Body: body, Arrival: arrival, Deadline: deadline,
-		ctx: ctx, cancel: cancel, commands: make(chan Command, 2)}
+		ctx: ctx, cancel: cancel, commands: make(chan Command, 2), cachedTokens: -1}
 }
 
 // Context is cancelled when the request must stop: engine legs opened with it are aborted.
@@ -137,4 +145,17 @@ type Dispatcher interface {
 	AttemptEnded(x *Exchange, m *messages.AttemptEnded)
 	// Finished tells x's supervisor how its committed response ended.
 	Finished(x *Exchange, m *messages.StreamFinished)
+}
+
+// CorrectUsage returns a usage chunk (its event bytes or data) with cached_tokens set to the
+// committed attempt's true count, or b itself when nothing needs correcting (wire/usage.go
+// defines the split). The copy is the chunk's only allocation, once per stream.
+func (x *Exchange) CorrectUsage(b []byte) []byte {
+	if x.cachedTokens < 0 {
+		return b
+	}
+	if out, changed := wire.CorrectCachedTokens(nil, b, x.cachedTokens); changed {
+		return out
+	}
+	return b
 }

@@ -3,6 +3,7 @@ package ingress
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strconv"
@@ -37,6 +38,7 @@ type Ingress struct {
 	gone       *goneWatcher
 	srv        *fasthttp.Server
 	deadline   time.Duration
+	keys       *keyring
 }
 
 // NewIngress builds the listener; Serve starts it.
@@ -46,8 +48,13 @@ func NewIngress(cfg config.Config, d Dispatcher, models ModelLister, m *telemetr
 		return nil, err
 	}
 	rt := config.Provision(cfg)
-	in := &Ingress{rt: rt.Server, dispatcher: d, models: models, metrics: m, gone: gone,
-		deadline: rt.Request.Deadline}
+	keys, err := cfg.Server.ClientAPIKeys()
+	if err != nil {
+		gone.close()
+		return nil, err
+	}
+	in := &Ingress{rt: rt.Server, dispatcher: keyedDispatcher{d}, models: models, metrics: m, gone: gone,
+		deadline: rt.Request.Deadline, keys: newKeyring(keys, cfg.Server.APIKeyMaxConcurrency)}
 	in.srv = &fasthttp.Server{
 		Name:               "narwhal",
 		Handler:            in.handle,
@@ -55,7 +62,14 @@ func NewIngress(cfg config.Config, d Dispatcher, models ModelLister, m *telemetr
 		MaxRequestBodySize: rt.Server.MaxBodyBytes,
 		ReadTimeout:        rt.Server.HeaderTimeout,
 		IdleTimeout:        rt.Server.IdleTimeout,
-		CloseOnShutdown:    true,
+		// The read buffer bounds the request line and headers (431 past it). ReduceMemoryUsage
+		// hands it back to the pool once a request is read, so a streaming response (and an idle
+		// keep-alive connection) holds none: a larger header allowance costs no per-stream memory.
+		ReadBufferSize:    rt.Server.MaxHeaderBytes,
+		ReduceMemoryUsage: true,
+		// Bounds writing each non-streamed response; the relay bounds each write of a stream.
+		WriteTimeout:    rt.Server.ClientWriteTimeout,
+		CloseOnShutdown: true,
 		// A streaming response holds its connection's write buffer for as long as it streams;
 		// events are a few hundred bytes, and larger writes bypass the buffer anyway.
 		WriteBufferSize:       2048,
@@ -66,7 +80,7 @@ func NewIngress(cfg config.Config, d Dispatcher, models ModelLister, m *telemetr
 }
 
 // Serve accepts connections on ln until Shutdown.
-func (in *Ingress) Serve(ln net.Listener) error { return in.srv.Serve(ln) }
+func (in *Ingress) Serve(ln net.Listener) error { return in.srv.Serve(lingerListener{ln}) }
 
 // Shutdown stops accepting and waits, until ctx ends, for in-flight requests to finish.
 func (in *Ingress) Shutdown(ctx context.Context) error { return in.srv.ShutdownWithContext(ctx) }
@@ -76,37 +90,77 @@ func (in *Ingress) Close() { in.gone.close() }
 
 func (in *Ingress) handle(ctx *fasthttp.RequestCtx) {
 	path := ctx.Path()
-	switch string(path) {
-	case "/v1/completions":
-		in.generate(ctx, wire.EndpointCompletions)
-	case "/v1/chat/completions":
-		in.generate(ctx, wire.EndpointChat)
-	case "/v1/models":
-		in.listModels(ctx)
-	case "/health":
+	if string(path) == "/health" { // no key needed: load balancers and probes call it
 		if !ctx.IsGet() && !ctx.IsHead() {
 			methodNotAllowed(ctx, "GET")
 			return
 		}
 		ctx.SetStatusCode(fasthttp.StatusOK)
+		return
+	}
+	slot, ok := in.keys.admit(ctx)
+	if !ok {
+		name := "other"
+		if ep, known := wire.EndpointForPath(path); known {
+			name = ep.String()
+		}
+		in.metrics.Rejected(name, ctx.Response.StatusCode(), 0)
+		return
+	}
+	switch string(path) {
+	case "/v1/completions":
+		in.generate(ctx, wire.EndpointCompletions, slot)
+		return
+	case "/v1/chat/completions":
+		in.generate(ctx, wire.EndpointChat, slot)
+		return
+	case "/v1/responses":
+		in.generate(ctx, wire.EndpointResponses, slot)
+		return
+	case "/v1/models":
+		in.listModels(ctx)
 	default:
+		if ep, ok := wire.EndpointForPath(path); ok && ep.Passthrough() {
+			in.generate(ctx, ep, slot)
+			return
+		}
+		if id, ok := strings.CutPrefix(string(path), "/v1/models/"); ok {
+			in.retrieveModel(ctx, id)
+			break
+		}
 		writeError(ctx, fasthttp.StatusNotFound, fault.ErrorBody{Message: "no route for " + string(path), Type: "invalid_request_error", Code: "not_found"})
 	}
+	in.keys.release(slot)
 }
 
+// handleTransportError answers a request fasthttp could not read. The connection is closed after
+// the answer, lingering so that a client still sending reads it (linger.go).
 func (in *Ingress) handleTransportError(ctx *fasthttp.RequestCtx, err error) {
-	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+	lingerOnClose(ctx)
+	var small *fasthttp.ErrSmallBuffer
+	var ne net.Error
+	switch {
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
 		writeError(ctx, fasthttp.StatusRequestEntityTooLarge, fault.ErrorBody{
 			Message: "request body is larger than server.max_body_bytes (" + strconv.Itoa(in.rt.MaxBodyBytes) + " bytes)",
 			Type:    fault.ErrorType(413), Code: "request_too_large"})
-		return
+	case errors.As(err, &small):
+		writeError(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge, fault.ErrorBody{
+			Message: "request line and headers are larger than server.max_header_bytes (" + strconv.Itoa(in.rt.MaxHeaderBytes) + " bytes)",
+			Type:    fault.ErrorType(431), Code: "headers_too_large"})
+	case errors.As(err, &ne) && ne.Timeout():
+		writeError(ctx, fasthttp.StatusRequestTimeout, fault.ErrorBody{
+			Message: "the request was not received within server.header_timeout_s",
+			Type:    fault.ErrorType(408), Code: "request_timeout"})
+	default:
+		writeError(ctx, fasthttp.StatusBadRequest, fault.ErrorBody{Message: "malformed HTTP request", Type: fault.ErrorType(400), Code: "bad_request"})
 	}
-	writeError(ctx, fasthttp.StatusBadRequest, fault.ErrorBody{Message: "malformed HTTP request", Type: fault.ErrorType(400), Code: "bad_request"})
 }
 
-func (in *Ingress) generate(ctx *fasthttp.RequestCtx, ep wire.Endpoint) {
+func (in *Ingress) generate(ctx *fasthttp.RequestCtx, ep wire.Endpoint, slot int) {
 	arrival := time.Now()
 	if !ctx.IsPost() {
+		in.keys.release(slot)
 		methodNotAllowed(ctx, "POST")
 		return
 	}
@@ -115,11 +169,13 @@ func (in *Ingress) generate(ctx *fasthttp.RequestCtx, ep wire.Endpoint) {
 
 	deadline, err := in.requestDeadline(arrival, ctx.Request.Header.Peek("X-Narwhal-Deadline-S"))
 	if err != nil {
+		in.keys.release(slot)
 		in.reject(ctx, ep, arrival, fasthttp.StatusBadRequest, fault.ErrorBody{Message: err.Error(), Type: fault.ErrorType(400), Code: "invalid_deadline"})
 		return
 	}
-	body, err := wire.ParseClientBody(ep, ctx.PostBody())
+	body, err := in.parseBody(ep, ctx.PostBody())
 	if err != nil {
+		in.keys.release(slot)
 		var bre *wire.BadRequestError
 		errors.As(err, &bre)
 		var param *string
@@ -131,6 +187,8 @@ func (in *Ingress) generate(ctx *fasthttp.RequestCtx, ep wire.Endpoint) {
 	}
 
 	x := NewExchange(id, body, arrival, deadline)
+	x.keys = in.keys
+	x.keySlot.Store(int32(slot))
 	x.TraceParent = string(ctx.Request.Header.Peek("traceparent"))
 	x.TraceState = string(ctx.Request.Header.Peek("tracestate"))
 	in.dispatcher.Dispatch(x)
@@ -143,7 +201,14 @@ func (in *Ingress) generate(ctx *fasthttp.RequestCtx, ep wire.Endpoint) {
 		if cmd.Plan == nil {
 			stopWatch()
 			in.answer(ctx, cmd.Verdict)
+			x.releaseKey()
 			return
+		}
+		if ep.Passthrough() {
+			if in.passthrough(ctx, x, cmd.Plan, stopWatch) {
+				return
+			}
+			continue
 		}
 		out := runOffStack(x, cmd.Plan)
 		in.dispatcher.AttemptEnded(x, out.Report())
@@ -151,8 +216,11 @@ func (in *Ingress) generate(ctx *fasthttp.RequestCtx, ep wire.Endpoint) {
 			continue
 		}
 		// Committed: the first token is in and the status is 200 from here on.
-		in.setCommonHeaders(ctx, out.timing(arrival), Routing{Producer: cmd.Plan.Producer.Name(),
-			Consumer: cmd.Plan.Consumer.Name(), Attempts: cmd.Plan.Attempt})
+		routing := Routing{Consumer: cmd.Plan.Consumer.Name(), Attempts: cmd.Plan.Attempt}
+		if !cmd.Plan.Local {
+			routing.Producer = cmd.Plan.Producer.Name()
+		}
+		in.setCommonHeaders(ctx, out.timing(arrival), routing)
 		// The client's body is not read again (no retry after commit): hand its buffer back
 		// instead of keeping it for the whole stream.
 		body.Release()
@@ -162,7 +230,7 @@ func (in *Ingress) generate(ctx *fasthttp.RequestCtx, ep wire.Endpoint) {
 			ctx.SetContentType("text/event-stream")
 			ctx.Response.Header.Set("Cache-Control", "no-cache")
 			ctx.Response.Header.Set("X-Accel-Buffering", "no")
-			ctx.Response.SetBodyStream(newRelay(in, x, out.Stream, stopWatch), -1)
+			ctx.Response.SetBodyStream(newRelay(in, ctx, x, out.Stream, stopWatch), -1)
 			return
 		}
 		in.respondAssembled(ctx, x, out.Stream)
@@ -184,11 +252,11 @@ func runOffStack(x *Exchange, p *Plan) Outcome {
 // answer writes the supervisor's answer before commit: an error response, or nothing for a
 // client that is gone.
 func (in *Ingress) answer(ctx *fasthttp.RequestCtx, v Verdict) {
-	in.setCommonHeaders(ctx, v.Timing, v.Routing)
 	if v.Status == 0 {
-		ctx.SetConnectionClose()
+		hangUp(ctx)
 		return
 	}
+	in.setCommonHeaders(ctx, v.Timing, v.Routing)
 	if v.RetryAfter != "" {
 		ctx.Response.Header.Set("Retry-After", v.RetryAfter)
 	}
@@ -223,7 +291,7 @@ func (in *Ingress) setCommonHeaders(ctx *fasthttp.RequestCtx, t Timing, r Routin
 func (in *Ingress) respondAssembled(ctx *fasthttp.RequestCtx, x *Exchange, s *transport.DecodeStream) {
 	a := wire.NewAssembler(x.Body.Endpoint)
 	end := &messages.StreamFinished{}
-	events := 0
+	events, assembled := 0, 0
 	for {
 		ev, err := s.Next()
 		if err != nil {
@@ -235,6 +303,16 @@ func (in *Ingress) respondAssembled(ctx *fasthttp.RequestCtx, x *Exchange, s *tr
 		if ev.Kind == wire.EventToken {
 			events++
 		}
+		// server.max_response_bytes: an engine that streams without end costs a bounded amount
+		// of memory, not the whole request deadline's worth.
+		if assembled += len(ev.Data); assembled > in.rt.MaxResponseBytes {
+			end.Fault = &fault.Fault{Kind: fault.BadResponse, Phase: fault.PhaseDecode, Engine: s.Engine(),
+				Detail: "decode stream is larger than server.max_response_bytes (" + strconv.Itoa(in.rt.MaxResponseBytes) + " bytes)"}
+			break
+		}
+		if ev.Kind == wire.EventUsage {
+			ev.Data = x.CorrectUsage(ev.Data)
+		}
 		a.Add(ev.Data)
 	}
 	s.Close()
@@ -242,11 +320,11 @@ func (in *Ingress) respondAssembled(ctx *fasthttp.RequestCtx, x *Exchange, s *tr
 	if f := end.Fault; f != nil {
 		if f.Kind == fault.Canceled && errors.Is(f.Err, fault.ErrClientGone) {
 			end.ClientGone = true
-			ctx.SetConnectionClose()
+			hangUp(ctx)
 		} else {
 			ctx.SetStatusCode(f.ClientStatus())
 			ctx.SetContentType("application/json")
-			ctx.SetBody(fault.FaultEnvelope(f))
+			ctx.SetBody(fault.ClientEnvelope(f, in.rt.ExposeEngineErrors))
 		}
 	} else if out, err := a.Body(); err != nil {
 		end.Fault = &fault.Fault{Kind: fault.BadResponse, Phase: fault.PhaseDecode, Engine: s.Engine(), Detail: "could not assemble the response", Err: err}
@@ -267,14 +345,24 @@ func (in *Ingress) requestDeadline(arrival time.Time, header []byte) (time.Time,
 	d := in.deadline
 	if len(header) > 0 {
 		s, err := strconv.ParseFloat(strings.TrimSpace(string(header)), 64)
-		if err != nil || s <= 0 {
-			return time.Time{}, errors.New("X-Narwhal-Deadline-S must be a positive number of seconds")
+		// NaN and ±Inf parse, and 1e300 s overflows a Duration into a negative one: all refused.
+		if err != nil || !(s > 0 && s <= config.MaxSeconds) {
+			return time.Time{}, fmt.Errorf("X-Narwhal-Deadline-S must be a number of seconds greater than 0 and at most %d, got %q",
+				config.MaxSeconds, excerptHeader(header))
 		}
 		if hd := time.Duration(s * float64(time.Second)); hd < d {
 			d = hd
 		}
 	}
 	return arrival.Add(d), nil
+}
+
+// excerptHeader quotes at most 32 bytes of a client header for an error message.
+func excerptHeader(h []byte) string {
+	if len(h) > 32 {
+		h = h[:32]
+	}
+	return strings.ToValidUTF8(string(h), "?")
 }
 
 func (in *Ingress) listModels(ctx *fasthttp.RequestCtx) {

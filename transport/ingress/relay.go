@@ -21,19 +21,40 @@ import (
 // the engine share one write.
 type relay struct {
 	in        *Ingress
+	ctx       *fasthttp.RequestCtx
 	x         *Exchange
 	s         *transport.DecodeStream
 	stopWatch func()
 
 	end      messages.StreamFinished
 	events   int   // token events relayed
+	sent     int   // events relayed (the Responses API numbers them)
 	written  int64 // bytes written to the client
 	closeOne sync.Once
 }
 
-func newRelay(in *Ingress, x *Exchange, s *transport.DecodeStream, stopWatch func()) *relay {
-	return &relay{in: in, x: x, s: s, stopWatch: stopWatch}
+func newRelay(in *Ingress, ctx *fasthttp.RequestCtx, x *Exchange, s *transport.DecodeStream, stopWatch func()) *relay {
+	return &relay{in: in, ctx: ctx, x: x, s: s, stopWatch: stopWatch}
 }
+
+// armWrite bounds the next client write: server.client_write_timeout_s, and never more than
+// deadlineGrace past the request deadline, so a client that stops reading is cut off (its engine
+// leg aborted, its slots released) soon after the deadline at the latest. The grace lets the
+// terminal error event of a stream the deadline ended reach a client that is reading; that last
+// write (final) gets the grace alone.
+func (r *relay) armWrite(final bool) {
+	now := time.Now()
+	d := now.Add(r.in.rt.ClientWriteTimeout)
+	if final {
+		d = now.Add(min(r.in.rt.ClientWriteTimeout, deadlineGrace))
+	} else if limit := r.x.Deadline.Add(deadlineGrace); limit.Before(d) {
+		d = limit
+	}
+	_ = r.ctx.SetWriteDeadline(d)
+}
+
+// deadlineGrace is how long past the request deadline a client write may still block.
+const deadlineGrace = time.Second
 
 // SupportsBodyWriteTo makes fasthttp use WriteTo (fasthttp.BodyWriterTo).
 func (r *relay) SupportsBodyWriteTo() bool { return true }
@@ -59,6 +80,7 @@ func (r *relay) WriteTo(w io.Writer) (int64, error) {
 		batch *[]byte
 	)
 	write := func(p []byte) bool {
+		r.armWrite(r.end.Fault != nil)
 		n, err := w.Write(p)
 		r.written += int64(n)
 		werr = err
@@ -89,14 +111,15 @@ func (r *relay) WriteTo(w io.Writer) (int64, error) {
 			if batch == nil {
 				batch = relayBuffers.Get().(*[]byte)
 			}
-			if ev.Kind == wire.EventError {
+			if ev.Kind == wire.EventError && r.in.rt.ExposeEngineErrors {
 				*batch = append(*batch, ev.Raw...) // the engine's own error event, as it sent it
 			} else {
-				*batch = appendErrorEvent(*batch, f)
+				*batch = appendTerminalError(*batch, r.x.Body.Endpoint, f, r.sent)
 			}
 			flush()
 			break
 		}
+		r.sent++
 		switch ev.Kind {
 		case wire.EventToken:
 			now := time.Now()
@@ -105,11 +128,16 @@ func (r *relay) WriteTo(w io.Writer) (int64, error) {
 			}
 			lastToken = now
 			r.events++
+		case wire.EventDone: // a Responses stream's last event carries its usage
+			if n, ok := wire.ResponsesOutputTokens(ev.Data); ok {
+				r.end.OutputTokens = n
+			}
 		case wire.EventUsage:
 			r.end.OutputTokens = wire.CompletionTokens(wire.UsageOf(ev.Data), 0)
 			if !includeUsage {
 				continue
 			}
+			ev.Raw = r.x.CorrectUsage(ev.Raw)
 		}
 		more := r.s.Buffered() && ev.Kind != wire.EventDone
 		if batch == nil && !more {
@@ -158,9 +186,14 @@ func (r *relay) Close() error {
 
 var _ fasthttp.BodyWriterTo = (*relay)(nil)
 
-// appendErrorEvent appends the terminal SSE error event for a failure after commit.
+// appendErrorEvent appends the terminal SSE error event for a failure after commit. An engine's
+// own error event reaches here only when server.expose_engine_errors is off.
 func appendErrorEvent(dst []byte, f *fault.Fault) []byte {
 	dst = append(dst, "data: "...)
-	dst = fault.AppendErrorEnvelope(dst, fault.ErrorBody{Message: f.Detail, Type: fault.ErrorType(f.ClientStatus()), Code: f.Kind.String()})
+	if f.Kind == fault.StreamError {
+		dst = append(dst, fault.ClientEnvelope(f, false)...)
+	} else {
+		dst = fault.AppendErrorEnvelope(dst, fault.ErrorBody{Message: f.Detail, Type: fault.ErrorType(f.ClientStatus()), Code: f.Kind.String()})
+	}
 	return append(dst, "\n\n"...)
 }

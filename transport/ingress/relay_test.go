@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/valyala/fasthttp"
+
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/transport"
 	"github.com/narwhal-router/narwhal/transport/telemetry"
@@ -47,7 +49,7 @@ func BenchmarkRelay(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		r := newRelay(in, x, s, func() {})
+		r := newRelay(in, &fasthttp.RequestCtx{}, x, s, func() {})
 		n, err := r.WriteTo(io.Discard)
 		if err != nil || n != int64(len(stream)) || r.events != relayEvents {
 			b.Fatalf("relayed %d bytes, %d events: %v", n, r.events, err)

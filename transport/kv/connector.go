@@ -57,6 +57,10 @@ type Side struct {
 	EngineID string
 	// Endpoint is the pinned KV side-channel host:port ("" = not pinned).
 	Endpoint string
+	// Host is the engine's own host, from its url: an unpinned producer's KV host must be it,
+	// unless AllowedEndpoints (CIDRs, host:port entries) says where else it may point.
+	Host             string
+	AllowedEndpoints []string
 	// TransferModes lists the transfer_mode values the engine accepts as a consumer.
 	TransferModes []string
 }

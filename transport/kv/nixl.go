@@ -1,8 +1,6 @@
 package kv
 
 import (
-	"net"
-	"strconv"
 	"strings"
 
 	"github.com/narwhal-router/narwhal/config"
@@ -63,11 +61,14 @@ func (nixlConnector) Validate(d *Descriptor, pair Pair) *Rejection {
 	if !hostOK || host == "" || !portOK || port < 1 || port > 65535 {
 		return Reject(ReasonEndpointMismatch, "remote_host/remote_port do not name a KV endpoint (need a host string and a port 1-65535)")
 	}
-	if pin := pair.Producer.Endpoint; pin != "" {
-		if got := net.JoinHostPort(host, strconv.FormatInt(port, 10)); !strings.EqualFold(got, pin) {
-			return Reject(ReasonEndpointMismatch, "descriptor names KV endpoint %s but producer %s is pinned to %s",
-				got, pair.Producer.Engine, pin)
-		}
+	if r := checkEndpoint(host, port, pair.Producer); r != nil {
+		return r
+	}
+	// Members that would flip the consumer's side of the protocol are refused rather than
+	// rewritten (the descriptor is forwarded byte for byte): do_remote_decode true would make the
+	// consumer hold its blocks for a remote decode that never comes, as a producer does.
+	if v, ok := d.Member("do_remote_decode"); ok && !wire.IsNull(v) && string(v) != "false" {
+		return Reject(ReasonConnectorMismatch, "do_remote_decode is %s; a consumer must not be asked to hand its KV cache on", excerpt(v))
 	}
 	return nil
 }

@@ -239,3 +239,28 @@ func (m *Metrics) RequestAttributedFailure(leg, kind string) {
 
 // WaveRestart counts a whole-wave restart of a role's engine actors.
 func (m *Metrics) WaveRestart(role string) { m.counter("wave_restarts", "role", role).Inc(1) }
+
+// DisaggregationDecision counts a request's choice between prefill/decode ("disaggregated")
+// and same-worker decode ("local"), with the rule that made it (docs/configuration.md).
+func (m *Metrics) DisaggregationDecision(decision, reason string) {
+	m.counter("disaggregation_decisions", "decision", decision, "reason", reason).Inc(1)
+}
+
+// PrefixPlacement counts a leg placed with prefix preference, by what happened: "hit" (the
+// engine with the longest match), "bounded" (a match existed but its engines were over the
+// load bound), "miss" (no engine matched).
+func (m *Metrics) PrefixPlacement(phase, result string) {
+	m.counter("prefix_placements", "phase", phase, "result", result).Inc(1)
+}
+
+// EngineScrape counts one /metrics scrape of an engine by result ("ok", "error").
+func (m *Metrics) EngineScrape(engine, result string) {
+	m.counter("engine_scrapes", "engine", engine, "result", result).Inc(1)
+}
+
+// EngineLoad reports an engine's scraped load.
+func (m *Metrics) EngineLoad(engine string, running, waiting int, kvUsage float64) {
+	m.gauge("engine_scraped_running", "engine", engine).Update(float64(running))
+	m.gauge("engine_scraped_waiting", "engine", engine).Update(float64(waiting))
+	m.gauge("engine_scraped_kv_usage", "engine", engine).Update(kvUsage)
+}

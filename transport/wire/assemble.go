@@ -18,6 +18,7 @@ type Assembler struct {
 	model    string
 	choices  map[int]*choiceAcc
 	usage    json.RawMessage
+	response json.RawMessage // Responses API: the final response object
 }
 
 type choiceAcc struct {
@@ -81,6 +82,10 @@ func NewAssembler(ep Endpoint) *Assembler {
 
 // Add folds one event's data into the response.
 func (a *Assembler) Add(data []byte) {
+	if a.endpoint == EndpointResponses {
+		a.addResponses(data)
+		return
+	}
 	var c wireChunk
 	if err := json.Unmarshal(data, &c); err != nil {
 		return
@@ -219,6 +224,12 @@ func orNull(r json.RawMessage) json.RawMessage {
 
 // Body returns the assembled response JSON.
 func (a *Assembler) Body() ([]byte, error) {
+	if a.endpoint == EndpointResponses {
+		if len(a.response) == 0 || a.response[0] != '{' {
+			return nil, errNoResponse{}
+		}
+		return a.response, nil
+	}
 	idx := make([]int, 0, len(a.choices))
 	for i := range a.choices {
 		idx = append(idx, i)

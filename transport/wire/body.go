@@ -10,27 +10,30 @@ import (
 // a decode on the same endpoint.
 type Endpoint uint8
 
-// The generation endpoints.
+// The generation endpoints (disaggregated), then the passthrough endpoints (one engine, the
+// body forwarded as sent; see endpoints.go).
 const (
 	EndpointCompletions Endpoint = iota + 1
 	EndpointChat
+	EndpointResponses
+	EndpointEmbeddings
+	EndpointTokenize
+	EndpointDetokenize
+	EndpointScore
+	EndpointRerank
+	EndpointRerankBare
+	EndpointRerankV2
+	// EndpointCount bounds the endpoints, for tables indexed by Endpoint.
+	EndpointCount
 )
 
-// Path is the engine-side URL path of the endpoint.
-func (e Endpoint) Path() string {
-	if e == EndpointChat {
-		return "/v1/chat/completions"
-	}
-	return "/v1/completions"
-}
+// Path is the engine-side URL path of the endpoint (the client-side one too).
+func (e Endpoint) Path() string { return endpointInfo[e].path }
 
 // String names the endpoint in logs and metric tags.
 func (e Endpoint) String() string {
-	switch e {
-	case EndpointChat:
-		return "chat"
-	case EndpointCompletions:
-		return "completions"
+	if n := endpointInfo[e].name; n != "" {
+		return n
 	}
 	return "unknown"
 }
@@ -97,6 +100,10 @@ func ParseClientBody(ep Endpoint, raw []byte) (*ClientBody, error) {
 		if v[0] != '[' || v[SkipSpace(v, 1)] == ']' {
 			return nil, badRequest("messages", "messages must be a non-empty array")
 		}
+	case EndpointResponses:
+		if err := b.checkResponses(); err != nil {
+			return nil, err
+		}
 	}
 
 	if v, ok := b.member("stream"); ok && !IsNull(v) {
@@ -115,8 +122,12 @@ func ParseClientBody(ep Endpoint, raw []byte) (*ClientBody, error) {
 		// the client gets what the engine alone would have sent it.
 		b.IncludeUsage = so.IncludeUsage == nil || *so.IncludeUsage
 		b.streamOptions = v
+		// vLLM and OpenAI refuse stream options on a request that does not stream.
+		if !b.Stream {
+			return nil, badRequest("stream_options", "stream_options can only be set when stream is true")
+		}
 	}
-	for _, key := range [...]string{"max_tokens", "max_completion_tokens", "n"} {
+	for _, key := range [...]string{"max_tokens", "max_completion_tokens", "max_output_tokens", "n"} {
 		if v, ok := b.member(key); ok && !IsNull(v) {
 			var n int64
 			if err := json.Unmarshal(v, &n); err != nil || n < 1 {
@@ -124,8 +135,56 @@ func ParseClientBody(ep Endpoint, raw []byte) (*ClientBody, error) {
 			}
 		}
 	}
+	if err := b.checkMinimums(); err != nil {
+		return nil, err
+	}
 	return b, nil
 }
+
+// checkMinimums refuses a minimum above the maximum before any engine work: the decode engine
+// would refuse it only after a prefill was paid for.
+func (b *ClientBody) checkMinimums() *BadRequestError {
+	limitKey := "max_tokens"
+	if b.Endpoint == EndpointResponses {
+		limitKey = "max_output_tokens"
+	}
+	if b.Endpoint == EndpointChat {
+		if _, ok := b.intMember("max_completion_tokens"); ok {
+			limitKey = "max_completion_tokens"
+		}
+	}
+	limit, hasLimit := b.intMember(limitKey)
+	for _, key := range [...]string{"min_tokens", "min_completion_tokens"} {
+		v, ok := b.member(key)
+		if !ok || IsNull(v) {
+			continue
+		}
+		var n int64
+		if err := json.Unmarshal(v, &n); err != nil || n < 0 {
+			return badRequest(key, "%s must be an integer, 0 or more", key)
+		}
+		if hasLimit && n > limit {
+			return badRequest(key, "%s (%d) must be less than or equal to %s (%d)", key, n, limitKey, limit)
+		}
+	}
+	return nil
+}
+
+// intMember reads an integer member; ok is false when it is absent, null or not an integer.
+func (b *ClientBody) intMember(key string) (int64, bool) {
+	v, ok := b.member(key)
+	if !ok || IsNull(v) {
+		return 0, false
+	}
+	var n int64
+	if json.Unmarshal(v, &n) != nil {
+		return 0, false
+	}
+	return n, true
+}
+
+// Raw is the client's body as sent, for the passthrough endpoints (nil after Release).
+func (b *ClientBody) Raw() []byte { return b.raw }
 
 // Release drops the client's bytes once no engine request will be built from them again; the
 // parsed fields (model, stream, usage) stay.
@@ -149,6 +208,9 @@ var (
 // AppendPrefillBody appends the producer's body (SPEC §4.3): the client body with stream off, no
 // stream_options, one output token, no minimum, and kvParams as kv_transfer_params.
 func (b *ClientBody) AppendPrefillBody(dst, kvParams []byte) []byte {
+	if b.Endpoint == EndpointResponses {
+		return b.appendResponsesPrefill(dst, kvParams)
+	}
 	return RewriteObject(dst, b.raw, b.fields, []Edit{
 		{Key: "max_tokens", Value: jsonOne},
 		{Key: "max_completion_tokens", Value: jsonOne, OnlyIfPresent: true},
@@ -163,6 +225,9 @@ func (b *ClientBody) AppendPrefillBody(dst, kvParams []byte) []byte {
 // AppendDecodeBody appends the consumer's body (SPEC §4.5): the client body, streaming with
 // usage, and kvParams as kv_transfer_params; nil kvParams removes the key, client-sent or not.
 func (b *ClientBody) AppendDecodeBody(dst, kvParams []byte) []byte {
+	if b.Endpoint == EndpointResponses {
+		return b.appendResponsesDecode(dst, kvParams)
+	}
 	streamOptions := usageOnly
 	if b.streamOptions != nil && !b.IncludeUsage {
 		streamOptions = b.withIncludeUsage()

@@ -126,6 +126,9 @@ type streamChunk struct {
 	} `json:"choices"`
 	Usage json.RawMessage `json:"usage"`
 	Error json.RawMessage `json:"error"`
+	// Type and Delta are a Responses API event's (responses.go).
+	Type  string          `json:"type"`
+	Delta json.RawMessage `json:"delta"`
 }
 
 type chunkDelta struct {
@@ -150,6 +153,9 @@ func Classify(data []byte) EventKind {
 	var c streamChunk
 	if err := json.Unmarshal(data, &c); err != nil {
 		return EventMeta
+	}
+	if c.Type != "" && c.Choices == nil {
+		return classifyResponses(c.Type, c.Delta)
 	}
 	for _, ch := range c.Choices {
 		if ch.FinishReason != nil || (ch.Text != nil && *ch.Text != "") {
@@ -178,8 +184,8 @@ func ClassifyFast(data []byte) EventKind {
 		return EventDone
 	case IsErrorData(data):
 		return EventError
-	case bytes.Contains(data, []byte(`"usage"`)):
-		return Classify(data)
+	case bytes.Contains(data, []byte(`"usage"`)), !bytes.Contains(data, []byte(`"choices"`)):
+		return Classify(data) // the usage chunk, or a Responses event (typed, no choices)
 	}
 	return EventToken
 }
@@ -208,6 +214,9 @@ type StreamError struct {
 // ParseStreamError reads an error event's data. The status is the error's own code; a missing
 // or implausible code is treated as 500 (the engine failed, it did not say how).
 func ParseStreamError(data []byte) StreamError {
+	if se, ok := parseResponsesError(data); ok {
+		return se
+	}
 	var env struct {
 		Error json.RawMessage `json:"error"`
 	}
@@ -251,9 +260,16 @@ func CompletionTokens(usage json.RawMessage, fallback int) int {
 	}
 	var u struct {
 		CompletionTokens *int `json:"completion_tokens"`
+		OutputTokens     *int `json:"output_tokens"` // the Responses API's name
 	}
-	if err := json.Unmarshal(usage, &u); err != nil || u.CompletionTokens == nil {
+	if err := json.Unmarshal(usage, &u); err != nil {
 		return fallback
 	}
-	return *u.CompletionTokens
+	switch {
+	case u.CompletionTokens != nil:
+		return *u.CompletionTokens
+	case u.OutputTokens != nil:
+		return *u.OutputTokens
+	}
+	return fallback
 }

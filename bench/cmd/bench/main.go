@@ -44,6 +44,7 @@ func run() int {
 	profile := flag.Bool("profile", true, "capture router CPU/heap profiles in extra windows (figures are measured without them)")
 	quick := flag.Bool("quick", false, "shorten every window (a smoke run; figures are rough)")
 	strict := flag.Bool("strict", false, "exit 1 when a target is missed")
+	tracePath := flag.String("trace", "../shared/traces/mooncake-conversation.jsonl", "the Mooncake trace the fleet scenario replays (skipped when absent)")
 	var routerEnv []string
 	flag.Func("router-env", "NAME=VALUE added to the router's environment, repeatable (experiments: GOGC=50)", func(v string) error {
 		if !strings.Contains(v, "=") {
@@ -105,7 +106,7 @@ func run() int {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			return 1
 		}
-		env := harness.Env{Narwhal: bin, Self: self, Dir: dir, Profile: *profile, Quick: *quick, RouterEnv: routerEnv}
+		env := harness.Env{Narwhal: bin, Self: self, Dir: dir, Profile: *profile, Quick: *quick, RouterEnv: routerEnv, Trace: *tracePath}
 		harness.Logf("scenario %s: starting (logs in %s)", sc.Name, dir)
 		t0, load0 := time.Now(), scenarios.LoadAverage()
 		sec, err := sc.Run(env)

@@ -1,0 +1,103 @@
+package actors
+
+import (
+	"time"
+
+	"github.com/narwhal-router/narwhal/config"
+	"github.com/narwhal-router/narwhal/transport/fault"
+)
+
+// Disaggregation decisions and their reasons, as the metric and the access log name them
+// (docs/configuration.md, disaggregation).
+const (
+	decisionDisaggregated = "disaggregated"
+	decisionLocal         = "local"
+
+	reasonNGT1             = "n_gt_1"
+	reasonPolicyAlways     = "policy_always"
+	reasonPolicyNever      = "policy_never"
+	reasonShortPrompt      = "short_prompt"
+	reasonPrefixCached     = "prefix_cached"
+	reasonPrefillSaturated = "prefill_saturated"
+	reasonNoProducer       = "no_producer"
+	reasonLongPrompt       = "long_prompt"
+)
+
+// verdict is one request's disaggregation decision.
+type verdict struct {
+	local  bool
+	reason string
+}
+
+func (v verdict) decision() string {
+	if v.local {
+		return decisionLocal
+	}
+	return decisionDisaggregated
+}
+
+// decide chooses between the prefill/decode path and same-worker decode on cons, which the
+// prefix index says served match of the prompt's leading blocks. The rules and their order are
+// docs/configuration.md's; the producer side (none other than cons can prefill) is decided
+// when the producer is picked.
+func (s *requestSupervisor) decide(cons *engineView, match int) verdict {
+	fr := &s.r.rt.Fleet
+	p := &s.prompt
+	switch {
+	case p.N > 1:
+		return verdict{true, reasonNGT1}
+	case fr.Disaggregation == config.DisaggAlways:
+		return verdict{false, reasonPolicyAlways}
+	case fr.Disaggregation == config.DisaggNever:
+		return verdict{true, reasonPolicyNever}
+	case p.Tokens < fr.MinPromptTokens:
+		return verdict{true, reasonShortPrompt}
+	}
+	rest := s.uncachedOn(match)
+	switch {
+	case rest < fr.MinPromptTokens:
+		return verdict{true, reasonPrefixCached}
+	case rest <= fr.MaxLocalPrompt && s.prefillSaturated(cons):
+		return verdict{true, reasonPrefillSaturated}
+	}
+	return verdict{false, reasonLongPrompt}
+}
+
+// uncachedOn estimates the prompt tokens an engine matching match leading blocks would compute.
+func (s *requestSupervisor) uncachedOn(match int) int {
+	p := &s.prompt
+	if match == 0 || p.Words == 0 {
+		return p.Tokens
+	}
+	return uncached(p.Tokens, p.Words, match*s.r.rt.Fleet.BlockWords)
+}
+
+// uncached scales the token estimate to the words past the cached ones.
+func uncached(tokens, words, cachedWords int) int {
+	if cachedWords >= words {
+		return 0
+	}
+	return tokens * (words - cachedWords) / words
+}
+
+// prefillSaturated says every admitted producer for the model (other than cons) is at least
+// disaggregation.prefill_saturation busy while cons is under disaggregation.decode_headroom.
+func (s *requestSupervisor) prefillSaturated(cons *engineView) bool {
+	fr := &s.r.rt.Fleet
+	now := time.Now()
+	f := s.r.fleet
+	if cons.busyness(now, f.stale) >= fr.DecodeHeadroom {
+		return false
+	}
+	seen := false
+	for _, v := range f.engines {
+		if v == cons || !v.canServe(fault.PhasePrefill) || !v.serves(s.x.Body.Model) || !v.placeable.Load() {
+			continue
+		}
+		seen = true
+		if v.busyness(now, f.stale) < fr.PrefillSaturation {
+			return false
+		}
+	}
+	return seen
+}

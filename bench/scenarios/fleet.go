@@ -1,0 +1,364 @@
+package scenarios
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/narwhal-router/narwhal/bench/harness"
+	"github.com/narwhal-router/narwhal/bench/report"
+	"github.com/narwhal-router/narwhal/bench/sim"
+	"github.com/narwhal-router/narwhal/bench/trace"
+	"github.com/narwhal-router/narwhal/config"
+	"github.com/narwhal-router/narwhal/node"
+)
+
+// fleetPolicy is one arm of the fleet scenario: how the router disaggregates and places.
+type fleetPolicy struct {
+	Name, Disaggregation, Placement string
+	ScrapeS                         float64
+	Headroom                        float64 // disaggregation.decode_headroom; 0: the default
+}
+
+var fleetPolicies = []fleetPolicy{
+	{Name: "(a) always P/D + p2c", Disaggregation: config.DisaggAlways, Placement: config.PlaceP2C},
+	{Name: "(b) always P/D + round robin", Disaggregation: config.DisaggAlways, Placement: config.PlaceRoundRobin},
+	{Name: "(c) auto + prefix", Disaggregation: config.DisaggAuto, Placement: config.PlacePrefix, ScrapeS: 0.25},
+}
+
+// fleetEngine is the simulated engine of the fleet scenario: the capacity model on, sized so
+// the trace below loads the fleet without drowning it (bench/README.md, "Fleet").
+func fleetEngine() sim.Options {
+	return sim.Options{
+		Models: []string{harness.Model}, MaxModelLen: 8192, Tokens: 256,
+		MaxNumSeqs: 48, MaxNumBatchedTokens: 2048, KVBlocks: 16384, BlockSize: 16,
+		ITL: 4 * time.Millisecond, ITLPerSeq: 150 * time.Microsecond, PrefillPerToken: 40 * time.Microsecond,
+		TransferPerBlock: 50 * time.Microsecond, PromptTokensDetails: true,
+	}
+}
+
+// fleetScale fits the trace to this machine.
+func fleetScale(quick bool) trace.Scale {
+	s := trace.Scale{TimeScale: 0.1, BlockTokens: 32, OutputScale: 0.25, MaxInputTokens: 6000, MaxOutputTokens: 256, Limit: 900}
+	if quick {
+		s.Limit = 250
+	}
+	return s
+}
+
+// Fleet replays the Mooncake conversation trace (and its no-sharing control) against a
+// simulated 2 prefill + 4 decode fleet with the capacity model on, once per placement policy,
+// and compares what the fleet delivers. Without the trace it reports that it skipped.
+func Fleet(env harness.Env) (*report.Section, error) {
+	sec := report.NewSection("fleet", "placement policies on a production trace (2 prefill + 4 decode, capacity model on)")
+	path := env.Trace
+	if _, err := os.Stat(path); err != nil {
+		sec.Printf("SKIPPED: no trace at %s (%v); pass -trace PATH (CI: ../shared/traces/mooncake-conversation.jsonl)", path, err)
+		return sec, nil
+	}
+	recs, err := trace.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	scale := fleetScale(env.Quick)
+	workloads := []struct {
+		name string
+		recs []trace.Record
+	}{{"trace", recs}, {"no sharing", trace.WithoutSharing(recs)}}
+	sec.Printf("scaling: %s", scale)
+	plots := map[string][]report.Series{}
+	for _, w := range workloads {
+		rep, err := trace.NewReplay(w.recs, scale)
+		if err != nil {
+			return nil, err
+		}
+		sec.Printf("workload %q: %s", w.name, rep.Summary())
+		t := report.NewTable("policy", "ok", "TTFT p50 ms", "TTFT p99 ms", "e2e p50 ms", "e2e p99 ms", "out tok/s",
+			"prefix hit %", "KV blocks moved", "disaggregated %")
+		for _, p := range fleetPolicies {
+			harness.Logf("fleet: %s, %s", w.name, p.Name)
+			r, err := runFleetArm(env, p, rep)
+			if err != nil {
+				return nil, fmt.Errorf("%s, %s: %w", w.name, p.Name, err)
+			}
+			ttft, e2e := r.sorted()
+			t.Row(p.Name, fmt.Sprintf("%d/%d", r.ok, len(rep.Requests)),
+				msInt(pct(ttft, 0.5)), msInt(pct(ttft, 0.99)), msInt(pct(e2e, 0.5)), msInt(pct(e2e, 0.99)),
+				fmt.Sprintf("%.0f", r.tokensPerS()), fmt.Sprintf("%.1f", 100*r.hitRate()),
+				strconv.FormatInt(r.blocksMoved, 10), fmt.Sprintf("%.1f", 100*r.disaggShare()))
+			key := fmt.Sprintf("fleet_%s_%s_", slug(w.name), slug(p.Name[:3]))
+			sec.Figure(key+"ttft_p99_ms", ms1(pct(ttft, 0.99)))
+			sec.Figure(key+"tokens_per_s", r.tokensPerS())
+			plots[w.name] = append(plots[w.name], report.Series{Name: p.Name, Points: r.points()})
+		}
+		sec.Add(t.String())
+	}
+	for _, w := range workloads {
+		file := env.Path("ttft-" + slug(w.name) + ".png")
+		if err := report.PlotPNG(file, "TTFT over time: "+w.name, plots[w.name]); err != nil {
+			return nil, err
+		}
+		sec.Printf("plot: %s (x: seconds into the replay; y: TTFT p90 per second, ms; colours: (a) red, (b) blue, (c) green)", file)
+	}
+	return sec, nil
+}
+
+func slug(s string) string {
+	b := []byte{}
+	for _, c := range []byte(s) {
+		switch {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
+			b = append(b, c)
+		case c >= 'A' && c <= 'Z':
+			b = append(b, c+32)
+		case len(b) > 0 && b[len(b)-1] != '_':
+			b = append(b, '_')
+		}
+	}
+	return string(bytes.Trim(b, "_"))
+}
+
+func msInt(d time.Duration) string { return fmt.Sprintf("%.0f", ms1(d)) }
+func ms1(d time.Duration) float64 {
+	return float64(d) / float64(time.Millisecond)
+}
+
+func pct(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[min(len(sorted)-1, int(q*float64(len(sorted))))]
+}
+
+// armResult is one policy's replay.
+type armResult struct {
+	mu          sync.Mutex
+	samples     []sample
+	ok          int
+	outTokens   int64
+	span        time.Duration
+	hits, total int64 // prefix-cache tokens hit and looked up, over every engine
+	blocksMoved int64
+	lines       int
+	disagg      int
+}
+
+type sample struct {
+	at, ttft, e2e time.Duration
+}
+
+func (r *armResult) sorted() (ttft, e2e []time.Duration) {
+	for _, s := range r.samples {
+		ttft, e2e = append(ttft, s.ttft), append(e2e, s.e2e)
+	}
+	sort.Slice(ttft, func(i, j int) bool { return ttft[i] < ttft[j] })
+	sort.Slice(e2e, func(i, j int) bool { return e2e[i] < e2e[j] })
+	return ttft, e2e
+}
+
+func (r *armResult) tokensPerS() float64 {
+	if r.span <= 0 {
+		return 0
+	}
+	return float64(r.outTokens) / r.span.Seconds()
+}
+
+func (r *armResult) hitRate() float64 {
+	if r.total == 0 {
+		return 0
+	}
+	return float64(r.hits) / float64(r.total)
+}
+
+func (r *armResult) disaggShare() float64 {
+	if r.lines == 0 {
+		return 0
+	}
+	return float64(r.disagg) / float64(r.lines)
+}
+
+// points are the TTFT p90 of each second of the replay.
+func (r *armResult) points() []report.Point {
+	buckets := map[int][]time.Duration{}
+	last := 0
+	for _, s := range r.samples {
+		b := int(s.at / time.Second)
+		buckets[b] = append(buckets[b], s.ttft)
+		last = max(last, b)
+	}
+	var out []report.Point
+	for b := 0; b <= last; b++ {
+		v := buckets[b]
+		if len(v) == 0 {
+			continue
+		}
+		sort.Slice(v, func(i, j int) bool { return v[i] < v[j] })
+		out = append(out, report.Point{X: float64(b), Y: ms1(pct(v, 0.9))})
+	}
+	return out
+}
+
+// runFleetArm starts a fresh fleet (empty caches) and router for policy p and replays rep.
+func runFleetArm(env harness.Env, p fleetPolicy, rep *trace.Replay) (*armResult, error) {
+	fleet, err := sim.StartFleet(sim.FleetOptions{Prefill: 2, Decode: 4, Engine: fleetEngine()})
+	if err != nil {
+		return nil, err
+	}
+	defer fleet.Close()
+	cfg := config.Default()
+	cfg.Request.DeadlineS = 120
+	cfg.Engine.PrefillTimeoutS, cfg.Engine.FirstTokenTimeoutS = 60, 60
+	cfg.Admission.QueueTimeoutS = 30
+	cfg.Disaggregation.Policy = p.Disaggregation
+	cfg.Placement.Policy = p.Placement
+	cfg.Placement.PrefixBlockWords = rep.Scale.BlockTokens // one trace block
+	cfg.Placement.ScrapeIntervalS = config.Seconds(p.ScrapeS)
+	if p.Headroom > 0 {
+		cfg.Disaggregation.DecodeHeadroom = p.Headroom
+	}
+	cfg.Log.Level = "warn"
+	for _, e := range fleet.Engines {
+		cfg.Engines = append(cfg.Engines, config.Engine{Name: e.Name(), URL: e.URL(), Role: config.Role(e.Role()), Models: e.Models(),
+			KV: config.KV{Connector: config.ConnectorNIXL, EngineID: e.EngineID(), Endpoint: e.KVEndpoint(), TransferModes: []string{"pull"}}})
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	adminLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	access := &lockedBuffer{}
+	srv, err := node.Start(cfg, node.Options{AccessLog: access, Listener: ln, AdminListener: adminLn})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+	}()
+
+	client := &http.Client{Timeout: 3 * time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 2048, MaxConnsPerHost: 0}}
+	defer client.CloseIdleConnections()
+	url := "http://" + srv.Addr() + "/v1/completions"
+	res := &armResult{}
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for _, q := range rep.Requests {
+		if d := time.Until(t0.Add(q.At)); d > 0 {
+			time.Sleep(d)
+		}
+		wg.Add(1)
+		go func(q trace.Request) {
+			defer wg.Done()
+			start := time.Now()
+			ttft, tokens, err := streamOnce(client, url, q.CompletionsBody(harness.Model))
+			if err != nil {
+				return
+			}
+			res.mu.Lock()
+			res.ok++
+			res.outTokens += int64(tokens)
+			res.samples = append(res.samples, sample{at: start.Sub(t0), ttft: ttft, e2e: time.Since(start)})
+			res.mu.Unlock()
+		}(q)
+	}
+	wg.Wait()
+	res.span = time.Since(t0)
+	for _, e := range fleet.Engines {
+		st := e.Stats()
+		res.hits += st.PrefixCacheHits
+		res.total += st.PrefixCacheQueries
+		res.blocksMoved += st.BlocksLoaded
+	}
+	// The access log flushes on an interval: wait until every request has its line.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		res.lines, res.disagg = access.decisions()
+		if res.lines >= len(rep.Requests) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return res, nil
+}
+
+// streamOnce sends a streaming request and returns the time to its first token and the
+// output tokens its usage reports.
+func streamOnce(c *http.Client, url string, body []byte) (ttft time.Duration, tokens int, err error) {
+	start := time.Now()
+	resp, err := c.Post(url, "application/json", bytes.NewReader(body))
+	if err != nil {
+		return 0, 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		io.Copy(io.Discard, resp.Body)
+		return 0, 0, fmt.Errorf("status %d", resp.StatusCode)
+	}
+	br := bufio.NewReaderSize(resp.Body, 16<<10)
+	done := false
+	for {
+		line, err := br.ReadSlice('\n')
+		if len(line) > 6 && bytes.HasPrefix(line, []byte("data: ")) {
+			data := line[6:]
+			switch {
+			case bytes.HasPrefix(data, []byte("[DONE]")):
+				done = true
+			case bytes.Contains(data, []byte(`"error"`)):
+				return 0, 0, fmt.Errorf("stream error: %s", data)
+			case bytes.Contains(data, []byte(`"choices":[]`)):
+				if i := bytes.Index(data, []byte(`"completion_tokens":`)); i >= 0 {
+					fmt.Sscanf(string(data[i+len(`"completion_tokens":`):]), "%d", &tokens)
+				}
+			case ttft == 0:
+				ttft = time.Since(start)
+			}
+		}
+		if err != nil {
+			if err == io.EOF && done {
+				return ttft, tokens, nil
+			}
+			if err == bufio.ErrBufferFull {
+				continue
+			}
+			return 0, 0, err
+		}
+	}
+}
+
+// lockedBuffer is the router's access log, counted for the disaggregation share.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) decisions() (lines, disaggregated int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b := l.b.Bytes()
+	lines = bytes.Count(b, []byte("\n"))
+	disaggregated = bytes.Count(b, []byte(`"disaggregation":"disaggregated"`))
+	return lines, disaggregated
+}

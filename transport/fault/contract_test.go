@@ -1,0 +1,74 @@
+package fault_test
+
+// The fault table vectors of testdata/contract (faults.json: "kinds" and "durations"), run
+// against transport/fault. python/tests/test_contract.py runs the same file against the Python
+// client, so the two cannot drift. The file's scripted engine answers ("cases") are run in
+// transport, where the engine client turns them into faults.
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/narwhal-router/narwhal/config"
+	"github.com/narwhal-router/narwhal/transport/fault"
+)
+
+func loadContract(t *testing.T, name string, v any) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "testdata", "contract", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+}
+
+func kindNamed(t *testing.T, name string) fault.Kind {
+	t.Helper()
+	for _, k := range fault.Kinds() {
+		if k.String() == name {
+			return k
+		}
+	}
+	t.Fatalf("no fault kind %q", name)
+	return 0
+}
+
+func TestContractFaultKinds(t *testing.T) {
+	var doc struct {
+		Durations [][2]any
+		Kinds     []struct {
+			Kind                string
+			EngineStatus        int `json:"engine_status"`
+			Status              int `json:"status"`
+			Type                string
+			Retriable           bool `json:"retriable"`
+			CountsAgainstEngine bool `json:"counts_against_engine"`
+			StreamFailure       bool `json:"stream_failure"`
+		}
+	}
+	loadContract(t, "faults.json", &doc)
+	if len(doc.Kinds) == 0 || len(doc.Durations) == 0 {
+		t.Fatalf("faults.json has %d kinds and %d durations", len(doc.Kinds), len(doc.Durations))
+	}
+	for _, k := range doc.Kinds {
+		f := &fault.Fault{Kind: kindNamed(t, k.Kind), Status: k.EngineStatus, Detail: "d"}
+		var env struct{ Error struct{ Type, Code string } }
+		if err := json.Unmarshal(fault.FaultEnvelope(f), &env); err != nil {
+			t.Fatal(err)
+		}
+		if f.ClientStatus() != k.Status || env.Error.Type != k.Type || env.Error.Code != k.Kind || f.Retriable() != k.Retriable ||
+			f.CountsAgainstEngine() != k.CountsAgainstEngine || f.StreamFailure() != k.StreamFailure {
+			t.Errorf("%s (engine status %d): status %d type %s code %s retriable %v counts %v stream failure %v; vectors: %+v",
+				k.Kind, k.EngineStatus, f.ClientStatus(), env.Error.Type, env.Error.Code, f.Retriable(), f.CountsAgainstEngine(), f.StreamFailure(), k)
+		}
+	}
+	for _, d := range doc.Durations {
+		if got := config.Seconds(d[0].(float64)).Duration().String(); got != d[1].(string) {
+			t.Errorf("%v s is written %q, vectors say %q", d[0], got, d[1])
+		}
+	}
+}

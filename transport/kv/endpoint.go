@@ -1,0 +1,97 @@
+package kv
+
+import (
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+)
+
+// The KV endpoint policy. A descriptor tells the consumer where to connect for the KV transfer,
+// so an unconstrained producer (compromised or buggy) could point every consumer at any address:
+// a cloud metadata service, the router's admin listener, another tenant. Where a consumer may be
+// sent is therefore decided here, in this order:
+//
+//  1. a pinned endpoint (engines[].kv.endpoint): the descriptor must name exactly it;
+//  2. an allowlist (engines[].kv.allowed_endpoints: CIDRs, exact host:port entries): the
+//     descriptor's endpoint must match one entry;
+//  3. otherwise the KV host must be the producer's own host, as written in its url, and must not
+//     be a link-local, metadata, unspecified or multicast address.
+//
+// Link-local and metadata addresses pass only when the operator named them (a pin, or an
+// allowlist entry that covers them). The host must always be a bare host name or IP address.
+
+// metadataHosts are cloud instance-metadata names and addresses.
+var metadataHosts = []string{"metadata.google.internal", "metadata", "169.254.169.254", "fd00:ec2::254", "100.100.100.200"}
+
+// checkEndpoint applies the policy to the host and port a descriptor names.
+func checkEndpoint(host string, port int64, p Side) *Rejection {
+	got := net.JoinHostPort(host, strconv.FormatInt(port, 10))
+	ip, isIP := parseHost(host)
+	if !isIP && !validHostName(host) {
+		return Reject(ReasonEndpointMismatch, "remote_host %s is not a host name or IP address", excerpt([]byte(host)))
+	}
+	if p.Endpoint != "" {
+		if !strings.EqualFold(got, p.Endpoint) {
+			return Reject(ReasonEndpointMismatch, "descriptor names KV endpoint %s but producer %s is pinned to %s",
+				got, p.Engine, p.Endpoint)
+		}
+		return nil
+	}
+	if len(p.AllowedEndpoints) > 0 {
+		for _, a := range p.AllowedEndpoints {
+			if pre, err := netip.ParsePrefix(a); err == nil {
+				if isIP && pre.Contains(ip) {
+					return nil
+				}
+			} else if strings.EqualFold(a, got) {
+				return nil
+			}
+		}
+		return Reject(ReasonEndpointMismatch, "descriptor names KV endpoint %s, which producer %s's allowed_endpoints do not include",
+			got, p.Engine)
+	}
+	if forbidden(host, ip, isIP) {
+		return Reject(ReasonEndpointMismatch, "descriptor names KV endpoint %s, a link-local, metadata or unroutable address (allow it with kv.endpoint or kv.allowed_endpoints)", got)
+	}
+	if p.Host == "" {
+		return nil // the standalone Go API with no producer URL: nothing to compare with
+	}
+	pip, pIsIP := parseHost(p.Host)
+	if strings.EqualFold(host, p.Host) || (isIP && pIsIP && ip == pip) {
+		return nil
+	}
+	return Reject(ReasonEndpointMismatch, "descriptor names KV host %s, not producer %s's own host %s (pin kv.endpoint or set kv.allowed_endpoints to allow others)",
+		excerpt([]byte(host)), p.Engine, p.Host)
+}
+
+func parseHost(h string) (netip.Addr, bool) {
+	ip, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(h, "["), "]"))
+	if err != nil || ip.Zone() != "" {
+		return netip.Addr{}, false
+	}
+	return ip.Unmap(), true
+}
+
+// validHostName accepts DNS names: letters, digits, '-', '_' and dots, at most 253 bytes.
+func validHostName(h string) bool {
+	if h == "" || len(h) > 253 || h[0] == '.' || h[0] == '-' {
+		return false
+	}
+	for i := 0; i < len(h); i++ {
+		c := h[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+func forbidden(host string, ip netip.Addr, isIP bool) bool {
+	for _, m := range metadataHosts {
+		if strings.EqualFold(strings.TrimSuffix(host, "."), m) {
+			return true
+		}
+	}
+	return isIP && (ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() || ip.IsUnspecified() || ip.IsMulticast())
+}

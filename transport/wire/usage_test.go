@@ -1,0 +1,64 @@
+package wire
+
+import "testing"
+
+func TestCorrectCachedTokens(t *testing.T) {
+	cases := []struct {
+		in, want string
+		cached   int
+		changed  bool
+	}{
+		{`data: {"id":"x","choices":[],"usage":{"prompt_tokens":100,"total_tokens":102,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":99}}}` + "\n\n",
+			`data: {"id":"x","choices":[],"usage":{"prompt_tokens":100,"total_tokens":102,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":0}}}` + "\n\n", 0, true},
+		{`{"usage":{"prompt_tokens_details": {"cached_tokens": 7}}}`, `{"usage":{"prompt_tokens_details": {"cached_tokens": 1234}}}`, 1234, true},
+		{`{"usage":{"prompt_tokens":3,"prompt_tokens_details":null}}`, ``, 5, false},
+		{`{"usage":{"prompt_tokens":3}}`, ``, 5, false},
+		{`{"usage":{"prompt_tokens_details":{"cached_tokens":5}}}`, ``, 5, false},
+		{`{"usage":{"input_tokens":9,"input_tokens_details":{"cached_tokens":8}}}`, `{"usage":{"input_tokens":9,"input_tokens_details":{"cached_tokens":0}}}`, 0, true},
+	}
+	for _, c := range cases {
+		got, changed := CorrectCachedTokens(nil, []byte(c.in), c.cached)
+		if changed != c.changed || string(got) != c.want {
+			t.Errorf("CorrectCachedTokens(%s, %d) = %q, %v; want %q, %v", c.in, c.cached, got, changed, c.want, c.changed)
+		}
+	}
+	if n := CachedTokens([]byte(`{"usage":{"prompt_tokens_details":{"cached_tokens":42}}}`)); n != 42 {
+		t.Errorf("CachedTokens = %d", n)
+	}
+	if n := CachedTokens([]byte(`{"usage":{"prompt_tokens_details":null},"x":{"cached_tokens":3}}`)); n != 0 {
+		t.Errorf("CachedTokens outside the details = %d", n)
+	}
+}
+
+func TestPromptEstimateAndBlocks(t *testing.T) {
+	b, err := ParseClientBody(EndpointChat, []byte(`{"model":"m","n":3,"messages":[{"role":"system","content":"a b c d"},{"role":"user","content":[{"type":"text","text":"e f"}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := b.Prompt(2)
+	if p.N != 3 || p.Words != 6 || len(p.Blocks) != 3 || p.Tokens != 6 {
+		t.Fatalf("prompt %+v", p)
+	}
+	c, _ := ParseClientBody(EndpointCompletions, []byte(`{"model":"m","prompt":"a b c d e f"}`))
+	q := c.Prompt(2)
+	for i := range q.Blocks {
+		if q.Blocks[i] != p.Blocks[i] {
+			t.Fatalf("the same words hash differently across endpoints at block %d", i)
+		}
+	}
+	d, _ := ParseClientBody(EndpointCompletions, []byte(`{"model":"m","prompt":"a b X d e f"}`))
+	if r := d.Prompt(2); r.Blocks[0] != q.Blocks[0] || r.Blocks[1] == q.Blocks[1] || r.Blocks[2] == q.Blocks[2] {
+		t.Fatalf("a changed word must change its block and every later one, not earlier ones")
+	}
+	r, err := ParseClientBody(EndpointResponses, []byte(`{"model":"m","instructions":"a b","input":[{"role":"user","content":"c d e f"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rp := r.Prompt(2); rp.Words != 6 || len(rp.Blocks) != 3 || rp.Blocks[2] != p.Blocks[2] {
+		t.Fatalf("responses prompt %+v", rp)
+	}
+	e, _ := ParseClientBody(EndpointCompletions, []byte(`{"model":"m","prompt":"supercalifragilisticexpialidocious"}`))
+	if r := e.Prompt(64); r.Tokens != 9 || r.N != 1 {
+		t.Fatalf("one long word: %+v (want a quarter of its bytes)", r)
+	}
+}
