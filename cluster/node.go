@@ -137,6 +137,13 @@ func (n *Node) join() (err error) {
 	} else {
 		ln.Close()
 	}
+	if n.cfg.Provider == config.ProviderStatic { // heartbeats use the same port over UDP
+		if pc, perr := net.ListenPacket("udp", n.cfg.Bind); perr != nil {
+			return &bindError{fmt.Errorf("cluster.bind %s (UDP, for heartbeats): %w", n.cfg.Bind, perr)}
+		} else {
+			pc.Close()
+		}
+	}
 	logger := n.log
 	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 		return slog.New(warnOnly{logger.Handler()}).With("lib", "protoactor")
