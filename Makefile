@@ -6,7 +6,7 @@ BIN       ?= bin/narwhal
 # (golang/go#75804, fixed in Go 1.27); a count has no deadline to race. About 5 s each here.
 FUZZTIME  ?= 30000x
 
-.PHONY: run build test fuzz vet lint fmt-check bench clean
+.PHONY: run build test fuzz vet lint fmt-check bench bench-cluster clean
 
 run: build ## run the router in front of an embedded simulated fleet
 	./$(BIN) demo
@@ -55,6 +55,9 @@ fmt-check:
 
 bench: build ## router overhead against the direct baseline (see bench/README.md)
 	$(GO) run ./bench/cmd/bench $(if $(BENCH_SCENARIOS),-scenarios $(BENCH_SCENARIOS))
+
+bench-cluster: build ## idle cost and verdict convergence of a 3-node cluster (see bench/README.md)
+	$(GO) run ./bench/cmd/clusterbench -narwhal $(BIN)
 
 clean:
 	rm -rf bin

@@ -18,13 +18,17 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/narwhal-router/narwhal/bench/sim"
 	"github.com/narwhal-router/narwhal/config"
@@ -215,6 +219,7 @@ func dumpCommand() *cobra.Command {
 
 func demoCommand() *cobra.Command {
 	var listen, adminListen string
+	var nodes int
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Run the router in front of an embedded simulated fleet (2 prefill + 2 decode engines)",
@@ -241,6 +246,9 @@ func demoCommand() *cobra.Command {
 			if err := cfg.Validate(); err != nil {
 				return err
 			}
+			if nodes > 1 {
+				return demoNodes(cfg, nodes, fleet)
+			}
 			return run(cfg, newLogger(cfg.Log, os.Stderr), func(s *node.Server) {
 				fmt.Printf(`Narwhal is routing to a simulated fleet: %d prefill + %d decode engines.
 
@@ -258,8 +266,126 @@ Ctrl-C stops it.
 		},
 	}
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:8000", "client API address")
-	cmd.Flags().StringVar(&adminListen, "admin-listen", "127.0.0.1:8001", "admin address")
+	cmd.Flags().StringVar(&adminListen, "admin-listen", "127.0.0.1:8001", "admin address (with --nodes, node i adds 10×i to both ports)")
+	cmd.Flags().IntVar(&nodes, "nodes", 1, "run this many Narwhal nodes as one cluster (separate processes, cluster ports 7946 and up)")
 	return cmd
+}
+
+// demoNodes runs n `narwhal serve` processes in front of the demo fleet, as one cluster with a
+// static seed list, until Ctrl-C. Node i listens on the demo's ports plus 10×i.
+func demoNodes(base config.Config, n int, fleet *sim.Fleet) error {
+	if n > 9 {
+		return fmt.Errorf("--nodes %d: at most 9 for the demo", n)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "narwhal-demo-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	shift := func(addr string, by int) (string, error) {
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			return "", err
+		}
+		p, err := strconv.Atoi(port)
+		if err != nil {
+			return "", fmt.Errorf("%q: the demo needs numeric ports", addr)
+		}
+		return net.JoinHostPort(host, strconv.Itoa(p+by)), nil
+	}
+	var seeds []string
+	for i := range n {
+		seeds = append(seeds, fmt.Sprintf("127.0.0.1:%d", 7946+i))
+	}
+	var children []*exec.Cmd
+	var done []chan struct{}
+	exited := make(chan error, n)
+	stop := func() {
+		for _, c := range children {
+			c.Process.Signal(syscall.SIGCONT) // a node stopped to try a stall still gets to leave
+			c.Process.Signal(syscall.SIGTERM)
+		}
+		for i, d := range done {
+			select {
+			case <-d:
+			case <-time.After(15 * time.Second):
+				children[i].Process.Kill()
+				<-d
+			}
+		}
+	}
+	defer stop()
+	var lines []string
+	for i := range n {
+		cfg := base
+		if cfg.Server.Listen, err = shift(base.Server.Listen, 10*i); err != nil {
+			return err
+		}
+		if cfg.Server.AdminListen, err = shift(base.Server.AdminListen, 10*i); err != nil {
+			return err
+		}
+		cfg.Cluster.Enabled, cfg.Cluster.NodeName, cfg.Cluster.Bind, cfg.Cluster.Seeds = true, fmt.Sprintf("node-%d", i), seeds[i], seeds
+		if err := cfg.Validate(); err != nil {
+			return err
+		}
+		b, err := yaml.Marshal(cfg)
+		if err != nil {
+			return err
+		}
+		path := filepath.Join(dir, fmt.Sprintf("node-%d.yaml", i))
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			return err
+		}
+		c := exec.Command(self, "serve", "--config", path, "--skip-preflight")
+		c.Stdout, c.Stderr = os.Stdout, os.Stderr
+		if err := c.Start(); err != nil {
+			return fmt.Errorf("start node %d: %w", i, err)
+		}
+		children = append(children, c)
+		d := make(chan struct{})
+		done = append(done, d)
+		go func() {
+			err := c.Wait()
+			close(d)
+			exited <- fmt.Errorf("node-%d exited: %v", i, err)
+		}()
+		lines = append(lines, fmt.Sprintf("  node-%d  pid %-7d API http://%s/v1   admin http://%s/cluster  /engines  /debug/tree?format=text",
+			i, c.Process.Pid, cfg.Server.Listen, cfg.Server.AdminListen))
+	}
+	fmt.Printf(`%d Narwhal nodes share one simulated fleet (%d prefill + %d decode engines) as one cluster:
+
+%s
+
+Eject an engine on one node and watch it leave placement on all of them:
+
+  curl -X POST 'http://%s/engines/d0/eject?reason=demo'
+  curl -s http://%s/engines | grep -A3 '"d0"'
+
+Stall a node with kill -STOP <pid> (kill -CONT to resume) and watch /cluster on the others.
+Ctrl-C stops them all.
+`, n, len(fleet.ByRole(sim.RolePrefill)), len(fleet.ByRole(sim.RoleDecode)), strings.Join(lines, "\n"),
+		base.Server.AdminListen, mustShift(shift, base.Server.AdminListen, 10))
+	signals := make(chan os.Signal, 2)
+	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(signals)
+	select {
+	case <-signals:
+		return nil
+	case err := <-exited:
+		return err
+	}
+}
+
+func mustShift(shift func(string, int) (string, error), addr string, by int) string {
+	s, err := shift(addr, by)
+	if err != nil {
+		return addr
+	}
+	return s
 }
 
 // run serves until SIGTERM or SIGINT, then shuts down gracefully. SIGUSR1 writes the supervisor

@@ -23,6 +23,8 @@ type engineState struct {
 	restarts  int
 	// probeGen identifies the probe in flight; an outcome for another generation is stale.
 	probeGen int
+	// peer is the cluster bookkeeping (peers.go); zero without a cluster.
+	peer peerState
 
 	timers engineTimers
 }
@@ -85,7 +87,14 @@ func (a *engineActor) Receive(ctx actor.Context) {
 			a.transition(ctx, quarantined)
 		}
 	case probeDue, *messages.ProbeNow:
-		a.startProbe(ctx)
+		if a.probesHere() {
+			a.startProbe(ctx)
+		} else if st.breaker.state == ejected { // a peer probes it this interval
+			st.breaker.nextProbe = time.Now().Add(st.breaker.probeInterval)
+			a.schedule(ctx)
+		}
+	case *peerVerdict:
+		a.applyPeer(ctx, m.v)
 	case probeFinished:
 		a.probeFinished(ctx, m)
 	case modelsFound:
@@ -110,6 +119,7 @@ func (a *engineActor) Receive(ctx actor.Context) {
 			a.r.log.Info("engine breaker", "engine", st.cfg.Name, "from", prev.String(), "to", st.breaker.state.String(),
 				"by", "admin", "reason", m.Reason)
 			a.publish(ctx, true)
+			a.share(prev) // no transition, but the operator's word is news to the peers
 		}
 		a.transition(ctx, prev)
 		a.schedule(ctx)
@@ -127,7 +137,7 @@ func (a *engineActor) legOutcome(ctx actor.Context, m *messages.LegOutcome) {
 	prev := st.breaker.state
 	if m.Fault == nil {
 		st.breaker.success()
-	} else if m.Fault.CountsAgainstEngine() {
+	} else if m.Fault.CountsAgainstEngine() && !a.stallArtifact() {
 		st.breaker.note(failureNote(m))
 		st.breaker.failure(time.Now(), m.Partner)
 	}
@@ -164,6 +174,7 @@ func (a *engineActor) transition(ctx actor.Context, from breakerState) {
 	}
 	a.r.log.Info("engine breaker", attrs...)
 	a.publish(ctx, true)
+	a.share(from)
 }
 
 // publish updates the view placement reads and tells the pool when waiting requests may now
@@ -203,6 +214,8 @@ func (a *engineActor) schedule(ctx actor.Context) {
 func (a *engineActor) readmit(ctx actor.Context, m *messages.Readmit) {
 	st := a.st
 	prev := st.breaker.state
+	st.peer.operator = true // what changes here is the operator's word, for the peers too
+	defer func() { st.peer.operator = false }()
 	switch {
 	case m.Force || (prev == ejected && st.breaker.byAdmin):
 		// An operator's ejection ends with the operator's word; a forced readmission skips the
@@ -253,6 +266,7 @@ func (a *engineActor) snapshot() *messages.EngineState {
 		Reserved:    reservedSlots(st.view),
 		MaxInflight: st.cfg.MaxInflight, LastProbe: st.lastProbe, Restarts: st.restarts,
 		Readmission: a.r.cfg.Recovery.Readmission, EjectedBy: b.ejectedBy(),
+		DecidedBy: st.peer.by, PeerReason: st.peer.reason,
 	}
 	if s.EjectedBy != "" {
 		s.EjectReason = b.cause

@@ -19,6 +19,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/narwhal-router/narwhal/cluster"
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/messages"
 	"github.com/narwhal-router/narwhal/transport"
@@ -35,6 +36,8 @@ type Options struct {
 	AccessLog io.Writer
 	// Connectors are the KV connectors engines may name; zero: kv.Builtin.
 	Connectors kv.Registry
+	// Cluster shares breaker verdicts with other Narwhal nodes; nil runs this node alone.
+	Cluster *cluster.Node
 }
 
 // Router is the actor system behind the client API. It implements ingress.Dispatcher.
@@ -52,6 +55,7 @@ type Router struct {
 	fleet    *fleet
 	states   []*engineState
 	budget   *retryBudget
+	cluster  *cluster.Node
 
 	// requestRoot spawns request supervisors under a guardian that stops, never restarts, them.
 	requestRoot *actor.RootContext
@@ -66,7 +70,8 @@ type Router struct {
 
 // NewRouter builds the engine clients and starts the actor system.
 func NewRouter(cfg config.Config, opts Options) (*Router, error) {
-	r := &Router{cfg: cfg, rt: config.Provision(cfg), metrics: opts.Metrics, log: opts.Logger, budget: newRetryBudget(cfg.Recovery.RetryBudget)}
+	r := &Router{cfg: cfg, rt: config.Provision(cfg), metrics: opts.Metrics, log: opts.Logger, budget: newRetryBudget(cfg.Recovery.RetryBudget),
+		cluster: opts.Cluster}
 	if r.metrics == nil {
 		r.metrics = telemetry.Noop()
 	}

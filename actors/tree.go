@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/narwhal-router/narwhal/cluster"
 	"github.com/narwhal-router/narwhal/messages"
 )
 
@@ -38,9 +39,13 @@ func (r *Router) Tree(ctx context.Context) (TreeNode, error) {
 		q := q
 		requests.Children = append(requests.Children, TreeNode{Name: q.ID, Kind: "request", State: &q})
 	}
+	children := []TreeNode{pool, requests}
+	if r.cluster != nil {
+		children = append(children, clusterTree(r.cluster.Tree()))
+	}
 	return TreeNode{Name: "narwhal", Kind: "guardian", PID: r.guardian.Id,
 		State:    map[string]any{"time": time.Now().UTC().Format(time.RFC3339Nano), "in_flight": len(reqs)},
-		Children: []TreeNode{pool, requests}}, nil
+		Children: children}, nil
 }
 
 // Text renders the tree indented, one actor per line, for terminals and SIGUSR1.
@@ -88,7 +93,43 @@ func stateLine(state any) string {
 		return line + fmt.Sprintf(" handoff_age=%.3fs reserved=prefill:%d,decode:%d elapsed=%.3fs",
 			s.HandoffAgeS, s.Reserved.Prefill, s.Reserved.Decode, s.ElapsedS)
 	case map[string]any:
-		return fmt.Sprintf("in_flight=%v", s["in_flight"])
+		if _, ok := s["in_flight"]; ok {
+			return fmt.Sprintf("in_flight=%v", s["in_flight"])
+		}
+		keys := make([]string, 0, len(s))
+		for k := range s {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		parts := make([]string, 0, len(keys))
+		for _, k := range keys {
+			parts = append(parts, fmt.Sprintf("%s=%v", k, s[k]))
+		}
+		return strings.Join(parts, " ")
+	case cluster.Member:
+		line := fmt.Sprintf("member_id=%s address=%s self=%t", s.MemberID, s.Address, s.Self)
+		if s.LastGossip != nil {
+			line += " last_gossip=" + s.LastGossip.UTC().Format(time.RFC3339Nano)
+		}
+		return line
+	case cluster.Verdict:
+		line := fmt.Sprintf("state=%s node=%s decided=%s", s.State, s.Node, s.Decided.UTC().Format(time.RFC3339Nano))
+		if s.Admin {
+			line += " admin=true"
+		}
+		if s.Reason != "" {
+			line += fmt.Sprintf(" reason=%q", s.Reason)
+		}
+		return line
 	}
 	return ""
+}
+
+// clusterTree converts the cluster's own tree entries.
+func clusterTree(n cluster.TreeNode) TreeNode {
+	out := TreeNode{Name: n.Name, Kind: n.Kind, PID: n.PID, State: n.State}
+	for _, c := range n.Children {
+		out.Children = append(out.Children, clusterTree(c))
+	}
+	return out
 }

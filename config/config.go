@@ -23,6 +23,7 @@ type Config struct {
 	Engines        []Engine        `yaml:"engines"`
 	Metrics        Metrics         `yaml:"metrics"`
 	Log            Log             `yaml:"log"`
+	Cluster        Cluster         `yaml:"cluster"`
 }
 
 // Server configures the client listener and the admin listener.
@@ -319,6 +320,7 @@ func Default() Config {
 		},
 		Preflight: Preflight{Concurrency: 4},
 		Log:       Log{Level: "info", Format: "json", AccessLog: true, AccessLogFlushS: 0.2},
+		Cluster:   defaultCluster(),
 	}
 }
 

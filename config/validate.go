@@ -219,6 +219,7 @@ func (c *Config) check(ck *checker) {
 	if f := c.Log.AccessLogFlushS; !finite(float64(f)) || f <= 0 || f > 10 {
 		ck.fail("log.access_log_flush_s", "must be a number of seconds greater than 0 and at most 10, got %v", float64(f))
 	}
+	ck.cluster(c.Cluster)
 }
 
 func (c *Config) validateEngines(ck *checker) {

@@ -129,6 +129,10 @@ type EngineState struct {
 	// by an ejection.
 	EjectedBy   string `json:"ejected_by,omitempty"`
 	EjectReason string `json:"eject_reason,omitempty"`
+	// DecidedBy names the peer node whose verdict set the current state (clusters only);
+	// PeerReason is that node's reason.
+	DecidedBy  string `json:"decided_by,omitempty"`
+	PeerReason string `json:"peer_reason,omitempty"`
 	// Load is the engine's load as placement sees it (placement.* in the configuration).
 	Load LoadState `json:"load"`
 }

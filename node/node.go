@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/narwhal-router/narwhal/actors"
+	"github.com/narwhal-router/narwhal/cluster"
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/transport/admin"
 	"github.com/narwhal-router/narwhal/transport/ingress"
@@ -42,6 +43,7 @@ type Server struct {
 	log       *slog.Logger
 	reporting *telemetry.Reporting
 	router    *actors.Router
+	peers     *cluster.Node // nil without a cluster
 	ingress   *ingress.Ingress
 	admin     *http.Server
 	ln        net.Listener
@@ -78,10 +80,16 @@ func Start(cfg config.Config, opts Options) (_ *Server, err error) {
 	if cfg.Log.AccessLog {
 		access = opts.AccessLog
 	}
-	if s.router, err = actors.NewRouter(cfg, actors.Options{Metrics: s.reporting.Metrics, Logger: s.log, AccessLog: access, Connectors: opts.Connectors}); err != nil {
+	if s.peers, err = cluster.Start(cfg.Cluster, cluster.Options{Logger: s.log}); err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	cleanup = append(cleanup, s.peers.Close)
+	if s.router, err = actors.NewRouter(cfg, actors.Options{Metrics: s.reporting.Metrics, Logger: s.log, AccessLog: access,
+		Connectors: opts.Connectors, Cluster: s.peers}); err != nil {
 		return nil, err
 	}
 	cleanup = append(cleanup, s.router.Close)
+	s.peers.Attach(s.router.PeerVerdict)
 	if err := s.router.WaitForModels(cfg.Engine.FirstTokenTimeoutS.Duration()); err != nil {
 		s.log.Warn("starting without every engine's model list", "error", err)
 	}
@@ -177,6 +185,7 @@ func (s *Server) shutdown(ctx context.Context) error {
 		acancel()
 	}
 	s.ingress.Close()
+	s.peers.Close() // leave the cluster before the engine actors stop
 	s.router.Close()
 	s.reporting.Close()
 	if errors.Is(err, context.DeadlineExceeded) {
@@ -189,6 +198,8 @@ func (s *Server) shutdown(ctx context.Context) error {
 type adminFleet struct{ *actors.Router }
 
 func (a adminFleet) Tree(ctx context.Context) (admin.Tree, error) { return a.Router.Tree(ctx) }
+
+func (a adminFleet) ClusterStatus() any { return a.Router.Cluster().Status() }
 
 func (a adminFleet) Eject(ctx context.Context, name, reason string) (string, error) {
 	state, err := a.Router.Eject(ctx, name, reason)

@@ -31,6 +31,9 @@ type Fleet interface {
 	Readmit(ctx context.Context, name string, force bool) (string, error)
 	// Tree dumps the supervisor tree.
 	Tree(ctx context.Context) (Tree, error)
+	// ClusterStatus is what /cluster shows: this node's view of the other Narwhal nodes
+	// (members, their last gossip, the shared verdicts); {"enabled": false} without a cluster.
+	ClusterStatus() any
 }
 
 // Tree is a supervisor-tree dump: JSON as it marshals, or indented text.
@@ -75,6 +78,9 @@ func Handler(router Fleet, prom http.Handler, token string) http.Handler {
 	mux.HandleFunc("POST /engines/{name}/readmit", func(w http.ResponseWriter, r *http.Request) {
 		state, err := router.Readmit(askContext(r), r.PathValue("name"), r.URL.Query().Get("force") == "true")
 		answerAdmin(w, r.PathValue("name"), state, err)
+	})
+	mux.HandleFunc("GET /cluster", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, router.ClusterStatus())
 	})
 	mux.HandleFunc("GET /debug/tree", func(w http.ResponseWriter, r *http.Request) {
 		tree, err := router.Tree(askContext(r))

@@ -219,6 +219,13 @@ func (m *Metrics) BreakerTransition(engine, from, to string) {
 	m.counter("breaker_transitions", "engine", engine, "from", from, "to", to).Inc(1)
 }
 
+// ClusterVerdict counts breaker verdicts shared with other Narwhal nodes: "published" (decided
+// here), "applied" (a peer's, changing this node's view) or "stale" (a peer's, older than what
+// this node knew).
+func (m *Metrics) ClusterVerdict(engine, state, direction string) {
+	m.counter("cluster_verdicts", "engine", engine, "state", state, "direction", direction).Inc(1)
+}
+
 // ProbeResult counts a readmission probe's outcome.
 func (m *Metrics) ProbeResult(engine, result string) {
 	m.counter("probe_results", "engine", engine, "result", result).Inc(1)

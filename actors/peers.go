@@ -1,0 +1,178 @@
+package actors
+
+import (
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/narwhal-router/narwhal/cluster"
+)
+
+// What the engine actors share with the other Narwhal nodes (package cluster) and how they
+// apply what the peers decided. The rules (SPEC §15):
+//   - every local breaker decision is published at once: quarantined, ejected (by failures or
+//     by an operator), probing, and admitted after a successful probe or an operator's readmit.
+//     A quarantine that simply ran out is not news: every node runs the same clock on it.
+//   - a peer's ejection or quarantine takes the engine out of placement here at once;
+//   - only a peer's admission (a probe that passed, or an operator) readmits an engine here;
+//     an operator's ejection is lifted only by an operator's admission;
+//   - the later decision wins, by the deciding node's clock: a peer verdict older than what
+//     this engine actor last decided or applied changes nothing;
+//   - streaks stay local (a failure seen here counts here only): one node's unlucky requests are
+//     not evidence enough for the fleet, an ejection is.
+
+// peerState is an engine actor's cluster bookkeeping.
+type peerState struct {
+	// decided is when the engine's current standing was decided, here or by a peer.
+	decided time.Time
+	// by names the node whose verdict the standing comes from ("" when decided here).
+	by string
+	// reason is the peer's reason, shown in /engines.
+	reason string
+	// applying is set while a peer verdict is applied, so the transition is not re-published.
+	applying bool
+	// operator is set while an operator's eject or readmit is handled here.
+	operator bool
+}
+
+// peerVerdict carries a peer's verdict to the engine actor it is about.
+type peerVerdict struct{ v cluster.Verdict }
+
+// PeerVerdict hands a peer's verdict to its engine actor. It is the cluster node's OnVerdict.
+func (r *Router) PeerVerdict(v cluster.Verdict) {
+	e := r.fleet.engine(v.Engine)
+	if e == nil || e.pid == nil {
+		r.log.Debug("verdict about an engine this node does not have", "engine", v.Engine, "node", v.Node)
+		return
+	}
+	r.root.Send(e.pid, &peerVerdict{v})
+}
+
+// Cluster is this node's cluster membership; nil when the cluster is off.
+func (r *Router) Cluster() *cluster.Node { return r.cluster }
+
+// share publishes a local breaker decision to the peers.
+func (a *engineActor) share(from breakerState) {
+	st := a.st
+	if st.peer.applying {
+		return
+	}
+	now := time.Now()
+	b := &st.breaker
+	st.peer.decided, st.peer.by, st.peer.reason = now, "", ""
+	if a.r.cluster == nil {
+		return
+	}
+	v := cluster.Verdict{Engine: st.cfg.Name, State: b.state.String(), Decided: now, Admin: st.peer.operator || b.byAdmin}
+	switch b.state {
+	case quarantined:
+		v.Until, v.Reason = b.quarantineEnds, "failure quarantine"
+	case ejected:
+		v.Until = b.nextProbe
+		switch {
+		case b.byAdmin:
+			v.Reason = "ejected by an operator"
+			if b.cause != "" {
+				v.Reason += ": " + b.cause
+			}
+		case from == probing:
+			v.Reason = "probe did not pass"
+			if p := st.lastProbe; p != nil {
+				if p.Result == probeInconclusive {
+					v.Reason = "probe inconclusive"
+				}
+				v.Reason += ": " + p.Reason
+			}
+		default:
+			v.Reason = "ejected after consecutive failures"
+			if b.cause != "" {
+				v.Reason += ": " + b.cause
+			}
+		}
+	case probing:
+		v.Until, v.Reason = now.Add(3*a.r.cfg.Engine.FirstTokenTimeoutS.Duration()), "probe in flight"
+	case admitted:
+		if from == quarantined && !st.peer.operator {
+			return // a quarantine that ran out; every node times it itself
+		}
+		v.Reason = "probe passed"
+		if st.lastProbe != nil && st.lastProbe.Reason != "" {
+			v.Reason = st.lastProbe.Reason
+		}
+		if st.peer.operator {
+			v.Reason = "readmitted by an operator"
+		}
+	}
+	a.r.cluster.Publish(v)
+	a.r.metrics.ClusterVerdict(v.Engine, v.State, "published")
+}
+
+// applyPeer brings this node's view of the engine in line with a peer's newer verdict.
+func (a *engineActor) applyPeer(ctx actor.Context, v cluster.Verdict) {
+	st := a.st
+	b := &st.breaker
+	if !v.Decided.After(st.peer.decided) {
+		a.r.metrics.ClusterVerdict(v.Engine, v.State, "stale")
+		return // this node decided or heard something newer
+	}
+	now := time.Now()
+	prev := b.state
+	switch v.State {
+	case cluster.StateEjected, cluster.StateProbing:
+		switch {
+		case v.Admin:
+			if prev == probing {
+				st.probeGen++ // our probe must not readmit the engine behind the operator's back
+			}
+			b.ejectByAdmin(now, v.Reason)
+			if prev == ejected { // no transition, but the standing changed
+				a.publish(ctx, true)
+				a.schedule(ctx) // no probe of an operator's ejection
+			}
+		case b.byAdmin:
+			// An operator's ejection holds until an operator's readmission.
+		case prev == admitted || prev == quarantined:
+			b.eject(now, "")
+			b.cause = v.Reason
+		}
+		if v.Until.After(now) && !b.byAdmin {
+			b.nextProbe = v.Until // follow the prober's cadence
+		}
+	case cluster.StateQuarantined:
+		if prev == admitted && v.Until.After(now) {
+			b.state, b.quarantineEnds = quarantined, v.Until
+		} else if prev == quarantined && v.Until.After(b.quarantineEnds) {
+			b.quarantineEnds = v.Until
+			a.schedule(ctx)
+		}
+	case cluster.StateAdmitted:
+		if b.byAdmin && !v.Admin {
+			return // an operator's ejection ends only with an operator's word
+		}
+		if prev != admitted {
+			st.probeGen++ // a probe of ours in flight is moot now
+			b.probeSucceeded()
+			b.quarantineEnds = time.Time{}
+		}
+	default:
+		return
+	}
+	st.peer.decided, st.peer.by, st.peer.reason = v.Decided, v.Node, v.Reason
+	a.r.metrics.ClusterVerdict(v.Engine, v.State, "applied")
+	if b.state != prev {
+		st.peer.applying = true
+		a.transition(ctx, prev)
+		st.peer.applying = false
+		a.schedule(ctx)
+	}
+}
+
+// probesHere reports whether this node runs the next probe of the engine: with peers, one node
+// probes an engine per interval (cluster.ShouldProbe); the others wait for its verdict.
+func (a *engineActor) probesHere() bool {
+	return a.r.cluster.ShouldProbe(a.st.cfg.Name)
+}
+
+// stallArtifact reports whether a failure is this node's, not the engine's: right after this
+// process stalled (SIGSTOP, a frozen VM), every leg in flight timed out at once.
+func (a *engineActor) stallArtifact() bool { return a.r.cluster.Fenced() }

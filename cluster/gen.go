@@ -1,0 +1,3 @@
+package cluster
+
+//go:generate protoc --go_out=. --go_opt=paths=source_relative wire.proto

@@ -1,0 +1,573 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/cluster"
+	"github.com/asynkron/protoactor-go/cluster/clusterproviders/etcd"
+	"github.com/asynkron/protoactor-go/cluster/identitylookup/disthash"
+	"github.com/asynkron/protoactor-go/remote"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/narwhal-router/narwhal/config"
+)
+
+// startMu serialises protoactor's member start-up: it sets gRPC's process-wide logger, a data
+// race when two nodes of one process (tests) start at once.
+var startMu sync.Mutex
+
+// verdictKey is the gossip key each node publishes its VerdictSet under.
+const verdictKey = "narwhal.verdicts"
+
+// Options are a Node's collaborators.
+type Options struct {
+	Logger *slog.Logger
+	// OnVerdict receives each peer verdict that became the winner for its engine. It runs on
+	// protoactor's gossip goroutine and must not block.
+	OnVerdict func(Verdict)
+}
+
+// Node is this process's membership of the cluster. Its methods are safe for concurrent use;
+// a nil *Node is a cluster of one (every method works and shares nothing).
+type Node struct {
+	cfg   config.Cluster
+	name  string
+	log   *slog.Logger
+	on    atomic.Pointer[func(Verdict)]
+	board *board
+
+	push     chan struct{} // a local verdict to send now
+	rejoiner chan rejoinRequest
+	done     chan struct{}
+	wg       sync.WaitGroup
+
+	// tick is the watchdog's last tick, as monotonic time since epoch: older than
+	// suspect_after_s means a stall is under way that the watchdog has not run to notice yet.
+	epoch time.Time
+	tick  atomic.Int64
+	// joining is set while a join runs (at most one at a time).
+	joining atomic.Bool
+
+	mu          sync.Mutex
+	inc         *incarnation
+	generation  int
+	lastRejoin  time.Time
+	rejoinWhy   string
+	fencedUntil time.Time
+	stalls      int
+	members     []*cluster.Member
+	lastGossip  map[string]time.Time // member id → last gossip update heard from it
+	startErr    string
+}
+
+// incarnation is one membership of the cluster under one member identity: an actor system of
+// its own (protoactor ties the identity to the system), its remote, provider and gossip.
+type incarnation struct {
+	system   *actor.ActorSystem
+	cl       *cluster.Cluster
+	provider cluster.ClusterProvider
+	static   *staticProvider
+	refresh  *etcdRefresher // etcd only
+	started  time.Time
+}
+
+// Start joins the cluster described by cfg. A node that cannot join yet (an unreachable etcd)
+// still starts: it keeps retrying in the background and meanwhile routes on its own view.
+func Start(cfg config.Cluster, opts Options) (*Node, error) {
+	if !cfg.Enabled {
+		return nil, nil
+	}
+	n := &Node{cfg: cfg, name: cfg.Node(), log: opts.Logger,
+		board: newBoard(cfg.Node(), cfg.VerdictTTLS.Duration()),
+		push:  make(chan struct{}, 1), rejoiner: make(chan rejoinRequest, 1), done: make(chan struct{}),
+		lastGossip: map[string]time.Time{}, epoch: time.Now()}
+	if n.log == nil {
+		n.log = slog.New(slog.DiscardHandler)
+	}
+	n.log = n.log.With("component", "cluster", "node", n.name)
+	if opts.OnVerdict != nil {
+		n.on.Store(&opts.OnVerdict)
+	}
+	// Wait a bounded time for the first join, so that a node normally has the live verdicts
+	// before it serves; a membership service that does not answer (protoactor's etcd provider
+	// waits on it without a deadline) must not keep the node from routing.
+	select {
+	case err := <-n.startJoin():
+		var bind *bindError
+		if errors.As(err, &bind) {
+			return nil, err // a port we cannot listen on will not fix itself
+		}
+		if err != nil {
+			n.log.Warn("cluster not joined yet; routing on this node's own view and retrying", "error", err)
+		}
+	case <-time.After(firstJoinWait):
+		n.log.Warn("cluster not joined yet (the membership provider has not answered); routing on this node's own view meanwhile",
+			"waited", firstJoinWait.String())
+	}
+	n.wg.Add(2)
+	go n.loop()
+	go n.watchdog()
+	return n, nil
+}
+
+type bindError struct{ err error }
+
+func (e *bindError) Error() string { return e.err.Error() }
+func (e *bindError) Unwrap() error { return e.err }
+
+// join starts a new incarnation. protoactor panics where it could return errors (a port in
+// use, a provider that cannot start), so the panic is turned back into an error here.
+func (n *Node) join() (err error) {
+	host, portS, _ := net.SplitHostPort(n.cfg.Bind)
+	port, _ := strconv.Atoi(portS)
+	// Fail early and clearly on a port that is taken (protoactor would panic in a goroutine).
+	if ln, lerr := net.Listen("tcp", n.cfg.Bind); lerr != nil {
+		return &bindError{fmt.Errorf("cluster.bind %s: %w", n.cfg.Bind, lerr)}
+	} else {
+		ln.Close()
+	}
+	if n.cfg.Provider == config.ProviderStatic { // heartbeats use the same port over UDP
+		if pc, perr := net.ListenPacket("udp", n.cfg.Bind); perr != nil {
+			return &bindError{fmt.Errorf("cluster.bind %s (UDP, for heartbeats): %w", n.cfg.Bind, perr)}
+		} else {
+			pc.Close()
+		}
+	}
+	logger := n.log
+	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+		return slog.New(warnOnly{logger.Handler()}).With("lib", "protoactor")
+	}))
+	inc := &incarnation{system: system}
+	switch n.cfg.Provider {
+	case config.ProviderEtcd:
+		p, perr := etcd.NewWithConfig(n.cfg.Etcd.Prefix, clientv3.Config{
+			Endpoints: n.cfg.Etcd.Endpoints, DialTimeout: n.cfg.Etcd.DialTimeoutS.Duration()})
+		if perr != nil {
+			system.Shutdown()
+			return fmt.Errorf("etcd provider: %w", perr)
+		}
+		inc.provider = p
+	default:
+		inc.static = newStaticProvider(n)
+		inc.provider = inc.static
+	}
+	rc := remote.Configure(host, port, remote.WithAdvertisedHost(n.cfg.AdvertiseAddr()),
+		// The default pre-allocates a million-slot queue per peer (~16 MiB).
+		remote.WithEndpointWriterQueueSize(4096), remote.WithEndpointManagerQueueSize(4096))
+	cc := cluster.Configure(n.cfg.Name, inc.provider, disthash.New(), rc,
+		cluster.WithHeartbeatExpiration(max(20*time.Second, 4*n.cfg.SuspectAfterS.Duration())))
+	cc.GossipInterval = n.cfg.GossipIntervalS.Duration()
+	inc.cl = cluster.New(system, cc)
+	system.EventStream.Subscribe(func(evt any) { n.event(inc, evt) })
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("start cluster member: %v", r)
+			inc.provider.Shutdown(false)
+			if inc.cl.Remote != nil {
+				inc.cl.Shutdown(false) // the remote may hold the port already
+			} else {
+				system.Shutdown()
+			}
+		}
+	}()
+	startMu.Lock()
+	defer startMu.Unlock()
+	inc.cl.StartMember()
+	inc.started = time.Now()
+	select {
+	case <-n.done: // the node closed while this join hung
+		inc.provider.Shutdown(false)
+		inc.cl.Shutdown(false)
+		return errors.New("node closed")
+	default:
+	}
+	if n.cfg.Provider == config.ProviderEtcd {
+		if inc.refresh, err = startEtcdRefresher(n.cfg, system.ID, n.log); err != nil {
+			n.log.Warn("etcd registration refresher not started", "error", err)
+			err = nil
+		}
+	}
+	n.mu.Lock()
+	n.inc = inc
+	n.generation++
+	n.startErr = ""
+	n.mu.Unlock()
+	n.log.Info("joined the cluster", "member_id", system.ID, "address", n.cfg.AdvertiseAddr(), "provider", n.cfg.Provider)
+	n.sendNow()
+	return nil
+}
+
+// leave ends the current incarnation; rejoining waits until its port is free for the next.
+func (n *Node) leave(rejoining bool) {
+	n.mu.Lock()
+	inc := n.inc
+	n.inc = nil
+	n.members = nil
+	n.mu.Unlock()
+	if inc == nil {
+		return
+	}
+	inc.refresh.stop()
+	inc.provider.Shutdown(false)
+	// protoactor's non-graceful shutdown stops the server but leaves the connections to peers
+	// open (a leak per rejoin); the graceful one closes them but may wait up to 10 s for peers'
+	// streams. It closes its listener first, so the next incarnation only waits for that.
+	go func() {
+		inc.cl.Remote.Shutdown(true)
+		inc.system.Shutdown()
+	}()
+	if rejoining {
+		waitPortFree(n.cfg.Bind, 3*time.Second)
+	}
+}
+
+// waitPortFree waits until addr can be listened on again (TCP), or the timeout passes.
+func waitPortFree(addr string, timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	for {
+		ln, err := net.Listen("tcp", addr)
+		if err == nil {
+			ln.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// event handles the cluster's own events: peers' verdict sets and topology changes.
+func (n *Node) event(inc *incarnation, evt any) {
+	switch e := evt.(type) {
+	case *cluster.GossipUpdate:
+		if e.MemberID == inc.system.ID {
+			return
+		}
+		n.mu.Lock()
+		n.lastGossip[e.MemberID] = time.Now()
+		n.mu.Unlock()
+		if e.Key != verdictKey || e.Value == nil {
+			return
+		}
+		var set VerdictSet
+		if err := e.Value.UnmarshalTo(&set); err != nil {
+			n.log.Warn("peer verdicts unreadable", "member_id", e.MemberID, "error", err)
+			return
+		}
+		changed := n.board.receive(e.MemberID, &set, time.Now())
+		if on := n.on.Load(); on != nil {
+			for _, v := range changed {
+				(*on)(v)
+			}
+		}
+	case *cluster.ClusterTopology:
+		n.mu.Lock()
+		if n.inc == inc || n.inc == nil {
+			n.members = e.Members
+		}
+		n.mu.Unlock()
+		for _, m := range e.Joined {
+			if m.Id != inc.system.ID {
+				n.log.Info("cluster member joined", "member_id", m.Id, "address", m.Address())
+			}
+		}
+		for _, m := range e.Left {
+			n.log.Info("cluster member left", "member_id", m.Id, "address", m.Address())
+		}
+		if len(e.Joined) > 0 {
+			// A member that joins late gets the whole gossip state; pushing now only makes it
+			// arrive without waiting for the next tick.
+			n.sendNow()
+		}
+	}
+}
+
+// Attach makes f the receiver of peers' verdicts and hands it, at once, every live verdict a
+// peer decided: what arrived before the engine actors existed is not lost.
+func (n *Node) Attach(f func(Verdict)) {
+	if n == nil {
+		return
+	}
+	n.on.Store(&f)
+	for _, v := range n.board.view(time.Now()) {
+		if v.Node != n.name {
+			f(v)
+		}
+	}
+}
+
+// Publish shares a decision this node made about an engine: it is on the board at once and on
+// its way to every peer now, not at the next gossip tick.
+func (n *Node) Publish(v Verdict) {
+	if n == nil {
+		return
+	}
+	n.board.decide(v, time.Now())
+	n.sendNow()
+}
+
+func (n *Node) sendNow() {
+	select {
+	case n.push <- struct{}{}:
+	default:
+	}
+}
+
+// rejoinRequest asks for a new incarnation because the one named is no longer accepted.
+type rejoinRequest struct {
+	memberID string
+	why      string
+}
+
+// rejoin asks the loop to replace the incarnation memberID with a new one. A request about an
+// incarnation already replaced is dropped: it was late news.
+func (n *Node) rejoin(memberID, why string) {
+	select {
+	case n.rejoiner <- rejoinRequest{memberID, why}:
+	default:
+	}
+}
+
+// watchdog notices that this process did not run for longer than peers wait for it (stopped,
+// a frozen VM, starved): they have dropped its identity, and the legs that were in flight timed
+// out through no engine's fault. It fences the node — failure verdicts are held back until the
+// stall's timeouts have drained — and asks for a rejoin under a new identity.
+func (n *Node) watchdog() {
+	defer n.wg.Done()
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	suspect := n.cfg.SuspectAfterS.Duration()
+	last := time.Now()
+	for {
+		select {
+		case <-n.done:
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		gap := now.Sub(last)
+		last = now
+		n.tick.Store(int64(now.Sub(n.epoch)))
+		if gap <= suspect {
+			continue
+		}
+		n.mu.Lock()
+		n.stalls++
+		n.fencedUntil = now.Add(suspect + n.cfg.GossipIntervalS.Duration())
+		n.mu.Unlock()
+		n.log.Warn("this node stalled; fencing it and rejoining the cluster", "stall", gap.String())
+		n.rejoin(n.memberID(), "stalled for "+gap.Round(time.Millisecond).String())
+	}
+}
+
+// loop publishes, re-publishes, watches for stalls and rejoins, one thing at a time.
+func (n *Node) loop() {
+	defer n.wg.Done()
+	republish := time.NewTicker(n.cfg.RepublishIntervalS.Duration())
+	defer republish.Stop()
+	retry := time.NewTicker(n.cfg.SuspectAfterS.Duration())
+	defer retry.Stop()
+	for {
+		select {
+		case <-n.done:
+			return
+		case <-n.push:
+			n.send()
+		case <-republish.C:
+			n.board.forget(time.Now())
+			n.forgetGossip()
+			n.send()
+		case <-retry.C:
+			if n.current() == nil && !n.joining.Load() {
+				n.startJoin()
+			}
+		case r := <-n.rejoiner:
+			if r.memberID == n.memberID() {
+				n.doRejoin(r.why)
+			}
+		}
+	}
+}
+
+// firstJoinWait bounds how long Start waits for the first join.
+const firstJoinWait = 5 * time.Second
+
+// startJoin starts a join unless one is under way, and delivers its result. A join may hang
+// (an unreachable etcd); while it does, no other starts.
+func (n *Node) startJoin() <-chan error {
+	res := make(chan error, 1)
+	if !n.joining.CompareAndSwap(false, true) {
+		res <- errors.New("a join is under way")
+		return res
+	}
+	go func() {
+		defer n.joining.Store(false)
+		err := n.join()
+		if err != nil {
+			n.mu.Lock()
+			n.startErr = err.Error()
+			n.mu.Unlock()
+		}
+		res <- err
+	}()
+	return res
+}
+
+func (n *Node) doRejoin(why string) {
+	n.mu.Lock()
+	n.lastRejoin, n.rejoinWhy = time.Now(), why
+	n.mu.Unlock()
+	n.log.Info("rejoining the cluster under a new member identity", "reason", why)
+	n.leave(true)
+	n.startJoin() // the retry tick tries again if it fails
+}
+
+func (n *Node) current() *incarnation {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.inc
+}
+
+// send publishes this node's live verdicts and pushes them to peers at once.
+func (n *Node) send() {
+	inc := n.current()
+	if inc == nil {
+		return
+	}
+	inc.cl.Gossip.SetState(verdictKey, n.board.localSet(time.Now()))
+	inc.cl.Gossip.SendState()
+}
+
+// forgetGossip drops the last-gossip times of members gone for longer than a verdict lives
+// (every rejoin elsewhere leaves an identity behind).
+func (n *Node) forgetGossip() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	live := map[string]bool{}
+	for _, m := range n.members {
+		live[systemID(m)] = true
+	}
+	for id, at := range n.lastGossip {
+		if !live[id] && time.Since(at) > n.cfg.VerdictTTLS.Duration() {
+			delete(n.lastGossip, id)
+		}
+	}
+}
+
+// Fenced reports whether this node is just back from a stall: failures its legs saw during
+// the stall are the stall's, not the engines'.
+func (n *Node) Fenced() bool {
+	if n == nil {
+		return false
+	}
+	now := time.Now()
+	if now.Sub(n.epoch)-time.Duration(n.tick.Load()) > n.cfg.SuspectAfterS.Duration() {
+		return true // resumed, and a leg's timeout ran before the watchdog
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return now.Before(n.fencedUntil)
+}
+
+// ShouldProbe reports whether this node is the one that probes engine this interval: the
+// member the engine's name hashes to (rendezvous hashing over the live members), or any node
+// when no live verdict from another node says the engine is out (its ejection is local news).
+func (n *Node) ShouldProbe(engine string) bool {
+	if n == nil {
+		return true
+	}
+	w, ok := n.board.winner(engine, time.Now())
+	if !ok || w.State == StateAdmitted {
+		return true
+	}
+	return n.prober(engine) == n.cfg.AdvertiseAddr()
+}
+
+func (n *Node) memberID() string {
+	if inc := n.current(); inc != nil {
+		return inc.system.ID
+	}
+	return ""
+}
+
+// prober is the address of the member that probes engine: the highest hash of (member address,
+// engine). Addresses, not member ids, so that a rejoin does not move every engine's prober.
+func (n *Node) prober(engine string) string {
+	n.mu.Lock()
+	members := n.members
+	n.mu.Unlock()
+	best, bestH := n.cfg.AdvertiseAddr(), uint64(0)
+	for _, m := range members {
+		h := fnv.New64a()
+		h.Write([]byte(m.Address()))
+		h.Write([]byte{0})
+		h.Write([]byte(engine))
+		if s := h.Sum64(); s > bestH || (s == bestH && m.Address() > best) {
+			best, bestH = m.Address(), s
+		}
+	}
+	return best
+}
+
+// systemID is the actor-system id of a member: gossip names members by it, while providers may
+// decorate it (etcd's member ids are "cluster@id").
+func systemID(m *cluster.Member) string {
+	if i := strings.LastIndexByte(m.Id, '@'); i >= 0 {
+		return m.Id[i+1:]
+	}
+	return m.Id
+}
+
+// Verdict is the current winning verdict on engine, if a live one exists.
+func (n *Node) Verdict(engine string) (Verdict, bool) {
+	if n == nil {
+		return Verdict{}, false
+	}
+	return n.board.winner(engine, time.Now())
+}
+
+// Name is this node's name.
+func (n *Node) Name() string {
+	if n == nil {
+		return ""
+	}
+	return n.name
+}
+
+// Close leaves the cluster: peers drop this node at once (etcd) or after
+// cluster.suspect_after_s (static).
+func (n *Node) Close() {
+	if n == nil {
+		return
+	}
+	select {
+	case <-n.done:
+		return
+	default:
+	}
+	close(n.done)
+	n.wg.Wait()
+	n.leave(false)
+}
+
+// warnOnly keeps protoactor's cluster logs to warnings and errors: it logs every gossip
+// state change at info.
+type warnOnly struct{ slog.Handler }
+
+func (h warnOnly) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn && h.Handler.Enabled(ctx, l)
+}
+func (h warnOnly) WithAttrs(a []slog.Attr) slog.Handler { return warnOnly{h.Handler.WithAttrs(a)} }
+func (h warnOnly) WithGroup(g string) slog.Handler      { return warnOnly{h.Handler.WithGroup(g)} }
