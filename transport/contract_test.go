@@ -14,8 +14,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -24,48 +22,9 @@ import (
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/transport"
 	"github.com/narwhal-router/narwhal/transport/fault"
+	"github.com/narwhal-router/narwhal/transport/internal/contract"
 	"github.com/narwhal-router/narwhal/transport/wire"
 )
-
-// repoFile reads a file named relative to the repository root (this package is one level
-// down), trimmed of surrounding whitespace when trim is set.
-func repoFile(t *testing.T, rel string, trim bool) []byte {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", filepath.FromSlash(rel)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if trim {
-		b = bytes.TrimSpace(b)
-	}
-	return b
-}
-
-func loadContract(t *testing.T, name string, v any) {
-	t.Helper()
-	if err := json.Unmarshal(repoFile(t, "testdata/contract/"+name, false), v); err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
-}
-
-func contractEndpoint(s string) wire.Endpoint {
-	if s == "chat" {
-		return wire.EndpointChat
-	}
-	return wire.EndpointCompletions
-}
-
-// kvOf returns the kv_transfer_params of a prefill response byte for byte.
-func kvOf(t *testing.T, body []byte) []byte {
-	t.Helper()
-	var r struct {
-		KV json.RawMessage `json:"kv_transfer_params"`
-	}
-	if err := json.Unmarshal(body, &r); err != nil {
-		t.Fatal(err)
-	}
-	return r.KV
-}
 
 type contractEngineCase struct {
 	Name, Leg, Endpoint string
@@ -100,7 +59,7 @@ func TestContractEngineAnswers(t *testing.T) {
 		}
 		Cases []contractEngineCase
 	}
-	loadContract(t, "faults.json", &doc)
+	contract.Load(t, "faults.json", &doc)
 	if len(doc.Cases) == 0 {
 		t.Fatal("faults.json has no engine cases")
 	}
@@ -112,7 +71,7 @@ func TestContractEngineAnswers(t *testing.T) {
 		if resp.Then != "hang_headers" {
 			body := []byte(resp.Body)
 			if resp.BodyFixture != "" { // JSON files are served trimmed, SSE files as they are
-				body = repoFile(t, resp.BodyFixture, !strings.HasSuffix(resp.BodyFixture, ".sse"))
+				body = contract.RepoFile(t, resp.BodyFixture, !strings.HasSuffix(resp.BodyFixture, ".sse"))
 			}
 			w.Header().Set("Content-Type", resp.ContentType)
 			if resp.RetryAfter != "" {
@@ -149,7 +108,7 @@ func TestContractEngineAnswers(t *testing.T) {
 			if tc.Endpoint == "chat" {
 				prompt = `"messages":[{"role":"user","content":"x"}]`
 			}
-			body, err := wire.ParseClientBody(contractEndpoint(tc.Endpoint), []byte(`{"model":"m",`+prompt+`,"stream":true}`))
+			body, err := wire.ParseClientBody(contract.Endpoint(tc.Endpoint), []byte(`{"model":"m",`+prompt+`,"stream":true}`))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -162,7 +121,7 @@ func TestContractEngineAnswers(t *testing.T) {
 				if err != nil {
 					failure, raised = err, "prefill"
 				} else if tc.Want.DescriptorFromBody {
-					if want := kvOf(t, repoFile(t, tc.Response.BodyFixture, true)); !bytes.Equal(res.Descriptor(), want) {
+					if want := contract.KVOf(t, contract.RepoFile(t, tc.Response.BodyFixture, true)); !bytes.Equal(res.Descriptor(), want) {
 						t.Fatalf("descriptor = %s, want %s", res.Descriptor(), want)
 					}
 				} else if res.HasDescriptor() {
@@ -213,7 +172,7 @@ func TestContractEngineAnswers(t *testing.T) {
 					t.Fatalf("envelope %s\nwant %s", env, *want.Envelope)
 				}
 			case want.EnvelopeFixture != "":
-				if w := repoFile(t, want.EnvelopeFixture, true); !bytes.Equal(env, w) {
+				if w := contract.RepoFile(t, want.EnvelopeFixture, true); !bytes.Equal(env, w) {
 					t.Fatalf("envelope %s\nwant %s", env, w)
 				}
 			default:

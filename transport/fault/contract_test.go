@@ -7,24 +7,12 @@ package fault_test
 
 import (
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/transport/fault"
+	"github.com/narwhal-router/narwhal/transport/internal/contract"
 )
-
-func loadContract(t *testing.T, name string, v any) {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", "testdata", "contract", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, v); err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
-}
 
 func kindNamed(t *testing.T, name string) fault.Kind {
 	t.Helper()
@@ -50,7 +38,7 @@ func TestContractFaultKinds(t *testing.T) {
 			StreamFailure       bool `json:"stream_failure"`
 		}
 	}
-	loadContract(t, "faults.json", &doc)
+	contract.Load(t, "faults.json", &doc)
 	if len(doc.Kinds) == 0 || len(doc.Durations) == 0 {
 		t.Fatalf("faults.json has %d kinds and %d durations", len(doc.Kinds), len(doc.Durations))
 	}

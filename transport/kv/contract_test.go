@@ -9,54 +9,12 @@ package kv_test
 import (
 	"bytes"
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/narwhal-router/narwhal/transport/internal/contract"
 	"github.com/narwhal-router/narwhal/transport/kv"
-	"github.com/narwhal-router/narwhal/transport/wire"
 )
-
-// repoFile reads a file named relative to the repository root (this package is two levels
-// down), trimmed of surrounding whitespace when trim is set.
-func repoFile(t *testing.T, rel string, trim bool) []byte {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", filepath.FromSlash(rel)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if trim {
-		b = bytes.TrimSpace(b)
-	}
-	return b
-}
-
-func loadContract(t *testing.T, name string, v any) {
-	t.Helper()
-	if err := json.Unmarshal(repoFile(t, "testdata/contract/"+name, false), v); err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
-}
-
-func contractEndpoint(s string) wire.Endpoint {
-	if s == "chat" {
-		return wire.EndpointChat
-	}
-	return wire.EndpointCompletions
-}
-
-// kvOf returns the kv_transfer_params of a prefill response byte for byte.
-func kvOf(t *testing.T, body []byte) []byte {
-	t.Helper()
-	var r struct {
-		KV json.RawMessage `json:"kv_transfer_params"`
-	}
-	if err := json.Unmarshal(body, &r); err != nil {
-		t.Fatal(err)
-	}
-	return r.KV
-}
 
 type contractSide struct {
 	Engine    string `json:"engine"`
@@ -94,7 +52,7 @@ func TestContractDescriptors(t *testing.T) {
 			}
 		}
 	}
-	loadContract(t, "descriptors.json", &doc)
+	contract.Load(t, "descriptors.json", &doc)
 	if len(doc.Cases) < 40 {
 		t.Fatalf("only %d descriptor cases", len(doc.Cases))
 	}
@@ -103,7 +61,7 @@ func TestContractDescriptors(t *testing.T) {
 		t.Run(tc.Name, func(t *testing.T) {
 			raw := []byte(tc.Descriptor)
 			if tc.Fixture != "" {
-				raw = kvOf(t, repoFile(t, tc.Fixture, true))
+				raw = contract.KVOf(t, contract.RepoFile(t, tc.Fixture, true))
 			}
 			if tc.BlockIDsRepeat > 0 {
 				blocks := "[" + strings.Repeat("1,", tc.BlockIDsRepeat-1) + "1]"
@@ -113,13 +71,13 @@ func TestContractDescriptors(t *testing.T) {
 			if decodeEP == "" {
 				decodeEP = tc.Endpoint
 			}
-			pair := kv.Pair{Producer: doc.Producer.with(t, tc.Producer), Consumer: doc.Consumer.with(t, tc.Consumer), Endpoint: contractEndpoint(decodeEP)}
+			pair := kv.Pair{Producer: doc.Producer.with(t, tc.Producer), Consumer: doc.Consumer.with(t, tc.Consumer), Endpoint: contract.Endpoint(decodeEP)}
 			// The descriptor is checked by the producer's connector, as EngineClient.Decode does.
 			c, err := connectors.Lookup(pair.Producer.Connector)
 			if err != nil {
 				t.Fatal(err)
 			}
-			d, rej := kv.ParseDescriptor(raw, contractEndpoint(tc.Endpoint))
+			d, rej := kv.ParseDescriptor(raw, contract.Endpoint(tc.Endpoint))
 			if rej == nil {
 				rej = kv.ValidateDescriptor(c, d, pair)
 			}

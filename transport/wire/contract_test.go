@@ -7,43 +7,13 @@ package wire_test
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
-	"os"
-	"path/filepath"
 	"testing"
 
+	"github.com/narwhal-router/narwhal/transport/internal/contract"
 	"github.com/narwhal-router/narwhal/transport/kv"
 	"github.com/narwhal-router/narwhal/transport/wire"
 )
-
-// repoFile reads a file named relative to the repository root (this package is two levels
-// down), trimmed of surrounding whitespace when trim is set.
-func repoFile(t *testing.T, rel string, trim bool) []byte {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", filepath.FromSlash(rel)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if trim {
-		b = bytes.TrimSpace(b)
-	}
-	return b
-}
-
-func loadContract(t *testing.T, name string, v any) {
-	t.Helper()
-	if err := json.Unmarshal(repoFile(t, "testdata/contract/"+name, false), v); err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
-}
-
-func contractEndpoint(s string) wire.Endpoint {
-	if s == "chat" {
-		return wire.EndpointChat
-	}
-	return wire.EndpointCompletions
-}
 
 func TestContractBodies(t *testing.T) {
 	var doc struct {
@@ -56,7 +26,7 @@ func TestContractBodies(t *testing.T) {
 		}
 		Rejections []struct{ Name, Endpoint, Client, Param string }
 	}
-	loadContract(t, "bodies.json", &doc)
+	contract.Load(t, "bodies.json", &doc)
 	if len(doc.Cases) == 0 || len(doc.Rejections) == 0 {
 		t.Fatalf("bodies.json has %d cases and %d rejections", len(doc.Cases), len(doc.Rejections))
 	}
@@ -70,7 +40,7 @@ func TestContractBodies(t *testing.T) {
 	}
 	for _, tc := range doc.Cases {
 		t.Run(tc.Name, func(t *testing.T) {
-			b, err := wire.ParseClientBody(contractEndpoint(tc.Endpoint), []byte(tc.Client))
+			b, err := wire.ParseClientBody(contract.Endpoint(tc.Endpoint), []byte(tc.Client))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -86,7 +56,7 @@ func TestContractBodies(t *testing.T) {
 			}
 			want := []byte(tc.Want)
 			if tc.WantFixture != "" {
-				want = repoFile(t, tc.WantFixture, true)
+				want = contract.RepoFile(t, tc.WantFixture, true)
 			}
 			if !bytes.Equal(got, want) {
 				t.Fatalf("%s body\n got %s\nwant %s", tc.Leg, got, want)
@@ -95,7 +65,7 @@ func TestContractBodies(t *testing.T) {
 	}
 	for _, tc := range doc.Rejections {
 		t.Run("rejects "+tc.Name, func(t *testing.T) {
-			_, err := wire.ParseClientBody(contractEndpoint(tc.Endpoint), []byte(tc.Client))
+			_, err := wire.ParseClientBody(contract.Endpoint(tc.Endpoint), []byte(tc.Client))
 			var bre *wire.BadRequestError
 			if !errors.As(err, &bre) || bre.Param != tc.Param {
 				t.Fatalf("err = %v, want a bad request naming %q", err, tc.Param)
