@@ -58,12 +58,19 @@ func loggedRouter(t *testing.T, tweak func(*config.Recovery)) (*Router, *logBuff
 	return r, logs
 }
 
+// waitFor polls cond until it holds, failing with what after 3 s.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(3 * time.Second)
+	waitWithin(t, 3*time.Second, func() string { return what }, cond)
+}
+
+// waitWithin polls cond until it holds, failing with what() once within has passed.
+func waitWithin(t *testing.T, within time.Duration, what func() string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatal(what)
+			t.Fatal(what())
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

@@ -3,7 +3,6 @@ package actors
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/messages"
@@ -59,13 +58,7 @@ func TestEngineActorRestartKeepsBreakerStateAndReservations(t *testing.T) {
 
 	r.root.Send(d0.pid, (*messages.LegOutcome)(nil)) // a malformed message: the actor panics
 
-	deadline := time.Now().Add(3 * time.Second)
-	for describeEngine(t, r, "d0").Restarts == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the engine actor was not restarted")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitFor(t, "the engine actor was not restarted", func() bool { return describeEngine(t, r, "d0").Restarts != 0 })
 	e := describeEngine(t, r, "d0")
 	if e.State != "ejected" || e.Reserved.Decode != 1 || e.EjectedAt == nil || e.Restarts != 1 {
 		t.Fatalf("state lost in the restart: %+v", e)

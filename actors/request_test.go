@@ -3,6 +3,7 @@ package actors
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -46,13 +47,7 @@ func TestCrashedRequestSupervisorAnswersAndReleasesEverything(t *testing.T) {
 	}
 	outcome := make(chan ingress.Outcome, 1)
 	go func() { outcome <- x.Run(cmd.Plan) }()
-	deadline := time.Now().Add(3 * time.Second)
-	for fleet.Engine("p0").Stats().InFlight == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the prefill never started")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitFor(t, "the prefill never started", func() bool { return fleet.Engine("p0").Stats().InFlight != 0 })
 
 	r.root.Send(x.Handle.(*actor.PID), (*messages.AttemptEnded)(nil)) // malformed: the supervisor panics
 
@@ -64,29 +59,21 @@ func TestCrashedRequestSupervisorAnswersAndReleasesEverything(t *testing.T) {
 	if cmd := x.Await(); cmd.Plan != nil || cmd.Verdict.Status != 500 {
 		t.Fatalf("answer %+v, want 500", cmd)
 	}
-	for fleet.Engine("p0").Stats().Aborted != 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("the running prefill leg was not cancelled")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	for {
+	waitFor(t, "the running prefill leg was not cancelled", func() bool { return fleet.Engine("p0").Stats().Aborted == 1 })
+	held := 0
+	waitWithin(t, 3*time.Second, func() string {
+		return fmt.Sprintf("after the crash: %d reservations held, %d live requests", held, r.InFlight())
+	}, func() bool {
 		es, err := r.Engines(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
-		held := 0
+		held = 0
 		for _, e := range es {
 			held += e.Reserved.Prefill + e.Reserved.Decode
 		}
-		if held == 0 && r.InFlight() == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after the crash: %d reservations held, %d live requests", held, r.InFlight())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return held == 0 && r.InFlight() == 0
+	})
 }
 
 // A crashed supervisor's slots go back like any other's: a request queued for them is woken at
@@ -126,13 +113,7 @@ func TestCrashedRequestSupervisorWakesTheQueue(t *testing.T) {
 
 	second := ingress.NewExchange("crash-q-2", body(), time.Now(), time.Now().Add(time.Minute))
 	r.Dispatch(second)
-	deadline := time.Now().Add(5 * time.Second)
-	for r.queued.Load() != 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("the second request never queued")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitWithin(t, 5*time.Second, func() string { return "the second request never queued" }, func() bool { return r.queued.Load() == 1 })
 
 	r.root.Send(first.Handle.(*actor.PID), (*messages.AttemptEnded)(nil)) // malformed: the supervisor panics
 	<-ran
