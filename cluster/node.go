@@ -11,14 +11,18 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/cluster"
 	"github.com/asynkron/protoactor-go/cluster/clusterproviders/etcd"
 	"github.com/asynkron/protoactor-go/cluster/identitylookup/disthash"
+	"github.com/asynkron/protoactor-go/eventstream"
 	"github.com/asynkron/protoactor-go/remote"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/narwhal-router/narwhal/config"
 )
@@ -46,6 +50,8 @@ type Node struct {
 	log   *slog.Logger
 	on    atomic.Pointer[func(Verdict)]
 	board *board
+	// faults is the test hook that cuts this node off (FaultFileEnv); nil in production.
+	faults *faults
 
 	push     chan struct{} // a local verdict to send now
 	rejoiner chan rejoinRequest
@@ -79,6 +85,7 @@ type incarnation struct {
 	provider cluster.ClusterProvider
 	static   *staticProvider
 	refresh  *etcdRefresher // etcd only
+	sub      *eventstream.Subscription
 	started  time.Time
 }
 
@@ -91,7 +98,7 @@ func Start(cfg config.Cluster, opts Options) (*Node, error) {
 	n := &Node{cfg: cfg, name: cfg.Node(), log: opts.Logger,
 		board: newBoard(cfg.Node(), cfg.VerdictTTLS.Duration()),
 		push:  make(chan struct{}, 1), rejoiner: make(chan rejoinRequest, 1), done: make(chan struct{}),
-		lastGossip: map[string]time.Time{}, epoch: time.Now()}
+		lastGossip: map[string]time.Time{}, epoch: time.Now(), faults: startFaults()}
 	if n.log == nil {
 		n.log = slog.New(slog.DiscardHandler)
 	}
@@ -162,14 +169,19 @@ func (n *Node) join() (err error) {
 		inc.static = newStaticProvider(n)
 		inc.provider = inc.static
 	}
-	rc := remote.Configure(host, port, remote.WithAdvertisedHost(n.cfg.AdvertiseAddr()),
+	ropts := []remote.ConfigOption{remote.WithAdvertisedHost(n.cfg.AdvertiseAddr()),
 		// The default pre-allocates a million-slot queue per peer (~16 MiB).
-		remote.WithEndpointWriterQueueSize(4096), remote.WithEndpointManagerQueueSize(4096))
+		remote.WithEndpointWriterQueueSize(4096), remote.WithEndpointManagerQueueSize(4096),
+		remote.WithDialOptions(grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithContextDialer(n.faults.dialer()))}
+	if n.faults != nil {
+		ropts = append(ropts, remote.WithServerOptions(grpc.Creds(serverCreds{insecure.NewCredentials(), n.faults})))
+	}
+	rc := remote.Configure(host, port, ropts...)
 	cc := cluster.Configure(n.cfg.Name, inc.provider, disthash.New(), rc,
 		cluster.WithHeartbeatExpiration(max(20*time.Second, 4*n.cfg.SuspectAfterS.Duration())))
 	cc.GossipInterval = n.cfg.GossipIntervalS.Duration()
 	inc.cl = cluster.New(system, cc)
-	system.EventStream.Subscribe(func(evt any) { n.event(inc, evt) })
+	inc.sub = system.EventStream.Subscribe(func(evt any) { n.event(inc, evt) })
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("start cluster member: %v", r)
@@ -213,22 +225,75 @@ func (n *Node) leave(rejoining bool) {
 	n.mu.Lock()
 	inc := n.inc
 	n.inc = nil
+	members := n.members
 	n.members = nil
 	n.mu.Unlock()
 	if inc == nil {
 		return
 	}
-	inc.refresh.stop()
-	inc.provider.Shutdown(false)
-	// protoactor's non-graceful shutdown stops the server but leaves the connections to peers
-	// open (a leak per rejoin); the graceful one closes them but may wait up to 10 s for peers'
-	// streams. It closes its listener first, so the next incarnation only waits for that.
-	go func() {
-		inc.cl.Remote.Shutdown(true)
-		inc.system.Shutdown()
-	}()
+	inc.retire(members)
 	if rejoining {
 		waitPortFree(n.cfg.Bind, 3*time.Second)
+	}
+}
+
+// retire ends an incarnation for good, without protoactor's graceful shutdown: at the pinned
+// version Remote.Shutdown(true) can panic the process — it sends on each incoming stream's
+// disconnect channel, and a stream that a peer is closing at that moment has closed its
+// channel already ("send on closed channel" in endpointManager.stop, seen after stalls and
+// partitions, when peers' streams are being reset) — and it can hang 10 s on a peer that
+// connected while it was suspending. Instead, in an order that leaves nothing behind:
+//  1. membership stops (no heartbeats, no registration refresh) and its events are ignored;
+//  2. gossip stops, so the old actor system sends nothing more;
+//  3. the gRPC server stops at once: its listener closes (the port is free for the next
+//     incarnation) and every peer's stream into it is cut, so each peer drops its endpoint for
+//     this address and dials afresh on its next message — the next incarnation, not the old;
+//  4. this incarnation's own connections to peers close (protoactor's endpoint-terminated
+//     event, per member address), so neither side keeps a stream to a dead identity;
+//  5. the actor system stops, and nothing retains it.
+func (inc *incarnation) retire(members []*cluster.Member) {
+	inc.refresh.stop()
+	inc.system.EventStream.Unsubscribe(inc.sub)
+	inc.provider.Shutdown(false)
+	addrs := map[string]bool{}
+	for _, m := range members {
+		addrs[m.Address()] = true
+	}
+	if inc.static != nil {
+		for _, a := range inc.static.addresses() {
+			addrs[a] = true
+		}
+	}
+	delete(addrs, inc.system.Address())
+	inc.cl.Gossip.Shutdown()
+	inc.cl.Remote.Shutdown(false)
+	for a := range addrs {
+		inc.system.EventStream.Publish(&remote.EndpointTerminatedEvent{Address: a})
+	}
+	inc.system.Shutdown()
+}
+
+// peerRedialWait bounds how long a connection to a peer's cluster port keeps retrying while the
+// port refuses: the gap while a peer that rejoins swaps incarnations on the same port.
+const peerRedialWait = 2 * time.Second
+
+// dialPeer connects to a peer's cluster port for protoactor's remote. A refused connection is
+// retried every 20 ms for up to peerRedialWait: a peer that rejoins frees its port and listens
+// again moments later, and protoactor's own retry, after a failed dial, waits 2 s — the wait
+// a rejoined node would otherwise have before it hears the verdicts it missed.
+func dialPeer(ctx context.Context, addr string) (net.Conn, error) {
+	deadline := time.Now().Add(peerRedialWait)
+	var d net.Dialer
+	for {
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err == nil || !errors.Is(err, syscall.ECONNREFUSED) || time.Now().After(deadline) {
+			return c, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 }
 
@@ -560,6 +625,7 @@ func (n *Node) Close() {
 	close(n.done)
 	n.wg.Wait()
 	n.leave(false)
+	n.faults.stop()
 }
 
 // warnOnly keeps protoactor's cluster logs to warnings and errors: it logs every gossip
