@@ -87,6 +87,24 @@ type incarnation struct {
 	refresh  *etcdRefresher // etcd only
 	sub      *eventstream.Subscription
 	started  time.Time
+	// retired is set when the incarnation is being replaced: its remote dials nothing more.
+	retired atomic.Bool
+}
+
+var errRetired = errors.New("this cluster incarnation has been replaced")
+
+// dialer refuses every connection once the incarnation is retired. protoactor's endpoint
+// writers retry a failed connection after 2 s, and one that connects publishes an event that
+// makes its endpoint manager spawn another writer for the address, whose closing ends the next:
+// a retired incarnation's writers, left to reconnect when a partition heals, churned through
+// dozens of connections to the peers.
+func (inc *incarnation) dialer(dial func(context.Context, string) (net.Conn, error)) func(context.Context, string) (net.Conn, error) {
+	return func(ctx context.Context, addr string) (net.Conn, error) {
+		if inc.retired.Load() {
+			return nil, errRetired
+		}
+		return dial(ctx, addr)
+	}
 }
 
 // Start joins the cluster described by cfg. A node that cannot join yet (an unreachable etcd)
@@ -172,7 +190,7 @@ func (n *Node) join() (err error) {
 	ropts := []remote.ConfigOption{remote.WithAdvertisedHost(n.cfg.AdvertiseAddr()),
 		// The default pre-allocates a million-slot queue per peer (~16 MiB).
 		remote.WithEndpointWriterQueueSize(4096), remote.WithEndpointManagerQueueSize(4096),
-		remote.WithDialOptions(grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithContextDialer(n.faults.dialer()))}
+		remote.WithDialOptions(grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithContextDialer(inc.dialer(n.faults.dialer())))}
 	if n.faults != nil {
 		ropts = append(ropts, remote.WithServerOptions(grpc.Creds(serverCreds{insecure.NewCredentials(), n.faults})))
 	}
@@ -243,6 +261,7 @@ func (n *Node) leave(rejoining bool) {
 // channel already ("send on closed channel" in endpointManager.stop, seen after stalls and
 // partitions, when peers' streams are being reset) — and it can hang 10 s on a peer that
 // connected while it was suspending. Instead, in an order that leaves nothing behind:
+//  0. its remote dials nothing more (incarnation.dialer);
 //  1. membership stops (no heartbeats, no registration refresh) and its events are ignored;
 //  2. gossip stops, so the old actor system sends nothing more;
 //  3. the gRPC server stops at once: its listener closes (the port is free for the next
@@ -252,6 +271,7 @@ func (n *Node) leave(rejoining bool) {
 //     event, per member address), so neither side keeps a stream to a dead identity;
 //  5. the actor system stops, and nothing retains it.
 func (inc *incarnation) retire(members []*cluster.Member) {
+	inc.retired.Store(true)
 	inc.refresh.stop()
 	inc.system.EventStream.Unsubscribe(inc.sub)
 	inc.provider.Shutdown(false)
