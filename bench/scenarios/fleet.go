@@ -386,6 +386,9 @@ func runFleetArm(p fleetPolicy, rep *trace.Replay, m fleetMode) (*armResult, err
 		wg.Wait()
 		res.span = time.Since(t0)
 		res.measure(time.Duration(lastSent.Load()))
+		if res.windowOK == 0 { // fewer requests than sessions: no busy window, the whole run
+			res.measure(res.span)
+		}
 	}
 	for _, e := range fleet.Engines {
 		st := e.Stats()
