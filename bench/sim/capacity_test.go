@@ -225,8 +225,9 @@ func TestCapacityPrefixCacheSkipsCompute(t *testing.T) {
 // and a prompt that waited behind an identical one hits the blocks that one computed.
 func TestCapacityAdmitsWithinTheStepBudget(t *testing.T) {
 	t.Parallel()
-	// One step computes at most 64 prompt tokens and lasts at least 64 × 5 ms.
-	e := startEngine(t, Options{MaxNumSeqs: 8, MaxNumBatchedTokens: 64, PrefillPerToken: 5 * time.Millisecond,
+	// One step computes at most 64 prompt tokens and then lasts 64 × 20 ms: the second prompt
+	// arrives well within the first one's step, even on a loaded machine.
+	e := startEngine(t, Options{MaxNumSeqs: 8, MaxNumBatchedTokens: 64, PrefillPerToken: 20 * time.Millisecond,
 		Tokens: 2, PromptTokensDetails: true})
 	prompt := words("w", 64) // the whole budget: 3 full blocks reusable, (64 − 1) / 16
 	first := make(chan string, 1)
