@@ -412,3 +412,44 @@ func TestHostileProducerCannotRedirectConsumers(t *testing.T) {
 		})
 	}
 }
+
+// TestOversizedPassthroughAnswerIsAClearError: a passthrough answer is read whole before the
+// client gets it, so server.max_response_bytes bounds it. An engine answering /v1/embeddings with
+// more gets the client a 502 bad_response naming the key and its value; one within the bound
+// reaches the client byte for byte, and nothing stays reserved either way.
+func TestOversizedPassthroughAnswerIsAClearError(t *testing.T) {
+	const limit = 64 << 10
+	var size atomic.Int64
+	answer := func(w http.ResponseWriter, r *http.Request) bool {
+		if !strings.HasSuffix(r.URL.Path, "/embeddings") {
+			return finish(w, hostileToken+"data: [DONE]\n\n")
+		}
+		// A JSON object of exactly size bytes: {"data":"xxx…"}.
+		w.Header().Set("Content-Type", "application/json")
+		_, err := fmt.Fprintf(w, `{"data":"%s"}`, strings.Repeat("x", int(size.Load())-len(`{"data":""}`)))
+		return err != nil
+	}
+	h := start(t, setup{prefill: 1, decode: 1, config: configs(retries(1),
+		func(c *config.Config) {
+			c.Recovery.EjectAfter = 1000
+			c.Server.MaxResponseBytes = limit
+		},
+		hostileInFront(t, config.RoleDecode, answer))})
+	embeddings := `{"model":"sim-model","input":"hi"}`
+
+	size.Store(limit)
+	r := h.send("/v1/embeddings", embeddings)
+	if r.status != 200 || len(r.body) != limit || !bytes.HasPrefix(r.body, []byte(`{"data":"xxx`)) {
+		t.Fatalf("an answer of exactly server.max_response_bytes: %d, %d bytes: %.100s", r.status, len(r.body), r.body)
+	}
+	h.assertNoReservations()
+
+	size.Store(limit + 1)
+	r = h.send("/v1/embeddings", embeddings)
+	if r.status != 502 {
+		t.Fatalf("an answer one byte over server.max_response_bytes: %d, %d bytes: %.100s", r.status, len(r.body), r.body)
+	}
+	expectError(t, r, 502, "bad_response", "the engine's answer is larger than server.max_response_bytes (65536 bytes)")
+	h.expectAccess(r.id, 502, 1, "bad_response")
+	h.assertNoReservations()
+}
