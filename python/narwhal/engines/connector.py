@@ -209,7 +209,9 @@ def _join_host_port(host: str, port: int) -> str:
 # Link-local and metadata addresses pass only when named (a pin, or an allow-list entry that
 # covers them). The host must always be a bare host name or IP address.
 
-METADATA_HOSTS = ("metadata.google.internal", "metadata", "169.254.169.254", "fd00:ec2::254", "100.100.100.200")
+METADATA_NAMES = ("metadata.google.internal", "metadata")
+# Compared as addresses, so another spelling of one (fd00:ec2:0::254) is caught too.
+METADATA_ADDRS = tuple(ipaddress.ip_address(a) for a in ("169.254.169.254", "fd00:ec2::254", "100.100.100.200"))
 
 _HOST_NAME = re.compile(r"[A-Za-z0-9._-]+")
 
@@ -249,7 +251,9 @@ def _valid_host_name(h: str) -> bool:
 
 
 def _forbidden(host: str, ip) -> bool:
-    if host.removesuffix(".").lower() in METADATA_HOSTS:
+    if host.removesuffix(".").lower() in METADATA_NAMES:
+        return True
+    if ip is not None and ip in METADATA_ADDRS:
         return True
     return ip is not None and (ip.is_link_local or ip.is_unspecified or ip.is_multicast)
 
