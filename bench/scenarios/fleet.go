@@ -89,8 +89,8 @@ var fleetModes = []fleetMode{{Name: "paced"}, {Name: "2x pace", Speedup: 2}, {Na
 
 // Fleet replays the Mooncake conversation trace (and its no-sharing control) against a
 // simulated 2 prefill + 4 decode fleet with the capacity model on, once per placement policy
-// and mode (paced, closed loop), and compares what the fleet delivers. Without the trace it
-// reports that it skipped.
+// and mode (paced, twice the pace, closed loop), and compares what the fleet delivers.
+// Without the trace it reports that it skipped.
 func Fleet(env harness.Env) (*report.Section, error) {
 	sec := report.NewSection("fleet", "placement policies on a production trace (2 prefill + 4 decode, capacity model on)")
 	path := env.Trace
