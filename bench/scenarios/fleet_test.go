@@ -22,9 +22,9 @@ func TestFleetSkipsClearlyWithoutTheTrace(t *testing.T) {
 	}
 }
 
-// TestFleetReportsEveryPolicyInEveryMode runs the scenario on a tiny trace (12 requests
-// over 1.1 s, conversations of two turns): a table per workload and mode with every policy
-// and every request served, the closed loop's rate measured, and the plots written.
+// TestFleetReportsEveryPolicyInEveryMode runs the scenario on a tiny trace (12 requests over
+// 3.3 s of trace time, 0.33 s replayed; conversations of two turns): a table per workload and
+// mode with every policy and every request served, every rate measured, the plots written.
 func TestFleetReportsEveryPolicyInEveryMode(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts 12 simulated fleets")
@@ -41,7 +41,7 @@ func TestFleetReportsEveryPolicyInEveryMode(t *testing.T) {
 			ids = append(ids, conv+3)
 		}
 		fmt.Fprintf(&b, `{"timestamp":%d,"input_length":%d,"output_length":40,"hash_ids":%s}`+"\n",
-			i*1000, 512*len(ids), strings.ReplaceAll(fmt.Sprint(ids), " ", ","))
+			i*300, 512*len(ids), strings.ReplaceAll(fmt.Sprint(ids), " ", ","))
 	}
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
 		t.Fatal(err)
