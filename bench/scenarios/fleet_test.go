@@ -77,6 +77,9 @@ func TestFleetReportsEveryPolicyInEveryMode(t *testing.T) {
 	if n := strings.Count(text, " 12/12 "); n != 2*len(fleetModes)*len(fleetPolicies) {
 		t.Errorf("%d rows with every request served, want %d:\n%s", n, 2*len(fleetModes)*len(fleetPolicies), text)
 	}
+	if n := strings.Count(text, "(c) ÷ (a): TTFT p99 "); n != 2*len(fleetModes) {
+		t.Errorf("%d (c) ÷ (a) lines, want one per workload and mode:\n%s", n, text)
+	}
 	if !strings.Contains(text, fmt.Sprintf("closed loop: %d sessions", fleetSessions)) {
 		t.Errorf("the closed loop's mode is not described:\n%s", text)
 	}
