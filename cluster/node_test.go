@@ -328,6 +328,6 @@ func TestRejoinsReleaseTheOldIncarnation(t *testing.T) {
 	// server and its connections per rejoin; the bound allows for a connection being replaced.
 	if after.Running > before.Running+4 {
 		t.Fatalf("goroutines besides throttle timers %d → %d over %d rejoins: old incarnations are left running:\n%s",
-			before.Running, after.Running, rejoins, after.Err)
+			before.Running, after.Running, rejoins, after.Stacks)
 	}
 }

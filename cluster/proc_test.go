@@ -51,6 +51,7 @@ type line struct {
 	Heap       uint64 `json:"heap,omitempty"`
 	Goroutines int    `json:"goroutines,omitempty"`
 	Running    int    `json:"running,omitempty"`
+	Stacks     string `json:"stacks,omitempty"` // of the Running goroutines
 }
 
 func runTestNode(spec string) int {
@@ -101,8 +102,7 @@ func runTestNode(spec string) int {
 
 // heapNow measures the node's live heap and goroutines. protoactor starts a timer goroutine
 // per log throttle (actor/throttler.go) that ends after its period (60 s for gossip's), and
-// holds its actor system until then: those are counted apart. Err carries the stacks of the
-// others, for a failure message.
+// holds its actor system until then: those are counted apart.
 func heapNow() line {
 	var ms runtime.MemStats
 	runtime.GC()
@@ -121,7 +121,7 @@ func heapNow() line {
 		l.Running += n
 		others = append(others, g)
 	}
-	l.Err = strings.Join(others, "\n\n")
+	l.Stacks = strings.Join(others, "\n\n")
 	return l
 }
 

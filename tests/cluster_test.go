@@ -508,7 +508,7 @@ func TestClusterStalledNodeRecovers(t *testing.T) {
 		// old incarnation were cut when it left, and they redial its port at once (at worst
 		// after one 2 s retry of protoactor's endpoint writer).
 		seen := s.watchState("d0", "ejected", 3*time.Second)
-		t.Logf("after a %s stall: d0 ejected on the stalled node %s after its rejoin began", stall, seen.Sub(st.LastRejoin.At).Round(time.Millisecond))
+		t.Logf("after a %s stall: d0 seen ejected on the stalled node %s after its rejoin began (polled once /cluster lists 3 members, past protoactor's 1 s start-up pause)", stall, seen.Sub(st.LastRejoin.At).Round(time.Millisecond))
 		before := c.fleet.Engine("d0").Stats().DecodeRequests
 		noFailures(t, s, 10)
 		if after := c.fleet.Engine("d0").Stats().DecodeRequests; after != before {
@@ -554,7 +554,7 @@ func TestClusterPartitionedNodeRecovers(t *testing.T) {
 		}
 	}
 	seen := s.watchState("d0", "ejected", 3*time.Second)
-	t.Logf("d0 ejected on the healed node %s after its rejoin began", seen.Sub(st.LastRejoin.At).Round(time.Millisecond))
+	t.Logf("d0 seen ejected on the healed node %s after its rejoin began (polled once /cluster lists 3 members, past protoactor's 1 s start-up pause)", seen.Sub(st.LastRejoin.At).Round(time.Millisecond))
 	if e := s.engine("d0"); e.DecidedBy != a.name {
 		t.Fatalf("healed node's d0: %+v, want %s's verdict", e, a.name)
 	}
