@@ -5,20 +5,25 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"log/slog"
 	"net"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/cluster"
 	"github.com/asynkron/protoactor-go/cluster/clusterproviders/etcd"
 	"github.com/asynkron/protoactor-go/cluster/identitylookup/disthash"
+	"github.com/asynkron/protoactor-go/eventstream"
 	"github.com/asynkron/protoactor-go/remote"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/narwhal-router/narwhal/config"
 )
@@ -46,6 +51,8 @@ type Node struct {
 	log   *slog.Logger
 	on    atomic.Pointer[func(Verdict)]
 	board *board
+	// faults is the test hook that cuts this node off (FaultFileEnv); nil in production.
+	faults *faults
 
 	push     chan struct{} // a local verdict to send now
 	rejoiner chan rejoinRequest
@@ -79,7 +86,67 @@ type incarnation struct {
 	provider cluster.ClusterProvider
 	static   *staticProvider
 	refresh  *etcdRefresher // etcd only
+	sub      *eventstream.Subscription
 	started  time.Time
+	// retired is set when the incarnation is being replaced: its remote dials nothing more.
+	retired atomic.Bool
+}
+
+var (
+	errRetired = errors.New("this cluster incarnation has been replaced")
+	errStalled = errors.New("this node has just resumed from a stall; its cluster identity is being replaced")
+)
+
+// dialer makes the incarnation's connections to peers, and keeps an incarnation that is done
+// from sending anything:
+//   - once it is retired it dials nothing more. protoactor's endpoint writers retry a failed
+//     connection after 2 s, and one that connects publishes an event that makes its endpoint
+//     manager spawn another writer for the address, whose closing ends the next: a retired
+//     incarnation's writers, left to reconnect when a partition heals, churned through dozens
+//     of connections to the peers.
+//   - while this process has just resumed from a stall that the watchdog has not yet seen, it
+//     neither dials nor writes (a write closes the connection). Peers have dropped this
+//     identity; its gossip tick, racing the watchdog, would still make them answer it, and a
+//     peer's new connection for that answer lands on the server about to be stopped — the
+//     peer then waits protoactor's 2 s retry before it reaches the next incarnation.
+func (inc *incarnation) dialer(n *Node, dial func(context.Context, string) (net.Conn, error)) func(context.Context, string) (net.Conn, error) {
+	return func(ctx context.Context, addr string) (net.Conn, error) {
+		if err := inc.mute(n); err != nil {
+			return nil, err
+		}
+		c, err := dial(ctx, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &guardedConn{Conn: c, inc: inc, n: n}, nil
+	}
+}
+
+// mute says why the incarnation must not send now, if it must not.
+func (inc *incarnation) mute(n *Node) error {
+	if inc.retired.Load() {
+		return errRetired
+	}
+	if n.stallUnseen() {
+		return errStalled
+	}
+	return nil
+}
+
+// guardedConn is a connection to a peer that closes instead of writing when its incarnation
+// must not send (incarnation.dialer).
+type guardedConn struct {
+	net.Conn
+	inc *incarnation
+	n   *Node
+}
+
+func (c *guardedConn) Write(b []byte) (int, error) {
+	if err := c.inc.mute(c.n); err != nil {
+		c.Conn.Close()
+		return 0, err
+	}
+	return c.Conn.Write(b)
 }
 
 // Start joins the cluster described by cfg. A node that cannot join yet (an unreachable etcd)
@@ -91,7 +158,7 @@ func Start(cfg config.Cluster, opts Options) (*Node, error) {
 	n := &Node{cfg: cfg, name: cfg.Node(), log: opts.Logger,
 		board: newBoard(cfg.Node(), cfg.VerdictTTLS.Duration()),
 		push:  make(chan struct{}, 1), rejoiner: make(chan rejoinRequest, 1), done: make(chan struct{}),
-		lastGossip: map[string]time.Time{}, epoch: time.Now()}
+		lastGossip: map[string]time.Time{}, epoch: time.Now(), faults: startFaults()}
 	if n.log == nil {
 		n.log = slog.New(slog.DiscardHandler)
 	}
@@ -162,14 +229,19 @@ func (n *Node) join() (err error) {
 		inc.static = newStaticProvider(n)
 		inc.provider = inc.static
 	}
-	rc := remote.Configure(host, port, remote.WithAdvertisedHost(n.cfg.AdvertiseAddr()),
+	ropts := []remote.ConfigOption{remote.WithAdvertisedHost(n.cfg.AdvertiseAddr()),
 		// The default pre-allocates a million-slot queue per peer (~16 MiB).
-		remote.WithEndpointWriterQueueSize(4096), remote.WithEndpointManagerQueueSize(4096))
+		remote.WithEndpointWriterQueueSize(4096), remote.WithEndpointManagerQueueSize(4096),
+		remote.WithDialOptions(grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithContextDialer(inc.dialer(n, n.faults.dialer())))}
+	if n.faults != nil {
+		ropts = append(ropts, remote.WithServerOptions(grpc.Creds(serverCreds{insecure.NewCredentials(), n.faults})))
+	}
+	rc := remote.Configure(host, port, ropts...)
 	cc := cluster.Configure(n.cfg.Name, inc.provider, disthash.New(), rc,
 		cluster.WithHeartbeatExpiration(max(20*time.Second, 4*n.cfg.SuspectAfterS.Duration())))
 	cc.GossipInterval = n.cfg.GossipIntervalS.Duration()
 	inc.cl = cluster.New(system, cc)
-	system.EventStream.Subscribe(func(evt any) { n.event(inc, evt) })
+	inc.sub = system.EventStream.Subscribe(func(evt any) { n.event(inc, evt) })
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("start cluster member: %v", r)
@@ -213,23 +285,126 @@ func (n *Node) leave(rejoining bool) {
 	n.mu.Lock()
 	inc := n.inc
 	n.inc = nil
+	members := n.members
 	n.members = nil
 	n.mu.Unlock()
 	if inc == nil {
 		return
 	}
-	inc.refresh.stop()
-	inc.provider.Shutdown(false)
-	// protoactor's non-graceful shutdown stops the server but leaves the connections to peers
-	// open (a leak per rejoin); the graceful one closes them but may wait up to 10 s for peers'
-	// streams. It closes its listener first, so the next incarnation only waits for that.
-	go func() {
-		inc.cl.Remote.Shutdown(true)
-		inc.system.Shutdown()
-	}()
+	inc.retire(members)
 	if rejoining {
 		waitPortFree(n.cfg.Bind, 3*time.Second)
 	}
+}
+
+// retire ends an incarnation for good, without protoactor's graceful shutdown: at the pinned
+// version Remote.Shutdown(true) can panic the process — it sends on each incoming stream's
+// disconnect channel, and a stream that a peer is closing at that moment has closed its
+// channel already ("send on closed channel" in endpointManager.stop, seen after stalls and
+// partitions, when peers' streams are being reset) — and it can hang 10 s on a peer that
+// connected while it was suspending. Instead, in an order that leaves nothing behind:
+//  0. its remote dials nothing more (incarnation.dialer);
+//  1. membership stops (no heartbeats, no registration refresh) and its events are ignored;
+//  2. gossip stops, so the old actor system sends nothing more;
+//  3. the gRPC server stops at once: its listener closes (the port is free for the next
+//     incarnation) and every peer's stream into it is cut, so each peer drops its endpoint for
+//     this address and dials afresh on its next message — the next incarnation, not the old;
+//  4. this incarnation's own connections to peers close (protoactor's endpoint-terminated
+//     event, per member address), so neither side keeps a stream to a dead identity;
+//  5. the actor system stops. Only protoactor's log-throttle timers still hold it, each for
+//     at most its 60 s period; then its memory (about 3 MB) is released.
+func (inc *incarnation) retire(members []*cluster.Member) {
+	inc.retired.Store(true)
+	inc.refresh.stop()
+	inc.system.EventStream.Unsubscribe(inc.sub)
+	inc.provider.Shutdown(false)
+	addrs := map[string]bool{}
+	for _, m := range members {
+		addrs[m.Address()] = true
+	}
+	if inc.static != nil {
+		for _, a := range inc.static.addresses() {
+			addrs[a] = true
+		}
+	}
+	delete(addrs, inc.system.Address())
+	inc.cl.Gossip.Shutdown()
+	inc.cl.Remote.Shutdown(false)
+	for a := range addrs {
+		inc.system.EventStream.Publish(&remote.EndpointTerminatedEvent{Address: a})
+	}
+	inc.system.Shutdown()
+}
+
+// peerRedialWait bounds how long a connection to a peer's cluster port keeps being retried
+// while the port refuses or resets it: the moment a peer that rejoins swaps incarnations on the
+// same port.
+const peerRedialWait = 2 * time.Second
+
+// dialPeer connects to a peer's cluster port for protoactor's remote, and hands the connection
+// over only once the peer's gRPC server has spoken (it sends its HTTP/2 settings first). A
+// refused connection, or one reset before the server spoke — it landed in the backlog of the
+// old incarnation's listener as that closed — is retried every 20 ms for up to
+// peerRedialWait. protoactor's own retry, after a failed connection, waits 2 s: the wait a
+// rejoined node would otherwise have before it hears the verdicts it missed.
+func dialPeer(ctx context.Context, addr string) (net.Conn, error) {
+	deadline := time.Now().Add(peerRedialWait)
+	var d net.Dialer
+	for {
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err == nil {
+			if c, err = serverSpoke(c, deadline); err == nil {
+				return c, nil
+			}
+		}
+		if !redialable(err) || time.Now().After(deadline) {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// redialable reports whether a failed connection says the port is between listeners.
+func redialable(err error) bool {
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, io.EOF)
+}
+
+// serverSpoke waits until the first bytes from the server arrive (or until deadline: a slow
+// server is left to gRPC's own handshake) and returns the connection with them put back.
+func serverSpoke(c net.Conn, deadline time.Time) (net.Conn, error) {
+	buf := make([]byte, 512)
+	c.SetReadDeadline(deadline)
+	n, err := c.Read(buf)
+	c.SetReadDeadline(time.Time{})
+	if n == 0 && err != nil {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			return c, nil
+		}
+		c.Close()
+		return nil, fmt.Errorf("peer %s closed the connection before its server spoke: %w", c.RemoteAddr(), err)
+	}
+	return &spokenConn{Conn: c, first: buf[:n]}, nil
+}
+
+// spokenConn replays the server's first bytes before reading on.
+type spokenConn struct {
+	net.Conn
+	first []byte
+}
+
+func (c *spokenConn) Read(b []byte) (int, error) {
+	if len(c.first) > 0 {
+		n := copy(b, c.first)
+		c.first = c.first[n:]
+		return n, nil
+	}
+	return c.Conn.Read(b)
 }
 
 // waitPortFree waits until addr can be listened on again (TCP), or the timeout passes.
@@ -332,11 +507,25 @@ type rejoinRequest struct {
 }
 
 // rejoin asks the loop to replace the incarnation memberID with a new one. A request about an
-// incarnation already replaced is dropped: it was late news.
+// incarnation already replaced is dropped by the loop: it was late news. The newest request
+// wins over one still waiting.
 func (n *Node) rejoin(memberID, why string) {
-	select {
-	case n.rejoiner <- rejoinRequest{memberID, why}:
-	default:
+	// The incarnation is done: from now on it sends nothing (incarnation.dialer), so that peers,
+	// which have dropped it, have nothing to answer while it is being replaced.
+	if inc := n.current(); inc != nil && inc.system.ID == memberID {
+		inc.retired.Store(true)
+	}
+	req := rejoinRequest{memberID, why}
+	for {
+		select {
+		case n.rejoiner <- req:
+			return
+		default:
+		}
+		select {
+		case <-n.rejoiner: // an older request makes way
+		default:
+		}
 	}
 }
 
@@ -359,16 +548,16 @@ func (n *Node) watchdog() {
 		now := time.Now()
 		gap := now.Sub(last)
 		last = now
-		n.tick.Store(int64(now.Sub(n.epoch)))
-		if gap <= suspect {
-			continue
+		if gap > suspect {
+			// Fenced and muted before the tick says the process runs again (stallUnseen).
+			n.mu.Lock()
+			n.stalls++
+			n.fencedUntil = now.Add(suspect + n.cfg.GossipIntervalS.Duration())
+			n.mu.Unlock()
+			n.rejoin(n.memberID(), "stalled for "+gap.Round(time.Millisecond).String())
+			n.log.Warn("this node stalled; fencing it and rejoining the cluster", "stall", gap.String())
 		}
-		n.mu.Lock()
-		n.stalls++
-		n.fencedUntil = now.Add(suspect + n.cfg.GossipIntervalS.Duration())
-		n.mu.Unlock()
-		n.log.Warn("this node stalled; fencing it and rejoining the cluster", "stall", gap.String())
-		n.rejoin(n.memberID(), "stalled for "+gap.Round(time.Millisecond).String())
+		n.tick.Store(int64(now.Sub(n.epoch)))
 	}
 }
 
@@ -472,13 +661,20 @@ func (n *Node) Fenced() bool {
 	if n == nil {
 		return false
 	}
-	now := time.Now()
-	if now.Sub(n.epoch)-time.Duration(n.tick.Load()) > n.cfg.SuspectAfterS.Duration() {
+	if n.stallUnseen() {
 		return true // resumed, and a leg's timeout ran before the watchdog
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return now.Before(n.fencedUntil)
+	return time.Now().Before(n.fencedUntil)
+}
+
+// stallUnseen reports whether the watchdog's last tick is older than suspect_after_s: this
+// process has just resumed from a stall that the watchdog has not run to notice yet. (Before
+// its first tick, nothing is known.)
+func (n *Node) stallUnseen() bool {
+	t := n.tick.Load()
+	return t != 0 && time.Since(n.epoch)-time.Duration(t) > n.cfg.SuspectAfterS.Duration()
 }
 
 // ShouldProbe reports whether this node is the one that probes engine this interval: the
@@ -560,6 +756,7 @@ func (n *Node) Close() {
 	close(n.done)
 	n.wg.Wait()
 	n.leave(false)
+	n.faults.stop()
 }
 
 // warnOnly keeps protoactor's cluster logs to warnings and errors: it logs every gossip

@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"testing"
@@ -35,7 +37,6 @@ type command struct {
 	Op      string  `json:"op"`
 	Verdict Verdict `json:"verdict"`
 	Engine  string  `json:"engine"`
-	Ms      int     `json:"ms"`
 }
 
 type line struct {
@@ -45,6 +46,12 @@ type line struct {
 	Probe  *bool     `json:"probe,omitempty"`
 	OK     bool      `json:"ok,omitempty"`
 	Err    string    `json:"err,omitempty"`
+	// Heap is the live heap after a collection, Goroutines the goroutine count, Running
+	// the goroutines that are not protoactor's log-throttle timers ("heap").
+	Heap       uint64 `json:"heap,omitempty"`
+	Goroutines int    `json:"goroutines,omitempty"`
+	Running    int    `json:"running,omitempty"`
+	Stacks     string `json:"stacks,omitempty"` // of the Running goroutines
 }
 
 func runTestNode(spec string) int {
@@ -83,15 +90,53 @@ func runTestNode(spec string) int {
 		case "probe":
 			p := n.ShouldProbe(c.Engine)
 			emit(line{Probe: &p})
-		case "mute":
-			if inc := n.current(); inc != nil && inc.static != nil {
-				inc.static.muted.Store(true)
-				time.AfterFunc(time.Duration(c.Ms)*time.Millisecond, func() { inc.static.muted.Store(false) })
-			}
-			emit(line{OK: true})
+		case "rejoin":
+			// What a peer's "you were dropped" heartbeat or the watchdog asks for.
+			emit(rejoinNow(n))
+		case "heap":
+			emit(heapNow())
 		}
 	}
 	return 0
+}
+
+// heapNow measures the node's live heap and goroutines. protoactor starts a timer goroutine
+// per log throttle (actor/throttler.go) that ends after its period (60 s for gossip's), and
+// holds its actor system until then: those are counted apart.
+func heapNow() line {
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	var b strings.Builder
+	pprof.Lookup("goroutine").WriteTo(&b, 1)
+	l := line{Heap: ms.HeapAlloc, Goroutines: runtime.NumGoroutine()}
+	var others []string
+	for _, g := range strings.Split(b.String(), "\n\n")[1:] {
+		if strings.Contains(g, "protoactor-go") && strings.Contains(g, "/actor/throttler.go") {
+			continue
+		}
+		var n int
+		fmt.Sscanf(g, "%d @", &n)
+		l.Running += n
+		others = append(others, g)
+	}
+	l.Stacks = strings.Join(others, "\n\n")
+	return l
+}
+
+// rejoinNow has the node rejoin under a new identity and waits until it has.
+func rejoinNow(n *Node) line {
+	gen := n.Status().Generation
+	n.rejoin(n.memberID(), "asked by the test")
+	deadline := time.Now().Add(20 * time.Second)
+	for st := n.Status(); st.Generation == gen || !st.Joined; st = n.Status() {
+		if time.Now().After(deadline) {
+			return line{Err: "no new incarnation within 20s"}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return line{OK: true}
 }
 
 // proc is a test node seen from the test.
@@ -102,6 +147,13 @@ type proc struct {
 	in      io.WriteCloser
 	cmdMu   sync.Mutex
 	replies chan line
+	// stderr is the node's log file; exited is closed once the process has ended, and
+	// exitErr says how.
+	stderr  string
+	exited  chan struct{}
+	exitErr error
+	// cutFile partitions the node from its peers while it exists (FaultFileEnv).
+	cutFile string
 
 	mu    sync.Mutex
 	heard []line
@@ -121,19 +173,32 @@ func launchProc(t *testing.T, cfg config.Cluster) (*proc, error) {
 	spec, _ := json.Marshal(cfg)
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	raceDir := t.TempDir()
-	cmd.Env = append(os.Environ(), nodeEnv+"="+string(spec), "GORACE=halt_on_error=0 log_path="+filepath.Join(raceDir, "race"))
-	cmd.Stderr = os.Stderr
+	cutFile := filepath.Join(raceDir, "cut")
+	cmd.Env = append(os.Environ(), nodeEnv+"="+string(spec), FaultFileEnv+"="+cutFile,
+		"GORACE=halt_on_error=0 log_path="+filepath.Join(raceDir, "race"))
+	// The node's log goes to a file, not to a pipe this process must keep draining: a node
+	// that dies says why there, and the test prints it.
+	logPath := filepath.Join(raceDir, "stderr")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	defer logFile.Close()
+	cmd.Stderr = logFile
 	in, _ := cmd.StdinPipe()
 	out, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	p := &proc{t: t, name: cfg.Node(), cmd: cmd, in: in, replies: make(chan line, 4)}
+	p := &proc{t: t, name: cfg.Node(), cmd: cmd, in: in, replies: make(chan line, 4), stderr: logPath, exited: make(chan struct{}), cutFile: cutFile}
 	go func() {
 		dec := json.NewDecoder(out)
 		for {
 			var l line
 			if dec.Decode(&l) != nil {
+				// Wait only after stdout is drained (it closes the pipe).
+				p.exitErr = cmd.Wait()
+				close(p.exited)
 				close(p.replies)
 				return
 			}
@@ -148,6 +213,9 @@ func launchProc(t *testing.T, cfg config.Cluster) (*proc, error) {
 	}()
 	t.Cleanup(func() {
 		p.stop()
+		if t.Failed() {
+			p.dumpLog()
+		}
 		checkRaces(t, p.name, raceDir)
 	})
 	select {
@@ -167,12 +235,12 @@ func (p *proc) do(c command) line {
 	defer p.cmdMu.Unlock()
 	b, _ := json.Marshal(c)
 	if _, err := p.in.Write(append(b, '\n')); err != nil {
-		p.t.Fatalf("node %s: %v", p.name, err)
+		p.t.Fatalf("node %s: %v (%s)", p.name, err, p.exitState())
 	}
 	select {
 	case l, ok := <-p.replies:
 		if !ok {
-			p.t.Fatalf("node %s exited", p.name)
+			p.t.Fatalf("node %s ended (%s)", p.name, p.exitState())
 		}
 		return l
 	case <-time.After(10 * time.Second):
@@ -187,6 +255,20 @@ func (p *proc) shouldProbe(engine string) bool {
 	return *p.do(command{Op: "probe", Engine: engine}).Probe
 }
 
+// cut partitions the node from its peers (on) or heals the partition, through the fault hook.
+func (p *proc) cut(on bool) {
+	p.t.Helper()
+	var err error
+	if on {
+		err = os.WriteFile(p.cutFile, nil, 0o600)
+	} else {
+		err = os.Remove(p.cutFile)
+	}
+	if err != nil {
+		p.t.Fatal(err)
+	}
+}
+
 // find returns the first verdict heard on engine in state, and when.
 func (p *proc) find(engine, state string) (Verdict, time.Time, bool) {
 	p.mu.Lock()
@@ -199,19 +281,34 @@ func (p *proc) find(engine, state string) (Verdict, time.Time, bool) {
 	return Verdict{}, time.Time{}, false
 }
 
+// exitState says whether and how the node's process ended.
+func (p *proc) exitState() string {
+	select {
+	case <-p.exited:
+		return fmt.Sprintf("process ended: %v", p.exitErr)
+	case <-time.After(2 * time.Second):
+		return "process still running"
+	}
+}
+
+// dumpLog prints the end of the node's log.
+func (p *proc) dumpLog() {
+	b, _ := os.ReadFile(p.stderr)
+	const most = 64 << 10
+	if len(b) > most {
+		b = b[len(b)-most:]
+	}
+	p.t.Logf("node %s log (%s):\n%s", p.name, p.exitState(), b)
+}
+
 // stop ends the node as SIGTERM would: it leaves the cluster (stdin closed), then exits.
 func (p *proc) stop() {
-	if p.cmd.ProcessState != nil {
-		return
-	}
 	p.in.Close()
-	done := make(chan struct{})
-	go func() { p.cmd.Wait(); close(done) }()
 	select {
-	case <-done:
+	case <-p.exited:
 	case <-time.After(10 * time.Second):
 		p.cmd.Process.Kill()
-		<-done
+		<-p.exited
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"net"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/cluster"
@@ -34,8 +33,6 @@ type staticProvider struct {
 	// this provider keeps its own account instead of asking it.)
 	members map[string]bool
 	dropped map[string]bool
-	// muted drops every heartbeat in and out (tests: a partition).
-	muted atomic.Bool
 
 	done chan struct{}
 	wg   sync.WaitGroup
@@ -120,8 +117,8 @@ func (p *staticProvider) read() {
 			continue
 		}
 		var hb Heartbeat
-		if p.muted.Load() {
-			continue
+		if p.n.faults.partitioned() {
+			continue // the test hook's partition
 		}
 		if proto.Unmarshal(buf[:n], &hb) != nil || hb.Cluster != p.n.cfg.Name || hb.MemberId == "" {
 			continue // not one of ours: another cluster, or noise
@@ -245,8 +242,8 @@ func (p *staticProvider) beat() {
 	}
 	p.members = current
 	p.mu.Unlock()
-	if p.muted.Load() {
-		sends = nil
+	if p.n.faults.partitioned() {
+		sends = nil // the test hook's partition
 	}
 	for _, s := range sends {
 		if _, err := p.conn.WriteToUDP(s.hb, s.to); err != nil && !errors.Is(err, net.ErrClosed) {
@@ -254,6 +251,17 @@ func (p *staticProvider) beat() {
 		}
 	}
 	p.c.MemberList.UpdateClusterTopology(members)
+}
+
+// addresses are the cluster addresses of every peer this provider has heard or been given.
+func (p *staticProvider) addresses() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]string, 0, len(p.peers))
+	for a := range p.peers {
+		out = append(out, a)
+	}
+	return out
 }
 
 // heartbeats reports when each peer was last heard, for /cluster.
