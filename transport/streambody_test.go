@@ -178,7 +178,7 @@ func TestStreamBodyBufferedIsBodyOnly(t *testing.T) {
 		{fmt.Sprintf("%x\r\nd", len(ev)), true},
 	} {
 		in := chunk[:len(chunk)-2] // the first chunk without its CRLF…
-		in += "\r\n" + c.after   // …which comes with what follows
+		in += "\r\n" + c.after     // …which comes with what follows
 		cr := &countingReader{r: bytes.NewReader([]byte(in))}
 		br := bufio.NewReaderSize(cr, 4096)
 		var b streamBody
