@@ -233,7 +233,7 @@ func (s *DecodeStream) readFault(err error, beforeFirst, byRequest bool) *fault.
 	case isTimeout(err):
 		return c.fault(fault.PhaseDecode, fault.Silence, "engine went silent between tokens (nothing for "+
 			c.timeouts.DecodeRead.String()+")", err)
-	case errors.Is(err, wire.ErrEventTooLarge):
+	case errors.Is(err, wire.ErrEventTooLarge), errors.Is(err, errBadChunk):
 		return c.fault(fault.PhaseDecode, fault.BadResponse, err.Error(), err)
 	}
 	return c.fault(fault.PhaseDecode, fault.ClosedEarly, "stream closed before [DONE]", err)

@@ -3,13 +3,18 @@ package transport
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http/httputil"
 	"testing"
+	"time"
 
+	"github.com/narwhal-router/narwhal/config"
+	"github.com/narwhal-router/narwhal/transport/fault"
 	"github.com/narwhal-router/narwhal/transport/wire"
 )
 
@@ -199,5 +204,48 @@ func TestStreamBodyBufferedIsBodyOnly(t *testing.T) {
 				t.Errorf("with %q buffered, the next read of body went to the connection", c.after)
 			}
 		}
+	}
+}
+
+// An engine whose chunked framing is broken after the first token fails the stream as a bad
+// response (not a silent close), with the events before it relayed.
+func TestDecodeMalformedChunkIsBadResponse(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	ev := "data: {\"choices\":[{\"index\":0,\"text\":\" a\",\"finish_reason\":null}]}\n\n"
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		buf := make([]byte, 64<<10)
+		_, _ = c.Read(buf) // the decode request (small: one read)
+		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\nzz\r\n", len(ev), ev)
+		_, _ = c.Read(buf) // until the router gives up on the connection
+	}()
+	client, err := NewEngineClient(config.Engine{Name: "d0", URL: "http://" + ln.Addr().String(), Role: config.RoleDecode}, config.Default().Engine)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	body, err := wire.ParseClientBody(wire.EndpointCompletions, []byte(`{"model":"m","prompt":"p","stream":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := client.Decode(context.Background(), PrefillResult{}, &Request{Body: body, BackendRequestID: "b", Deadline: time.Now().Add(time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if got, err := s.Next(); err != nil || string(got.Raw) != ev {
+		t.Fatalf("first event %q, %v", got.Raw, err)
+	}
+	_, err = s.Next()
+	if f, ok := fault.As(err); !ok || f.Kind != fault.BadResponse {
+		t.Fatalf("after a malformed chunk: %v, want a bad_response fault", err)
 	}
 }
