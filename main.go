@@ -250,18 +250,7 @@ func demoCommand() *cobra.Command {
 				return demoNodes(cfg, nodes, fleet)
 			}
 			return run(cfg, newLogger(cfg.Log, os.Stderr), func(s *node.Server) {
-				fmt.Printf(`Narwhal is routing to a simulated fleet: %d prefill + %d decode engines.
-
-  API    http://%[3]s/v1   (model "sim-model")
-  admin  http://%[4]s/debug/tree?format=text   /engines   /metrics
-
-Try it:
-
-  curl -N http://%[3]s/v1/chat/completions -H 'Content-Type: application/json' \
-    -d '{"model":"sim-model","messages":[{"role":"user","content":"Explain disaggregated prefill."}],"stream":true}'
-
-Ctrl-C stops it.
-`, len(fleet.ByRole(sim.RolePrefill)), len(fleet.ByRole(sim.RoleDecode)), s.Addr(), s.AdminAddr())
+				printDemoBanner(os.Stdout, fleet, s.Addr(), s.AdminAddr())
 			})
 		},
 	}
@@ -269,6 +258,39 @@ Ctrl-C stops it.
 	cmd.Flags().StringVar(&adminListen, "admin-listen", "127.0.0.1:8001", "admin address (with --nodes, node i adds 10×i to both ports)")
 	cmd.Flags().IntVar(&nodes, "nodes", 1, "run this many Narwhal nodes as one cluster (separate processes, cluster ports 7946 and up)")
 	return cmd
+}
+
+// printDemoBanner tells a newcomer where everything of the demo listens: the router's API and
+// admin listener, and each simulated engine, so an engine can be curled directly to compare
+// with what the router returns.
+func printDemoBanner(w io.Writer, fleet *sim.Fleet, addr, adminAddr string) {
+	fmt.Fprintf(w, `Narwhal is routing to a simulated fleet: %d prefill + %d decode engines.
+
+  API    http://%[3]s/v1   (model "sim-model")
+  admin  http://%[4]s/debug/tree?format=text   /engines   /metrics
+
+%[5]s
+Try it:
+
+  curl -N http://%[3]s/v1/chat/completions -H 'Content-Type: application/json' \
+    -d '{"model":"sim-model","messages":[{"role":"user","content":"Explain disaggregated prefill."}],"stream":true}'
+
+Ctrl-C stops it.
+`, len(fleet.ByRole(sim.RolePrefill)), len(fleet.ByRole(sim.RoleDecode)), addr, adminAddr, demoEngineLines(fleet))
+}
+
+// demoEngineLines lists the simulated engines, one a line, with a curl that talks to the first
+// one directly (bypassing the router).
+func demoEngineLines(fleet *sim.Fleet) string {
+	var b strings.Builder
+	b.WriteString("Simulated engines (vLLM's API plus /sim/stats, /sim/requests, /sim/faults):\n\n")
+	for _, e := range fleet.Engines {
+		fmt.Fprintf(&b, "  %-4s %-8s %s\n", e.Name(), e.Role(), e.URL())
+	}
+	if len(fleet.Engines) > 0 {
+		fmt.Fprintf(&b, "\n  curl %s/v1/models   # one engine directly, without the router\n", fleet.Engines[0].URL())
+	}
+	return b.String()
 }
 
 // demoNodes runs n `narwhal serve` processes in front of the demo fleet, as one cluster with a
@@ -360,6 +382,7 @@ func demoNodes(base config.Config, n int, fleet *sim.Fleet) error {
 
 %s
 
+%s
 Eject an engine on one node and watch it leave placement on all of them:
 
   curl -X POST 'http://%s/engines/d0/eject?reason=demo'
@@ -368,7 +391,7 @@ Eject an engine on one node and watch it leave placement on all of them:
 Stall a node with kill -STOP <pid> (kill -CONT to resume) and watch /cluster on the others.
 Ctrl-C stops them all.
 `, n, len(fleet.ByRole(sim.RolePrefill)), len(fleet.ByRole(sim.RoleDecode)), strings.Join(lines, "\n"),
-		base.Server.AdminListen, mustShift(shift, base.Server.AdminListen, 10))
+		demoEngineLines(fleet), base.Server.AdminListen, mustShift(shift, base.Server.AdminListen, 10))
 	signals := make(chan os.Signal, 2)
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(signals)

@@ -182,3 +182,92 @@ func TestServeStartsAsAnOperatorSeesIt(t *testing.T) {
 		t.Errorf("no warning about a client listener beyond loopback without API keys:\n%s", out)
 	}
 }
+
+// TestDemoPrintsWhereEverythingListens runs `narwhal demo` as a process and follows what its
+// banner prints, as a newcomer would: every simulated engine's URL answers /v1/models directly,
+// the admin URL answers /engines, and the API answers /v1/models.
+func TestDemoPrintsWhereEverythingListens(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a process")
+	}
+	cmd := exec.Command(os.Args[0], "demo", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0")
+	cmd.Env = append(os.Environ(), "NARWHAL_TEST_MAIN=1")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	banner := make(chan string, 1)
+	go func() {
+		var b strings.Builder
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			b.WriteString(sc.Text() + "\n")
+			if strings.Contains(sc.Text(), "Ctrl-C stops it.") {
+				banner <- b.String()
+				io.Copy(io.Discard, stdout) // the access log
+				return
+			}
+		}
+		banner <- b.String()
+	}()
+	var out string
+	select {
+	case out = <-banner:
+	case <-time.After(30 * time.Second):
+		t.Fatal("narwhal demo printed no banner within 30 s")
+	}
+	get := func(url string) {
+		t.Helper()
+		resp, err := (&http.Client{Timeout: 10 * time.Second}).Get(url)
+		if err != nil {
+			t.Fatalf("GET %s (from the banner): %v\n%s", url, err, out)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s (from the banner): %s\n%s", url, resp.Status, out)
+		}
+	}
+	engines := 0
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 3 && (f[1] == "prefill" || f[1] == "decode") && strings.HasPrefix(f[2], "http://") {
+			engines++
+			get(f[2] + "/v1/models")
+		}
+	}
+	if engines != 4 {
+		t.Fatalf("the banner lists %d engines with their URLs, want the demo's 4:\n%s", engines, out)
+	}
+	var api, adminURL string
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 2 && f[0] == "API" {
+			api = f[1]
+		}
+		if len(f) >= 2 && f[0] == "admin" {
+			adminURL = strings.TrimSuffix(f[1], "/debug/tree?format=text")
+		}
+	}
+	if api == "" || adminURL == "" || strings.HasSuffix(api, ":0/v1") {
+		t.Fatalf("the banner has no usable API (%q) or admin (%q) URL:\n%s", api, adminURL, out)
+	}
+	get(api + "/models")
+	get(adminURL + "/engines")
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	select {
+	case err := <-waited:
+		if err != nil {
+			t.Fatalf("narwhal demo exited with %v after SIGTERM", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("narwhal demo did not stop within 20 s of SIGTERM")
+	}
+}

@@ -94,6 +94,10 @@ type EngineTimeouts struct {
 	// them, they are dropped).
 	MaxHeldBytes  int `yaml:"max_held_bytes"`
 	MaxHeldEvents int `yaml:"max_held_events"`
+	// MaxResponseBytes is server.max_response_bytes, not a key of this section: node.Start
+	// copies it here because an engine client is built from this section alone, and a
+	// passthrough answer is bounded by it. Zero (a client built by hand) takes the default.
+	MaxResponseBytes int `yaml:"-" json:"-"`
 }
 
 // Handoff governs the KV handoff descriptor between the legs.

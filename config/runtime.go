@@ -60,6 +60,8 @@ type EngineTimings struct {
 	// MaxHeldBytes and MaxHeldEvents bound what is held before the first token.
 	MaxHeldBytes  int
 	MaxHeldEvents int
+	// MaxResponseBytes bounds a passthrough answer (server.max_response_bytes).
+	MaxResponseBytes int
 }
 
 // RequestRuntime is what a request supervisor reads for every request.
@@ -124,8 +126,9 @@ func (t EngineTimeouts) Provision() EngineTimings {
 
 		Passthrough: t.PassthroughTimeoutS.Duration(),
 		// Zero (a configuration built by hand) takes the documented defaults.
-		MaxHeldBytes:  orDefault(t.MaxHeldBytes, 4<<20),
-		MaxHeldEvents: orDefault(t.MaxHeldEvents, 256),
+		MaxHeldBytes:     orDefault(t.MaxHeldBytes, 4<<20),
+		MaxHeldEvents:    orDefault(t.MaxHeldEvents, 256),
+		MaxResponseBytes: orDefault(t.MaxResponseBytes, 64<<20),
 	}
 }
 

@@ -57,6 +57,7 @@ type Server struct {
 
 // Start builds everything and begins serving. On error nothing is left running.
 func Start(cfg config.Config, opts Options) (_ *Server, err error) {
+	cfg.Engine.MaxResponseBytes = cfg.Server.MaxResponseBytes // bounds passthrough answers too
 	s := &Server{cfg: cfg, log: opts.Logger, served: make(chan error, 2)}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)

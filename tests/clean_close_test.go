@@ -5,9 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -20,30 +17,18 @@ import (
 // A decode engine that ends its stream in an orderly way (the end of a chunked body, or the
 // close of a close-delimited one) after a token but without data: [DONE] has failed: the page
 // says only [DONE] ends a stream successfully. The simulator's close_after cuts the chunked body
-// mid-stream, which reads as a truncated body; these hostile engines end it cleanly, which a
-// reader sees as a plain end of input.
+// mid-stream, which reads as a truncated body; the hostile engine (hostile_engine_test.go) ends
+// it cleanly, which a reader sees as a plain end of input.
 
 const (
 	endBody   = "end"   // the handler returns: net/http writes the chunked body's last chunk
 	closeConn = "close" // a close-delimited body (no length, no chunking), then the connection closes
 )
 
-// hostileDecode stands in front of a simulated decode engine: GETs (health, models, version)
-// reach the simulator, while each completion is answered with a role chunk (chat), one token
-// and an orderly end of the response without [DONE].
-func hostileDecode(t *testing.T, upstream, mode string) *httptest.Server {
-	t.Helper()
-	u, err := url.Parse(upstream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := httputil.NewSingleHostReverseProxy(u)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost {
-			proxy.ServeHTTP(w, r)
-			return
-		}
-		_, _ = io.Copy(io.Discard, r.Body)
+// cleanEnd is the hostile behaviour: each completion is answered with a role chunk (chat), one
+// token and an orderly end of the response (mode) without [DONE].
+func cleanEnd(t *testing.T, mode string) func(w http.ResponseWriter, r *http.Request) bool {
+	return func(w http.ResponseWriter, r *http.Request) bool {
 		token, _ := json.Marshal(sim.TokenText(0))
 		var events string
 		if strings.HasSuffix(r.URL.Path, "/chat/completions") {
@@ -56,29 +41,23 @@ func hostileDecode(t *testing.T, upstream, mode string) *httptest.Server {
 			conn, buf, err := w.(http.Hijacker).Hijack()
 			if err != nil {
 				t.Errorf("hijack: %v", err)
-				return
+				return false
 			}
 			defer conn.Close()
 			_, _ = buf.WriteString("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n" + events)
 			_ = buf.Flush()
-			return
+			return false
 		}
 		w.Header().Set("Content-Type", "text/event-stream")
 		_, _ = io.WriteString(w, events)
-	}))
-	t.Cleanup(srv.Close)
-	return srv
+		return false
+	}
 }
 
-// hostileDecoders puts a hostile engine in front of every decode engine of the fleet.
+// hostileDecoders puts a hostile engine that ends its streams cleanly without [DONE] (mode) in
+// front of every decode engine of the fleet; GETs (health, models, version) reach the simulator.
 func hostileDecoders(t *testing.T, mode string) func(*config.Config) {
-	return func(c *config.Config) {
-		for i, e := range c.Engines {
-			if e.Role == config.RoleDecode {
-				c.Engines[i].URL = hostileDecode(t, e.URL, mode).URL
-			}
-		}
-	}
+	return hostileInFront(t, config.RoleDecode, cleanEnd(t, mode))
 }
 
 func TestCleanEndWithoutDoneIsAnEngineFailure(t *testing.T) {

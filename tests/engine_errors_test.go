@@ -3,9 +3,6 @@ package tests
 import (
 	"io"
 	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -29,21 +26,10 @@ func withheldEngineError(code int, typ string) string {
 
 const internalMessage = "KV pull from 10.20.30.40:5600 failed"
 
-// leakyDecode stands in front of a simulated decode engine and answers each completion with
-// tokens tokens, then an in-stream error whose message names an internal address, then [DONE].
-func leakyDecode(t *testing.T, upstream string, tokens int) *httptest.Server {
-	t.Helper()
-	u, err := url.Parse(upstream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := httputil.NewSingleHostReverseProxy(u)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost {
-			proxy.ServeHTTP(w, r)
-			return
-		}
-		_, _ = io.Copy(io.Discard, r.Body)
+// leakyStream is the hostile behaviour: each completion is answered with tokens tokens, then
+// an in-stream error whose message names an internal address, then [DONE].
+func leakyStream(tokens int) func(w http.ResponseWriter, r *http.Request) bool {
+	return func(w http.ResponseWriter, r *http.Request) bool {
 		w.Header().Set("Content-Type", "text/event-stream")
 		var b strings.Builder
 		for i := 0; i < tokens; i++ {
@@ -52,10 +38,9 @@ func leakyDecode(t *testing.T, upstream string, tokens int) *httptest.Server {
 		}
 		b.WriteString(`data: {"error":{"message":"` + internalMessage + `","type":"InternalServerError","param":null,"code":500}}` + "\n\n")
 		b.WriteString("data: [DONE]\n\n")
-		_, _ = io.WriteString(w, b.String())
-	}))
-	t.Cleanup(srv.Close)
-	return srv
+		_, err := io.WriteString(w, b.String())
+		return err != nil
+	}
 }
 
 func TestEngineErrorTextIsWithheldUnlessExposed(t *testing.T) {
@@ -64,15 +49,12 @@ func TestEngineErrorTextIsWithheldUnlessExposed(t *testing.T) {
 		for _, tokens := range []int{0, 2} { // before commit, after commit
 			name := "expose_engine_errors=" + strconv.FormatBool(expose) + "/tokens=" + strconv.Itoa(tokens)
 			t.Run(name, func(t *testing.T) {
-				h := start(t, setup{prefill: 1, decode: 1, engine: sim.Options{Tokens: 4}, config: func(c *config.Config) {
-					c.Recovery.EjectAfter = 1000
-					c.Server.ExposeEngineErrors = expose
-					for i, e := range c.Engines {
-						if e.Role == config.RoleDecode {
-							c.Engines[i].URL = leakyDecode(t, e.URL, tokens).URL
-						}
-					}
-				}})
+				h := start(t, setup{prefill: 1, decode: 1, engine: sim.Options{Tokens: 4}, config: configs(
+					func(c *config.Config) {
+						c.Recovery.EjectAfter = 1000
+						c.Server.ExposeEngineErrors = expose
+					},
+					hostileInFront(t, config.RoleDecode, leakyStream(tokens)))})
 				want := withheldEngineError(500, "InternalServerError")
 				if expose {
 					want = leaked

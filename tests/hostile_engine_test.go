@@ -5,8 +5,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"runtime"
 	"runtime/debug"
 	"strings"
@@ -19,31 +22,54 @@ import (
 	"github.com/narwhal-router/narwhal/config"
 )
 
-// hostileEngine is an engine that misbehaves on purpose, with its own small HTTP server (the
-// simulator only misbehaves in the ways vLLM can): it floods, drips, sends giant, unterminated
-// or non-JSON lines and redirecting descriptors. Every other route answers {} so the router's
-// housekeeping requests are harmless.
+// hostileEngine is the suite's one engine that misbehaves on purpose, with its own small HTTP
+// server (the simulator only misbehaves in the ways vLLM can): it floods, drips, sends giant,
+// unterminated or non-JSON lines, ends streams without [DONE], leaks internal addresses in its
+// errors and sends redirecting descriptors — whatever behaviour a test sets. The behaviour
+// answers every POST (generation legs, probes and passthrough requests: all the router POSTs);
+// every other request, and every request while no behaviour is set, goes to the fallback: {},
+// so the router's housekeeping requests are harmless, or, in front of a simulated engine
+// (hostileFront), that engine, so health checks and model lists are real.
 type hostileEngine struct {
 	srv *httptest.Server
-	// serve runs one generation request; it returns whether the router hung up on it.
+	// serve runs one POST; it returns whether the router hung up on it.
 	serve atomic.Pointer[func(w http.ResponseWriter, r *http.Request) (abortedByRouter bool)]
-	// aborted counts generation legs the router cut off; legs counts every generation leg.
+	// aborted counts legs the router cut off; legs counts every POST the behaviour answered.
 	aborted, legs atomic.Int64
 	running       sync.WaitGroup
 }
 
+// newHostileEngine starts a hostile engine that answers what it does not misbehave on with {}.
 func newHostileEngine(t *testing.T) *hostileEngine {
+	return startHostile(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{}`))
+	}))
+}
+
+// hostileFront starts a hostile engine in front of the (simulated) engine at upstream, which
+// answers everything the hostile one does not misbehave on.
+func hostileFront(t *testing.T, upstream string) *hostileEngine {
+	t.Helper()
+	u, err := url.Parse(upstream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return startHostile(t, httputil.NewSingleHostReverseProxy(u))
+}
+
+func startHostile(t *testing.T, fallback http.Handler) *hostileEngine {
 	e := &hostileEngine{}
 	e.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fn := e.serve.Load()
-		if fn == nil || !strings.HasSuffix(r.URL.Path, "completions") {
-			w.Header().Set("Content-Type", "application/json")
-			w.Write([]byte(`{}`))
+		if fn == nil || r.Method != http.MethodPost {
+			fallback.ServeHTTP(w, r)
 			return
 		}
 		e.running.Add(1)
 		defer e.running.Done()
 		e.legs.Add(1)
+		_, _ = io.Copy(io.Discard, r.Body) // the whole request first, as an engine reads it
 		if (*fn)(w, r) {
 			e.aborted.Add(1)
 		}
@@ -52,7 +78,27 @@ func newHostileEngine(t *testing.T) *hostileEngine {
 	return e
 }
 
-func (e *hostileEngine) set(fn func(w http.ResponseWriter, r *http.Request) bool) { e.serve.Store(&fn) }
+func (e *hostileEngine) set(fn func(w http.ResponseWriter, r *http.Request) bool) {
+	if fn == nil {
+		e.serve.Store(nil)
+		return
+	}
+	e.serve.Store(&fn)
+}
+
+// hostileInFront puts a hostile engine with behaviour serve in front of every engine of the
+// fleet in role.
+func hostileInFront(t *testing.T, role config.Role, serve func(w http.ResponseWriter, r *http.Request) bool) func(*config.Config) {
+	return func(c *config.Config) {
+		for i, e := range c.Engines {
+			if e.Role == role {
+				h := hostileFront(t, e.URL)
+				h.set(serve)
+				c.Engines[i].URL = h.srv.URL
+			}
+		}
+	}
+}
 
 // sse starts an event stream.
 func sse(w http.ResponseWriter) {
@@ -365,4 +411,45 @@ func TestHostileProducerCannotRedirectConsumers(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestOversizedPassthroughAnswerIsAClearError: a passthrough answer is read whole before the
+// client gets it, so server.max_response_bytes bounds it. An engine answering /v1/embeddings with
+// more gets the client a 502 bad_response naming the key and its value; one within the bound
+// reaches the client byte for byte, and nothing stays reserved either way.
+func TestOversizedPassthroughAnswerIsAClearError(t *testing.T) {
+	const limit = 64 << 10
+	var size atomic.Int64
+	answer := func(w http.ResponseWriter, r *http.Request) bool {
+		if !strings.HasSuffix(r.URL.Path, "/embeddings") {
+			return finish(w, hostileToken+"data: [DONE]\n\n")
+		}
+		// A JSON object of exactly size bytes: {"data":"xxx…"}.
+		w.Header().Set("Content-Type", "application/json")
+		_, err := fmt.Fprintf(w, `{"data":"%s"}`, strings.Repeat("x", int(size.Load())-len(`{"data":""}`)))
+		return err != nil
+	}
+	h := start(t, setup{prefill: 1, decode: 1, config: configs(retries(1),
+		func(c *config.Config) {
+			c.Recovery.EjectAfter = 1000
+			c.Server.MaxResponseBytes = limit
+		},
+		hostileInFront(t, config.RoleDecode, answer))})
+	embeddings := `{"model":"sim-model","input":"hi"}`
+
+	size.Store(limit)
+	r := h.send("/v1/embeddings", embeddings)
+	if r.status != 200 || len(r.body) != limit || !bytes.HasPrefix(r.body, []byte(`{"data":"xxx`)) {
+		t.Fatalf("an answer of exactly server.max_response_bytes: %d, %d bytes: %.100s", r.status, len(r.body), r.body)
+	}
+	h.assertNoReservations()
+
+	size.Store(limit + 1)
+	r = h.send("/v1/embeddings", embeddings)
+	if r.status != 502 {
+		t.Fatalf("an answer one byte over server.max_response_bytes: %d, %d bytes: %.100s", r.status, len(r.body), r.body)
+	}
+	expectError(t, r, 502, "bad_response", "the engine's answer is larger than server.max_response_bytes (65536 bytes)")
+	h.expectAccess(r.id, 502, 1, "bad_response")
+	h.assertNoReservations()
 }

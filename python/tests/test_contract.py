@@ -35,7 +35,8 @@ def descriptor_of(case: dict) -> bytes:
 def side(defaults: dict, override: dict) -> KVSide:
     d = dict(defaults, **(override or {}))
     return KVSide(engine=d["engine"], connector=d["connector"], engine_id=d["engine_id"],
-                  endpoint=d["endpoint"], transfer_modes=tuple(d["transfer_modes"]))
+                  endpoint=d["endpoint"], transfer_modes=tuple(d["transfer_modes"]),
+                  host=d.get("host", ""), allowed_endpoints=tuple(d.get("allowed_endpoints", ())))
 
 
 class DescriptorVectors(unittest.TestCase):

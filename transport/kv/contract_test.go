@@ -21,7 +21,7 @@ type contractSide struct {
 	Connector string `json:"connector"`
 	EngineID  string `json:"engine_id"`
 	Endpoint  string `json:"endpoint"`
-	// The KV endpoint policy's inputs (absent from the vectors: no same-host check).
+	// The KV endpoint policy's inputs (a case without a host: no same-host check).
 	Host             string   `json:"host"`
 	AllowedEndpoints []string `json:"allowed_endpoints"`
 	TransferModes    []string `json:"transfer_modes"`

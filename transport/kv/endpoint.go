@@ -3,6 +3,7 @@ package kv
 import (
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -21,8 +22,16 @@ import (
 // Link-local and metadata addresses pass only when the operator named them (a pin, or an
 // allowlist entry that covers them). The host must always be a bare host name or IP address.
 
-// metadataHosts are cloud instance-metadata names and addresses.
-var metadataHosts = []string{"metadata.google.internal", "metadata", "169.254.169.254", "fd00:ec2::254", "100.100.100.200"}
+// metadataNames and metadataAddrs are cloud instance-metadata services. Addresses are compared
+// as addresses, so another spelling of one (fd00:ec2:0::254, ::ffff:100.100.100.200) is caught too.
+var (
+	metadataNames = []string{"metadata.google.internal", "metadata"}
+	metadataAddrs = []netip.Addr{
+		netip.MustParseAddr("169.254.169.254"),
+		netip.MustParseAddr("fd00:ec2::254"),
+		netip.MustParseAddr("100.100.100.200"),
+	}
+)
 
 // checkEndpoint applies the policy to the host and port a descriptor names.
 func checkEndpoint(host string, port int64, p Side) *Rejection {
@@ -88,10 +97,13 @@ func validHostName(h string) bool {
 }
 
 func forbidden(host string, ip netip.Addr, isIP bool) bool {
-	for _, m := range metadataHosts {
+	for _, m := range metadataNames {
 		if strings.EqualFold(strings.TrimSuffix(host, "."), m) {
 			return true
 		}
+	}
+	if isIP && slices.Contains(metadataAddrs, ip) {
+		return true
 	}
 	return isIP && (ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() || ip.IsUnspecified() || ip.IsMulticast())
 }

@@ -34,8 +34,8 @@ from typing import Iterator, Optional, Union
 from urllib.parse import urlsplit
 
 from . import wire
-from .connector import (KVSide, Pair, PrefillResult, Rejection, lookup_connector, parse_descriptor,
-                        validate_descriptor)
+from .connector import (KVSide, Pair, PrefillResult, Rejection, check_allowed_endpoint, lookup_connector,
+                        parse_descriptor, validate_descriptor)
 from .faults import DECODE, PREFILL, EngineFault, FaultKind, go_duration, go_duration_ns
 
 MAX_PREFILL_BODY = 16 << 20
@@ -71,21 +71,29 @@ class EngineClient:
 
     ``url`` is the engine's base URL. ``api_key`` is sent as ``Authorization: Bearer``.
     ``connector`` is the KV connector (only ``"nixl"`` today). As a producer, ``engine_id`` and
-    ``kv_endpoint`` pin the identity and KV side channel its descriptors must name; as a
-    consumer, ``transfer_modes`` lists the ``transfer_mode`` values it accepts. The timeouts
+    ``kv_endpoint`` pin the identity and KV side channel its descriptors must name; without a
+    pin, a descriptor's KV endpoint must be in ``kv_allowed_endpoints`` (CIDRs such as
+    ``"10.0.0.0/8"``, exact ``"host:port"`` entries) when that is given, else on this engine's
+    own host (never a link-local or metadata address), as the router's
+    ``engines[].kv.endpoint`` and ``kv.allowed_endpoints`` decide. As a consumer,
+    ``transfer_modes`` lists the ``transfer_mode`` values it accepts. The timeouts
     are the router's ``engine.*`` settings with the same defaults; ``decode_read_timeout_s=0``
     bounds a stream by the request deadline alone.
     """
 
     def __init__(self, url: str, *, api_key: Optional[str] = None, connector: str = "nixl",
                  name: Optional[str] = None, engine_id: str = "", kv_endpoint: str = "",
-                 transfer_modes=("pull",), prefill_timeout_s: float = 60.0,
+                 kv_allowed_endpoints=(), transfer_modes=("pull",), prefill_timeout_s: float = 60.0,
                  first_token_timeout_s: float = 60.0, decode_read_timeout_s: float = 30.0,
                  connect_timeout_s: float = 5.0):
         u = urlsplit(url)
         if u.scheme not in ("http", "https") or not u.hostname:
             raise ValueError(f"engine url {url!r} must be http(s)://host[:port]")
         lookup_connector(connector)
+        if isinstance(kv_allowed_endpoints, str):
+            raise ValueError("kv_allowed_endpoints must be a list of CIDRs and host:port entries, not one string")
+        for a in kv_allowed_endpoints:
+            check_allowed_endpoint(a)
         for key, v in (("prefill_timeout_s", prefill_timeout_s), ("first_token_timeout_s", first_token_timeout_s),
                        ("connect_timeout_s", connect_timeout_s)):
             if not v > 0:
@@ -101,7 +109,8 @@ class EngineClient:
         self._auth = f"Bearer {api_key}" if api_key else None
         self.connector = connector
         self.kv = KVSide(engine=self.name, connector=connector, engine_id=engine_id, endpoint=kv_endpoint,
-                         transfer_modes=tuple(transfer_modes))
+                         transfer_modes=tuple(transfer_modes), host=self.host,
+                         allowed_endpoints=tuple(kv_allowed_endpoints))
         self.prefill_timeout_s = float(prefill_timeout_s)
         self.first_token_timeout_s = float(first_token_timeout_s)
         self.decode_read_timeout_s = float(decode_read_timeout_s)
@@ -195,7 +204,9 @@ class EngineClient:
         start = time.monotonic()
         params = None
         if result.has_descriptor and not same_worker:
-            producer_kv = result._producer_kv or KVSide(engine=result.producer)
+            # A result built by hand has no producer side: its URL's host is the producer's.
+            producer_kv = result._producer_kv or KVSide(engine=result.producer,
+                                                        host=urlsplit(result.producer_url).hostname or "")
             try:
                 validate_descriptor(result._descriptor, Pair(producer_kv, self.kv, body.endpoint))
             except Rejection as rej:

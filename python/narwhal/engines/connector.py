@@ -5,12 +5,13 @@ Internal API: it may change between releases.
 A descriptor (a producer's ``kv_transfer_params``) is kept as the exact bytes the producer
 sent; only the members validation needs are looked at, and ``decode`` splices those bytes into
 its body unchanged, opaque runtime fields and key order included (SPEC §5, §6). The rules and
-their messages mirror the Go router's (transport/connector.go, nixl.go, descriptor.go); the
-shared vectors in testdata/contract/descriptors.json hold both to them.
+their messages mirror the Go router's (transport/kv: connector.go, nixl.go, descriptor.go,
+endpoint.go); the shared vectors in testdata/contract/descriptors.json hold both to them.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 import time
@@ -48,6 +49,11 @@ class KVSide:
     engine_id: str = ""  # pinned producer identity ("" = not pinned)
     endpoint: str = ""  # pinned KV side channel host:port ("" = not pinned)
     transfer_modes: tuple = ("pull",)  # transfer_mode values accepted as a consumer
+    # The engine's own host, from its URL: an unpinned producer's KV host must be it, unless
+    # allowed_endpoints (CIDRs, host:port entries) says where else it may point. "" (a side
+    # built by hand without a URL): no same-host check.
+    host: str = ""
+    allowed_endpoints: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -189,6 +195,119 @@ def _join_host_port(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+# The KV endpoint policy (the router's transport/kv/endpoint.go). A descriptor tells the consumer
+# where to connect for the KV transfer, so an unconstrained producer (compromised or buggy) could
+# point every consumer at any address: a cloud metadata service, the router's admin listener,
+# another tenant. In this order:
+#
+#  1. a pinned endpoint (kv_endpoint): the descriptor must name exactly it;
+#  2. an allow list (kv_allowed_endpoints: CIDRs, exact host:port entries): the descriptor's
+#     endpoint must match one entry;
+#  3. otherwise the KV host must be the producer's own host, as written in its URL, and must not
+#     be a link-local, metadata, unspecified or multicast address.
+#
+# Link-local and metadata addresses pass only when named (a pin, or an allow-list entry that
+# covers them). The host must always be a bare host name or IP address.
+
+METADATA_NAMES = ("metadata.google.internal", "metadata")
+# Compared as addresses, so another spelling of one (fd00:ec2:0::254) is caught too.
+METADATA_ADDRS = tuple(ipaddress.ip_address(a) for a in ("169.254.169.254", "fd00:ec2::254", "100.100.100.200"))
+
+_HOST_NAME = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def _parse_host(h: str):
+    """The IP address h names (brackets allowed, no zone, IPv4-mapped IPv6 unmapped), or None."""
+    s = h[1:] if h.startswith("[") else h
+    s = s[:-1] if s.endswith("]") else s
+    try:
+        ip = ipaddress.ip_address(s)
+    except ValueError:
+        return None
+    if getattr(ip, "scope_id", None):
+        return None
+    if ip.version == 6 and ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    return ip
+
+
+def parse_prefix(a: str):
+    """The network of a CIDR entry (address/bits, the address unmasked allowed), or None."""
+    addr, sep, bits = a.partition("/")
+    if not sep or not (bits.isascii() and bits.isdigit()) or (len(bits) > 1 and bits[0] == "0"):
+        return None
+    try:
+        ip = ipaddress.ip_address(addr)
+    except ValueError:
+        return None
+    if getattr(ip, "scope_id", None) or int(bits) > ip.max_prefixlen:
+        return None
+    return ipaddress.ip_network(f"{addr}/{bits}", strict=False)
+
+
+def _valid_host_name(h: str) -> bool:
+    """DNS names: letters, digits, '-', '_' and dots, at most 253 bytes."""
+    return 0 < len(h) <= 253 and h[0] not in ".-" and _HOST_NAME.fullmatch(h) is not None
+
+
+def _forbidden(host: str, ip) -> bool:
+    if host.removesuffix(".").lower() in METADATA_NAMES:
+        return True
+    if ip is not None and ip in METADATA_ADDRS:
+        return True
+    return ip is not None and (ip.is_link_local or ip.is_unspecified or ip.is_multicast)
+
+
+def check_endpoint(host: str, port: int, producer: KVSide) -> None:
+    """Apply the KV endpoint policy to the host and port a descriptor names."""
+    got = _join_host_port(host, port)
+    ip = _parse_host(host)
+    if ip is None and not _valid_host_name(host):
+        raise Rejection(ENDPOINT_MISMATCH, f"remote_host {excerpt(host.encode())} is not a host name or IP address")
+    if producer.endpoint:
+        if got.lower() != producer.endpoint.lower():
+            raise Rejection(ENDPOINT_MISMATCH, f"descriptor names KV endpoint {got} but producer "
+                            f"{producer.engine} is pinned to {producer.endpoint}")
+        return
+    if producer.allowed_endpoints:
+        for a in producer.allowed_endpoints:
+            net = parse_prefix(a)
+            if net is not None:
+                if ip is not None and ip.version == net.version and ip in net:
+                    return
+            elif a.lower() == got.lower():
+                return
+        raise Rejection(ENDPOINT_MISMATCH, f"descriptor names KV endpoint {got}, which producer "
+                        f"{producer.engine}'s allowed_endpoints do not include")
+    if _forbidden(host, ip):
+        raise Rejection(ENDPOINT_MISMATCH, f"descriptor names KV endpoint {got}, a link-local, metadata or "
+                        "unroutable address (allow it with kv.endpoint or kv.allowed_endpoints)")
+    if not producer.host:
+        return  # a side built without a URL: nothing to compare with
+    pip = _parse_host(producer.host)
+    if host.lower() == producer.host.lower() or (ip is not None and pip is not None and ip == pip):
+        return
+    raise Rejection(ENDPOINT_MISMATCH, f"descriptor names KV host {excerpt(host.encode())}, not producer "
+                    f"{producer.engine}'s own host {producer.host} (pin kv.endpoint or set "
+                    "kv.allowed_endpoints to allow others)")
+
+
+def check_allowed_endpoint(a: str) -> None:
+    """Raise ValueError unless a is a CIDR (10.0.0.0/8) or a host:port, as the router's
+    engines[].kv.allowed_endpoints accepts them."""
+    if parse_prefix(a) is not None:
+        return
+    if a.startswith("["):
+        h, sep, port = a[1:].partition("]:")
+    else:
+        h, sep, port = a.rpartition(":")
+        if ":" in h:
+            sep = ""
+    if not sep or not h or any(c in h for c in "/@ ") or not (port.isascii() and port.isdigit()) \
+            or not 1 <= int(port) <= 65535:
+        raise ValueError(f"kv allowed endpoint {a!r} is not allowed; want a CIDR (10.0.0.0/8) or a host:port")
+
+
 class NixlConnector:
     """vLLM's NixlConnector (v1, v2 and the newest grouped shapes)."""
 
@@ -227,11 +346,14 @@ class NixlConnector:
         if not host or port is None or not 1 <= port <= 65535:
             raise Rejection(ENDPOINT_MISMATCH, "remote_host/remote_port do not name a KV endpoint "
                             "(need a host string and a port 1-65535)")
-        if pair.producer.endpoint:
-            got = _join_host_port(host, port)
-            if got.lower() != pair.producer.endpoint.lower():
-                raise Rejection(ENDPOINT_MISMATCH, f"descriptor names KV endpoint {got} but producer "
-                                f"{pair.producer.engine} is pinned to {pair.producer.endpoint}")
+        check_endpoint(host, port, pair.producer)
+        # Members that would flip the consumer's side of the protocol are refused rather than
+        # rewritten (the descriptor is forwarded byte for byte): do_remote_decode true would make
+        # the consumer hold its blocks for a remote decode that never comes, as a producer does.
+        v = d.member("do_remote_decode")
+        if v is not None and v != b"null" and v != b"false":
+            raise Rejection(CONNECTOR_MISMATCH, f"do_remote_decode is {excerpt(v)}; a consumer must not be "
+                            "asked to hand its KV cache on")
 
 
 CONNECTORS = {"nixl": NixlConnector}
@@ -306,6 +428,7 @@ def parse_descriptor(raw: bytes, endpoint: str) -> Descriptor:
 
 
 __all__ = ["PrefillResult", "Rejection", "KVSide", "Pair", "Descriptor", "parse_descriptor",
-           "validate_descriptor", "check_block_ids", "NixlConnector", "lookup_connector",
+           "validate_descriptor", "check_block_ids", "check_endpoint", "check_allowed_endpoint",
+           "NixlConnector", "lookup_connector",
            "MISSING_ENGINE_IDENTITY", "MALFORMED_BLOCK_IDS", "CONNECTOR_MISMATCH", "ENDPOINT_MISMATCH"]
 

@@ -1,0 +1,84 @@
+package transport_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/narwhal-router/narwhal/config"
+	"github.com/narwhal-router/narwhal/transport"
+	"github.com/narwhal-router/narwhal/transport/fault"
+	"github.com/narwhal-router/narwhal/transport/wire"
+)
+
+// TestPassthroughAnswerIsBoundedByMaxResponseBytes: a passthrough answer up to the configured
+// bound (server.max_response_bytes, which node.Start copies into the engine section) reaches the
+// caller byte for byte; one byte more is a bad_response fault that names the key and its value,
+// whether the engine announced the length or sent it chunked.
+func TestPassthroughAnswerIsBoundedByMaxResponseBytes(t *testing.T) {
+	const limit = 4096
+	// The engine answers as many bytes as the request ID says: "<framing>-<bytes>".
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		framing, size, _ := strings.Cut(r.Header.Get("X-Request-Id"), "-")
+		n, err := strconv.Atoi(size)
+		if err != nil || r.URL.Path != "/v1/embeddings" {
+			http.Error(w, "unexpected request", http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		if framing == "length" {
+			w.Header().Set("Content-Length", strconv.Itoa(n))
+		}
+		w.Write(bytes.Repeat([]byte(" "), n))
+	}))
+	defer srv.Close()
+	client := func(t *testing.T, maxResponse int) *transport.EngineClient {
+		t.Helper()
+		timeouts := config.Default().Engine
+		timeouts.MaxResponseBytes = maxResponse
+		c, err := transport.NewEngineClient(config.Engine{Name: "e0", URL: srv.URL, Role: config.RoleDecode}, timeouts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	body, err := wire.ParsePassthroughBody(wire.EndpointEmbeddings, []byte(`{"model":"m","input":"hi"}`), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ask := func(c *transport.EngineClient, framing string, n int) (transport.PassthroughResponse, error) {
+		return c.Passthrough(context.Background(), &transport.Request{Body: body, BackendRequestID: framing + "-" + strconv.Itoa(n)})
+	}
+
+	bounded := client(t, limit)
+	for _, framing := range []string{"length", "chunked"} {
+		resp, err := ask(bounded, framing, limit)
+		if err != nil || len(resp.Body) != limit {
+			t.Fatalf("%s answer of exactly server.max_response_bytes: %d bytes, %v", framing, len(resp.Body), err)
+		}
+		_, err = ask(bounded, framing, limit+1)
+		var f *fault.Fault
+		if !errors.As(err, &f) {
+			t.Fatalf("%s answer one byte over the bound: %v, want a fault", framing, err)
+		}
+		if f.Kind != fault.BadResponse || f.Phase != fault.PhaseDecode || f.Engine != "e0" ||
+			!strings.Contains(f.Detail, "larger than server.max_response_bytes (4096 bytes)") {
+			t.Fatalf("%s answer one byte over the bound: %s fault in %s on %s: %q, want bad_response naming server.max_response_bytes (4096 bytes)",
+				framing, f.Kind, f.Phase, f.Engine, f.Detail)
+		}
+		// The client stays usable: the oversized answer's connection was not pooled half read.
+		if resp, err := ask(bounded, framing, 10); err != nil || len(resp.Body) != 10 {
+			t.Fatalf("%s answer after an oversized one: %d bytes, %v", framing, len(resp.Body), err)
+		}
+	}
+	// The bound is the configured one, not a fixed one: a larger bound admits the same answer.
+	if resp, err := ask(client(t, 2*limit), "chunked", limit+1); err != nil || len(resp.Body) != limit+1 {
+		t.Fatalf("with a bound of %d: %d bytes, %v", 2*limit, len(resp.Body), err)
+	}
+}
