@@ -209,10 +209,10 @@ func (s *DecodeStream) rearmEvery() time.Duration {
 // events before commit: when the stream committed).
 func (s *DecodeStream) LastRead() time.Time { return s.lastRead }
 
-// Buffered reports whether more of the stream is already in memory, so a relay can batch the
-// next event into the same client write.
+// Buffered reports whether the next event is already in memory (held, or whole in the engine
+// connection's buffer), so a relay can batch it into the same client write without waiting.
 func (s *DecodeStream) Buffered() bool {
-	return s.heldNext < len(s.heldEnds) || s.sse.Buffered()
+	return s.heldNext < len(s.heldEnds) || s.body.eventBuffered()
 }
 
 func (s *DecodeStream) streamFault(data []byte) *fault.Fault {

@@ -135,6 +135,20 @@ func (b *streamBody) Buffered() int {
 	return int(min(b.left, int64(b.br.Buffered())))
 }
 
+// eventBuffered reports whether a whole event (up to its blank line) is in memory, within the
+// current chunk: a relay may hold the event it has for it at no cost. A part of an event is not
+// enough: waiting for its rest would delay the event before it.
+func (b *streamBody) eventBuffered() bool {
+	n := b.Buffered()
+	if n == 0 {
+		return false
+	}
+	p, _ := b.br.Peek(n)
+	return bytes.Contains(p, blankLF) || bytes.Contains(p, blankCRLF)
+}
+
+var blankLF, blankCRLF = []byte("\n\n"), []byte("\n\r\n")
+
 func (b *streamBody) skipBufferedFraming() {
 	if b.crlf {
 		p, _ := b.br.Peek(min(2, b.br.Buffered()))

@@ -195,6 +195,9 @@ func TestStreamBodyBufferedIsBodyOnly(t *testing.T) {
 		if got := r.Buffered(); got != c.buffered {
 			t.Errorf("after an event, with %q in the buffer: Buffered %v, want %v", c.after, got, c.buffered)
 		}
+		if got, want := b.eventBuffered(), c.after == chunk; got != want {
+			t.Errorf("after an event, with %q in the buffer: a whole event buffered %v, want %v", c.after, got, want)
+		}
 		if c.buffered {
 			reads := cr.reads
 			if _, err := b.ReadSlice('\n'); err != nil && !errors.Is(err, bufio.ErrBufferFull) {
