@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"strconv"
 
 	"github.com/goccy/go-json"
 )
@@ -263,6 +264,32 @@ func UsageOf(data []byte) json.RawMessage {
 	}
 	_ = json.Unmarshal(data, &c)
 	return c.Usage
+}
+
+// OutputTokensOf reads an event's usage.completion_tokens (or usage.output_tokens, the
+// Responses API's name), or returns fallback: what UsageOf and CompletionTokens read together,
+// scanned in place without decoding or allocating (the relay asks once per stream).
+func OutputTokensOf(data []byte, fallback int) int {
+	var top, inner [16]Field
+	fields, err := ScanObject(data, top[:0])
+	if err != nil {
+		return fallback
+	}
+	usage, ok := Member(data, fields, "usage")
+	if !ok {
+		return fallback
+	}
+	if fields, err = ScanObject(usage, inner[:0]); err != nil {
+		return fallback
+	}
+	for _, key := range [...]string{"completion_tokens", "output_tokens"} {
+		if v, ok := Member(usage, fields, key); ok {
+			if n, err := strconv.Atoi(string(v)); err == nil {
+				return n
+			}
+		}
+	}
+	return fallback
 }
 
 // CompletionTokens reads completion_tokens from a usage object, or returns fallback.
