@@ -36,6 +36,19 @@ func (v verdict) decision() string {
 	return decisionDisaggregated
 }
 
+// countDecision counts the decision of the attempt just placed. A request's first attempt
+// counts in disaggregation_decisions, so that counter holds one decision per request that
+// reached an engine; a retry decides again (its producer may have failed, its prefix moved)
+// and counts in disaggregation_retry_decisions instead. The access log carries the decision
+// of the attempt that ended the request.
+func (s *requestSupervisor) countDecision() {
+	if s.attempt > 1 {
+		s.r.metrics.DisaggregationRetryDecision(s.verdict.decision(), s.verdict.reason)
+		return
+	}
+	s.r.metrics.DisaggregationDecision(s.verdict.decision(), s.verdict.reason)
+}
+
 // decide chooses between the prefill/decode path and same-worker decode on cons, which the
 // prefix index says served match of the prompt's leading blocks. The rules and their order are
 // docs/configuration.md's; the producer side (none other than cons can prefill) is decided

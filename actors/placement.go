@@ -256,15 +256,20 @@ func (f *fleet) pickFor(a ask, m *telemetry.Metrics) placed {
 }
 
 // loadFor is v's load as a's placement weighs it: for a decode its load score (requests), for
-// a prefill the prompt tokens it is computing for us, plus one request's worth per scraped
-// waiting request.
+// a prefill the prompt tokens it is computing for us, plus one request's worth (a's prompt) per
+// request a fresh scrape shows beyond our reservations there (another router's, say). Our own
+// requests are not counted twice: they are in the prompt tokens already, and counting each
+// scraped request at a's size would make a producer holding a few long prompts look lighter
+// than one holding many short ones, and draw every long prompt to it.
 func (f *fleet) loadFor(v *engineView, a ask, now time.Time) int {
 	if a.phase != fault.PhasePrefill {
 		return v.loadScore(now, f.stale)
 	}
 	n := int(v.prefillTokens.Load())
 	if l, ok := v.fresh(now, f.stale); ok {
-		n += l.Waiting * max(1, a.tokens)
+		if other := l.Running + l.Waiting - v.load(); other > 0 {
+			n += other * max(1, a.tokens)
+		}
 	}
 	return n
 }

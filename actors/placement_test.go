@@ -4,8 +4,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/narwhal-router/narwhal/config"
+	"github.com/narwhal-router/narwhal/transport"
 	"github.com/narwhal-router/narwhal/transport/fault"
 )
 
@@ -123,5 +125,39 @@ func TestReserveIsExactUnderContention(t *testing.T) {
 	wg.Wait()
 	if granted.Load() != 100 || v.load() != 100 {
 		t.Fatalf("granted %d, load %d, want exactly max_inflight", granted.Load(), v.load())
+	}
+}
+
+// A scrape counts a producer's requests once: the router's own are weighed by their prompt
+// tokens, and only requests beyond its reservations (placed by someone else) add a request's
+// worth each. Counting every scraped request at the new prompt's size would send a long prompt
+// to the producer with a few long prompts queued rather than the one with many short ones.
+func TestPrefillLoadCountsScrapedRequestsOnce(t *testing.T) {
+	now := time.Now()
+	scraped := func(v *engineView, running, waiting int) {
+		v.scraped.Store(&loadSample{at: now, load: transport.EngineLoad{Running: running, Waiting: waiting}})
+	}
+	many := view("many", config.RolePrefill, 8, 0) // 8 short prompts of ours: 800 tokens
+	many.prefillTokens.Store(800)
+	scraped(many, 1, 7)
+	few := view("few", config.RolePrefill, 1, 0) // 1 long prompt of ours: 3000 tokens
+	few.prefillTokens.Store(3000)
+	scraped(few, 1, 0)
+	f := fleetOf(many, few)
+	f.stale = time.Minute
+	a := ask{phase: fault.PhasePrefill, model: "m", tokens: 3000}
+	for i := 0; i < 20; i++ {
+		if p := f.pickFor(a, nil); p.engine != many {
+			t.Fatalf("a 3000-token prompt went to %s (load %d) rather than the producer with 800 tokens queued (load %d)",
+				p.engine.name, f.loadFor(few, a, now), f.loadFor(many, a, now))
+		}
+	}
+	// Someone else's 5 requests on "many" count, a request's worth each.
+	scraped(many, 1, 12)
+	if got, want := f.loadFor(many, a, now), 800+5*3000; got != want {
+		t.Fatalf("load with 5 foreign requests %d, want %d", got, want)
+	}
+	if p := f.pickFor(a, nil); p.engine != few {
+		t.Fatalf("picked %s, loaded by another router's requests", p.engine.name)
 	}
 }

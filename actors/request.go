@@ -220,7 +220,7 @@ func (s *requestSupervisor) place(ctx actor.Context) {
 		f.index.record(blocks, cons.idx)
 		break
 	}
-	s.r.metrics.DisaggregationDecision(s.verdict.decision(), s.verdict.reason)
+	s.countDecision()
 	s.sendPlan()
 }
 

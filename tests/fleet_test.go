@@ -188,6 +188,33 @@ func TestEveryDisaggregationReason(t *testing.T) {
 	})
 }
 
+// TestARetryIsNotASecondDecision: the decision counter holds one decision per request; the
+// retry's own decision is counted apart.
+func TestARetryIsNotASecondDecision(t *testing.T) {
+	h := start(t, setup{prefill: 1, decode: 1, engine: sim.Options{Tokens: 2}, config: func(c *config.Config) {
+		policy(config.DisaggAlways, 100)(c)
+		c.Recovery.MaxAttempts = 2
+	}})
+	h.inject("d0", "decode.status=500", 1)
+	r := h.send("/v1/completions", completions(words("r", 300)))
+	if r.status != 200 {
+		t.Fatalf("status %d: %s", r.status, r.body)
+	}
+	h.expectAccess(r.id, 200, 2, "engine_status") // the first attempt's fault, retried
+	h.expectLegs(2, 2)
+	h.expectDecision(r.id, "disaggregated", "policy_always", 1)
+	h.waitMetric(`narwhal_disaggregation_retry_decisions_total{decision="disaggregated",reason="policy_always"}`, 1)
+	// A second request without a fault adds one decision and no retry decision.
+	r = h.send("/v1/completions", completions(words("s", 300)))
+	if r.status != 200 {
+		t.Fatalf("status %d: %s", r.status, r.body)
+	}
+	h.expectDecision(r.id, "disaggregated", "policy_always", 2)
+	if n := h.metric(`narwhal_disaggregation_retry_decisions_total{decision="disaggregated",reason="policy_always"}`); n != 1 {
+		t.Fatalf("%v retry decisions after a request without a retry, want 1", n)
+	}
+}
+
 // TestPlacementPrefersThePrefixWithinTheLoadBound: turns of one conversation follow the engine
 // that served its prefix, and a hot prefix held by many concurrent requests spreads once its
 // engine reaches load_factor × the mean load.

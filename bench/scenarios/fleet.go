@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/narwhal-router/narwhal/bench/harness"
@@ -55,9 +56,41 @@ func fleetScale(quick bool) trace.Scale {
 	return s
 }
 
+// fleetMode is how a workload is offered to the fleet.
+type fleetMode struct {
+	Name string
+	// Sessions is 0 for an open-loop replay at the trace's scaled arrival times, which
+	// measures latency at the trace's load; otherwise that many sessions send the
+	// trace's requests in order, each the next one as soon as its previous one ends
+	// (closed loop), which measures what the fleet can deliver.
+	Sessions int
+	// Speedup (open loop) divides the scaled arrival times: 2 offers twice the load.
+	Speedup float64
+}
+
+func (m fleetMode) String() string {
+	if m.Sessions == 0 && m.Speedup > 1 {
+		return fmt.Sprintf("open loop at %g× the trace's scaled pace (arrival times ÷ %g); tokens/s over the whole run, "+
+			"so a fleet that falls behind shows its capacity", m.Speedup, m.Speedup)
+	}
+	if m.Sessions == 0 {
+		return "open loop at the trace's scaled arrival times"
+	}
+	return fmt.Sprintf("closed loop: %d sessions send the requests in trace order, each the next as soon as its last ends; "+
+		"tokens/s and requests/s over the window in which all %d are busy (until the last request is sent)", m.Sessions, m.Sessions)
+}
+
+// fleetSessions is the closed loop's concurrency: enough to keep the producers' queues
+// full under always P/D (a paced replay keeps about 30 requests in flight), well below
+// what the four consumers can batch (4 × max_num_seqs 48).
+const fleetSessions = 96
+
+var fleetModes = []fleetMode{{Name: "paced"}, {Name: "2x pace", Speedup: 2}, {Name: "closed loop", Sessions: fleetSessions}}
+
 // Fleet replays the Mooncake conversation trace (and its no-sharing control) against a
-// simulated 2 prefill + 4 decode fleet with the capacity model on, once per placement policy,
-// and compares what the fleet delivers. Without the trace it reports that it skipped.
+// simulated 2 prefill + 4 decode fleet with the capacity model on, once per placement policy
+// and mode (paced, twice the pace, closed loop), and compares what the fleet delivers.
+// Without the trace it reports that it skipped.
 func Fleet(env harness.Env) (*report.Section, error) {
 	sec := report.NewSection("fleet", "placement policies on a production trace (2 prefill + 4 decode, capacity model on)")
 	path := env.Trace
@@ -75,39 +108,61 @@ func Fleet(env harness.Env) (*report.Section, error) {
 		recs []trace.Record
 	}{{"trace", recs}, {"no sharing", trace.WithoutSharing(recs)}}
 	sec.Printf("scaling: %s", scale)
-	plots := map[string][]report.Series{}
+	for _, m := range fleetModes {
+		sec.Printf("mode %q: %s", m.Name, m)
+	}
 	for _, w := range workloads {
 		rep, err := trace.NewReplay(w.recs, scale)
 		if err != nil {
 			return nil, err
 		}
 		sec.Printf("workload %q: %s", w.name, rep.Summary())
-		t := report.NewTable("policy", "ok", "TTFT p50 ms", "TTFT p99 ms", "e2e p50 ms", "e2e p99 ms", "out tok/s",
-			"prefix hit %", "KV blocks moved", "disaggregated %")
-		for _, p := range fleetPolicies {
-			harness.Logf("fleet: %s, %s", w.name, p.Name)
-			r, err := runFleetArm(env, p, rep)
-			if err != nil {
-				return nil, fmt.Errorf("%s, %s: %w", w.name, p.Name, err)
+		for _, m := range fleetModes {
+			t := report.NewTable("policy", "ok", "TTFT p50 ms", "TTFT p99 ms", "e2e p50 ms", "e2e p99 ms", "req/s", "out tok/s",
+				"prefix hit %", "KV blocks moved", "disaggregated %")
+			var series, rate []report.Series
+			type arm struct{ p50, p99, tokens float64 }
+			arms := map[string]arm{}
+			for _, p := range fleetPolicies {
+				harness.Logf("fleet: %s, %s, %s", w.name, m.Name, p.Name)
+				r, err := runFleetArm(p, rep, m)
+				if err != nil {
+					return nil, fmt.Errorf("%s, %s, %s: %w", w.name, m.Name, p.Name, err)
+				}
+				ttft, e2e := r.sorted()
+				t.Row(p.Name, fmt.Sprintf("%d/%d", r.ok, len(rep.Requests)),
+					msInt(pct(ttft, 0.5)), msInt(pct(ttft, 0.99)), msInt(pct(e2e, 0.5)), msInt(pct(e2e, 0.99)),
+					fmt.Sprintf("%.1f", r.requestsPerS()), fmt.Sprintf("%.0f", r.tokensPerS()), fmt.Sprintf("%.1f", 100*r.hitRate()),
+					strconv.FormatInt(r.blocksMoved, 10), fmt.Sprintf("%.1f", 100*r.disaggShare()))
+				key := fmt.Sprintf("fleet_%s_%s_%s_", slug(w.name), slug(m.Name), slug(p.Name[:3]))
+				sec.Figure(key+"ttft_p99_ms", ms1(pct(ttft, 0.99)))
+				sec.Figure(key+"tokens_per_s", report.Round(r.tokensPerS(), 0))
+				arms[p.Name[:3]] = arm{ms1(pct(ttft, 0.5)), ms1(pct(ttft, 0.99)), r.tokensPerS()}
+				series = append(series, report.Series{Name: p.Name, Points: r.points()})
+				rate = append(rate, report.Series{Name: p.Name, Points: r.ratePoints()})
 			}
-			ttft, e2e := r.sorted()
-			t.Row(p.Name, fmt.Sprintf("%d/%d", r.ok, len(rep.Requests)),
-				msInt(pct(ttft, 0.5)), msInt(pct(ttft, 0.99)), msInt(pct(e2e, 0.5)), msInt(pct(e2e, 0.99)),
-				fmt.Sprintf("%.0f", r.tokensPerS()), fmt.Sprintf("%.1f", 100*r.hitRate()),
-				strconv.FormatInt(r.blocksMoved, 10), fmt.Sprintf("%.1f", 100*r.disaggShare()))
-			key := fmt.Sprintf("fleet_%s_%s_", slug(w.name), slug(p.Name[:3]))
-			sec.Figure(key+"ttft_p99_ms", ms1(pct(ttft, 0.99)))
-			sec.Figure(key+"tokens_per_s", r.tokensPerS())
-			plots[w.name] = append(plots[w.name], report.Series{Name: p.Name, Points: r.points()})
+			sec.Printf("%s, %s:", w.name, m.Name)
+			sec.Add(t.String())
+			if a, c := arms["(a)"], arms["(c)"]; a.p99 > 0 && a.p50 > 0 && a.tokens > 0 {
+				// The comparison the issue asks for, within one run (the machine is shared).
+				sec.Printf("(c) ÷ (a): TTFT p99 %.2f, TTFT p50 %.2f, out tok/s %.2f", c.p99/a.p99, c.p50/a.p50, c.tokens/a.tokens)
+				key := fmt.Sprintf("fleet_%s_%s_c_over_a_", slug(w.name), slug(m.Name))
+				sec.Figure(key+"ttft_p99", report.Round(c.p99/a.p99, 2))
+				sec.Figure(key+"tokens_per_s", report.Round(c.tokens/a.tokens, 2))
+			}
+			file := env.Path("ttft-" + slug(w.name) + "-" + slug(m.Name) + ".png")
+			if err := report.PlotPNG(file, "TTFT over time: "+w.name+", "+m.Name, series); err != nil {
+				return nil, err
+			}
+			sec.Printf("plot: %s (x: seconds into the run; y: TTFT p90 per second, ms; colours: (a) red, (b) blue, (c) green)", file)
+			if m.Sessions > 0 {
+				file := env.Path("tokens-" + slug(w.name) + "-" + slug(m.Name) + ".png")
+				if err := report.PlotPNG(file, "output tokens/s: "+w.name+", "+m.Name, rate); err != nil {
+					return nil, err
+				}
+				sec.Printf("plot: %s (x: seconds into the run; y: output tokens of the requests that ended in each second)", file)
+			}
 		}
-		sec.Add(t.String())
-	}
-	for _, w := range workloads {
-		file := env.Path("ttft-" + slug(w.name) + ".png")
-		if err := report.PlotPNG(file, "TTFT over time: "+w.name, plots[w.name]); err != nil {
-			return nil, err
-		}
-		sec.Printf("plot: %s (x: seconds into the replay; y: TTFT p90 per second, ms; colours: (a) red, (b) blue, (c) green)", file)
 	}
 	return sec, nil
 }
@@ -139,21 +194,26 @@ func pct(sorted []time.Duration, q float64) time.Duration {
 	return sorted[min(len(sorted)-1, int(q*float64(len(sorted))))]
 }
 
-// armResult is one policy's replay.
+// armResult is one policy's run.
 type armResult struct {
-	mu          sync.Mutex
-	samples     []sample
-	ok          int
-	outTokens   int64
-	span        time.Duration
-	hits, total int64 // prefix-cache tokens hit and looked up, over every engine
-	blocksMoved int64
-	lines       int
-	disagg      int
+	mu        sync.Mutex
+	samples   []sample
+	ok        int
+	outTokens int64
+	// span is the whole run; window the part over which the rates are taken (the span
+	// for a paced replay; for a closed loop, until the last request was sent), with the
+	// requests and tokens that ended in it.
+	span, window  time.Duration
+	windowOK      int
+	windowTokens  int64
+	hits, total   int64 // prefix-cache tokens hit and looked up, over every engine
+	blocksMoved   int64
+	lines, disagg int
 }
 
 type sample struct {
 	at, ttft, e2e time.Duration
+	tokens        int
 }
 
 func (r *armResult) sorted() (ttft, e2e []time.Duration) {
@@ -165,11 +225,29 @@ func (r *armResult) sorted() (ttft, e2e []time.Duration) {
 	return ttft, e2e
 }
 
+// measure fixes the window and counts what ended in it.
+func (r *armResult) measure(window time.Duration) {
+	r.window, r.windowOK, r.windowTokens = window, 0, 0
+	for _, s := range r.samples {
+		if s.at+s.e2e <= window {
+			r.windowOK++
+			r.windowTokens += int64(s.tokens)
+		}
+	}
+}
+
 func (r *armResult) tokensPerS() float64 {
-	if r.span <= 0 {
+	if r.window <= 0 {
 		return 0
 	}
-	return float64(r.outTokens) / r.span.Seconds()
+	return float64(r.windowTokens) / r.window.Seconds()
+}
+
+func (r *armResult) requestsPerS() float64 {
+	if r.window <= 0 {
+		return 0
+	}
+	return float64(r.windowOK) / r.window.Seconds()
 }
 
 func (r *armResult) hitRate() float64 {
@@ -184,6 +262,22 @@ func (r *armResult) disaggShare() float64 {
 		return 0
 	}
 	return float64(r.disagg) / float64(r.lines)
+}
+
+// ratePoints are the output tokens of the requests that ended in each second of the run.
+func (r *armResult) ratePoints() []report.Point {
+	buckets := map[int]int{}
+	last := 0
+	for _, s := range r.samples {
+		b := int((s.at + s.e2e) / time.Second)
+		buckets[b] += s.tokens
+		last = max(last, b)
+	}
+	out := make([]report.Point, 0, last+1)
+	for b := 0; b <= last; b++ {
+		out = append(out, report.Point{X: float64(b), Y: float64(buckets[b])})
+	}
+	return out
 }
 
 // points are the TTFT p90 of each second of the replay.
@@ -207,8 +301,9 @@ func (r *armResult) points() []report.Point {
 	return out
 }
 
-// runFleetArm starts a fresh fleet (empty caches) and router for policy p and replays rep.
-func runFleetArm(env harness.Env, p fleetPolicy, rep *trace.Replay) (*armResult, error) {
+// runFleetArm starts a fresh fleet (empty caches) and router for policy p and offers it rep
+// in mode m.
+func runFleetArm(p fleetPolicy, rep *trace.Replay, m fleetMode) (*armResult, error) {
 	fleet, err := sim.StartFleet(sim.FleetOptions{Prefill: 2, Decode: 4, Engine: fleetEngine()})
 	if err != nil {
 		return nil, err
@@ -257,29 +352,61 @@ func runFleetArm(env harness.Env, p fleetPolicy, rep *trace.Replay) (*armResult,
 	defer client.CloseIdleConnections()
 	url := "http://" + srv.Addr() + "/v1/completions"
 	res := &armResult{}
-	var wg sync.WaitGroup
 	t0 := time.Now()
-	for _, q := range rep.Requests {
-		if d := time.Until(t0.Add(q.At)); d > 0 {
-			time.Sleep(d)
+	send := func(q trace.Request) {
+		start := time.Now()
+		ttft, tokens, err := streamOnce(client, url, q.CompletionsBody(harness.Model))
+		if err != nil {
+			return
 		}
-		wg.Add(1)
-		go func(q trace.Request) {
-			defer wg.Done()
-			start := time.Now()
-			ttft, tokens, err := streamOnce(client, url, q.CompletionsBody(harness.Model))
-			if err != nil {
-				return
-			}
-			res.mu.Lock()
-			res.ok++
-			res.outTokens += int64(tokens)
-			res.samples = append(res.samples, sample{at: start.Sub(t0), ttft: ttft, e2e: time.Since(start)})
-			res.mu.Unlock()
-		}(q)
+		res.mu.Lock()
+		res.ok++
+		res.outTokens += int64(tokens)
+		res.samples = append(res.samples, sample{at: start.Sub(t0), ttft: ttft, e2e: time.Since(start), tokens: tokens})
+		res.mu.Unlock()
 	}
-	wg.Wait()
-	res.span = time.Since(t0)
+	var wg sync.WaitGroup
+	if m.Sessions == 0 {
+		speedup := max(m.Speedup, 1)
+		for _, q := range rep.Requests {
+			if d := time.Until(t0.Add(time.Duration(float64(q.At) / speedup))); d > 0 {
+				time.Sleep(d)
+			}
+			wg.Add(1)
+			go func(q trace.Request) {
+				defer wg.Done()
+				send(q)
+			}(q)
+		}
+		wg.Wait()
+		res.span = time.Since(t0)
+		res.measure(res.span)
+	} else {
+		var next atomic.Int64
+		var lastSent atomic.Int64 // ns after t0
+		for range m.Sessions {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					i := int(next.Add(1)) - 1
+					if i >= len(rep.Requests) {
+						return
+					}
+					if i == len(rep.Requests)-1 {
+						lastSent.Store(int64(time.Since(t0)))
+					}
+					send(rep.Requests[i])
+				}
+			}()
+		}
+		wg.Wait()
+		res.span = time.Since(t0)
+		res.measure(time.Duration(lastSent.Load()))
+		if res.windowOK == 0 { // fewer requests than sessions: no busy window, the whole run
+			res.measure(res.span)
+		}
+	}
 	for _, e := range fleet.Engines {
 		st := e.Stats()
 		res.hits += st.PrefixCacheHits

@@ -221,6 +221,42 @@ func TestCapacityPrefixCacheSkipsCompute(t *testing.T) {
 	}
 }
 
+// A prompt waits until a step has tokens for it, as in vLLM: a backlog shows as waiting,
+// and a prompt that waited behind an identical one hits the blocks that one computed.
+func TestCapacityAdmitsWithinTheStepBudget(t *testing.T) {
+	t.Parallel()
+	// One step computes at most 64 prompt tokens and then lasts 64 × 20 ms: the second prompt
+	// arrives well within the first one's step, even on a loaded machine.
+	e := startEngine(t, Options{MaxNumSeqs: 8, MaxNumBatchedTokens: 64, PrefillPerToken: 20 * time.Millisecond,
+		Tokens: 2, PromptTokensDetails: true})
+	prompt := words("w", 64) // the whole budget: 3 full blocks reusable, (64 − 1) / 16
+	first := make(chan string, 1)
+	go func() {
+		_, _, body := post(t, e.URL(), "/v1/completions", completions(prompt))
+		first <- string(body)
+	}()
+	eventually(t, 5*time.Second, "the first prompt running", func() bool { return e.Stats().Running == 1 })
+	second := make(chan string, 1)
+	go func() {
+		_, _, body := post(t, e.URL(), "/v1/completions", completions(prompt))
+		second <- string(body)
+	}()
+	// The first prompt's step took the whole budget: the second waits (it has a free slot).
+	eventually(t, 5*time.Second, "the second prompt waiting for budget", func() bool {
+		m := metrics(t, e)
+		return m["vllm:num_requests_waiting"] == 1 && m["vllm:num_requests_running"] == 1
+	})
+	if body := <-first; !strings.Contains(body, `"prompt_tokens_details":null`) {
+		t.Errorf("first: %s; want nothing cached", body)
+	}
+	if body := <-second; !strings.Contains(body, `"cached_tokens":48}`) {
+		t.Errorf("second: %s; want the first prompt's 3 blocks (48 tokens) hit", body)
+	}
+	if s := e.Stats(); s.PromptTokensComputed != 64+16 || s.PrefixCacheHits != 48 {
+		t.Errorf("stats %+v; want 64 + 16 tokens computed and 48 hit", s)
+	}
+}
+
 func TestCapacityBlockExhaustionWaits(t *testing.T) {
 	t.Parallel()
 	// 6 blocks of 16 tokens; each request needs ceil((50 + 10) / 16) = 4 blocks.

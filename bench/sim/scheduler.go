@@ -10,10 +10,16 @@ import (
 // The capacity model: one scheduler per engine runs vLLM-style steps on a goroutine of
 // its own. Each step
 //
-//  1. admits waiting sequences in arrival order while fewer than MaxNumSeqs run and the
-//     head's blocks fit in the KV cache (the head waits otherwise: no skipping ahead);
-//  2. gives every running sequence past its prefill one decode token, then spends what
-//     is left of the MaxNumBatchedTokens budget on prefill chunks, oldest first;
+//  1. gives every running sequence past its prefill one decode token, then spends what
+//     is left of the MaxNumBatchedTokens budget on the running sequences' prefill chunks,
+//     oldest first;
+//  2. with budget still left, admits waiting sequences in arrival order while fewer than
+//     MaxNumSeqs run and the head's blocks fit in the KV cache (the head waits otherwise:
+//     no skipping ahead), each with a first prefill chunk. As in vLLM's scheduler, a
+//     request leaves the waiting queue only when a step has tokens for it, so a backlog
+//     of prompts shows as vllm:num_requests_waiting, and a prompt's prefix-cache lookup
+//     happens when it is admitted (it may hit blocks an earlier prompt computed while it
+//     waited);
 //  3. lasts ITL + ITLPerSeq × (sequences in the step) + PrefillPerToken × (prefill tokens
 //     in the step), during which it sleeps;
 //  4. then delivers: a decode sequence gains a token; a sequence whose last prompt chunk
@@ -45,7 +51,7 @@ type scheduler struct {
 	queries  int64 // prompt tokens looked up in the prefix cache
 	hits     int64 // of which found cached
 	computed int64 // prompt tokens computed
-	queued   int64 // sequences that could not start on arrival
+	queued   int64 // sequences a step passed over (they waited for a slot, budget or blocks)
 	steps    int64
 }
 
@@ -77,6 +83,7 @@ type seq struct {
 	cached    int // prompt tokens not computed (prefix hits, transferred KV)
 	hitBlocks int
 	produced  int
+	passed    bool // a step was planned while it waited and did not admit it
 }
 
 func newScheduler(o Options, expire func()) *scheduler {
@@ -99,7 +106,7 @@ func notify(c chan struct{}) {
 	}
 }
 
-// submit queues q and starts it at once if it fits.
+// submit queues q; the next step starts it if there is room (planLocked).
 func (s *scheduler) submit(q *seq) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -108,11 +115,8 @@ func (s *scheduler) submit(q *seq) {
 	}
 	q.state = seqWaiting
 	s.waiting = append(s.waiting, q)
-	s.admitLocked()
-	if q.state == seqWaiting {
-		s.queued++
-	}
-	notify(s.wake)
+	notify(s.wake) // the next step admits it if it has room
+
 }
 
 // progress returns how many tokens q has produced and how many of its prompt tokens
@@ -164,28 +168,31 @@ func (s *scheduler) dropCached() {
 	s.mu.Unlock()
 }
 
-// admitLocked starts waiting sequences, oldest first, while they fit.
-func (s *scheduler) admitLocked() {
-	for len(s.waiting) > 0 && len(s.running) < s.maxSeqs {
-		q := s.waiting[0]
-		total := (q.prompt + q.out + s.blockSize - 1) / s.blockSize
-		maxHit := (q.prompt - 1) / s.blockSize
-		h, hit, ok := s.kv.acquire(q.hashes, maxHit, total)
-		if !ok {
-			return // the head waits for blocks, and so does everyone behind it
-		}
-		s.waiting = s.waiting[1:]
-		q.hold, q.hitBlocks = h, hit
-		q.cached = hit * s.blockSize
-		if q.loaded {
-			q.cached = max(q.cached, q.prompt-1)
-		}
-		q.toCompute = q.prompt - q.cached
-		s.queries += int64(q.prompt)
-		s.hits += int64(hit * s.blockSize)
-		q.state = seqRunning
-		s.running = append(s.running, q)
+// admitHeadLocked starts the oldest waiting sequence if a slot is free and its blocks fit,
+// and returns it (nil: the head waits, and so does everyone behind it).
+func (s *scheduler) admitHeadLocked() *seq {
+	if len(s.waiting) == 0 || len(s.running) >= s.maxSeqs {
+		return nil
 	}
+	q := s.waiting[0]
+	total := (q.prompt + q.out + s.blockSize - 1) / s.blockSize
+	maxHit := (q.prompt - 1) / s.blockSize
+	h, hit, ok := s.kv.acquire(q.hashes, maxHit, total)
+	if !ok {
+		return nil
+	}
+	s.waiting = s.waiting[1:]
+	q.hold, q.hitBlocks = h, hit
+	q.cached = hit * s.blockSize
+	if q.loaded {
+		q.cached = max(q.cached, q.prompt-1)
+	}
+	q.toCompute = q.prompt - q.cached
+	s.queries += int64(q.prompt)
+	s.hits += int64(hit * s.blockSize)
+	q.state = seqRunning
+	s.running = append(s.running, q)
+	return q
 }
 
 // stepItem is one sequence's share of a step: a decode token (chunk 0) or a prefill
@@ -195,8 +202,9 @@ type stepItem struct {
 	chunk int
 }
 
-// planLocked chooses the step's work: decodes first, then prefill chunks within the
-// token budget. It returns the work and the step's duration.
+// planLocked chooses the step's work: decodes first, then the running sequences' prefill
+// chunks, then newly admitted sequences' first chunks, all within the token budget. It
+// returns the work and the step's duration.
 func (s *scheduler) planLocked(items []stepItem) ([]stepItem, time.Duration) {
 	budget := s.budget
 	for _, q := range s.running {
@@ -206,12 +214,28 @@ func (s *scheduler) planLocked(items []stepItem) ([]stepItem, time.Duration) {
 		}
 	}
 	prefill := 0
+	chunk := func(q *seq) {
+		c := min(q.toCompute, budget)
+		items = append(items, stepItem{q: q, chunk: c})
+		budget -= c
+		prefill += c
+	}
 	for _, q := range s.running {
 		if q.toCompute > 0 && budget > 0 {
-			c := min(q.toCompute, budget)
-			items = append(items, stepItem{q: q, chunk: c})
-			budget -= c
-			prefill += c
+			chunk(q)
+		}
+	}
+	for budget > 0 {
+		q := s.admitHeadLocked()
+		if q == nil {
+			break
+		}
+		chunk(q) // toCompute ≥ 1: the last prompt token is always computed
+	}
+	for _, q := range s.waiting {
+		if !q.passed {
+			q.passed = true
+			s.queued++
 		}
 	}
 	return items, s.itl + time.Duration(len(items))*s.perSeq + time.Duration(prefill)*s.perToken
@@ -258,7 +282,6 @@ func (s *scheduler) run(ctx context.Context) {
 	for {
 		s.expire()
 		s.mu.Lock()
-		s.admitLocked()
 		var d time.Duration
 		items, d = s.planLocked(items[:0])
 		blocked := len(s.waiting) > 0

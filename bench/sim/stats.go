@@ -50,7 +50,7 @@ type Stats struct {
 
 	// The capacity model's view (all zero when it is off).
 	// Running and Waiting are the scheduler's sequences now (Waiting includes decodes
-	// pulling their KV); Queued counts sequences that could not start on arrival.
+	// pulling their KV); Queued counts sequences a step passed over (they waited for a slot, step budget or blocks).
 	Running int64 `json:"running"`
 	Waiting int64 `json:"waiting"`
 	Queued  int64 `json:"queued"`

@@ -241,9 +241,15 @@ func (m *Metrics) RequestAttributedFailure(leg, kind string) {
 func (m *Metrics) WaveRestart(role string) { m.counter("wave_restarts", "role", role).Inc(1) }
 
 // DisaggregationDecision counts a request's choice between prefill/decode ("disaggregated")
-// and same-worker decode ("local"), with the rule that made it (docs/configuration.md).
+// and same-worker decode ("local"), with the rule that made it (docs/configuration.md): once
+// per request, when its first attempt is placed.
 func (m *Metrics) DisaggregationDecision(decision, reason string) {
 	m.counter("disaggregation_decisions", "decision", decision, "reason", reason).Inc(1)
+}
+
+// DisaggregationRetryDecision counts a retry's decision, labelled as DisaggregationDecision.
+func (m *Metrics) DisaggregationRetryDecision(decision, reason string) {
+	m.counter("disaggregation_retry_decisions", "decision", decision, "reason", reason).Inc(1)
 }
 
 // PrefixPlacement counts a leg placed with prefix preference, by what happened: "hit" (the
