@@ -1,12 +1,10 @@
 package transport
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -33,7 +31,7 @@ type DecodeStream struct {
 	c        *EngineClient
 	lc       *legConn
 	resp     *fasthttp.Response
-	br       *bufio.Reader
+	body     streamBody
 	sse      wire.EventReader
 	deadline time.Time
 
@@ -71,16 +69,16 @@ func silenceSlack(timeout time.Duration) time.Duration { return min(timeout/16, 
 // maxHeldComments bounds the SSE comments held before the first token.
 const maxHeldComments = 1 << 10
 
-// streamReaders hold the SSE reader of each open stream. 2 KiB holds several of vLLM's events
-// (a few hundred bytes each); a longer line is read in pieces. Every open stream holds one, so
-// the size is a per-stream memory cost (bench: the streams scenario).
-var streamReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 2048) }}
-
+// newDecodeStream reads the events of resp's body straight out of the engine connection's
+// reader (streambody.go): no buffer of the stream's own.
 func newDecodeStream(ctx context.Context, c *EngineClient, lc *legConn, resp *fasthttp.Response, deadline time.Time) *DecodeStream {
-	br := streamReaders.Get().(*bufio.Reader)
-	br.Reset(resp.BodyStream())
-	s := &DecodeStream{ctx: ctx, c: c, lc: lc, resp: resp, br: br, sse: wire.NewEventReader(br),
-		deadline: deadline}
+	s := &DecodeStream{ctx: ctx, c: c, lc: lc, resp: resp, deadline: deadline}
+	contentLength := resp.Header.ContentLength()
+	if status := resp.StatusCode(); status == fasthttp.StatusNoContent || status == fasthttp.StatusNotModified {
+		contentLength = 0
+	}
+	s.body.reset(lc.br, contentLength)
+	s.sse = wire.NewEventReader(&s.body)
 	s.heldEnds, s.heldKind = s.endsBuf[:0], s.kindBuf[:0]
 	return s
 }
@@ -211,9 +209,11 @@ func (s *DecodeStream) rearmEvery() time.Duration {
 // events before commit: when the stream committed).
 func (s *DecodeStream) LastRead() time.Time { return s.lastRead }
 
-// Buffered reports whether more of the stream is already in memory, so a relay can batch the
-// next event into the same client write.
-func (s *DecodeStream) Buffered() bool { return s.heldNext < len(s.heldEnds) || s.sse.Buffered() }
+// Buffered reports whether the next event is already in memory (held, or whole in the engine
+// connection's buffer), so a relay can batch it into the same client write without waiting.
+func (s *DecodeStream) Buffered() bool {
+	return s.heldNext < len(s.heldEnds) || s.body.eventBuffered()
+}
 
 func (s *DecodeStream) streamFault(data []byte) *fault.Fault {
 	se := wire.ParseStreamError(data)
@@ -233,7 +233,7 @@ func (s *DecodeStream) readFault(err error, beforeFirst, byRequest bool) *fault.
 	case isTimeout(err):
 		return c.fault(fault.PhaseDecode, fault.Silence, "engine went silent between tokens (nothing for "+
 			c.timeouts.DecodeRead.String()+")", err)
-	case errors.Is(err, wire.ErrEventTooLarge):
+	case errors.Is(err, wire.ErrEventTooLarge), errors.Is(err, errBadChunk):
 		return c.fault(fault.PhaseDecode, fault.BadResponse, err.Error(), err)
 	}
 	return c.fault(fault.PhaseDecode, fault.ClosedEarly, "stream closed before [DONE]", err)
@@ -241,7 +241,7 @@ func (s *DecodeStream) readFault(err error, beforeFirst, byRequest bool) *fault.
 
 // readAll reads the rest of the body, up to limit bytes (for error responses).
 func (s *DecodeStream) readAll(limit int) ([]byte, error) {
-	b, err := io.ReadAll(io.LimitReader(s.br, int64(limit)))
+	b, err := io.ReadAll(io.LimitReader(&s.body, int64(limit)))
 	if err == nil && len(b) < limit {
 		s.lc.bodyDone = true
 	}
@@ -260,7 +260,7 @@ func (s *DecodeStream) Close() {
 		if err := s.lc.setReadDeadline(time.Now().Add(50 * time.Millisecond)); err == nil {
 			var tmp [64]byte
 			for {
-				if _, err := s.br.Read(tmp[:]); err != nil {
+				if _, err := s.body.Read(tmp[:]); err != nil {
 					s.lc.bodyDone = errors.Is(err, io.EOF)
 					break
 				}
@@ -268,7 +268,6 @@ func (s *DecodeStream) Close() {
 		}
 	}
 	s.lc.close()
-	s.br.Reset(nil)
-	streamReaders.Put(s.br)
+	s.body = streamBody{}
 	fasthttp.ReleaseResponse(s.resp)
 }

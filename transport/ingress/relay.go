@@ -150,7 +150,7 @@ func (r *relay) WriteTo(w io.Writer) (int64, error) {
 				r.end.OutputTokens = n
 			}
 		case wire.EventUsage:
-			r.end.OutputTokens = wire.CompletionTokens(wire.UsageOf(ev.Data), 0)
+			r.end.OutputTokens = wire.OutputTokensOf(ev.Data, 0)
 			if !includeUsage {
 				continue
 			}

@@ -113,3 +113,63 @@ func relayWrites(t *testing.T, events []string, waitAfter []int, want []string) 
 		}
 	}
 }
+
+// Half of the next event in the buffer is no reason to wait: the event before it leaves at once
+// (were it held for the rest, this engine, which sends the rest only after that write, would
+// stall the stream until its 5 s give-up).
+func TestRelayNeverWaitsForHalfAnEvent(t *testing.T) {
+	tok := func(text, finish string) string {
+		return `data: {"id":"c","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":"` + text + `","finish_reason":` + finish + "}]}\n\n"
+	}
+	usage := `data: {"id":"c","object":"text_completion","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":3,"total_tokens":4}}` + "\n\n"
+	a, b, c, done := tok(" a", "null"), tok(" b", "null"), tok(" c", `"length"`), "data: [DONE]\n\n"
+	// One chunk carries b and the first part of c; the rest of c comes only after b is written.
+	chunks := []string{a, b + c[:40], c[40:] + usage + done}
+	rec := &writes{wrote: make(chan struct{}, 8)}
+	engine := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for _, ch := range chunks {
+			w.Write([]byte(ch))
+			w.(http.Flusher).Flush()
+			select {
+			case <-rec.wrote:
+			case <-time.After(5 * time.Second):
+				return
+			}
+		}
+	}))
+	defer engine.Close()
+	client, err := transport.NewEngineClient(config.Engine{Name: "d0", URL: engine.URL, Role: config.RoleDecode}, config.Default().Engine)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	body, err := wire.ParseClientBody(wire.EndpointCompletions, []byte(`{"model":"m","prompt":"p","stream":true,"stream_options":{"include_usage":true}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := NewExchange("w", body, time.Now(), time.Now().Add(time.Minute))
+	s, err := client.Decode(context.Background(), transport.PrefillResult{}, x.EngineRequest("w"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	r := newRelay(&Ingress{metrics: telemetry.Noop()}, &fasthttp.RequestCtx{}, x, s, func() {})
+	start := time.Now()
+	if _, err := r.WriteTo(rec); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{a, b, c + usage + done}
+	if !slices.Equal(func() []string {
+		var got []string
+		for _, g := range rec.got {
+			got = append(got, string(g))
+		}
+		return got
+	}(), want) {
+		t.Fatalf("writes %q, want %q", rec.got, want)
+	}
+	if took := time.Since(start); took > 4*time.Second {
+		t.Fatalf("the relay waited %s for the rest of an event", took)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"strconv"
 
 	"github.com/goccy/go-json"
 )
@@ -12,12 +13,22 @@ import (
 // EventReader splits an engine's text/event-stream body into events. An event is returned with its
 // raw bytes, terminating blank line included, so it can be relayed byte for byte.
 type EventReader struct {
-	br *bufio.Reader
+	br LineSource
 	ev []byte
 }
 
+// LineSource is what an EventReader takes lines from. *bufio.Reader is one; so is a reader that
+// undoes a body's HTTP framing in place (transport), which returns a piece of a line with
+// bufio.ErrBufferFull where a chunk ends inside it.
+type LineSource interface {
+	// ReadSlice is bufio.Reader's: the bytes up to and including delim, valid until the next call.
+	ReadSlice(delim byte) ([]byte, error)
+	// Buffered is how many bytes can be read without waiting.
+	Buffered() int
+}
+
 // NewEventReader reads events from br.
-func NewEventReader(br *bufio.Reader) EventReader { return EventReader{br: br} }
+func NewEventReader(br LineSource) EventReader { return EventReader{br: br} }
 
 // EventKind says what an SSE event of a decode stream carries.
 type EventKind uint8
@@ -41,27 +52,29 @@ var ErrEventTooLarge = errors.New("engine sent an SSE event larger than 4 MiB")
 // stream it returns io.EOF; a stream that ends inside an event returns io.ErrUnexpectedEOF.
 func (r *EventReader) Next() ([]byte, error) {
 	r.ev = r.ev[:0]
-	lineStart := true // a blank line only counts when it starts a line
+	lineOff := 0 // where the line being read starts in r.ev (it may come in pieces)
 	for {
 		line, err := r.br.ReadSlice('\n')
 		if len(line) > 0 {
-			if lineStart && err == nil && isBlankLine(line) {
-				if len(r.ev) == 0 {
-					continue // stray blank line between events
-				}
-				r.ev = append(r.ev, line...)
-				return r.ev, nil
-			}
 			if len(r.ev)+len(line) > maxEventBytes {
 				return nil, ErrEventTooLarge
 			}
 			r.ev = append(r.ev, line...)
-			lineStart = line[len(line)-1] == '\n'
+			if err == nil { // a whole line: a blank one ends the event
+				if isBlankLine(r.ev[lineOff:]) {
+					if lineOff == 0 {
+						r.ev = r.ev[:0] // stray blank line between events
+						continue
+					}
+					return r.ev, nil
+				}
+				lineOff = len(r.ev)
+			}
 		}
 		switch {
 		case err == nil:
 		case errors.Is(err, bufio.ErrBufferFull):
-			// a long line: keep appending until its newline
+			// a long line, or one split by the body's framing: keep appending until its newline
 		case errors.Is(err, io.EOF):
 			if len(r.ev) == 0 {
 				return nil, io.EOF
@@ -251,6 +264,32 @@ func UsageOf(data []byte) json.RawMessage {
 	}
 	_ = json.Unmarshal(data, &c)
 	return c.Usage
+}
+
+// OutputTokensOf reads an event's usage.completion_tokens (or usage.output_tokens, the
+// Responses API's name), or returns fallback: what UsageOf and CompletionTokens read together,
+// scanned in place without decoding or allocating (the relay asks once per stream).
+func OutputTokensOf(data []byte, fallback int) int {
+	var top, inner [16]Field
+	fields, err := ScanObject(data, top[:0])
+	if err != nil {
+		return fallback
+	}
+	usage, ok := Member(data, fields, "usage")
+	if !ok {
+		return fallback
+	}
+	if fields, err = ScanObject(usage, inner[:0]); err != nil {
+		return fallback
+	}
+	for _, key := range [...]string{"completion_tokens", "output_tokens"} {
+		if v, ok := Member(usage, fields, key); ok {
+			if n, err := strconv.Atoi(string(v)); err == nil {
+				return n
+			}
+		}
+	}
+	return fallback
 }
 
 // CompletionTokens reads completion_tokens from a usage object, or returns fallback.

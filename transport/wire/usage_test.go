@@ -62,3 +62,32 @@ func TestPromptEstimateAndBlocks(t *testing.T) {
 		t.Fatalf("one long word: %+v (want a quarter of its bytes)", r)
 	}
 }
+
+// The relay's count of output tokens agrees with decoding the usage chunk, and costs nothing.
+func TestOutputTokensOf(t *testing.T) {
+	for _, c := range []struct {
+		data string
+		want int
+	}{
+		{`{"id":"c","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":3,"total_tokens":8}}`, 3},
+		{`{"usage":{"output_tokens":4}}`, 4},
+		{`{"usage":{"completion_tokens":null,"output_tokens":6}}`, 6},
+		{`{"usage":{"completion_tokens":2},"usage":{"completion_tokens":9}}`, 9}, // the last one, as a JSON parser reads it
+		{`{"usage":null}`, -1},
+		{`{"choices":[]}`, -1},
+		{`[DONE]`, -1},
+		{`{"usage":{"completion_tokens":"x"}}`, -1},
+		{`{"usage":`, -1},
+	} {
+		if got := OutputTokensOf([]byte(c.data), -1); got != c.want {
+			t.Errorf("%s: %d, want %d", c.data, got, c.want)
+		}
+		if want := CompletionTokens(UsageOf([]byte(c.data)), -1); want != c.want {
+			t.Errorf("%s: the decoding reader says %d, the test %d", c.data, want, c.want)
+		}
+	}
+	data := []byte(`{"id":"c","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":3,"total_tokens":8}}`)
+	if allocs := testing.AllocsPerRun(100, func() { OutputTokensOf(data, 0) }); allocs != 0 {
+		t.Fatalf("%.0f allocations", allocs)
+	}
+}
