@@ -59,8 +59,12 @@ type Router struct {
 
 	// requestRoot spawns request supervisors under a guardian that stops, never restarts, them.
 	requestRoot *actor.RootContext
-	seq         atomic.Uint64
-	queued      atomic.Int32 // requests in the admission queue (written by the pool)
+	// requestProps are every request supervisor's props: the supervisor learns its exchange
+	// from its first message (Dispatch), so one Props serves every request instead of a Props
+	// and two closures built per request (issue #17).
+	requestProps *actor.Props
+	seq          atomic.Uint64
+	queued       atomic.Int32 // requests in the admission queue (written by the pool)
 	// commits counts committed requests; attributedAt is its value when failures were last
 	// attributed to a request. Attribution needs a commit in between (request.go, judge).
 	commits, attributedAt atomic.Uint64
@@ -120,6 +124,7 @@ func NewRouter(cfg config.Config, opts Options) (*Router, error) {
 		r.log.Error("request supervisor crashed", "panic", fmt.Sprint(reason))
 		return actor.StopDirective
 	}))
+	r.requestProps = actor.PropsFromProducer(func() actor.Actor { return &requestSupervisor{r: r} }, inline, inlineMailboxes)
 	guardian, err := r.root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &guardianActor{r: r} },
 		actor.WithSupervisor(actor.NewOneForOneStrategy(10, time.Minute, func(any) actor.Directive { return actor.RestartDirective }))),
 		"narwhal")
@@ -157,15 +162,17 @@ func (r *Router) WaitForModels(timeout time.Duration) error {
 	}
 }
 
-// Dispatch spawns the request supervisor for x.
+// Dispatch spawns the request supervisor for x and hands it x as its first message; the
+// supervisor starts the request there (both run on the caller's goroutine: inline dispatcher).
 func (r *Router) Dispatch(x *ingress.Exchange) {
-	props := actor.PropsFromProducer(func() actor.Actor { return &requestSupervisor{r: r, x: x} }, inline, inlineMailboxes)
-	pid, err := r.requestRoot.SpawnNamed(props, "requests/"+strconv.FormatUint(r.seq.Add(1), 10))
+	var name [32]byte
+	pid, err := r.requestRoot.SpawnNamed(r.requestProps, string(strconv.AppendUint(append(name[:0], "requests/"...), r.seq.Add(1), 10)))
 	if err != nil { // unreachable: names come from a counter
 		x.Send(ingress.Command{Verdict: ingress.Verdict{Status: 500}})
 		return
 	}
 	x.Handle = pid
+	r.root.Send(pid, x)
 }
 
 // ClientGone implements ingress.Dispatcher.
