@@ -96,7 +96,7 @@ func (s *requestSupervisor) Receive(ctx actor.Context) {
 			return
 		}
 		s.x = m
-		s.r.live.Store(s.self.Id, s.self) // here, not in Dispatch: a fast failure could retire first
+		s.r.live.add(s.self) // here, not in Dispatch: a fast failure could retire first
 		s.r.budget.deposit()
 		s.startAttempt(ctx)
 	case *messages.AttemptEnded:

@@ -68,7 +68,7 @@ type Router struct {
 	// commits counts committed requests; attributedAt is its value when failures were last
 	// attributed to a request. Attribution needs a commit in between (request.go, judge).
 	commits, attributedAt atomic.Uint64
-	live                  sync.Map // request supervisor PID id → *actor.PID
+	live                  liveSet  // every started request supervisor
 	scraper               *scraper // placement.scrape_interval_s; nil when off
 }
 
@@ -211,7 +211,7 @@ func (r *Router) requestDone(s *requestSupervisor) {
 		TTFT: s.ttft, FirstByte: s.firstByte, Total: total, OutputToks: s.end.OutputTokens,
 	})
 	if s.self != nil {
-		r.live.Delete(s.self.Id)
+		r.live.remove(s.self)
 	}
 	if r.access == nil {
 		return
@@ -262,10 +262,9 @@ func (r *Router) Requests(ctx context.Context) []messages.RequestState {
 		timeout = time.Until(d)
 	}
 	var futures []*actor.Future
-	r.live.Range(func(_, v any) bool {
-		futures = append(futures, r.root.RequestFuture(v.(*actor.PID), &messages.Describe{}, timeout))
-		return true
-	})
+	for _, pid := range r.live.snapshot() {
+		futures = append(futures, r.root.RequestFuture(pid, &messages.Describe{}, timeout))
+	}
 	out := make([]messages.RequestState, 0, len(futures))
 	for _, f := range futures {
 		res, err := f.Result()
@@ -321,18 +320,15 @@ func (r *Router) Ready() bool {
 
 // InFlight is the number of live request supervisors.
 func (r *Router) InFlight() int {
-	n := 0
-	r.live.Range(func(_, _ any) bool { n++; return true })
-	return n
+	return r.live.len()
 }
 
 // AbortAll cancels every live request (the end of a shutdown grace period): streams end with
 // a terminal error event, requests before commit get 503.
 func (r *Router) AbortAll() {
-	r.live.Range(func(_, v any) bool {
-		r.root.Send(v.(*actor.PID), &messages.Abort{})
-		return true
-	})
+	for _, pid := range r.live.snapshot() { // outside the lock: an inline supervisor may finish and remove itself
+		r.root.Send(pid, &messages.Abort{})
+	}
 }
 
 // Close stops the actor system and closes engine connections. Call it after ingress is down.
@@ -385,4 +381,43 @@ func (h levelFloor) WithAttrs(attrs []slog.Attr) slog.Handler {
 
 func (h levelFloor) WithGroup(name string) slog.Handler {
 	return levelFloor{h.Handler.WithGroup(name), h.floor}
+}
+
+// liveSet is the set of live request supervisors: a map under a mutex, because a sync.Map
+// allocated an entry and a boxed key per request (issue #17). Callers that message the
+// supervisors iterate a snapshot, since a supervisor running inline may remove itself.
+type liveSet struct {
+	mu  sync.Mutex
+	set map[*actor.PID]struct{}
+}
+
+func (l *liveSet) add(pid *actor.PID) {
+	l.mu.Lock()
+	if l.set == nil {
+		l.set = make(map[*actor.PID]struct{})
+	}
+	l.set[pid] = struct{}{}
+	l.mu.Unlock()
+}
+
+func (l *liveSet) remove(pid *actor.PID) {
+	l.mu.Lock()
+	delete(l.set, pid)
+	l.mu.Unlock()
+}
+
+func (l *liveSet) len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.set)
+}
+
+func (l *liveSet) snapshot() []*actor.PID {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]*actor.PID, 0, len(l.set))
+	for pid := range l.set {
+		out = append(out, pid)
+	}
+	return out
 }
