@@ -38,7 +38,7 @@ func TestGoneWatchAllocations(t *testing.T) {
 		w.watch(s, x).stop()
 	})
 	t.Logf("%.1f allocations per watched request", n)
-	if n > 1 {
+	if n > 1 && !raceEnabled { // under the race detector sync.Pool drops items at random
 		t.Fatalf("%.1f allocations per watched request, want at most 1", n)
 	}
 
