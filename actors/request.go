@@ -91,7 +91,12 @@ func (s *requestSupervisor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		s.self = ctx.Self()
-		s.r.live.Store(s.self.Id, s.self) // here, not in Dispatch: a fast failure could retire first
+	case *ingress.Exchange: // Dispatch sends it once, right after the spawn
+		if s.x != nil {
+			return
+		}
+		s.x = m
+		s.r.live.add(s.self) // here, not in Dispatch: a fast failure could retire first
 		s.r.budget.deposit()
 		s.startAttempt(ctx)
 	case *messages.AttemptEnded:
@@ -125,7 +130,9 @@ func (s *requestSupervisor) Receive(ctx actor.Context) {
 	case *messages.Describe:
 		ctx.Respond(s.snapshot())
 	case *actor.Stopped:
-		s.cleanupAbnormalStop(ctx)
+		if s.x != nil { // nil only for a supervisor stopped before Dispatch's message, which holds nothing
+			s.cleanupAbnormalStop(ctx)
+		}
 	}
 }
 

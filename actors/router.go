@@ -59,12 +59,16 @@ type Router struct {
 
 	// requestRoot spawns request supervisors under a guardian that stops, never restarts, them.
 	requestRoot *actor.RootContext
-	seq         atomic.Uint64
-	queued      atomic.Int32 // requests in the admission queue (written by the pool)
+	// requestProps are every request supervisor's props: the supervisor learns its exchange
+	// from its first message (Dispatch), so one Props serves every request instead of a Props
+	// and two closures built per request (issue #17).
+	requestProps *actor.Props
+	seq          atomic.Uint64
+	queued       atomic.Int32 // requests in the admission queue (written by the pool)
 	// commits counts committed requests; attributedAt is its value when failures were last
 	// attributed to a request. Attribution needs a commit in between (request.go, judge).
 	commits, attributedAt atomic.Uint64
-	live                  sync.Map // request supervisor PID id → *actor.PID
+	live                  liveSet  // every started request supervisor
 	scraper               *scraper // placement.scrape_interval_s; nil when off
 }
 
@@ -120,6 +124,7 @@ func NewRouter(cfg config.Config, opts Options) (*Router, error) {
 		r.log.Error("request supervisor crashed", "panic", fmt.Sprint(reason))
 		return actor.StopDirective
 	}))
+	r.requestProps = actor.PropsFromProducer(func() actor.Actor { return &requestSupervisor{r: r} }, inline, inlineMailboxes)
 	guardian, err := r.root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &guardianActor{r: r} },
 		actor.WithSupervisor(actor.NewOneForOneStrategy(10, time.Minute, func(any) actor.Directive { return actor.RestartDirective }))),
 		"narwhal")
@@ -157,15 +162,17 @@ func (r *Router) WaitForModels(timeout time.Duration) error {
 	}
 }
 
-// Dispatch spawns the request supervisor for x.
+// Dispatch spawns the request supervisor for x and hands it x as its first message; the
+// supervisor starts the request there (both run on the caller's goroutine: inline dispatcher).
 func (r *Router) Dispatch(x *ingress.Exchange) {
-	props := actor.PropsFromProducer(func() actor.Actor { return &requestSupervisor{r: r, x: x} }, inline, inlineMailboxes)
-	pid, err := r.requestRoot.SpawnNamed(props, "requests/"+strconv.FormatUint(r.seq.Add(1), 10))
+	var name [32]byte
+	pid, err := r.requestRoot.SpawnNamed(r.requestProps, string(strconv.AppendUint(append(name[:0], "requests/"...), r.seq.Add(1), 10)))
 	if err != nil { // unreachable: names come from a counter
 		x.Send(ingress.Command{Verdict: ingress.Verdict{Status: 500}})
 		return
 	}
 	x.Handle = pid
+	r.root.Send(pid, x)
 }
 
 // ClientGone implements ingress.Dispatcher.
@@ -204,7 +211,7 @@ func (r *Router) requestDone(s *requestSupervisor) {
 		TTFT: s.ttft, FirstByte: s.firstByte, Total: total, OutputToks: s.end.OutputTokens,
 	})
 	if s.self != nil {
-		r.live.Delete(s.self.Id)
+		r.live.remove(s.self)
 	}
 	if r.access == nil {
 		return
@@ -255,10 +262,9 @@ func (r *Router) Requests(ctx context.Context) []messages.RequestState {
 		timeout = time.Until(d)
 	}
 	var futures []*actor.Future
-	r.live.Range(func(_, v any) bool {
-		futures = append(futures, r.root.RequestFuture(v.(*actor.PID), &messages.Describe{}, timeout))
-		return true
-	})
+	for _, pid := range r.live.snapshot() {
+		futures = append(futures, r.root.RequestFuture(pid, &messages.Describe{}, timeout))
+	}
 	out := make([]messages.RequestState, 0, len(futures))
 	for _, f := range futures {
 		res, err := f.Result()
@@ -314,18 +320,15 @@ func (r *Router) Ready() bool {
 
 // InFlight is the number of live request supervisors.
 func (r *Router) InFlight() int {
-	n := 0
-	r.live.Range(func(_, _ any) bool { n++; return true })
-	return n
+	return r.live.len()
 }
 
 // AbortAll cancels every live request (the end of a shutdown grace period): streams end with
 // a terminal error event, requests before commit get 503.
 func (r *Router) AbortAll() {
-	r.live.Range(func(_, v any) bool {
-		r.root.Send(v.(*actor.PID), &messages.Abort{})
-		return true
-	})
+	for _, pid := range r.live.snapshot() { // outside the lock: an inline supervisor may finish and remove itself
+		r.root.Send(pid, &messages.Abort{})
+	}
 }
 
 // Close stops the actor system and closes engine connections. Call it after ingress is down.
@@ -378,4 +381,43 @@ func (h levelFloor) WithAttrs(attrs []slog.Attr) slog.Handler {
 
 func (h levelFloor) WithGroup(name string) slog.Handler {
 	return levelFloor{h.Handler.WithGroup(name), h.floor}
+}
+
+// liveSet is the set of live request supervisors: a map under a mutex, because a sync.Map
+// allocated an entry and a boxed key per request (issue #17). Callers that message the
+// supervisors iterate a snapshot, since a supervisor running inline may remove itself.
+type liveSet struct {
+	mu  sync.Mutex
+	set map[*actor.PID]struct{}
+}
+
+func (l *liveSet) add(pid *actor.PID) {
+	l.mu.Lock()
+	if l.set == nil {
+		l.set = make(map[*actor.PID]struct{})
+	}
+	l.set[pid] = struct{}{}
+	l.mu.Unlock()
+}
+
+func (l *liveSet) remove(pid *actor.PID) {
+	l.mu.Lock()
+	delete(l.set, pid)
+	l.mu.Unlock()
+}
+
+func (l *liveSet) len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.set)
+}
+
+func (l *liveSet) snapshot() []*actor.PID {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]*actor.PID, 0, len(l.set))
+	for pid := range l.set {
+		out = append(out, pid)
+	}
+	return out
 }

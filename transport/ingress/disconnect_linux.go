@@ -20,14 +20,50 @@ import (
 type goneWatcher struct {
 	epfd   int
 	wakefd int
+	onGone func(*Exchange)
 
 	mu      sync.Mutex
 	next    uint64
-	waiters map[uint64]func()
+	waiters map[uint64]*Exchange
 	done    chan struct{}
+	// ctls are reusable epoll_ctl calls for RawConn.Control: a closure per request would
+	// allocate it and the variables it captures.
+	ctls sync.Pool
 }
 
-func newGoneWatcher() (*goneWatcher, error) {
+// goneWatch is one request's registration; stop forgets it. A value, not a closure, so that
+// watching costs no allocation of its own.
+type goneWatch struct {
+	w     *goneWatcher
+	token uint64
+}
+
+// stop forgets the request: a hang-up noticed after it calls nobody.
+func (g goneWatch) stop() {
+	if g.w != nil {
+		g.w.forget(g.token)
+	}
+}
+
+// ctlOp is one EPOLL_CTL_MOD (or ADD, for a connection's first watched request) of a socket.
+type ctlOp struct {
+	epfd  int
+	token uint64
+	err   error
+	fn    func(fd uintptr) // op.do, bound once
+}
+
+func (op *ctlOp) do(s uintptr) {
+	ev := unix.EpollEvent{Events: unix.EPOLLRDHUP | unix.EPOLLONESHOT, Fd: int32(op.token), Pad: int32(op.token >> 32)}
+	op.err = unix.EpollCtl(op.epfd, unix.EPOLL_CTL_MOD, int(s), &ev)
+	if errors.Is(op.err, unix.ENOENT) { // the connection's first watched request
+		op.err = unix.EpollCtl(op.epfd, unix.EPOLL_CTL_ADD, int(s), &ev)
+	}
+}
+
+// newGoneWatcher starts the watcher; onGone is called (on its goroutine) for a watched
+// request whose client hung up.
+func newGoneWatcher(onGone func(*Exchange)) (*goneWatcher, error) {
 	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("disconnect watcher: epoll_create1: %w", err)
@@ -43,56 +79,58 @@ func newGoneWatcher() (*goneWatcher, error) {
 		unix.Close(wakefd)
 		return nil, fmt.Errorf("disconnect watcher: epoll_ctl: %w", err)
 	}
-	w := &goneWatcher{epfd: epfd, wakefd: wakefd, waiters: map[uint64]func(){}, next: 1, done: make(chan struct{})}
+	w := &goneWatcher{epfd: epfd, wakefd: wakefd, onGone: onGone, waiters: map[uint64]*Exchange{}, next: 1, done: make(chan struct{})}
+	w.ctls.New = func() any {
+		op := &ctlOp{epfd: epfd}
+		op.fn = op.do
+		return op
+	}
 	go w.loop()
 	return w, nil
 }
 
-// watch calls onGone once if the peer of c hangs up before the returned stop is called. stop
-// only forgets the request: the socket stays registered (a keep-alive connection's next request
-// re-arms it with EPOLL_CTL_MOD, and the kernel drops it from the set when it is closed), so a
-// request costs one epoll_ctl, and a late event for a forgotten request finds nobody.
-func (w *goneWatcher) watch(c net.Conn, onGone func()) (stop func()) {
+// watch calls the watcher's onGone with x once if the peer of c hangs up before the returned
+// watch is stopped. stop only forgets the request: the socket stays registered (a keep-alive
+// connection's next request re-arms it with EPOLL_CTL_MOD, and the kernel drops it from the set
+// when it is closed), so a request costs one epoll_ctl, and a late event for a forgotten request
+// finds nobody.
+func (w *goneWatcher) watch(c net.Conn, x *Exchange) goneWatch {
 	if tc, ok := c.(interface{ NetConn() net.Conn }); ok { // TLS: watch the TCP socket under it
 		c = tc.NetConn()
 	}
 	sc, ok := c.(syscall.Conn)
 	if !ok {
-		return func() {}
+		return goneWatch{}
 	}
 	raw, err := sc.SyscallConn()
 	if err != nil {
-		return func() {}
+		return goneWatch{}
 	}
 	w.mu.Lock()
 	token := w.next
 	w.next++
-	w.waiters[token] = onGone
+	w.waiters[token] = x
 	w.mu.Unlock()
 
-	fd := -1
-	ctlErr := raw.Control(func(s uintptr) {
-		fd = int(s)
-		ev := unix.EpollEvent{Events: unix.EPOLLRDHUP | unix.EPOLLONESHOT,
-			Fd: int32(token), Pad: int32(token >> 32)}
-		err = unix.EpollCtl(w.epfd, unix.EPOLL_CTL_MOD, fd, &ev)
-		if errors.Is(err, unix.ENOENT) { // the connection's first watched request
-			err = unix.EpollCtl(w.epfd, unix.EPOLL_CTL_ADD, fd, &ev)
-		}
-	})
+	op := w.ctls.Get().(*ctlOp)
+	op.token, op.err = token, nil
+	ctlErr := raw.Control(op.fn)
+	err = op.err
+	op.err = nil
+	w.ctls.Put(op)
 	if ctlErr != nil || err != nil {
 		w.forget(token)
-		return func() {}
+		return goneWatch{}
 	}
-	return func() { w.forget(token) }
+	return goneWatch{w: w, token: token}
 }
 
-func (w *goneWatcher) forget(token uint64) func() {
+func (w *goneWatcher) forget(token uint64) *Exchange {
 	w.mu.Lock()
-	f := w.waiters[token]
+	x := w.waiters[token]
 	delete(w.waiters, token)
 	w.mu.Unlock()
-	return f
+	return x
 }
 
 func (w *goneWatcher) loop() {
@@ -112,8 +150,8 @@ func (w *goneWatcher) loop() {
 				return
 			}
 			// A stale token (the request already stopped watching) finds nothing.
-			if f := w.forget(token); f != nil {
-				f()
+			if x := w.forget(token); x != nil {
+				w.onGone(x)
 			}
 		}
 	}

@@ -8,8 +8,13 @@ import "net"
 // first write after commit instead.
 type goneWatcher struct{}
 
-func newGoneWatcher() (*goneWatcher, error) { return &goneWatcher{}, nil }
+// goneWatch is one request's registration (none here).
+type goneWatch struct{}
 
-func (*goneWatcher) watch(net.Conn, func()) func() { return func() {} }
+func (goneWatch) stop() {}
+
+func newGoneWatcher(func(*Exchange)) (*goneWatcher, error) { return &goneWatcher{}, nil }
+
+func (*goneWatcher) watch(net.Conn, *Exchange) goneWatch { return goneWatch{} }
 
 func (*goneWatcher) close() {}

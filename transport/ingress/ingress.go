@@ -43,7 +43,8 @@ type Ingress struct {
 
 // NewIngress builds the listener; Serve starts it.
 func NewIngress(cfg config.Config, d Dispatcher, models ModelLister, m *telemetry.Metrics) (*Ingress, error) {
-	gone, err := newGoneWatcher()
+	dispatcher := keyedDispatcher{d}
+	gone, err := newGoneWatcher(dispatcher.ClientGone)
 	if err != nil {
 		return nil, err
 	}
@@ -53,7 +54,7 @@ func NewIngress(cfg config.Config, d Dispatcher, models ModelLister, m *telemetr
 		gone.close()
 		return nil, err
 	}
-	in := &Ingress{rt: rt.Server, dispatcher: keyedDispatcher{d}, models: models, metrics: m, gone: gone,
+	in := &Ingress{rt: rt.Server, dispatcher: dispatcher, models: models, metrics: m, gone: gone,
 		deadline: rt.Request.Deadline, keys: newKeyring(keys, cfg.Server.APIKeyMaxConcurrency)}
 	in.srv = &fasthttp.Server{
 		Name:               "narwhal",
@@ -194,20 +195,20 @@ func (in *Ingress) generate(ctx *fasthttp.RequestCtx, ep wire.Endpoint, slot int
 	x.TraceParent = string(ctx.Request.Header.Peek("traceparent"))
 	x.TraceState = string(ctx.Request.Header.Peek("tracestate"))
 	in.dispatcher.Dispatch(x)
-	stopWatch := in.gone.watch(ctx.Conn(), func() { in.dispatcher.ClientGone(x) })
+	watch := in.gone.watch(ctx.Conn(), x)
 
 	// The supervisor decides, this goroutine carries out: each attempt it plans runs here, and
 	// it answers once no attempt will commit.
 	for {
 		cmd := x.Await()
 		if cmd.Plan == nil {
-			stopWatch()
+			watch.stop()
 			in.answer(ctx, cmd.Verdict)
 			x.releaseKey()
 			return
 		}
 		if ep.Passthrough() {
-			if in.passthrough(ctx, x, cmd.Plan, stopWatch) {
+			if in.passthrough(ctx, x, cmd.Plan, watch) {
 				return
 			}
 			continue
@@ -232,11 +233,11 @@ func (in *Ingress) generate(ctx *fasthttp.RequestCtx, ep wire.Endpoint, slot int
 			ctx.SetContentType("text/event-stream")
 			ctx.Response.Header.Set("Cache-Control", "no-cache")
 			ctx.Response.Header.Set("X-Accel-Buffering", "no")
-			ctx.Response.SetBodyStream(newRelay(in, ctx, x, out.Stream, stopWatch), -1)
+			ctx.Response.SetBodyStream(newRelay(in, ctx, x, out.Stream, watch), -1)
 			return
 		}
 		in.respondAssembled(ctx, x, out.Stream)
-		stopWatch()
+		watch.stop()
 		return
 	}
 }

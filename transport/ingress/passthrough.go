@@ -34,7 +34,7 @@ func (in *Ingress) parseBody(ep wire.Endpoint, raw []byte) (*wire.ClientBody, er
 
 // passthrough runs one planned passthrough attempt and reports it. It reports true when the
 // client has its answer (the engine's), false when the supervisor decides what comes next.
-func (in *Ingress) passthrough(ctx *fasthttp.RequestCtx, x *Exchange, p *Plan, stopWatch func()) bool {
+func (in *Ingress) passthrough(ctx *fasthttp.RequestCtx, x *Exchange, p *Plan, watch goneWatch) bool {
 	out := Outcome{Attempt: p.Attempt} // no DecodeStarted: there is no handoff to age
 	x.prefillStart.Store(time.Now().UnixNano())
 	x.setProgress(fault.PhaseDecode, true)
@@ -49,7 +49,7 @@ func (in *Ingress) passthrough(ctx *fasthttp.RequestCtx, x *Exchange, p *Plan, s
 	m.Committed, m.FirstTokenAt = true, resp.Completed
 	in.dispatcher.AttemptEnded(x, m)
 
-	stopWatch()
+	watch.stop()
 	in.setCommonHeaders(ctx, Timing{FirstByte: resp.Completed.Sub(x.Arrival)},
 		Routing{Consumer: p.Consumer.Name(), Attempts: p.Attempt})
 	x.Body.Release()

@@ -21,11 +21,11 @@ import (
 // mailbox in between. Events are relayed byte for byte; consecutive events already buffered from
 // the engine share one write.
 type relay struct {
-	in        *Ingress
-	ctx       *fasthttp.RequestCtx
-	x         *Exchange
-	s         *transport.DecodeStream
-	stopWatch func()
+	in    *Ingress
+	ctx   *fasthttp.RequestCtx
+	x     *Exchange
+	s     *transport.DecodeStream
+	watch goneWatch
 
 	end          messages.StreamFinished
 	writeArmedAt time.Time // when armWrite last moved the client write deadline
@@ -35,8 +35,8 @@ type relay struct {
 	closeOne     sync.Once
 }
 
-func newRelay(in *Ingress, ctx *fasthttp.RequestCtx, x *Exchange, s *transport.DecodeStream, stopWatch func()) *relay {
-	return &relay{in: in, ctx: ctx, x: x, s: s, stopWatch: stopWatch}
+func newRelay(in *Ingress, ctx *fasthttp.RequestCtx, x *Exchange, s *transport.DecodeStream, watch goneWatch) *relay {
+	return &relay{in: in, ctx: ctx, x: x, s: s, watch: watch}
 }
 
 // armWrite bounds the next client write: server.client_write_timeout_s, and never more than
@@ -214,7 +214,7 @@ var finishReason = []byte(`"finish_reason":"`)
 // stream and reports the outcome to the supervisor, exactly once.
 func (r *relay) Close() error {
 	r.closeOne.Do(func() {
-		r.stopWatch()
+		r.watch.stop()
 		r.s.Close()
 		r.end.Ended = time.Now()
 		r.in.dispatcher.Finished(r.x, &r.end)

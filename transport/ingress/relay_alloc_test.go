@@ -64,7 +64,7 @@ func TestRelayAllocatesNothingPerToken(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r := newRelay(in, &fasthttp.RequestCtx{}, x, s, func() {})
+		r := newRelay(in, &fasthttp.RequestCtx{}, x, s, goneWatch{})
 		if n, err := r.WriteTo(io.Discard); err != nil || n != int64(len(streams[id])) {
 			t.Fatalf("relayed %d of %d bytes: %v", n, len(streams[id]), err)
 		}

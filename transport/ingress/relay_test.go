@@ -49,7 +49,7 @@ func BenchmarkRelay(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		r := newRelay(in, &fasthttp.RequestCtx{}, x, s, func() {})
+		r := newRelay(in, &fasthttp.RequestCtx{}, x, s, goneWatch{})
 		n, err := r.WriteTo(io.Discard)
 		if err != nil || n != int64(len(stream)) || r.events != relayEvents {
 			b.Fatalf("relayed %d bytes, %d events: %v", n, r.events, err)

@@ -91,7 +91,7 @@ func relayWrites(t *testing.T, events []string, waitAfter []int, want []string) 
 		t.Fatal(err)
 	}
 	defer s.Close()
-	r := newRelay(&Ingress{metrics: telemetry.Noop()}, &fasthttp.RequestCtx{}, x, s, func() {})
+	r := newRelay(&Ingress{metrics: telemetry.Noop()}, &fasthttp.RequestCtx{}, x, s, goneWatch{})
 	if _, err := r.WriteTo(rec); err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +154,7 @@ func TestRelayNeverWaitsForHalfAnEvent(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	r := newRelay(&Ingress{metrics: telemetry.Noop()}, &fasthttp.RequestCtx{}, x, s, func() {})
+	r := newRelay(&Ingress{metrics: telemetry.Noop()}, &fasthttp.RequestCtx{}, x, s, goneWatch{})
 	start := time.Now()
 	if _, err := r.WriteTo(rec); err != nil {
 		t.Fatal(err)

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"strconv"
+	"unicode/utf8"
+	"unsafe"
 
 	"github.com/narwhal-router/narwhal/transport/wire"
 )
@@ -52,6 +54,21 @@ func (d *Descriptor) StringMember(key string) (string, bool) {
 		return "", false
 	}
 	return s, true
+}
+
+// stringView is StringMember without a copy when the member has no escapes: the string shares
+// the descriptor's bytes, so it is valid only while they are and must not be kept (Validate
+// compares and formats it, nothing more). Saves an allocation per member per handoff.
+func (d *Descriptor) stringView(key string) (string, bool) {
+	v, ok := d.Member(key)
+	if !ok || len(v) < 2 || v[0] != '"' || v[len(v)-1] != '"' {
+		return "", false
+	}
+	in := v[1 : len(v)-1]
+	if bytes.IndexByte(in, '\\') < 0 && bytes.IndexByte(in, '"') < 0 && bytes.IndexByte(in, '\n') < 0 && utf8.Valid(in) {
+		return unsafe.String(unsafe.SliceData(in), len(in)), true // what strconv.Unquote returns for it
+	}
+	return d.StringMember(key)
 }
 
 // intMember returns the member as an integer; ok is false if it is absent or not an integer.

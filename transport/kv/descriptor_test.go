@@ -230,3 +230,46 @@ func BenchmarkValidateDescriptor(b *testing.B) {
 		}
 	}
 }
+
+// A member without escapes is read in place; one with escapes is still unquoted, and either
+// way the value is the JSON string's.
+func TestDescriptorStringMembers(t *testing.T) {
+	raw := []byte(`{"a":"plain","b":"e\u0031\"x","c":"","d":5,"e":"caf\u00e9 ü"}`)
+	d, rej := ParseDescriptor(raw, wire.EndpointCompletions)
+	if rej != nil {
+		t.Fatal(rej)
+	}
+	for _, tc := range []struct {
+		key, want string
+		ok        bool
+	}{{"a", "plain", true}, {"b", `e1"x`, true}, {"c", "", true}, {"d", "", false}, {"e", "café ü", true}, {"missing", "", false}} {
+		got, ok := d.stringView(tc.key)
+		copied, cok := d.StringMember(tc.key)
+		if got != tc.want || ok != tc.ok || copied != got || cok != ok {
+			t.Errorf("%s: view %q %v, copy %q %v; want %q %v", tc.key, got, ok, copied, cok, tc.want, tc.ok)
+		}
+	}
+}
+
+// Validating a NIXL descriptor that passes allocates nothing (an allocation budget, issue #17:
+// it runs once per disaggregated request; it was 4, the string members and the endpoint).
+func TestValidateDescriptorAllocations(t *testing.T) {
+	raw := descriptorOf(t, "prefill-response-v2.json")
+	p := pair(func(p *Pair) {
+		p.Producer.EngineID = "c53ac287-36cd-4b52-811f-16de4e4bd3a5"
+		p.Producer.Endpoint = "10.0.0.5:5600"
+	})
+	d, rej := ParseDescriptor(raw, wire.EndpointCompletions)
+	if rej != nil {
+		t.Fatal(rej)
+	}
+	n := testing.AllocsPerRun(100, func() {
+		if rej := ValidateDescriptor(nixlConnector{}, d, p); rej != nil {
+			t.Fatal(rej)
+		}
+	})
+	if n > 0 {
+		t.Fatalf("%.0f allocations per validation, want none", n)
+	}
+	t.Logf("%.0f allocations per validation", n)
+}

@@ -1,11 +1,11 @@
 package kv
 
 import (
-	"net"
 	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
+	"unsafe"
 )
 
 // The KV endpoint policy. A descriptor tells the consumer where to connect for the KV transfer,
@@ -35,7 +35,11 @@ var (
 
 // checkEndpoint applies the policy to the host and port a descriptor names.
 func checkEndpoint(host string, port int64, p Side) *Rejection {
-	got := net.JoinHostPort(host, strconv.FormatInt(port, 10))
+	// host:port as net.JoinHostPort spells it, built on the stack: got is only compared, and the
+	// rejections below copy it (string(gotB)), so nothing is allocated for a descriptor that passes.
+	var buf [96]byte
+	gotB := appendHostPort(buf[:0], host, port)
+	got := unsafe.String(unsafe.SliceData(gotB), len(gotB))
 	ip, isIP := parseHost(host)
 	if !isIP && !validHostName(host) {
 		return Reject(ReasonEndpointMismatch, "remote_host %s is not a host name or IP address", excerpt([]byte(host)))
@@ -43,7 +47,7 @@ func checkEndpoint(host string, port int64, p Side) *Rejection {
 	if p.Endpoint != "" {
 		if !strings.EqualFold(got, p.Endpoint) {
 			return Reject(ReasonEndpointMismatch, "descriptor names KV endpoint %s but producer %s is pinned to %s",
-				got, p.Engine, p.Endpoint)
+				string(gotB), p.Engine, p.Endpoint)
 		}
 		return nil
 	}
@@ -58,10 +62,10 @@ func checkEndpoint(host string, port int64, p Side) *Rejection {
 			}
 		}
 		return Reject(ReasonEndpointMismatch, "descriptor names KV endpoint %s, which producer %s's allowed_endpoints do not include",
-			got, p.Engine)
+			string(gotB), p.Engine)
 	}
 	if forbidden(host, ip, isIP) {
-		return Reject(ReasonEndpointMismatch, "descriptor names KV endpoint %s, a link-local, metadata or unroutable address (allow it with kv.endpoint or kv.allowed_endpoints)", got)
+		return Reject(ReasonEndpointMismatch, "descriptor names KV endpoint %s, a link-local, metadata or unroutable address (allow it with kv.endpoint or kv.allowed_endpoints)", string(gotB))
 	}
 	if p.Host == "" {
 		return nil // the standalone Go API with no producer URL: nothing to compare with
@@ -72,6 +76,16 @@ func checkEndpoint(host string, port int64, p Side) *Rejection {
 	}
 	return Reject(ReasonEndpointMismatch, "descriptor names KV host %s, not producer %s's own host %s (pin kv.endpoint or set kv.allowed_endpoints to allow others)",
 		excerpt([]byte(host)), p.Engine, p.Host)
+}
+
+// appendHostPort appends what net.JoinHostPort(host, port) returns.
+func appendHostPort(b []byte, host string, port int64) []byte {
+	if strings.IndexByte(host, ':') >= 0 {
+		b = append(append(append(b, '['), host...), ']')
+	} else {
+		b = append(b, host...)
+	}
+	return strconv.AppendInt(append(b, ':'), port, 10)
 }
 
 func parseHost(h string) (netip.Addr, bool) {

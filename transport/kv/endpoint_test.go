@@ -1,6 +1,8 @@
 package kv
 
 import (
+	"net"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -70,6 +72,16 @@ func TestProtocolFlipsRejected(t *testing.T) {
 	for _, v := range []string{"false", "null", ""} {
 		if rej := validate(t, []byte(with("do_remote_decode", v)), wire.EndpointCompletions, pair()); rej != nil {
 			t.Fatalf("do_remote_decode %q rejected: %v", v, rej)
+		}
+	}
+}
+
+func TestAppendHostPortIsJoinHostPort(t *testing.T) {
+	for _, h := range []string{"10.0.0.5", "::1", "[::1]", "fe80::1%eth0", "kv.example", ""} {
+		for _, p := range []int64{1, 5600, 65535} {
+			if got, want := string(appendHostPort(nil, h, p)), net.JoinHostPort(h, strconv.FormatInt(p, 10)); got != want {
+				t.Errorf("%q %d: %q, want %q", h, p, got, want)
+			}
 		}
 	}
 }

@@ -32,14 +32,14 @@ func (nixlConnector) Validate(d *Descriptor, pair Pair) *Rejection {
 		return Reject(ReasonConnectorMismatch, "do_remote_prefill is not true, so the consumer would not load the KV cache")
 	}
 	if v, ok := d.Member("transfer_mode"); ok && !wire.IsNull(v) {
-		mode, isStr := d.StringMember("transfer_mode")
+		mode, isStr := d.stringView("transfer_mode")
 		if !isStr || !contains(pair.Consumer.TransferModes, mode) {
 			return Reject(ReasonConnectorMismatch, "transfer_mode %s is not one consumer %s accepts (%s)",
 				excerpt(v), pair.Consumer.Engine, strings.Join(pair.Consumer.TransferModes, ", "))
 		}
 	}
 
-	id, ok := d.StringMember("remote_engine_id")
+	id, ok := d.stringView("remote_engine_id")
 	if !ok || id == "" {
 		return Reject(ReasonMissingEngineIdentity, "remote_engine_id is absent, empty or not a string")
 	}
@@ -56,7 +56,7 @@ func (nixlConnector) Validate(d *Descriptor, pair Pair) *Rejection {
 		return r
 	}
 
-	host, hostOK := d.StringMember("remote_host")
+	host, hostOK := d.stringView("remote_host")
 	port, portOK := d.intMember("remote_port")
 	if !hostOK || host == "" || !portOK || port < 1 || port > 65535 {
 		return Reject(ReasonEndpointMismatch, "remote_host/remote_port do not name a KV endpoint (need a host string and a port 1-65535)")

@@ -129,16 +129,16 @@ func EventData(ev []byte) []byte {
 
 var doneData = []byte("[DONE]")
 
-// streamChunk is the part of a completion or chat chunk the router reads.
+// streamChunk is the part of a completion or chat chunk the router reads. Members it does not
+// read (a choice's logprobs, an error) are left out: the decoder validates and skips them instead
+// of copying them (a json.RawMessage is a copy per member).
 type streamChunk struct {
 	Choices []struct {
-		Text         *string         `json:"text"`
-		Delta        *chunkDelta     `json:"delta"`
-		FinishReason *string         `json:"finish_reason"`
-		Logprobs     json.RawMessage `json:"logprobs"`
+		Text         *string     `json:"text"`
+		Delta        *chunkDelta `json:"delta"`
+		FinishReason *string     `json:"finish_reason"`
 	} `json:"choices"`
 	Usage json.RawMessage `json:"usage"`
-	Error json.RawMessage `json:"error"`
 	// Type and Delta are a Responses API event's (responses.go).
 	Type  string          `json:"type"`
 	Delta json.RawMessage `json:"delta"`
