@@ -2,26 +2,22 @@ package actors
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/narwhal-router/narwhal/cluster"
+	"github.com/narwhal-router/narwhal/messages"
 )
 
 // waitEngine polls the engine's snapshot until cond holds.
 func waitEngine(t *testing.T, r *Router, name string, what string, cond func(state, by string) bool) {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		e := describeEngine(t, r, name)
-		if cond(e.State, e.DecidedBy) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %s never happened: %+v", name, what, e)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	var e messages.EngineState
+	waitWithin(t, 2*time.Second, func() string { return fmt.Sprintf("%s: %s never happened: %+v", name, what, e) }, func() bool {
+		e = describeEngine(t, r, name)
+		return cond(e.State, e.DecidedBy)
+	})
 }
 
 func TestPeerVerdictsFollowTheLatestDecision(t *testing.T) {

@@ -161,8 +161,15 @@ func TestPartitionedNodeRejoins(t *testing.T) {
 			return len(b.status().Members) == 2 && len(a.status().Members) == 1
 		})
 		during()
+		published := time.Now()
 		a.publish(Verdict{Engine: "decode-8", State: StateQuarantined, Until: time.Now().Add(time.Minute), Reason: "seen by a alone"})
-		time.Sleep(300 * time.Millisecond) // the partition is the scenario: gossip ticks pass meanwhile
+		// a pushes at once and republishes every RepublishIntervalS: once b's side has gossiped
+		// for two of those intervals since, the verdict would have crossed if it could.
+		settled := published.Add(2 * testConfig("", nil).RepublishIntervalS.Duration())
+		waitFor(t, 5*time.Second, "b's side keeps gossiping during the partition", func() bool {
+			st := b.status()
+			return st.LastGossip != nil && st.LastGossip.After(settled)
+		})
 		if _, _, ok := b.find("decode-8", StateQuarantined); ok {
 			t.Fatal("b heard a's verdict through the partition")
 		}
