@@ -59,6 +59,28 @@ func TestRelayWritesTheFinishingEventWithDone(t *testing.T) {
 	}
 }
 
+// relayFrom opens a streaming completion's decode stream on the engine at url and returns the
+// relay that would carry it to a client; the stream and its engine client close with the test.
+func relayFrom(t *testing.T, url string) *relay {
+	t.Helper()
+	client, err := transport.NewEngineClient(config.Engine{Name: "d0", URL: url, Role: config.RoleDecode}, config.Default().Engine)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(client.Close)
+	body, err := wire.ParseClientBody(wire.EndpointCompletions, []byte(`{"model":"m","prompt":"p","stream":true,"stream_options":{"include_usage":true}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := NewExchange("w", body, time.Now(), time.Now().Add(time.Minute))
+	s, err := client.Decode(context.Background(), transport.PrefillResult{}, x.EngineRequest("w"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return newRelay(&Ingress{metrics: telemetry.Noop()}, &fasthttp.RequestCtx{}, x, s, goneWatch{})
+}
+
 func relayWrites(t *testing.T, events []string, waitAfter []int, want []string) {
 	rec := &writes{wrote: make(chan struct{}, len(events))}
 	engine := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
@@ -75,23 +97,8 @@ func relayWrites(t *testing.T, events []string, waitAfter []int, want []string) 
 			}
 		}
 	}))
-	defer engine.Close()
-	client, err := transport.NewEngineClient(config.Engine{Name: "d0", URL: engine.URL, Role: config.RoleDecode}, config.Default().Engine)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	body, err := wire.ParseClientBody(wire.EndpointCompletions, []byte(`{"model":"m","prompt":"p","stream":true,"stream_options":{"include_usage":true}}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	x := NewExchange("w", body, time.Now(), time.Now().Add(time.Minute))
-	s, err := client.Decode(context.Background(), transport.PrefillResult{}, x.EngineRequest("w"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	r := newRelay(&Ingress{metrics: telemetry.Noop()}, &fasthttp.RequestCtx{}, x, s, goneWatch{})
+	t.Cleanup(engine.Close) // after the stream and its client (cleanups run last first)
+	r := relayFrom(t, engine.URL)
 	if _, err := r.WriteTo(rec); err != nil {
 		t.Fatal(err)
 	}
@@ -138,23 +145,8 @@ func TestRelayNeverWaitsForHalfAnEvent(t *testing.T) {
 			}
 		}
 	}))
-	defer engine.Close()
-	client, err := transport.NewEngineClient(config.Engine{Name: "d0", URL: engine.URL, Role: config.RoleDecode}, config.Default().Engine)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	body, err := wire.ParseClientBody(wire.EndpointCompletions, []byte(`{"model":"m","prompt":"p","stream":true,"stream_options":{"include_usage":true}}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	x := NewExchange("w", body, time.Now(), time.Now().Add(time.Minute))
-	s, err := client.Decode(context.Background(), transport.PrefillResult{}, x.EngineRequest("w"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	r := newRelay(&Ingress{metrics: telemetry.Noop()}, &fasthttp.RequestCtx{}, x, s, goneWatch{})
+	t.Cleanup(engine.Close) // after the stream and its client (cleanups run last first)
+	r := relayFrom(t, engine.URL)
 	start := time.Now()
 	if _, err := r.WriteTo(rec); err != nil {
 		t.Fatal(err)
