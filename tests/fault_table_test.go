@@ -54,6 +54,8 @@ func TestFaultTableEndToEnd(t *testing.T) {
 			config: func(c *config.Config) { c.Handoff.OnMissing = config.OnMissingFail }}},
 		// Every decode event, the first token's included, is larger than 8 bytes.
 		fault.HeldOverflow: {{config: func(c *config.Config) { c.Engine.MaxHeldBytes = 8 }}},
+		// A non-streaming answer assembled from more event data than 64 bytes (four tokens).
+		fault.ResponseTooLarge: {{config: func(c *config.Config) { c.Server.MaxResponseBytes = 64 }, afterCommit: true}},
 		fault.Deadline: {{prompt: "@sim:prefill.hang_headers", headers: []string{"X-Narwhal-Deadline-S", "0.4"},
 			config: func(c *config.Config) { c.Engine.PrefillTimeoutS = 5 }}},
 	}

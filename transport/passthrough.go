@@ -39,7 +39,7 @@ func (c *EngineClient) Passthrough(ctx context.Context, req *Request) (Passthrou
 	limit := c.timeouts.MaxResponseBytes
 	lc, err := openLeg(ctx, c.hc, hreq, resp, deadline, c.timeouts.Connect, false, limit)
 	if errors.Is(err, fasthttp.ErrBodyTooLarge) && ctx.Err() == nil {
-		return PassthroughResponse{}, c.fault(fault.PhaseDecode, fault.BadResponse,
+		return PassthroughResponse{}, c.fault(fault.PhaseDecode, fault.ResponseTooLarge,
 			"the engine's answer is larger than server.max_response_bytes ("+strconv.Itoa(limit)+" bytes)", err)
 	}
 	if err != nil {

@@ -18,8 +18,9 @@ import (
 
 // TestPassthroughAnswerIsBoundedByMaxResponseBytes: a passthrough answer up to the configured
 // bound (server.max_response_bytes, which node.Start copies into the engine section) reaches the
-// caller byte for byte; one byte more is a bad_response fault that names the key and its value,
-// whether the engine announced the length or sent it chunked.
+// caller byte for byte; one byte more is a response_too_large fault that names the key and its
+// value, whether the engine announced the length or sent it chunked. The fault is the operator's
+// bound, not the engine's failure: neither retried nor counted against the engine.
 func TestPassthroughAnswerIsBoundedByMaxResponseBytes(t *testing.T) {
 	const limit = 4096
 	// The engine answers as many bytes as the request ID says: "<framing>-<bytes>".
@@ -67,10 +68,14 @@ func TestPassthroughAnswerIsBoundedByMaxResponseBytes(t *testing.T) {
 		if !errors.As(err, &f) {
 			t.Fatalf("%s answer one byte over the bound: %v, want a fault", framing, err)
 		}
-		if f.Kind != fault.BadResponse || f.Phase != fault.PhaseDecode || f.Engine != "e0" ||
+		if f.Kind != fault.ResponseTooLarge || f.Phase != fault.PhaseDecode || f.Engine != "e0" ||
 			!strings.Contains(f.Detail, "larger than server.max_response_bytes (4096 bytes)") {
-			t.Fatalf("%s answer one byte over the bound: %s fault in %s on %s: %q, want bad_response naming server.max_response_bytes (4096 bytes)",
+			t.Fatalf("%s answer one byte over the bound: %s fault in %s on %s: %q, want response_too_large naming server.max_response_bytes (4096 bytes)",
 				framing, f.Kind, f.Phase, f.Engine, f.Detail)
+		}
+		if f.Retriable() || f.CountsAgainstEngine() || f.ClientStatus() != 502 {
+			t.Fatalf("%s answer one byte over the bound: retriable %v, counted %v, client status %d; want a 502 neither retried nor counted",
+				framing, f.Retriable(), f.CountsAgainstEngine(), f.ClientStatus())
 		}
 		// The client stays usable: the oversized answer's connection was not pooled half read.
 		if resp, err := ask(bounded, framing, 10); err != nil || len(resp.Body) != 10 {

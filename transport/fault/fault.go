@@ -55,6 +55,7 @@ const (
 	Aborted                           // the router cancelled the request (shutdown)
 	Overloaded                        // the router ran out of file descriptors or connections
 	HeldOverflow                      // a decode leg sent more than engine.max_held_* before its first token
+	ResponseTooLarge                  // an answer the router reads whole outgrew server.max_response_bytes
 )
 
 // Rule is a yes/no column of the policy table that may depend on the engine's own status.
@@ -119,6 +120,11 @@ var table = [...]Policy{
 	Aborted:           {Name: "aborted", Status: 503, Retry: Never, Counts: Never, RouterSide: true},
 	Overloaded:        {Name: "router_overloaded", Status: 503, Retry: Never, Counts: Never},
 	HeldOverflow:      {Name: "held_overflow", Status: 502, Retry: Always, Counts: Always},
+	// The operator's bound on what the router holds, not an engine failure: a healthy engine
+	// that answers a large batch correctly must not be ejected for it, and another engine
+	// would give an answer just as large. Like deadline_exceeded it is a failed leg in the
+	// engine-fault metric (by its own kind), but neither retried nor counted by a breaker.
+	ResponseTooLarge: {Name: "response_too_large", Status: 502, Retry: Never, Counts: Never},
 }
 
 // Kinds lists every fault kind, in table order.

@@ -38,8 +38,8 @@ func TestEveryKindHasARowAndThePredicatesReadIt(t *testing.T) {
 			t.Fatalf("%s: a router-side fault is retried or counted", k)
 		}
 	}
-	if len(names) != int(HeldOverflow) {
-		t.Fatalf("%d kinds in the table, want %d", len(names), HeldOverflow)
+	if len(names) != int(ResponseTooLarge) {
+		t.Fatalf("%d kinds in the table, want %d", len(names), ResponseTooLarge)
 	}
 	if Kind(200).String() != "fault(200)" || (&Fault{Kind: 200}).ClientStatus() != 502 {
 		t.Fatal("an unknown kind is not an unreadable engine failure")
@@ -69,6 +69,9 @@ func TestTableMatchesTheSpec(t *testing.T) {
 		{Deadline, 0, 504, false, false},
 		{Aborted, 0, 503, false, false},
 		{Overloaded, 0, 503, false, false},
+		// server.max_response_bytes is the operator's bound: a healthy engine's large answer
+		// is neither retried elsewhere (it would be as large) nor counted toward its breaker.
+		{ResponseTooLarge, 0, 502, false, false},
 	}
 	for _, tc := range cases {
 		f := &Fault{Kind: tc.kind, Status: tc.engineStatus}

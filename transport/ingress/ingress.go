@@ -307,9 +307,10 @@ func (in *Ingress) respondAssembled(ctx *fasthttp.RequestCtx, x *Exchange, s *tr
 			events++
 		}
 		// server.max_response_bytes: an engine that streams without end costs a bounded amount
-		// of memory, not the whole request deadline's worth.
+		// of memory, not the whole request deadline's worth. The bound is the operator's, not
+		// the engine's failure (response_too_large: not retried, not counted by the breaker).
 		if assembled += len(ev.Data); assembled > in.rt.MaxResponseBytes {
-			end.Fault = &fault.Fault{Kind: fault.BadResponse, Phase: fault.PhaseDecode, Engine: s.Engine(),
+			end.Fault = &fault.Fault{Kind: fault.ResponseTooLarge, Phase: fault.PhaseDecode, Engine: s.Engine(),
 				Detail: "decode stream is larger than server.max_response_bytes (" + strconv.Itoa(in.rt.MaxResponseBytes) + " bytes)"}
 			break
 		}

@@ -23,6 +23,7 @@ class FaultKind:
     BACKPRESSURE = "backpressure"            # 503: the engine answered 429 or 503
     REJECTED = "rejected"                    # passed through: the engine answered 4xx
     BAD_RESPONSE = "bad_response"            # 502: a response that cannot be read
+    RESPONSE_TOO_LARGE = "response_too_large"  # 502: an answer past server.max_response_bytes
     INVALID_DESCRIPTOR = "invalid_descriptor"  # 502: the handoff descriptor failed validation
     STALE_HANDOFF = "stale_handoff"          # 502: the handoff outlived its maximum age
     MISSING_DESCRIPTOR = "missing_descriptor"  # 502: no descriptor where one was required
@@ -36,10 +37,13 @@ _TIMEOUT_SHAPED = {FaultKind.TIMEOUT, FaultKind.FIRST_TOKEN_TIMEOUT, FaultKind.S
                    FaultKind.DEADLINE_EXCEEDED}
 _STREAM_FAILURES = {FaultKind.TIMEOUT, FaultKind.FIRST_TOKEN_TIMEOUT, FaultKind.SILENCE,
                     FaultKind.CLOSED_EARLY, FaultKind.DONE_BEFORE_TOKEN}
+# response_too_large is the router operator's bound (server.max_response_bytes), not the
+# engine's failure: another engine would answer just as much.
 _NOT_RETRIABLE = {FaultKind.REJECTED, FaultKind.DEADLINE_EXCEEDED, FaultKind.CLIENT_DISCONNECTED,
-                  FaultKind.ABORTED, FaultKind.ROUTER_OVERLOADED}
+                  FaultKind.ABORTED, FaultKind.ROUTER_OVERLOADED, FaultKind.RESPONSE_TOO_LARGE}
 _NOT_ENGINES = {FaultKind.REJECTED, FaultKind.BACKPRESSURE, FaultKind.DEADLINE_EXCEEDED,
-                FaultKind.CLIENT_DISCONNECTED, FaultKind.ABORTED, FaultKind.ROUTER_OVERLOADED}
+                FaultKind.CLIENT_DISCONNECTED, FaultKind.ABORTED, FaultKind.ROUTER_OVERLOADED,
+                FaultKind.RESPONSE_TOO_LARGE}
 
 PREFILL, DECODE = "prefill", "decode"
 
