@@ -9,10 +9,11 @@
 //
 //   - every Interval it reads the process's CPU time (CLOCK_PROCESS_CPUTIME_ID) and the
 //     scheduler's run-queue latencies (runtime/metrics /sched/latencies:seconds);
-//   - it doubles the Ps (up to Max) when the process used more than UpBusy cores per P in the
-//     last interval, or when the p99 time a goroutine waited to run exceeded UpWait;
-//   - it halves them when every interval of the last DownAfter stayed under a third of what
-//     the smaller size would grow at, and the run-queue wait stayed low.
+//   - it doubles the Ps (up to Max) when the process's CPU use, smoothed over about a third of
+//     DownAfter, is above UpBusy cores per P, when the p99 time a goroutine waited to run
+//     exceeded UpWait in the last interval, or at once when every P was busy in it;
+//   - it halves them when, for DownAfter, the smoothed load stayed under half of what would
+//     grow the halved size again and goroutines did not queue.
 //
 // Changing GOMAXPROCS stops the world for a few tens of microseconds; the hysteresis keeps
 // changes to load transitions, not steady load.
@@ -35,7 +36,7 @@ type Options struct {
 	Max int
 	// Interval is the sampling period (default 50 ms).
 	Interval time.Duration
-	// UpBusy is the CPU use per P, in cores, past which the Ps double (default 0.25).
+	// UpBusy is the smoothed CPU use per P, in cores, past which the Ps double (default 0.25).
 	UpBusy float64
 	// UpWait is the p99 run-queue wait past which the Ps double (default 250 µs).
 	UpWait time.Duration
@@ -86,7 +87,7 @@ type Controller struct {
 func Start(o Options) *Controller {
 	o = o.withDefaults()
 	c := &Controller{opts: o, stop: make(chan struct{}), done: make(chan struct{}),
-		sizer: sizer{max: o.Max, procs: 1, upBusy: o.UpBusy, upWait: o.UpWait, downAfter: o.DownAfter}}
+		sizer: newSizer(o)}
 	c.apply(1)
 	go c.run()
 	return c
@@ -142,27 +143,44 @@ type sizer struct {
 	upBusy     float64
 	upWait     time.Duration
 	downAfter  time.Duration
-	// lowSince is when the current run of samples low enough to halve began (zero: not in one).
+	// smoothing is the weight of a new sample in avg, the smoothed busy cores (an exponential
+	// average over about a third of downAfter): a lull is judged on it, so a periodic burst —
+	// a metrics flush, a GC cycle — does not keep a quiet router at its peak size.
+	smoothing float64
+	avg       float64
+	// lowSince is when the current lull began (zero: not in one).
 	lowSince time.Time
+}
+
+// saturated is the share of every P's time busy that grows the Ps on a single sample.
+const saturated = 0.9
+
+func newSizer(o Options) sizer {
+	return sizer{max: o.Max, procs: 1, upBusy: o.UpBusy, upWait: o.UpWait, downAfter: o.DownAfter,
+		smoothing: min(1, 3*float64(o.Interval)/float64(o.DownAfter))}
 }
 
 // step takes one interval's sample — busy cores and the p99 run-queue wait (negative: too few
 // observations to tell) — and returns the Ps to use and whether that is a change.
 func (s *sizer) step(now time.Time, busy float64, waitP99 time.Duration) (int, bool) {
-	if s.procs < s.max && (busy > s.upBusy*float64(s.procs) || waitP99 > s.upWait) {
+	s.avg += s.smoothing * (busy - s.avg)
+	// Grow on a sustained load, on goroutines queueing, or at once when every P is busy. A
+	// burst of CPU alone (one goroutine flushing metrics) queues nothing and grows nothing.
+	grow := s.avg > s.upBusy*float64(s.procs) || waitP99 > s.upWait || busy >= saturated*float64(s.procs)
+	if s.procs < s.max && grow {
 		s.procs = min(s.max, 2*s.procs)
 		s.lowSince = time.Time{}
 		return s.procs, true
 	}
+	// A lull: the smoothed load is under half of what would grow the halved size again, and
+	// goroutines are not queueing.
 	half := max(1, s.procs/2)
-	low := s.procs > 1 && busy < s.upBusy*float64(half)/3 && waitP99 < s.upWait/4
-	if !low {
+	if s.procs == 1 || s.avg >= s.upBusy*float64(half)/2 || waitP99 > s.upWait/2 {
 		s.lowSince = time.Time{}
 		return s.procs, false
 	}
 	if s.lowSince.IsZero() {
 		s.lowSince = now
-		return s.procs, false
 	}
 	if now.Sub(s.lowSince) < s.downAfter {
 		return s.procs, false

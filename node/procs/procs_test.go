@@ -9,43 +9,73 @@ import (
 	"time"
 )
 
-// The decision, sample by sample: double on a busy interval or a slow run queue, halve only
-// after DownAfter of quiet, never past Max or below 1.
-func TestSizerGrowsAtOnceAndShrinksAfterALull(t *testing.T) {
-	s := sizer{max: 8, procs: 1, upBusy: 0.25, upWait: 250 * time.Microsecond, downAfter: time.Second}
-	t0 := time.Unix(1000, 0)
-	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
-	steps := []struct {
-		ms        int
-		busy      float64
-		wait      time.Duration
-		wantProcs int
-		changed   bool
-	}{
-		{0, 0.10, -1, 1, false},                        // light: one P
-		{50, 0.30, -1, 2, true},                        // busier than 0.25 per P: double
-		{100, 0.45, -1, 2, false},                      // 0.45 < 0.5: stays
-		{150, 0.20, 400 * time.Microsecond, 4, true},   // the run queue is slow: double
-		{200, 2.50, -1, 8, true},                       // 2.5 > 1.0: double
-		{250, 9.00, -1, 8, false},                      // at Max
-		{300, 0.30, -1, 8, false},                      // low for the size of 4 (< 1/3 × 0.25 × 4 = 0.33): a lull starts
-		{1250, 0.30, -1, 8, false},                     // not yet DownAfter
-		{1300, 0.30, -1, 4, true},                      // a second of lull: halve
-		{1350, 0.20, -1, 4, false},                     // 0.20 ≥ 1/3 × 0.25 × 2: not low for 2
-		{1400, 0.05, 100 * time.Microsecond, 4, false}, // a slow-ish queue (≥ upWait/4) is not a lull
-		{1450, 0.05, -1, 4, false},                     // lull starts
-		{2000, 0.30, -1, 4, false},                     // busy again: the lull is over
-		{2050, 0.05, -1, 4, false},                     // a new lull
-		{3050, 0.05, -1, 2, true},
-		{3100, 0.01, -1, 2, false},
-		{4100, 0.01, -1, 1, true},
-		{9000, 0.00, -1, 1, false}, // never below one
+// feed gives the sizer n samples 50 ms apart from *at and returns the Ps after each.
+func feed(s *sizer, at *time.Time, n int, sample func(i int) (float64, time.Duration)) []int {
+	out := make([]int, n)
+	for i := range n {
+		*at = at.Add(50 * time.Millisecond)
+		busy, wait := sample(i)
+		out[i], _ = s.step(*at, busy, wait)
 	}
-	for _, st := range steps {
-		got, changed := s.step(at(st.ms), st.busy, st.wait)
-		if got != st.wantProcs || changed != st.changed {
-			t.Fatalf("at %d ms (busy %.2f, wait %v): procs %d changed %v, want %d %v", st.ms, st.busy, st.wait, got, changed, st.wantProcs, st.changed)
+	return out
+}
+
+func steady(busy float64, wait time.Duration) func(int) (float64, time.Duration) {
+	return func(int) (float64, time.Duration) { return busy, wait }
+}
+
+// The decision, sample by sample: double at once on a busy interval or a slow run queue,
+// never past Max; halve only after DownAfter of a smoothed lull, never below one.
+func TestSizerGrowsAtOnceAndShrinksAfterALull(t *testing.T) {
+	s := newSizer(Options{Max: 8, Interval: 50 * time.Millisecond, UpBusy: 0.25, UpWait: 250 * time.Microsecond, DownAfter: time.Second})
+	at := time.Unix(1000, 0)
+	last := func(ps []int) int { return ps[len(ps)-1] }
+
+	if got := last(feed(&s, &at, 40, steady(0.2, -1))); got != 1 {
+		t.Fatalf("0.2 cores on one P: %d Ps, want 1", got)
+	}
+	ps := feed(&s, &at, 20, steady(0.3, -1))
+	if ps[0] != 1 || last(ps) != 2 {
+		t.Fatalf("a second at 0.3 cores on one P: %v, want growth to 2 once the smoothed load passes 0.25", ps)
+	}
+	if got := feed(&s, &at, 1, steady(0.2, 400*time.Microsecond)); got[0] != 4 {
+		t.Fatalf("a 400 µs run-queue p99 on 2 Ps: %d Ps, want 4 at once", got[0])
+	}
+	if got := feed(&s, &at, 2, steady(3.8, -1)); got[0] != 8 || got[1] != 8 {
+		t.Fatalf("every one of 4 Ps busy: %v, want 8 at once and no more", got)
+	}
+	// 0.6 cores is above half of what grows 4 Ps (1/2 × 0.25 × 4 = 0.5): no lull.
+	if got := last(feed(&s, &at, 200, steady(0.6, -1))); got != 8 {
+		t.Fatalf("10 s at 0.6 cores: %d Ps, want 8", got)
+	}
+	// Quiet but for a 20 ms burst of one core every second (a metrics flush): the smoothed load
+	// is a lull, so the Ps halve once per DownAfter (1 s) plus the smoothing's lag.
+	flush := func(i int) (float64, time.Duration) {
+		if i%20 == 0 {
+			return 0.4, -1
 		}
+		return 0.01, -1
+	}
+	ps = feed(&s, &at, 200, flush)
+	if last(ps) != 1 {
+		t.Fatalf("10 s quiet with a burst each second: %d Ps, want 1 (%v)", last(ps), ps)
+	}
+	for i := 1; i < len(ps); i++ {
+		if ps[i] > ps[i-1] || (ps[i] < ps[i-1] && ps[i] != ps[i-1]/2) {
+			t.Fatalf("sample %d: %d → %d Ps, want only halving while quiet", i, ps[i-1], ps[i])
+		}
+		if ps[i] < ps[i-1] && i < 20 {
+			t.Fatalf("halved after %d samples, before DownAfter", i)
+		}
+	}
+	// Queueing goroutines end a lull even when the CPU is quiet.
+	feed(&s, &at, 1, steady(0.95, -1)) // the one P saturated: back to 2 at once
+	ps = feed(&s, &at, 100, steady(0.01, 200*time.Microsecond))
+	if last(ps) != 2 {
+		t.Fatalf("5 s quiet CPU with a 200 µs run-queue p99: %d Ps, want 2", last(ps))
+	}
+	if got := last(feed(&s, &at, 100, steady(0, -1))); got != 1 {
+		t.Fatalf("5 s idle: %d Ps, want 1", got)
 	}
 }
 
