@@ -129,9 +129,300 @@ func EventData(ev []byte) []byte {
 
 var doneData = []byte("[DONE]")
 
-// streamChunk is the part of a completion or chat chunk the router reads. Members it does not
-// read (a choice's logprobs, an error) are left out: the decoder validates and skips them instead
-// of copying them (a json.RawMessage is a copy per member).
+// Classify says what an event's data carries. A finish_reason counts as output: an engine that
+// stops at once (end of sequence) still answered the request.
+//
+// The verdict is the one a decoding of the data into the struct streamChunk gives, which is how
+// Classify worked before: any syntax or type error is EventMeta, a duplicate key counts as its
+// last occurrence (an object under "delta" is decoded into the one before it, null resets it),
+// keys match case-insensitively. It is reached without decoding: json.Valid checks the grammar
+// (without allocating), then the members Classify reads are found in place (scanChunk). Rare
+// shapes whose decoding depends on the decoder's memory reuse — a second "choices" array decoded
+// into the first one's elements, keys with escapes or non-ASCII bytes (Unicode case folding) —
+// are decoded as before.
+func Classify(data []byte) EventKind {
+	if data == nil {
+		return EventMeta
+	}
+	if bytes.Equal(data, doneData) {
+		return EventDone
+	}
+	if IsErrorData(data) {
+		return EventError
+	}
+	if !json.Valid(data) {
+		return EventMeta // the decoder fails on it
+	}
+	if k, ok := scanChunk(data); ok {
+		return k
+	}
+	return classifyDecoded(data)
+}
+
+// scanChunk classifies valid JSON in place; ok is false for the shapes Classify decodes instead.
+func scanChunk(data []byte) (kind EventKind, ok bool) {
+	i := SkipSpace(data, 0)
+	if data[i] != '{' {
+		return EventMeta, true // null decodes to nothing; any other value is a type error
+	}
+	var (
+		choices    bool // "choices" was seen
+		choicesNil = true
+		choicesLen int
+		token      bool
+		usage, dlt []byte // the last "usage" and "delta" values
+		typ        []byte // the last string "type" (quoted); null leaves it as it was
+		key, val   []byte
+		more       bool
+	)
+	for i++; ; {
+		if key, val, i, more = nextMember(data, i); !more {
+			break
+		}
+		name, plain := chunkKey(key)
+		if !plain {
+			return 0, false
+		}
+		switch name {
+		case keyChoices:
+			if choices {
+				// decoded into the elements (and the spare capacity) of the first array
+				return 0, false
+			}
+			choices = true
+			switch val[0] {
+			case 'n':
+			case '[':
+				choicesNil = false
+				for j := 1; ; choicesLen++ {
+					var el []byte
+					if el, j, more = nextElement(val, j); !more {
+						break
+					}
+					switch el[0] {
+					case 'n': // a zero element
+					case '{':
+						t, typeErr, plain := scanChoice(el)
+						if !plain {
+							return 0, false
+						}
+						if typeErr {
+							return EventMeta, true
+						}
+						token = token || t
+					default:
+						return EventMeta, true // type error
+					}
+				}
+			default:
+				return EventMeta, true // type error
+			}
+		case keyUsage:
+			usage = val
+		case keyType:
+			switch val[0] {
+			case 'n':
+			case '"':
+				typ = val
+			default:
+				return EventMeta, true // type error
+			}
+		case keyDelta:
+			dlt = val
+		}
+	}
+	if len(typ) > 2 && choicesNil { // a non-empty type: any escape decodes to a byte at least
+		t := typ[1 : len(typ)-1]
+		if bytes.IndexByte(t, '\\') >= 0 {
+			var s string
+			_ = json.Unmarshal(typ, &s) // valid JSON: it cannot fail
+			t = []byte(s)
+		}
+		return classifyResponses(t, dlt), true
+	}
+	if token {
+		return EventToken, true
+	}
+	if choicesLen == 0 && len(usage) > 0 && !IsNull(usage) {
+		return EventUsage, true
+	}
+	return EventMeta, true
+}
+
+// scanChoice reads one element of "choices": whether it carries output, whether it has a type
+// error, and plain false if a key needs the decoder.
+func scanChoice(el []byte) (token, typeErr, plain bool) {
+	var text, finish, delta, content, reasoning, reasoningContent, toolCalls bool
+	var name chunkField
+	for i := 1; ; {
+		key, val, next, more := nextMember(el, i)
+		if !more {
+			break
+		}
+		i = next
+		if name, plain = chunkKey(key); !plain {
+			return false, false, false
+		}
+		switch name {
+		case keyText:
+			if text, typeErr = stringState(val); typeErr {
+				return false, true, true
+			}
+		case keyFinishReason:
+			switch val[0] {
+			case 'n':
+				finish = false
+			case '"':
+				finish = true
+			default:
+				return false, true, true
+			}
+		case keyDelta:
+			switch val[0] {
+			case 'n': // the pointer is reset; a later object is a new delta
+				delta = false
+				continue
+			case '{':
+			default:
+				return false, true, true
+			}
+			if !delta { // a new delta; a second object is decoded into the same one
+				delta, content, reasoning, reasoningContent, toolCalls = true, false, false, false, false
+			}
+			for j := 1; ; {
+				key, val, next, more := nextMember(val, j)
+				if !more {
+					break
+				}
+				j = next
+				if name, plain = chunkKey(key); !plain {
+					return false, false, false
+				}
+				var p *bool
+				switch name {
+				case keyContent:
+					p = &content
+				case keyReasoning:
+					p = &reasoning
+				case keyReasoningContent:
+					p = &reasoningContent
+				case keyToolCalls:
+					toolCalls = len(val) > 2 && !IsNull(val)
+					continue
+				default:
+					continue
+				}
+				if *p, typeErr = stringState(val); typeErr {
+					return false, true, true
+				}
+			}
+		}
+	}
+	return finish || text || (delta && (content || reasoning || reasoningContent || toolCalls)), false, true
+}
+
+// stringState is what a *string member decodes to: non-empty, or a type error (null and "" are
+// neither).
+func stringState(val []byte) (nonEmpty, typeErr bool) {
+	switch val[0] {
+	case 'n':
+		return false, false
+	case '"':
+		return len(val) > 2, false // any escape decodes to at least one byte
+	}
+	return false, true
+}
+
+// chunkField names the keys scanChunk reads.
+type chunkField uint8
+
+const (
+	keyOther chunkField = iota
+	keyChoices
+	keyUsage
+	keyType
+	keyDelta
+	keyText
+	keyFinishReason
+	keyContent
+	keyReasoning
+	keyReasoningContent
+	keyToolCalls
+)
+
+var chunkFields = [...]struct {
+	name string
+	f    chunkField
+}{
+	{"choices", keyChoices}, {"usage", keyUsage}, {"type", keyType}, {"delta", keyDelta},
+	{"text", keyText}, {"finish_reason", keyFinishReason}, {"content", keyContent},
+	{"reasoning", keyReasoning}, {"reasoning_content", keyReasoningContent}, {"tool_calls", keyToolCalls},
+}
+
+// chunkKey says which field the quoted key raw names, matching as the decoder does: ASCII case
+// does not matter. plain is false for a key with an escape or a non-ASCII byte (which may fold to
+// an ASCII letter, like U+017F to s): only the decoder matches those.
+func chunkKey(raw []byte) (f chunkField, plain bool) {
+	inner := raw[1 : len(raw)-1]
+	for _, c := range inner {
+		if c == '\\' || c >= 0x80 {
+			return keyOther, false
+		}
+	}
+	for _, cf := range chunkFields {
+		if len(cf.name) == len(inner) && asciiEqualFold(inner, cf.name) {
+			return cf.f, true
+		}
+	}
+	return keyOther, true
+}
+
+func asciiEqualFold(b []byte, s string) bool {
+	for i := range b {
+		c := b[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != s[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// nextMember returns the member of the valid JSON object obj at or after offset i (just past
+// its '{' or a previous member), and the offset past it; more is false at the object's end.
+func nextMember(obj []byte, i int) (key, val []byte, next int, more bool) {
+	i = SkipSpace(obj, i)
+	if obj[i] == ',' {
+		i = SkipSpace(obj, i+1)
+	}
+	if obj[i] == '}' {
+		return nil, nil, i, false
+	}
+	end, _ := skipString(obj, i)
+	key = obj[i:end]
+	i = SkipSpace(obj, SkipSpace(obj, end)+1) // past the ':'
+	end, _ = SkipValue(obj, i)
+	return key, obj[i:end], end, true
+}
+
+// nextElement is nextMember for the elements of a valid JSON array.
+func nextElement(arr []byte, i int) (val []byte, next int, more bool) {
+	i = SkipSpace(arr, i)
+	if arr[i] == ',' {
+		i = SkipSpace(arr, i+1)
+	}
+	if arr[i] == ']' {
+		return nil, i, false
+	}
+	end, _ := SkipValue(arr, i)
+	return arr[i:end], end, true
+}
+
+// streamChunk is the part of a completion or chat chunk the router reads, for the events Classify
+// decodes (classifyDecoded). Members it does not read (a choice's logprobs, an error) are left
+// out: the decoder validates and skips them instead of copying them.
 type streamChunk struct {
 	Choices []struct {
 		Text         *string     `json:"text"`
@@ -151,24 +442,14 @@ type chunkDelta struct {
 	ToolCalls        json.RawMessage `json:"tool_calls"`
 }
 
-// Classify decodes an event's data and says what it carries. A finish_reason counts as output: an
-// engine that stops at once (end of sequence) still answered the request.
-func Classify(data []byte) EventKind {
-	if data == nil {
-		return EventMeta
-	}
-	if bytes.Equal(data, doneData) {
-		return EventDone
-	}
-	if IsErrorData(data) {
-		return EventError
-	}
+// classifyDecoded is Classify by decoding, for what scanChunk leaves to it.
+func classifyDecoded(data []byte) EventKind {
 	var c streamChunk
 	if err := json.Unmarshal(data, &c); err != nil {
 		return EventMeta
 	}
 	if c.Type != "" && c.Choices == nil {
-		return classifyResponses(c.Type, c.Delta)
+		return classifyResponses([]byte(c.Type), c.Delta)
 	}
 	for _, ch := range c.Choices {
 		if ch.FinishReason != nil || (ch.Text != nil && *ch.Text != "") {

@@ -1,0 +1,230 @@
+package wire
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// classifyCases are inputs on which an in-place scan could easily part from the decoder:
+// malformed JSON, type errors, duplicate keys, null, escapes, case and whitespace. want is the
+// decoder's verdict (classifyOracle), which Classify must give.
+var classifyCases = []struct {
+	data string
+	want EventKind
+}{
+	// syntax errors anywhere, even after the output, are meta: the decoder fails
+	{`{"choices":[{"text":"a"}]`, EventMeta},
+	{`{"choices":[{"text":"a"}]}x`, EventMeta},
+	{`{"choices":[{"text":"a"}]}{}`, EventMeta},
+	{"{\"choices\":[{\"text\":\"a\"}]}\x00", EventMeta},
+	{`{"choices":[{"text":"a"}],}`, EventMeta},
+	{`{"choices":[{"text":"a"},]}`, EventMeta},
+	{`{"choices":[{"text":"a"}],"x":tru}`, EventMeta},
+	{`{"choices":[{"text":"a"}],"x":nul}`, EventMeta},
+	{`{"choices":[{"text":"a"}],"x":01}`, EventMeta},
+	{`{"choices":[{"text":"a"}],"x":1.}`, EventMeta},
+	{`{"choices":[{"text":"a"}],"x":-}`, EventMeta},
+	{`{"choices":[{"text":"a"}],"x":.5}`, EventMeta},
+	{`{"choices":[{"text":"a"}],"x":+1}`, EventMeta},
+	{`{"choices":[{"text":"a"}],"x":"\x"}`, EventMeta},
+	{`{"choices":[{"text":"a"}],"x":"\u12"}`, EventMeta},
+	{"{\"choices\":[{\"text\":\"a\x01\"}]}", EventMeta}, // a control byte in a string
+	{`{"choices":[{"text":"a"}],"x":{"a"}}`, EventMeta},
+	{`{"choices":[{"text":"a"}],"x":[1,]}`, EventMeta},
+	{"\ufeff{\"choices\":[{\"text\":\"a\"}]}", EventMeta},
+	{"{\"choices\":[{\"text\":\"a\"}]}\u00a0", EventMeta},
+	{``, EventMeta},
+	{` `, EventMeta},
+	// what strict JSON allows in skipped members
+	{`{"x":-0,"y":1E+2,"z":"\uD800\uDC00\/","w":"` + "\x7f\xff" + `","choices":[{"text":"a"}]}`, EventToken},
+	{`{"x":[[[{"choices":[]}]]],"choices":[{"text":"a"}]}`, EventToken},
+	// top-level values that are not objects
+	{`null`, EventMeta},
+	{` null `, EventMeta},
+	{`[{"choices":[{"text":"a"}]}]`, EventMeta},
+	{`"choices"`, EventMeta},
+	{`12`, EventMeta},
+	// type errors are meta wherever they are
+	{`{"choices":{"text":"a"}}`, EventMeta},
+	{`{"choices":"a"}`, EventMeta},
+	{`{"choices":[{"text":5}]}`, EventMeta},
+	{`{"choices":[{"text":"a"},1]}`, EventMeta},
+	{`{"choices":[{"text":"a","finish_reason":true}]}`, EventMeta},
+	{`{"choices":[{"delta":[]}]}`, EventMeta},
+	{`{"choices":[{"delta":"x"}]}`, EventMeta},
+	{`{"choices":[{"delta":{"content":["x"]}}]}`, EventMeta},
+	{`{"choices":[{"text":"a"}],"type":5}`, EventMeta},
+	{`{"type":{"a":1}}`, EventMeta},
+	// null
+	{`{"choices":null}`, EventMeta},
+	{`{"choices":[null]}`, EventMeta},
+	{`{"choices":[{"text":null,"finish_reason":null,"delta":null}]}`, EventMeta},
+	{`{"choices":[{"finish_reason":null}]}`, EventMeta},
+	{`{"choices":[{"finish_reason":""}]}`, EventToken},
+	{`{"choices":[{"delta":{"content":null,"reasoning":null,"reasoning_content":null,"tool_calls":null}}]}`, EventMeta},
+	{`{"choices":null,"usage":{"a":1}}`, EventUsage},
+	{`{"usage":null}`, EventMeta},
+	// escapes: an escaped string is never empty
+	{`{"choices":[{"text":"\u0000"}]}`, EventToken},
+	{`{"choices":[{"delta":{"content":"\""}}]}`, EventToken},
+	{`{"choices":[{"delta":{"reasoning":"\n"}}]}`, EventToken},
+	{`{"choices":[{"delta":{"reasoning_content":"\ud800"}}]}`, EventToken},
+	{`{"choices":[{"text":"` + "\xff" + `"}]}`, EventToken},
+	{`{"choices":[{"text":""},{"text":""}]}`, EventMeta},
+	{`{"choices":[{"text":""},{"text":"b"}]}`, EventToken},
+	// tool_calls is raw: more than two bytes and not null
+	{`{"choices":[{"delta":{"tool_calls":[]}}]}`, EventMeta},
+	{`{"choices":[{"delta":{"tool_calls":[ ]}}]}`, EventToken},
+	{`{"choices":[{"delta":{"tool_calls": [] }}]}`, EventMeta},
+	{`{"choices":[{"delta":{"tool_calls":{}}}]}`, EventMeta},
+	{`{"choices":[{"delta":{"tool_calls":""}}]}`, EventMeta},
+	{`{"choices":[{"delta":{"tool_calls":"ab"}}]}`, EventToken},
+	{`{"choices":[{"delta":{"tool_calls":12}}]}`, EventMeta},
+	{`{"choices":[{"delta":{"tool_calls": 123 }}]}`, EventToken},
+	{`{"choices":[{"delta":{"tool_calls":true}}]}`, EventToken},
+	{`{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"a\":[1,{}]}"}}]}}]}`, EventToken},
+	// duplicate keys: the last one counts
+	{`{"choices":[{"text":"a","text":null}]}`, EventMeta},
+	{`{"choices":[{"text":"a","text":""}]}`, EventMeta},
+	{`{"choices":[{"text":"","text":"a"}]}`, EventToken},
+	{`{"choices":[{"finish_reason":"stop","finish_reason":null}]}`, EventMeta},
+	{`{"choices":[{"delta":{"content":"a","content":""}}]}`, EventMeta},
+	{`{"choices":[{"delta":{"tool_calls":[{}],"tool_calls":null}}]}`, EventMeta},
+	{`{"usage":{"a":1},"usage":null}`, EventMeta},
+	{`{"usage":null,"usage":{"a":1}}`, EventUsage},
+	{`{"type":"x","type":null}`, EventMeta},
+	{`{"type":"response.completed","type":null}`, EventDone},
+	{`{"type":"response.completed","type":""}`, EventMeta},
+	{`{"type":"x.delta","delta":"x","delta":null}`, EventMeta},
+	// a second "delta" object is decoded into the first; null resets it
+	{`{"choices":[{"delta":{"content":"a"},"delta":{"role":"x"}}]}`, EventToken},
+	{`{"choices":[{"delta":{"content":"a"},"delta":null}]}`, EventMeta},
+	{`{"choices":[{"delta":{"content":"a"},"delta":null,"delta":{}}]}`, EventMeta},
+	{`{"choices":[{"delta":{"content":"a"},"delta":{"content":null}}]}`, EventMeta},
+	// a second "choices" array is decoded into the first one's elements
+	{`{"choices":[{"text":"a"}],"choices":[]}`, EventMeta},
+	{`{"choices":[{"text":"a"}],"choices":[{}]}`, EventToken},
+	{`{"choices":[{"text":"a"}],"choices":null,"choices":[{}]}`, EventMeta},
+	{`{"choices":[{"delta":{"content":"a"}}],"choices":[],"choices":[{}]}`, EventToken},
+	{`{"choices":[{"delta":{"content":"a"}}],"choices":[{"delta":{"role":"x"}}]}`, EventToken},
+	{`{"choices":[{"delta":{"content":"a"}}],"choices":[null]}`, EventToken},
+	{`{"choices":[{"text":"a"}],"choices":[],"usage":{"a":1}}`, EventUsage},
+	// keys match regardless of ASCII case, and as the decoder folds Unicode
+	{`{"CHOICES":[{"TeXt":"a"}]}`, EventToken},
+	{`{"Choices":[{"Delta":{"Content":"a"}}]}`, EventToken},
+	{`{"choices":[{"text":"a"}],"Choices":null}`, EventMeta},
+	{`{"choice\u017f":[{"text":"a"}]}`, EventToken},
+	{"{\"choice\u017f\":[{\"text\":\"a\"}]}", EventToken},
+	{`{"choices":[{"\u0074ext":"a"}]}`, EventToken},
+	{"{\"choices\":[{\"te\xffxt\":\"a\"}]}", EventMeta},
+	{`{"choices ":[{"text":"a"}]}`, EventMeta},
+	{`{"text":"a","delta":{"content":"a"},"finish_reason":"stop"}`, EventMeta},
+	// whitespace everywhere
+	{" \t\r\n{ \"choices\" : [ { \"delta\" : { \"content\" : \"a\" } } ] } \n", EventToken},
+	{" { \"choices\" : [ ] , \"usage\" : { } } ", EventUsage},
+	{`{"choices":[],"usage":{}}`, EventUsage},
+	// usage only without choices
+	{`{"choices":[{"text":""}],"usage":{"a":1}}`, EventMeta},
+	{`{"choices":[{"text":"a"}],"usage":{"a":1}}`, EventToken},
+	{`{"usage":""}`, EventUsage},
+	{`{"usage":0}`, EventUsage},
+	// Responses events
+	{`{"type":"response.output_text.delta","delta":"x"}`, EventToken},
+	{`{"type":"response.output_text.delta","delta":""}`, EventMeta},
+	{`{"type":"response.output_text.delta","delta": "" }`, EventMeta},
+	{`{"type":"response.output_text.delta","delta":" "}`, EventToken},
+	{`{"type":"response.output_text.delta","delta":[]}`, EventToken},
+	{`{"type":"response.output_text.delta","delta":null}`, EventMeta},
+	{`{"type":"response.output_text.delta"}`, EventMeta},
+	{`{"type":".delta","delta":"x"}`, EventMeta},
+	{`{"type":"x.delta","delta":"x"}`, EventToken},
+	{`{"type":"response\u002ecompleted"}`, EventDone},
+	{`{"type":"response.output_text\u002edelta","delta":1}`, EventToken},
+	{`{"type":"RESPONSE.COMPLETED"}`, EventMeta},
+	{`{"type":"error"}`, EventError},
+	{`{"type":"response.failed"}`, EventError},
+	{`{"type":"response.output_item.done","choices":null}`, EventToken},
+	{`{"type":"response.completed","choices":[]}`, EventMeta},
+	{`{"type":"x","choices":[{"text":"a"}]}`, EventToken},
+	{`{"type":"","delta":"x"}`, EventMeta},
+	// what Classify answers before decoding
+	{`[DONE]`, EventDone},
+	{` [DONE]`, EventMeta},
+	{`{"error":{"message":"x"}}`, EventError},
+	{` { "error" : 1 }`, EventError},
+	{`{"Error":{"message":"x"}}`, EventMeta},
+}
+
+func TestClassifyMatchesDecoder(t *testing.T) {
+	for _, tc := range classifyCases {
+		data := []byte(tc.data)
+		if got := classifyOracle(data); got != tc.want {
+			t.Errorf("decoder: %q is %d, the table says %d", tc.data, got, tc.want)
+		}
+		if got := Classify(data); got != tc.want {
+			t.Errorf("Classify(%q) = %d, want %d (the decoder's)", tc.data, got, tc.want)
+		}
+	}
+	if Classify(nil) != EventMeta {
+		t.Error("nil data is not meta")
+	}
+	// The decoder's nesting limit: values nested 10,000 deep are an error.
+	for _, n := range []int{9998, 9999, 10000} {
+		for _, tmpl := range []string{`{"x":%s,"choices":[{"text":"a"}]}`, `{"choices":[{"delta":{"tool_calls":%s}}]}`, `{"usage":%s}`} {
+			v := strings.Repeat("[", n) + strings.Repeat("]", n)
+			data := []byte(strings.Replace(tmpl, "%s", v, 1))
+			if got, want := Classify(data), classifyOracle(data); got != want {
+				t.Errorf("%s nested %d deep: Classify %d, the decoder %d", tmpl, n, got, want)
+			}
+		}
+	}
+}
+
+// classifySeeds are the data of every event in the vLLM fixtures, the package's other test
+// vectors and classifyCases.
+func classifySeeds(tb testing.TB) [][]byte {
+	var out [][]byte
+	for _, name := range []string{"completions-stream.sse", "chat-stream.sse", "chat-stream-tool-call.sse", "stream-error.sse", "stream-error-old.sse"} {
+		for _, line := range bytes.Split(fixture(tb, name), []byte("\n")) {
+			if d, ok := bytes.CutPrefix(line, []byte("data: ")); ok {
+				out = append(out, d)
+			}
+		}
+	}
+	for _, ev := range classifyEvents {
+		out = append(out, []byte(ev.data))
+	}
+	for _, tc := range classifyCases {
+		out = append(out, []byte(tc.data))
+	}
+	out = append(out, EventData([]byte(tokenEvent)))
+	for _, s := range []string{
+		`{"type":"response.created","sequence_number":0,"response":{"id":"r","usage":null}}`,
+		`{"type":"response.output_item.added","sequence_number":2,"item":{}}`,
+		`{"type":"response.reasoning_text.delta","sequence_number":3,"delta":"hm"}`,
+		`{"type":"response.incomplete","sequence_number":5,"response":{}}`,
+		`{"type":"response.failed","sequence_number":5,"response":{"error":{"code":"server_error","message":"x"}}}`,
+		`{"type":"error","sequence_number":5,"code":"500","message":"boom","param":null}`,
+		`{"choices":[{"index":7,"delta":{"tool_calls":[{"index":3,"function":{"arguments":"{"}}]}}]}`,
+		`{"choices":[{"index":-1,"delta":{"content":"x"}}]}`,
+		"{\"choices\":[{\"delta\":{\"content\":\"\xff\xfe\"}}]}",
+		`{"usage":{"completion_tokens":3}}`,
+		`not json`,
+	} {
+		out = append(out, []byte(s))
+	}
+	return out
+}
+
+// FuzzClassifyMatchesDecoder: for any data, Classify gives the decoder's verdict.
+func FuzzClassifyMatchesDecoder(f *testing.F) {
+	for _, s := range classifySeeds(f) {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if got, want := Classify(data), classifyOracle(data); got != want {
+			t.Fatalf("Classify(%q) = %d, the decoder says %d", data, got, want)
+		}
+	})
+}
