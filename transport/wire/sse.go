@@ -160,6 +160,7 @@ func Classify(data []byte) EventKind {
 }
 
 // scanChunk classifies valid JSON in place; ok is false for the shapes Classify decodes instead.
+// It descends into the members it reads and skips the others, so each byte is looked at once.
 func scanChunk(data []byte) (kind EventKind, ok bool) {
 	i := SkipSpace(data, 0)
 	if data[i] != '{' {
@@ -172,63 +173,70 @@ func scanChunk(data []byte) (kind EventKind, ok bool) {
 		token      bool
 		usage, dlt []byte // the last "usage" and "delta" values
 		typ        []byte // the last string "type" (quoted); null leaves it as it was
-		key, val   []byte
-		more       bool
 	)
 	for i++; ; {
-		if key, val, i, more = nextMember(data, i); !more {
+		key, v, more := nextKey(data, i)
+		if !more {
 			break
 		}
-		name, plain := chunkKey(key)
+		f, plain := chunkKey(key)
 		if !plain {
 			return 0, false
 		}
-		switch name {
+		if f != keyChoices {
+			i, _ = SkipValue(data, v)
+		}
+		switch f {
 		case keyChoices:
 			if choices {
 				// decoded into the elements (and the spare capacity) of the first array
 				return 0, false
 			}
 			choices = true
-			switch val[0] {
+			switch data[v] {
 			case 'n':
+				i = v + 4
+				continue
 			case '[':
-				choicesNil = false
-				for j := 1; ; choicesLen++ {
-					var el []byte
-					if el, j, more = nextElement(val, j); !more {
-						break
-					}
-					switch el[0] {
-					case 'n': // a zero element
-					case '{':
-						t, typeErr, plain := scanChoice(el)
-						if !plain {
-							return 0, false
-						}
-						if typeErr {
-							return EventMeta, true
-						}
-						token = token || t
-					default:
-						return EventMeta, true // type error
-					}
-				}
 			default:
 				return EventMeta, true // type error
 			}
+			choicesNil = false
+			for j := v + 1; ; choicesLen++ {
+				e, more := nextElement(data, j)
+				if !more {
+					i = e
+					break
+				}
+				switch data[e] {
+				case 'n': // a zero element
+					j = e + 4
+				case '{':
+					t, end, typeErr, plain := scanChoice(data, e)
+					if !plain {
+						return 0, false
+					}
+					if typeErr {
+						return EventMeta, true
+					}
+					token = token || t
+					j = end
+				default:
+					return EventMeta, true // type error
+				}
+			}
 		case keyUsage:
-			usage = val
+			usage = data[v:i]
 		case keyType:
-			switch val[0] {
+			switch data[v] {
 			case 'n':
 			case '"':
-				typ = val
+				typ = data[v:i]
 			default:
 				return EventMeta, true // type error
 			}
 		case keyDelta:
-			dlt = val
+			dlt = data[v:i]
 		}
 	}
 	if len(typ) > 2 && choicesNil { // a non-empty type: any escape decodes to a byte at least
@@ -249,57 +257,56 @@ func scanChunk(data []byte) (kind EventKind, ok bool) {
 	return EventMeta, true
 }
 
-// scanChoice reads one element of "choices": whether it carries output, whether it has a type
-// error, and plain false if a key needs the decoder.
-func scanChoice(el []byte) (token, typeErr, plain bool) {
+// scanChoice reads the element of "choices" at data[i] == '{': whether it carries output, the
+// offset past it, whether it has a type error, and plain false if a key needs the decoder.
+func scanChoice(data []byte, i int) (token bool, end int, typeErr, plain bool) {
 	var text, finish, delta, content, reasoning, reasoningContent, toolCalls bool
-	var name chunkField
-	for i := 1; ; {
-		key, val, next, more := nextMember(el, i)
+	var f chunkField
+	for i++; ; {
+		key, v, more := nextKey(data, i)
 		if !more {
+			end = v
 			break
 		}
-		i = next
-		if name, plain = chunkKey(key); !plain {
-			return false, false, false
+		if f, plain = chunkKey(key); !plain {
+			return false, 0, false, false
 		}
-		switch name {
+		switch f {
 		case keyText:
-			if text, typeErr = stringState(val); typeErr {
-				return false, true, true
+			if text, i, typeErr = stringState(data, v); typeErr {
+				return false, 0, true, true
 			}
+			continue
 		case keyFinishReason:
-			switch val[0] {
-			case 'n':
-				finish = false
-			case '"':
-				finish = true
-			default:
-				return false, true, true
+			if _, i, typeErr = stringState(data, v); typeErr {
+				return false, 0, true, true
 			}
+			finish = data[v] == '"' // an empty reason is a reason too
+			continue
 		case keyDelta:
-			switch val[0] {
+			switch data[v] {
 			case 'n': // the pointer is reset; a later object is a new delta
 				delta = false
+				i = v + 4
 				continue
 			case '{':
 			default:
-				return false, true, true
+				return false, 0, true, true
 			}
 			if !delta { // a new delta; a second object is decoded into the same one
 				delta, content, reasoning, reasoningContent, toolCalls = true, false, false, false, false
 			}
-			for j := 1; ; {
-				key, val, next, more := nextMember(val, j)
+			for j := v + 1; ; {
+				key, w, more := nextKey(data, j)
 				if !more {
+					i = w
 					break
 				}
-				j = next
-				if name, plain = chunkKey(key); !plain {
-					return false, false, false
+				if f, plain = chunkKey(key); !plain {
+					return false, 0, false, false
 				}
 				var p *bool
-				switch name {
+				switch f {
 				case keyContent:
 					p = &content
 				case keyReasoning:
@@ -307,30 +314,35 @@ func scanChoice(el []byte) (token, typeErr, plain bool) {
 				case keyReasoningContent:
 					p = &reasoningContent
 				case keyToolCalls:
-					toolCalls = len(val) > 2 && !IsNull(val)
+					j, _ = SkipValue(data, w)
+					toolCalls = j-w > 2 && !IsNull(data[w:j])
 					continue
 				default:
+					j, _ = SkipValue(data, w)
 					continue
 				}
-				if *p, typeErr = stringState(val); typeErr {
-					return false, true, true
+				if *p, j, typeErr = stringState(data, w); typeErr {
+					return false, 0, true, true
 				}
 			}
+			continue
 		}
+		i, _ = SkipValue(data, v)
 	}
-	return finish || text || (delta && (content || reasoning || reasoningContent || toolCalls)), false, true
+	return finish || text || (delta && (content || reasoning || reasoningContent || toolCalls)), end, false, true
 }
 
-// stringState is what a *string member decodes to: non-empty, or a type error (null and "" are
-// neither).
-func stringState(val []byte) (nonEmpty, typeErr bool) {
-	switch val[0] {
+// stringState is what the *string member at data[i] decodes to: non-empty, or a type error (null
+// and "" are neither); end is the offset past it.
+func stringState(data []byte, i int) (nonEmpty bool, end int, typeErr bool) {
+	switch data[i] {
 	case 'n':
-		return false, false
+		return false, i + 4, false
 	case '"':
-		return len(val) > 2, false // any escape decodes to at least one byte
+		end, _ = skipString(data, i)
+		return end-i > 2, end, false // any escape decodes to at least one byte
 	}
-	return false, true
+	return false, 0, true
 }
 
 // chunkField names the keys scanChunk reads.
@@ -350,15 +362,6 @@ const (
 	keyToolCalls
 )
 
-var chunkFields = [...]struct {
-	name string
-	f    chunkField
-}{
-	{"choices", keyChoices}, {"usage", keyUsage}, {"type", keyType}, {"delta", keyDelta},
-	{"text", keyText}, {"finish_reason", keyFinishReason}, {"content", keyContent},
-	{"reasoning", keyReasoning}, {"reasoning_content", keyReasoningContent}, {"tool_calls", keyToolCalls},
-}
-
 // chunkKey says which field the quoted key raw names, matching as the decoder does: ASCII case
 // does not matter. plain is false for a key with an escape or a non-ASCII byte (which may fold to
 // an ASCII letter, like U+017F to s): only the decoder matches those.
@@ -369,14 +372,41 @@ func chunkKey(raw []byte) (f chunkField, plain bool) {
 			return keyOther, false
 		}
 	}
-	for _, cf := range chunkFields {
-		if len(cf.name) == len(inner) && asciiEqualFold(inner, cf.name) {
-			return cf.f, true
+	var name string
+	switch len(inner) {
+	case 4:
+		f, name = keyText, "text"
+		if inner[0]|0x20 == 't' && inner[1]|0x20 == 'y' {
+			f, name = keyType, "type"
 		}
+	case 5:
+		f, name = keyUsage, "usage"
+		if inner[0]|0x20 == 'd' {
+			f, name = keyDelta, "delta"
+		}
+	case 7:
+		f, name = keyChoices, "choices"
+		if inner[1]|0x20 == 'o' {
+			f, name = keyContent, "content"
+		}
+	case 9:
+		f, name = keyReasoning, "reasoning"
+	case 10:
+		f, name = keyToolCalls, "tool_calls"
+	case 13:
+		f, name = keyFinishReason, "finish_reason"
+	case 17:
+		f, name = keyReasoningContent, "reasoning_content"
+	default:
+		return keyOther, true
 	}
-	return keyOther, true
+	if !asciiEqualFold(inner, name) {
+		return keyOther, true
+	}
+	return f, true
 }
 
+// asciiEqualFold reports whether b is s (lower case) regardless of ASCII case.
 func asciiEqualFold(b []byte, s string) bool {
 	for i := range b {
 		c := b[i]
@@ -390,34 +420,32 @@ func asciiEqualFold(b []byte, s string) bool {
 	return true
 }
 
-// nextMember returns the member of the valid JSON object obj at or after offset i (just past
-// its '{' or a previous member), and the offset past it; more is false at the object's end.
-func nextMember(obj []byte, i int) (key, val []byte, next int, more bool) {
-	i = SkipSpace(obj, i)
-	if obj[i] == ',' {
-		i = SkipSpace(obj, i+1)
+// nextKey reads the next member of a valid JSON object at offset i (just past its '{' or past a
+// member's value): its quoted key and the offset of its value. At the object's end more is false
+// and val is the offset past its '}'.
+func nextKey(data []byte, i int) (key []byte, val int, more bool) {
+	i = SkipSpace(data, i)
+	if data[i] == ',' {
+		i = SkipSpace(data, i+1)
 	}
-	if obj[i] == '}' {
-		return nil, nil, i, false
+	if data[i] == '}' {
+		return nil, i + 1, false
 	}
-	end, _ := skipString(obj, i)
-	key = obj[i:end]
-	i = SkipSpace(obj, SkipSpace(obj, end)+1) // past the ':'
-	end, _ = SkipValue(obj, i)
-	return key, obj[i:end], end, true
+	end, _ := skipString(data, i)
+	return data[i:end], SkipSpace(data, SkipSpace(data, end)+1), true // past the ':'
 }
 
-// nextElement is nextMember for the elements of a valid JSON array.
-func nextElement(arr []byte, i int) (val []byte, next int, more bool) {
-	i = SkipSpace(arr, i)
-	if arr[i] == ',' {
-		i = SkipSpace(arr, i+1)
+// nextElement is nextKey for a valid JSON array: the offset of its next element, or, with more
+// false, the offset past its ']'.
+func nextElement(data []byte, i int) (val int, more bool) {
+	i = SkipSpace(data, i)
+	if data[i] == ',' {
+		i = SkipSpace(data, i+1)
 	}
-	if arr[i] == ']' {
-		return nil, i, false
+	if data[i] == ']' {
+		return i + 1, false
 	}
-	end, _ := SkipValue(arr, i)
-	return arr[i:end], end, true
+	return i, true
 }
 
 // streamChunk is the part of a completion or chat chunk the router reads, for the events Classify
