@@ -2,6 +2,8 @@ package wire
 
 import (
 	"bytes"
+	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 )
@@ -227,4 +229,111 @@ func FuzzClassifyMatchesDecoder(f *testing.F) {
 			t.Fatalf("Classify(%q) = %d, the decoder says %d", data, got, want)
 		}
 	})
+}
+
+// TestClassifyMatchesDecoderOnGeneratedChunks builds chunk-shaped documents from the keys and
+// values Classify reads (in any case, duplicated, null, of the wrong type, nested), some of them
+// then broken by one byte, and checks Classify against the decoder on each. The generator is
+// seeded, so the documents are the same on every run.
+func TestClassifyMatchesDecoderOnGeneratedChunks(t *testing.T) {
+	// the keys of an object by where it is: the top level, a choice, a delta, anywhere else
+	keys := [][]string{
+		{"choices", "choices", "Choices", "usage", "type", "delta", "id", "x"},
+		{"text", "TEXT", "delta", "delta", "Delta", "finish_reason", "index", "x"},
+		{"content", "Content", "reasoning", "reasoning_content", "tool_calls", "role", "x"},
+		{"choices", "text", "delta", "content", "a", ""},
+	}
+	strs := []string{`""`, `""`, `"a"`, `"\u0000"`, `"\""`, `"response.completed"`, `"response.output_text.delta"`,
+		`"x.delta"`, `"error"`, `"response.failed"`, `"response.output_item.done"`, `"stop"`, `".delta"`}
+	scalars := []string{`null`, `null`, `null`, `0`, `-1`, `12`, `123`, `1.5e3`, `true`, `false`}
+	spaces := []string{"", "", "", " ", "\n", " \t"}
+	rng := rand.New(rand.NewPCG(17, 1))
+	pick := func(list []string) string { return list[rng.IntN(len(list))] }
+	var value func(b *strings.Builder, depth, level int)
+	object := func(b *strings.Builder, depth, level int) {
+		b.WriteByte('{')
+		for i, m := 0, rng.IntN(4); i < m; i++ {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			k := pick(keys[level])
+			fmt.Fprintf(b, "%s%q%s:", pick(spaces), k, pick(spaces))
+			next := 3
+			switch {
+			case level == 0 && strings.EqualFold(k, "choices"):
+				next = 1
+			case level == 1 && strings.EqualFold(k, "delta"):
+				next = 2
+			}
+			switch lk := strings.ToLower(k); {
+			case next == 3 && level < 3 && lk != "tool_calls" && lk != "usage" && rng.IntN(4) > 0:
+				// a member Classify reads as a string, mostly of the right type
+				b.WriteString(pick(append(strs, `null`)))
+			default:
+				value(b, depth+1, next)
+			}
+		}
+		b.WriteByte('}')
+	}
+	value = func(b *strings.Builder, depth, level int) {
+		b.WriteString(pick(spaces))
+		n := rng.IntN(10)
+		switch {
+		case depth < 5 && (n < 3 || level == 2 && n < 6):
+			if level == 2 { // a delta
+				object(b, depth, 2)
+			} else {
+				object(b, depth, 3)
+			}
+		case depth < 5 && (n < 5 || level == 1 && n < 8):
+			b.WriteByte('[')
+			for i, m := 0, rng.IntN(3); i < m; i++ {
+				if i > 0 {
+					b.WriteByte(',')
+				}
+				if level == 1 && rng.IntN(4) > 0 {
+					b.WriteString(pick(spaces))
+					object(b, depth+1, 1) // a choice
+				} else {
+					value(b, depth+1, 3)
+				}
+			}
+			b.WriteByte(']')
+		case n < 8:
+			b.WriteString(pick(strs))
+		default:
+			b.WriteString(pick(scalars))
+		}
+		b.WriteString(pick(spaces))
+	}
+	breaks := []byte(`{}[],:"\ 0n`)
+	kinds := map[EventKind]int{}
+	for i := 0; i < 40000; i++ {
+		var b strings.Builder
+		object(&b, 0, 0)
+		data := []byte(b.String())
+		if rng.IntN(5) == 0 { // one byte replaced, inserted or deleted
+			p := rng.IntN(len(data))
+			switch rng.IntN(3) {
+			case 0:
+				data[p] = breaks[rng.IntN(len(breaks))]
+			case 1:
+				data = append(data[:p], append([]byte{breaks[rng.IntN(len(breaks))]}, data[p:]...)...)
+			default:
+				data = append(data[:p], data[p+1:]...)
+			}
+		}
+		got, want := Classify(data), classifyOracle(data)
+		if got != want {
+			t.Fatalf("Classify(%q) = %d, the decoder says %d", data, got, want)
+		}
+		kinds[got]++
+	}
+	// the documents reach every verdict, or the check proves little
+	for _, k := range []EventKind{EventMeta, EventToken, EventUsage, EventDone, EventError} {
+		if kinds[k] < 50 {
+			t.Errorf("only %d generated documents are of kind %d (%v)", kinds[k], k, kinds)
+		}
+	}
+	t.Logf("verdicts: %v", kinds)
 }
