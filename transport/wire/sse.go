@@ -175,14 +175,14 @@ func scanChunk(data []byte) (kind EventKind, ok bool) {
 		typ        []byte // the last string "type" (quoted); null leaves it as it was
 	)
 	for i++; ; {
-		key, v, more := nextKey(data, i)
+		key, plain, v, more := nextKey(data, i)
 		if !more {
 			break
 		}
-		f, plain := chunkKey(key)
 		if !plain {
 			return 0, false
 		}
+		f := chunkKey(key)
 		if f != keyChoices {
 			i, _ = SkipValue(data, v)
 		}
@@ -263,14 +263,15 @@ func scanChoice(data []byte, i int) (token bool, end int, typeErr, plain bool) {
 	var text, finish, delta, content, reasoning, reasoningContent, toolCalls bool
 	var f chunkField
 	for i++; ; {
-		key, v, more := nextKey(data, i)
+		key, plain, v, more := nextKey(data, i)
 		if !more {
 			end = v
 			break
 		}
-		if f, plain = chunkKey(key); !plain {
+		if !plain {
 			return false, 0, false, false
 		}
+		f = chunkKey(key)
 		switch f {
 		case keyText:
 			if text, i, typeErr = stringState(data, v); typeErr {
@@ -297,14 +298,15 @@ func scanChoice(data []byte, i int) (token bool, end int, typeErr, plain bool) {
 				delta, content, reasoning, reasoningContent, toolCalls = true, false, false, false, false
 			}
 			for j := v + 1; ; {
-				key, w, more := nextKey(data, j)
+				key, plain, w, more := nextKey(data, j)
 				if !more {
 					i = w
 					break
 				}
-				if f, plain = chunkKey(key); !plain {
+				if !plain {
 					return false, 0, false, false
 				}
+				f = chunkKey(key)
 				var p *bool
 				switch f {
 				case keyContent:
@@ -362,21 +364,17 @@ const (
 	keyToolCalls
 )
 
-// chunkKey says which field the quoted key raw names, matching as the decoder does: ASCII case
-// does not matter. plain is false for a key with an escape or a non-ASCII byte (which may fold to
-// an ASCII letter, like U+017F to s): only the decoder matches those.
-func chunkKey(raw []byte) (f chunkField, plain bool) {
+// chunkKey says which field the plain quoted key raw names, matching as the decoder does: ASCII
+// case does not matter. (A key with an escape or a non-ASCII byte, which may fold to an ASCII
+// letter like U+017F to s, is left to the decoder.)
+func chunkKey(raw []byte) chunkField {
 	inner := raw[1 : len(raw)-1]
-	for _, c := range inner {
-		if c == '\\' || c >= 0x80 {
-			return keyOther, false
-		}
-	}
+	var f chunkField
 	var name string
 	switch len(inner) {
 	case 4:
 		f, name = keyText, "text"
-		if inner[0]|0x20 == 't' && inner[1]|0x20 == 'y' {
+		if inner[1]|0x20 == 'y' {
 			f, name = keyType, "type"
 		}
 	case 5:
@@ -398,12 +396,12 @@ func chunkKey(raw []byte) (f chunkField, plain bool) {
 	case 17:
 		f, name = keyReasoningContent, "reasoning_content"
 	default:
-		return keyOther, true
+		return keyOther
 	}
 	if !asciiEqualFold(inner, name) {
-		return keyOther, true
+		return keyOther
 	}
-	return f, true
+	return f
 }
 
 // asciiEqualFold reports whether b is s (lower case) regardless of ASCII case.
@@ -421,18 +419,18 @@ func asciiEqualFold(b []byte, s string) bool {
 }
 
 // nextKey reads the next member of a valid JSON object at offset i (just past its '{' or past a
-// member's value): its quoted key and the offset of its value. At the object's end more is false
-// and val is the offset past its '}'.
-func nextKey(data []byte, i int) (key []byte, val int, more bool) {
+// member's value): its quoted key, whether the key is plain (no escape, ASCII) and the offset of
+// its value. At the object's end more is false and val is the offset past its '}'.
+func nextKey(data []byte, i int) (key []byte, plain bool, val int, more bool) {
 	i = SkipSpace(data, i)
 	if data[i] == ',' {
 		i = SkipSpace(data, i+1)
 	}
 	if data[i] == '}' {
-		return nil, i + 1, false
+		return nil, false, i + 1, false
 	}
-	end, _ := skipString(data, i)
-	return data[i:end], SkipSpace(data, SkipSpace(data, end)+1), true // past the ':'
+	end, plain, _ := scanString(data, i, true)
+	return data[i:end], plain, SkipSpace(data, SkipSpace(data, end)+1), true // past the ':'
 }
 
 // nextElement is nextKey for a valid JSON array: the offset of its next element, or, with more
