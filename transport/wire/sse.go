@@ -404,14 +404,14 @@ func chunkKey(raw []byte) chunkField {
 	return f
 }
 
-// asciiEqualFold reports whether b is s (lower case) regardless of ASCII case.
+// asciiEqualFold reports whether b is s regardless of ASCII case; s is lower-case letters and
+// underscores. c|0x20 is the lower case of a letter c, and never an underscore (0x5f lacks 0x20).
 func asciiEqualFold(b []byte, s string) bool {
-	for i := range b {
-		c := b[i]
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		if c != s[i] {
+	if len(b) != len(s) {
+		return false
+	}
+	for i := range len(s) {
+		if c := b[i]; c != s[i] && c|0x20 != s[i] {
 			return false
 		}
 	}
