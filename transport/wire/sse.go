@@ -135,8 +135,8 @@ var doneData = []byte("[DONE]")
 // The verdict is the one a decoding of the data into the struct streamChunk gives, which is how
 // Classify worked before: any syntax or type error is EventMeta, a duplicate key counts as its
 // last occurrence (an object under "delta" is decoded into the one before it, null resets it),
-// keys match case-insensitively. It is reached without decoding: json.Valid checks the grammar
-// (without allocating), then the members Classify reads are found in place (scanChunk). Rare
+// keys match case-insensitively. Classify reaches it without decoding or allocating: json.Valid
+// checks the grammar, then the members Classify reads are found in place (scanChunk). Rare
 // shapes whose decoding depends on the decoder's memory reuse — a second "choices" array decoded
 // into the first one's elements, keys with escapes or non-ASCII bytes (Unicode case folding) —
 // are decoded as before.
@@ -494,8 +494,8 @@ func classifyDecoded(data []byte) EventKind {
 	return EventMeta
 }
 
-// ClassifyFast is Classify for the hot path after the first token: it decodes only events that
-// mention usage (the last one, normally) and calls everything else a token.
+// ClassifyFast is Classify for the hot path after the first token: it classifies in full only
+// events that mention usage (the last one, normally) and calls everything else a token.
 func ClassifyFast(data []byte) EventKind {
 	switch {
 	case data == nil:
