@@ -38,6 +38,55 @@ var classifyCases = []struct {
 	{"{\"choices\":[{\"text\":\"a\"}]}\u00a0", EventMeta},
 	{``, EventMeta},
 	{` `, EventMeta},
+	// the grammar of skipped members: numbers, escapes, control bytes, brackets, separators
+	{`{"x":-0.e1,"choices":[{"text":"a"}]}`, EventMeta},
+	{`{"x":1e+,"choices":[{"text":"a"}]}`, EventMeta},
+	{`{"x":1ee1,"choices":[{"text":"a"}]}`, EventMeta},
+	{`{"x":2.,"choices":[{"text":"a"}]}`, EventMeta},
+	{`{"x":-,"choices":[{"text":"a"}]}`, EventMeta},
+	{`{"x":--1,"choices":[{"text":"a"}]}`, EventMeta},
+	{`{"x":0x1,"choices":[{"text":"a"}]}`, EventMeta},
+	{`{"x":Infinity,"choices":[{"text":"a"}]}`, EventMeta},
+	{`{"x":0.0e-0,"y":-1.5E+10,"z":1e5,"w":[0,-0,10],"choices":[{"text":"a"}]}`, EventToken},
+	{`{"x":"\u00G0","choices":[{"text":"a"}]}`, EventMeta},
+	{`{"x":"\uABCD\uabcd","choices":[{"text":"a"}]}`, EventToken},
+	{`{"x":"\U1234","choices":[{"text":"a"}]}`, EventMeta},
+	{`{"x":"\a","choices":[{"text":"a"}]}`, EventMeta},
+	{`{"x":"\'","choices":[{"text":"a"}]}`, EventMeta},
+	{"{\"x\":\"\x1f\",\"choices\":[{\"text\":\"a\"}]}", EventMeta},
+	{"{\"x\":\"0123456789abcdef\x1f\",\"choices\":[{\"text\":\"a\"}]}", EventMeta},
+	{"{\"x\":\"\x7f\xc3\x28\xed\xa0\x80\",\"choices\":[{\"text\":\"a\"}]}", EventToken},
+	{`{"choices":[{"text":"a"}],"x":"abc`, EventMeta},
+	{`{"choices":[{"text":"a"}],"x":"0123456789abcdef\`, EventMeta},
+	{`{"choices":[{"text":"a"}],"x":"\u12`, EventMeta},
+	{`{"x":[1},"choices":[{"text":"a"}]}`, EventMeta},
+	{`{"x":{"a":1],"choices":[{"text":"a"}]}`, EventMeta},
+	{`{"x":{"a":[}]},"choices":[{"text":"a"}]}`, EventMeta},
+	{`{"x":{"a" 1},"choices":[{"text":"a"}]}`, EventMeta},
+	{`{"x":{"a":},"choices":[{"text":"a"}]}`, EventMeta},
+	{`{"x":{a:1},"choices":[{"text":"a"}]}`, EventMeta},
+	{`{"x":{,},"choices":[{"text":"a"}]}`, EventMeta},
+	{`{"x":[,],"choices":[{"text":"a"}]}`, EventMeta},
+	{`{"x":[1 2],"choices":[{"text":"a"}]}`, EventMeta},
+	{`{"x":{"a":1 "b":2},"choices":[{"text":"a"}]}`, EventMeta},
+	{`{"x":{"a":1,},"choices":[{"text":"a"}]}`, EventMeta},
+	{`{"x":[[]],"y":{"a":{"b":[{}]}},"choices":[{"text":"a"}]}`, EventToken},
+	{`{"x" "choices":[{"text":"a"}]}`, EventMeta},
+	{`{"choices":[{"text":"a"}] "x":1}`, EventMeta},
+	{`{"choices":[{"text":"a"} {}]}`, EventMeta},
+	{`{"choices":[,{"text":"a"}]}`, EventMeta},
+	{`{"choices":[{"text":"a",}]}`, EventMeta},
+	{`{"choices":[{"text" "a"}]}`, EventMeta},
+	{`{"choices":[{"delta":{"content":"a",}}]}`, EventMeta},
+	{`{"choices":[{"delta":{"content":"a" "x":1}}]}`, EventMeta},
+	{`{"choices":[{"delta":{"tool_calls":[1,}}]}`, EventMeta},
+	{`{"choices":[{"text":nul}]}`, EventMeta},
+	{`{"choices":[nul]}`, EventMeta},
+	{`{"choices":nul}`, EventMeta},
+	{`{"type":nul}`, EventMeta},
+	{`{"choices":[{"delta":nul}]}`, EventMeta},
+	{`{"choices":[{"text":"a"}],"usage":{"a":1,}}`, EventMeta},
+	{`{"type":"x.delta","delta":[1,]}`, EventMeta},
 	// what strict JSON allows in skipped members
 	{`{"x":-0,"y":1E+2,"z":"\uD800\uDC00\/","w":"` + "\x7f\xff" + `","choices":[{"text":"a"}]}`, EventToken},
 	{`{"x":[[[{"choices":[]}]]],"choices":[{"text":"a"}]}`, EventToken},
@@ -171,13 +220,19 @@ func TestClassifyMatchesDecoder(t *testing.T) {
 	if Classify(nil) != EventMeta {
 		t.Error("nil data is not meta")
 	}
-	// The decoder's nesting limit: values nested 10,000 deep are an error.
-	for _, n := range []int{9998, 9999, 10000} {
-		for _, tmpl := range []string{`{"x":%s,"choices":[{"text":"a"}]}`, `{"choices":[{"delta":{"tool_calls":%s}}]}`, `{"usage":%s}`} {
-			v := strings.Repeat("[", n) + strings.Repeat("]", n)
-			data := []byte(strings.Replace(tmpl, "%s", v, 1))
-			if got, want := Classify(data), classifyOracle(data); got != want {
-				t.Errorf("%s nested %d deep: Classify %d, the decoder %d", tmpl, n, got, want)
+	// Nesting around the scan's bound (deeper documents are decoded) and the decoder's (10,000
+	// levels), well formed or not.
+	for _, n := range []int{maxScanDepth - 5, maxScanDepth - 4, maxScanDepth - 3, maxScanDepth - 2, maxScanDepth - 1,
+		maxScanDepth, maxScanDepth + 1, 9995, 9996, 9997, 9998, 9999, 10000} {
+		for _, tmpl := range []string{`{"x":%s,"choices":[{"text":"a"}]}`, `{"choices":[{"delta":{"tool_calls":%s}}]}`,
+			`{"usage":%s}`, `{"choices":[{"x":%s,"text":"a"}]}`, `{"type":"x.delta","delta":%s}`} {
+			for _, v := range []string{strings.Repeat("[", n) + strings.Repeat("]", n),
+				strings.Repeat(`{"a":`, n) + "1" + strings.Repeat("}", n),
+				strings.Repeat("[", n) + strings.Repeat("]", n-1) + "}"} {
+				data := []byte(strings.Replace(tmpl, "%s", v, 1))
+				if got, want := Classify(data), classifyOracle(data); got != want {
+					t.Errorf("%s nested %d deep: Classify %d, the decoder %d", tmpl, n, got, want)
+				}
 			}
 		}
 	}

@@ -81,47 +81,30 @@ func SkipSpace(data []byte, i int) int {
 }
 
 // skipString returns the offset just past the string starting at data[i] == '"': the first quote
-// not escaped by a backslash (a backslash escapes the byte after it).
+// not escaped by a backslash (a backslash escapes the byte after it). It looks at eight bytes at a
+// time for the next quote or backslash (SWAR), which costs less than a loop over every byte.
 func skipString(data []byte, i int) (int, error) {
-	end, _, err := scanString(data, i, false)
-	return end, err
-}
-
-// scanString is skipString that also reports, if plain is asked for, whether the string has
-// neither an escape nor a non-ASCII byte. It finds the next quote or backslash (or byte >= 0x80)
-// eight bytes at a time (SWAR), which costs less than a loop over every byte.
-func scanString(data []byte, i int, plain bool) (end int, isPlain bool, err error) {
-	isPlain = true
 	j := i + 1
 	for {
 		for j+8 <= len(data) {
 			w := binary.LittleEndian.Uint64(data[j:])
-			m := bytesEqual(w, '"') | bytesEqual(w, '\\')
-			if plain && isPlain {
-				m |= w & 0x8080808080808080
-			}
-			if m != 0 {
+			if m := bytesEqual(w, '"') | bytesEqual(w, '\\'); m != 0 {
 				j += bits.TrailingZeros64(m) / 8
 				goto found
 			}
 			j += 8
 		}
 		for ; j < len(data); j++ {
-			if c := data[j]; c == '"' || c == '\\' || (plain && isPlain && c >= 0x80) {
+			if c := data[j]; c == '"' || c == '\\' {
 				goto found
 			}
 		}
-		return 0, false, errNotObject
+		return 0, errNotObject
 	found:
-		switch data[j] {
-		case '"':
-			return j + 1, isPlain, nil
-		case '\\':
-			isPlain = false
-			j += 2 // the escaped byte is no quote
-		default: // a non-ASCII byte
-			isPlain = false
+		if data[j] == '"' {
+			return j + 1, nil
 		}
+		j += 2 // the escaped byte is no quote
 	}
 }
 
