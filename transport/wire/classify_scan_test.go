@@ -87,6 +87,16 @@ var classifyCases = []struct {
 	{`{"choices":[{"delta":nul}]}`, EventMeta},
 	{`{"choices":[{"text":"a"}],"usage":{"a":1,}}`, EventMeta},
 	{`{"type":"x.delta","delta":[1,]}`, EventMeta},
+	// long strings (the decoder scans those past 64 bytes differently)
+	{`{"x":"` + strings.Repeat("a", 80) + "\x01" + `","choices":[{"text":"a"}]}`, EventMeta},
+	{`{"x":"` + strings.Repeat("a", 70) + `\q","choices":[{"text":"a"}]}`, EventMeta},
+	{`{"x":"` + strings.Repeat("a", 70) + `\u00e9\"` + strings.Repeat("\xe9", 70) + `","choices":[{"text":"a"}]}`, EventToken},
+	{`{"choices":[{"text":"` + strings.Repeat("a", 200) + `"}]}`, EventToken},
+	{`{"choices":[{"delta":{"content":"` + strings.Repeat(`\n`, 100) + `"}}]}`, EventToken},
+	{`{"choices":[{"text":"` + strings.Repeat("a", 100) + "\x1f" + `"}]}`, EventMeta},
+	{`{"` + strings.Repeat("k", 100) + `":1,"choices":[{"text":"a"}]}`, EventToken},
+	{`{"type":"` + strings.Repeat("a", 100) + `.delta","delta":"x"}`, EventToken},
+	{`{"type":"` + strings.Repeat("a", 100) + `\u002edelta","delta":"x"}`, EventToken},
 	// what strict JSON allows in skipped members
 	{`{"x":-0,"y":1E+2,"z":"\uD800\uDC00\/","w":"` + "\x7f\xff" + `","choices":[{"text":"a"}]}`, EventToken},
 	{`{"x":[[[{"choices":[]}]]],"choices":[{"text":"a"}]}`, EventToken},
