@@ -419,7 +419,7 @@ func run(cfg config.Config, log *slog.Logger, started func(*node.Server)) error 
 	signals := make(chan os.Signal, 4)
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1)
 	defer signal.Stop(signals)
-	srv, err := node.Start(cfg, node.Options{Logger: log, AccessLog: os.Stdout})
+	srv, err := node.Start(cfg, node.Options{Logger: log, AccessLog: os.Stdout, SizeProcs: true})
 	if err != nil {
 		return err
 	}

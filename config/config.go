@@ -6,7 +6,11 @@
 // read dashboards; the Go side reads them through Seconds.Duration.
 package config
 
-import "time"
+import (
+	"fmt"
+	"strconv"
+	"time"
+)
 
 // Config is the whole configuration file. The zero value is not useful: call Default or Load.
 type Config struct {
@@ -60,6 +64,11 @@ type Server struct {
 	// ExposeEngineErrors relays an engine's in-stream error message to clients; off, they get
 	// its status, type and code with a generic message (engine text can name internal hosts).
 	ExposeEngineErrors bool `yaml:"expose_engine_errors"`
+
+	// Procs is how many CPUs the Go scheduler runs the router on (GOMAXPROCS): "auto" sizes it
+	// to the load (one while the router is lightly loaded, up to every CPU as it gets busy), a
+	// number fixes it. A GOMAXPROCS environment variable overrides both.
+	Procs string `yaml:"procs"`
 }
 
 // Request bounds one client request end to end, retries included.
@@ -295,6 +304,7 @@ func Default() Config {
 			MaxHeaderBytes:      16 << 10,
 			ClientWriteTimeoutS: 30,
 			MaxResponseBytes:    64 << 20,
+			Procs:               "auto",
 		},
 		Request:   Request{DeadlineS: 600},
 		Admission: Admission{MaxQueue: 10000, QueueTimeoutS: 5},
@@ -343,4 +353,19 @@ func (e *Engine) applyDefaults() {
 	if len(e.KV.TransferModes) == 0 {
 		e.KV.TransferModes = []string{"pull"}
 	}
+}
+
+// maxProcs bounds server.procs: far more CPUs than a router could use.
+const maxProcs = 1024
+
+// FixedProcs reads server.procs: 0 for "auto" (or unset), else the number of CPUs it fixes.
+func (s Server) FixedProcs() (int, error) {
+	if s.Procs == "" || s.Procs == "auto" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(s.Procs)
+	if err != nil || n < 1 || n > maxProcs {
+		return 0, fmt.Errorf("%q is not allowed; want \"auto\" or a CPU count from 1 to %d", s.Procs, maxProcs)
+	}
+	return n, nil
 }

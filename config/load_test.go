@@ -167,6 +167,9 @@ func TestRejections(t *testing.T) {
 			[]string{"log.level", "log.format"}},
 		{"empty contract", "engine_contract: {}\n" + minimal, []string{"engine_contract: pins nothing"}},
 		{"bad listen", "server: {listen: \"8000\"}\n" + minimal, []string{"server.listen", "host:port"}},
+		{"procs a word", "server:\n  procs: most\n" + minimal,
+			[]string{`line 2: server.procs: "most" is not allowed; want "auto" or a CPU count from 1 to 1024`}},
+		{"procs zero", "server: {procs: 0}\n" + minimal, []string{`server.procs: "0" is not allowed`}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -232,5 +235,20 @@ func TestAPIKeyValidationNamesThePositionNotTheKey(t *testing.T) {
 	if _, err := Parse([]byte("server: {api_keys_file: "+strconv.Quote(dir+"/missing")+"}\n"+minimal), noEnv); err == nil ||
 		!strings.Contains(err.Error(), "server.api_keys_file") {
 		t.Fatalf("missing file: %v", err)
+	}
+}
+
+func TestProcsIsAutoOrACount(t *testing.T) {
+	for _, c := range []struct {
+		yaml string
+		want int
+	}{{"", 0}, {"server: {procs: auto}\n", 0}, {"server: {procs: 3}\n", 3}} {
+		cfg, err := Parse([]byte(c.yaml+minimal), noEnv)
+		if err != nil {
+			t.Fatalf("%q: %v", c.yaml, err)
+		}
+		if n, err := cfg.Server.FixedProcs(); err != nil || n != c.want {
+			t.Errorf("%q: FixedProcs %d, %v; want %d", c.yaml, n, err, c.want)
+		}
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,6 +20,7 @@ import (
 	"github.com/narwhal-router/narwhal/actors"
 	"github.com/narwhal-router/narwhal/cluster"
 	"github.com/narwhal-router/narwhal/config"
+	"github.com/narwhal-router/narwhal/node/procs"
 	"github.com/narwhal-router/narwhal/transport/admin"
 	"github.com/narwhal-router/narwhal/transport/ingress"
 	"github.com/narwhal-router/narwhal/transport/kv"
@@ -35,6 +38,9 @@ type Options struct {
 	AdminListener net.Listener
 	// Connectors are the KV connectors engines may name; zero: kv.Builtin (tests add their own).
 	Connectors kv.Registry
+	// SizeProcs applies server.procs to the process (GOMAXPROCS). Only the process that owns
+	// the scheduler sets it — `narwhal serve`, not a test binary hosting a router.
+	SizeProcs bool
 }
 
 // Server is one running Narwhal.
@@ -53,6 +59,7 @@ type Server struct {
 	stopping  atomic.Bool
 	stopOnce  sync.Once
 	stopErr   error
+	procs     *procs.Controller // nil unless server.procs is auto and SizeProcs is set
 }
 
 // Start builds everything and begins serving. On error nothing is left running.
@@ -76,6 +83,10 @@ func Start(cfg config.Config, opts Options) (_ *Server, err error) {
 		return nil, err
 	}
 	cleanup = append(cleanup, func() { s.reporting.Close() })
+	if opts.SizeProcs {
+		s.procs = sizeProcs(cfg.Server, s.reporting.Metrics, s.log)
+		cleanup = append(cleanup, s.procs.Stop)
+	}
 
 	var access io.Writer
 	if cfg.Log.AccessLog {
@@ -188,11 +199,32 @@ func (s *Server) shutdown(ctx context.Context) error {
 	s.ingress.Close()
 	s.peers.Close() // leave the cluster before the engine actors stop
 	s.router.Close()
+	s.procs.Stop()
 	s.reporting.Close()
 	if errors.Is(err, context.DeadlineExceeded) {
 		return nil // the grace period ending is the designed path, not a failure
 	}
 	return err
+}
+
+// sizeProcs applies server.procs: a fixed count, or a controller that sizes GOMAXPROCS to the
+// load. A GOMAXPROCS environment variable is the operator's explicit choice and wins.
+func sizeProcs(c config.Server, m *telemetry.Metrics, log *slog.Logger) *procs.Controller {
+	if env := os.Getenv("GOMAXPROCS"); env != "" {
+		log.Info("GOMAXPROCS is set in the environment; server.procs is not applied", "gomaxprocs", runtime.GOMAXPROCS(0))
+		m.RuntimeProcs(runtime.GOMAXPROCS(0))
+		return nil
+	}
+	n, _ := c.FixedProcs() // validated when the configuration was loaded
+	if n > 0 {
+		runtime.GOMAXPROCS(n)
+		m.RuntimeProcs(n)
+		return nil
+	}
+	return procs.Start(procs.Options{OnChange: func(n int) {
+		m.RuntimeProcs(n)
+		log.Debug("scheduler resized to the load", "procs", n)
+	}})
 }
 
 // adminFleet adapts the actor router to what the admin listener asks of it.

@@ -100,7 +100,7 @@ func Overhead(env harness.Env) (*report.Section, error) {
 	var windows []cpuWindow
 	var allocs []cpuPoint // router heap allocations per request (go_memstats_mallocs_total)
 	fit := report.NewTable("window", "requests", "tokens/request", "router CPU µs/request", "router CPU share",
-		"router allocs/request", "peer CPU µs/request", "router / peer")
+		"router allocs/request", "router procs", "peer CPU µs/request", "router / peer")
 	measure := func(label string, rate float64, tokens int) (cpuPoint, error) {
 		p := open("cpu-"+label, tokens, 6*time.Second)
 		p.Rate = rate
@@ -140,7 +140,7 @@ func Overhead(env harness.Env) (*report.Section, error) {
 		pt := pointOf(w)
 		windows = append(windows, windowOf(w))
 		fit.Row(label, report.Num(float64(pt.requests)), report.Num(pt.tokensPerRequest), report.Num(pt.usPerRequest),
-			cpuShare(w.Router.CPU, w.Wall), report.Num(allocsPerReq), report.Num(ppt.usPerRequest), ratio(pt.usPerRequest, ppt.usPerRequest))
+			cpuShare(w.Router.CPU, w.Wall), report.Num(allocsPerReq), procsOf(rig.Router), report.Num(ppt.usPerRequest), ratio(pt.usPerRequest, ppt.usPerRequest))
 		return pt, nil
 	}
 	for rep := range 2 {

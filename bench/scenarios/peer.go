@@ -3,6 +3,7 @@ package scenarios
 import (
 	"github.com/narwhal-router/narwhal/bench/harness"
 	"github.com/narwhal-router/narwhal/bench/loadgen"
+	"github.com/narwhal-router/narwhal/bench/report"
 )
 
 // interleaveArms runs rounds of one window per arm, rotating the order every round (with two
@@ -44,6 +45,17 @@ func mallocs(r *harness.Router) (float64, bool) {
 	}
 	n, ok := v[""]
 	return n, ok
+}
+
+// procsOf reads how many CPUs the router's scheduler runs on right now (narwhal_runtime_procs:
+// server.procs, auto unless the generated configuration or -router-env GOMAXPROCS says
+// otherwise), or "?".
+func procsOf(r *harness.Router) string {
+	v, err := r.Counter("narwhal_runtime_procs", "")
+	if n, ok := v[""]; err == nil && ok {
+		return report.Num(n)
+	}
+	return "?"
 }
 
 // over is a/b, or 0 when b is not positive.

@@ -49,7 +49,7 @@ func Saturation(env harness.Env) (*report.Section, error) {
 		}
 	}
 
-	table := report.NewTable("offered/s", "arm", "ok/s", "p50 fb (ms)", "p99 fb (ms)", "lost", "router CPU", "fleet CPU", "generator CPU", "verdict")
+	table := report.NewTable("offered/s", "arm", "ok/s", "p50 fb (ms)", "p99 fb (ms)", "lost", "router CPU", "router procs", "fleet CPU", "generator CPU", "verdict")
 	var lastPass *harness.Window
 	run := func(arm loadgen.Arm, rate float64) (bool, error) {
 		w, err := rig.Run(step(arm, rate, 3*time.Second))
@@ -63,7 +63,7 @@ func Saturation(env harness.Env) (*report.Section, error) {
 			verdict = why
 		}
 		table.Row(report.Num(rate), string(arm), report.Num(w.Result.Rate()), ms(fb.P50), ms(fb.P99),
-			report.Num(float64(lost(w.Result))), cpuShare(w.Router.CPU, w.Wall), cpuShare(w.Fleet.CPU, w.Wall),
+			report.Num(float64(lost(w.Result))), cpuShare(w.Router.CPU, w.Wall), procsOf(rig.Router), cpuShare(w.Fleet.CPU, w.Wall),
 			cpuShare(w.Gen.CPU, w.Wall), verdict)
 		harness.Logf("saturation: %s at %.0f/s: p99 first_byte %s, %s", arm, rate, fb.P99.Round(10*time.Microsecond), verdict)
 		if ok && arm == loadgen.Routed {

@@ -208,6 +208,9 @@ func (m *Metrics) ClientDisconnect(phase string) {
 // QueueDepth reports how many requests wait for capacity.
 func (m *Metrics) QueueDepth(n int) { m.gauge("queue_depth").Update(float64(n)) }
 
+// RuntimeProcs records how many CPUs the Go scheduler runs the router on (server.procs).
+func (m *Metrics) RuntimeProcs(n int) { m.gauge("runtime_procs").Update(float64(n)) }
+
 // EngineInflight reports an engine's reservations per phase.
 func (m *Metrics) EngineInflight(engine string, prefill, decode int) {
 	m.gauge("engine_inflight", "engine", engine, "phase", "prefill").Update(float64(prefill))
