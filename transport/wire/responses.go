@@ -72,9 +72,10 @@ func (b *ClientBody) appendResponsesDecode(dst, kvParams []byte) []byte {
 	})
 }
 
-// classifyResponses says what a Responses stream event of the given type carries.
-func classifyResponses(typ string, delta json.RawMessage) EventKind {
-	switch typ {
+// classifyResponses says what a Responses stream event of the given type (decoded) carries;
+// delta is the event's "delta" member as sent.
+func classifyResponses(typ, delta []byte) EventKind {
+	switch string(typ) {
 	case "response.completed", "response.incomplete":
 		return EventDone
 	case "response.failed", "error":
@@ -82,7 +83,7 @@ func classifyResponses(typ string, delta json.RawMessage) EventKind {
 	case "response.output_item.done":
 		return EventToken
 	}
-	if len(typ) > 6 && typ[len(typ)-6:] == ".delta" && len(delta) > 0 && !IsNull(delta) && string(delta) != `""` {
+	if len(typ) > 6 && string(typ[len(typ)-6:]) == ".delta" && len(delta) > 0 && !IsNull(delta) && string(delta) != `""` {
 		return EventToken
 	}
 	return EventMeta

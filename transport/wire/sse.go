@@ -129,66 +129,8 @@ func EventData(ev []byte) []byte {
 
 var doneData = []byte("[DONE]")
 
-// streamChunk is the part of a completion or chat chunk the router reads. Members it does not
-// read (a choice's logprobs, an error) are left out: the decoder validates and skips them instead
-// of copying them (a json.RawMessage is a copy per member).
-type streamChunk struct {
-	Choices []struct {
-		Text         *string     `json:"text"`
-		Delta        *chunkDelta `json:"delta"`
-		FinishReason *string     `json:"finish_reason"`
-	} `json:"choices"`
-	Usage json.RawMessage `json:"usage"`
-	// Type and Delta are a Responses API event's (responses.go).
-	Type  string          `json:"type"`
-	Delta json.RawMessage `json:"delta"`
-}
-
-type chunkDelta struct {
-	Content          *string         `json:"content"`
-	Reasoning        *string         `json:"reasoning"`
-	ReasoningContent *string         `json:"reasoning_content"`
-	ToolCalls        json.RawMessage `json:"tool_calls"`
-}
-
-// Classify decodes an event's data and says what it carries. A finish_reason counts as output: an
-// engine that stops at once (end of sequence) still answered the request.
-func Classify(data []byte) EventKind {
-	if data == nil {
-		return EventMeta
-	}
-	if bytes.Equal(data, doneData) {
-		return EventDone
-	}
-	if IsErrorData(data) {
-		return EventError
-	}
-	var c streamChunk
-	if err := json.Unmarshal(data, &c); err != nil {
-		return EventMeta
-	}
-	if c.Type != "" && c.Choices == nil {
-		return classifyResponses(c.Type, c.Delta)
-	}
-	for _, ch := range c.Choices {
-		if ch.FinishReason != nil || (ch.Text != nil && *ch.Text != "") {
-			return EventToken
-		}
-		if d := ch.Delta; d != nil {
-			if nonEmpty(d.Content) || nonEmpty(d.Reasoning) || nonEmpty(d.ReasoningContent) ||
-				(len(d.ToolCalls) > 2 && !IsNull(d.ToolCalls)) {
-				return EventToken
-			}
-		}
-	}
-	if len(c.Choices) == 0 && len(c.Usage) > 0 && !IsNull(c.Usage) {
-		return EventUsage
-	}
-	return EventMeta
-}
-
-// ClassifyFast is Classify for the hot path after the first token: it decodes only events that
-// mention usage (the last one, normally) and calls everything else a token.
+// ClassifyFast is Classify for the hot path after the first token: it classifies in full only
+// events that mention usage (the last one, normally) and calls everything else a token.
 func ClassifyFast(data []byte) EventKind {
 	switch {
 	case data == nil:
