@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,7 +36,9 @@ func serveProcess(t *testing.T, fleet *sim.Fleet, serverKeys string, env ...stri
 		t.Fatal(err)
 	}
 	cmd := exec.Command(os.Args[0], "serve", "--config", path, "--skip-preflight")
-	cmd.Env = append(append(os.Environ(), "NARWHAL_TEST_MAIN=1"), env...)
+	// The test's own GOMAXPROCS, if any, is not passed on: each case sets what it measures.
+	cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "GOMAXPROCS=") }),
+		append([]string{"NARWHAL_TEST_MAIN=1"}, env...)...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -105,9 +108,9 @@ func waitForProcs(t *testing.T, admin string, want int, within time.Duration, wh
 	}
 }
 
-// With server.procs at its default (auto), an idle router runs on one CPU, grows to every CPU
-// under load and comes back to one after it; a fixed server.procs and a GOMAXPROCS environment
-// variable are applied as they say. What is in use shows on /metrics.
+// server.procs as an operator sees it on /metrics: every CPU by default, a fixed count, a
+// GOMAXPROCS environment variable over it, and with auto one CPU while idle, every CPU under
+// load and one again after it.
 func TestServeSizesTheSchedulerToTheLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
@@ -122,16 +125,20 @@ func TestServeSizesTheSchedulerToTheLoad(t *testing.T) {
 	}
 	defer fleet.Close()
 
+	t.Run("default", func(t *testing.T) {
+		_, admin := serveProcess(t, fleet, "")
+		waitForProcs(t, admin, cpus, 10*time.Second, "server.procs unset")
+	})
 	t.Run("fixed", func(t *testing.T) {
 		_, admin := serveProcess(t, fleet, ", procs: 2")
 		waitForProcs(t, admin, 2, 10*time.Second, "server.procs: 2")
 	})
 	t.Run("environment wins", func(t *testing.T) {
-		_, admin := serveProcess(t, fleet, ", procs: 2", "GOMAXPROCS=1")
-		waitForProcs(t, admin, 1, 10*time.Second, "GOMAXPROCS=1 with server.procs: 2")
+		_, admin := serveProcess(t, fleet, ", procs: auto", "GOMAXPROCS=1")
+		waitForProcs(t, admin, 1, 10*time.Second, "GOMAXPROCS=1 with server.procs: auto")
 	})
 	t.Run("auto", func(t *testing.T) {
-		addr, admin := serveProcess(t, fleet, "")
+		addr, admin := serveProcess(t, fleet, ", procs: auto")
 		waitForProcs(t, admin, 1, 10*time.Second, "idle")
 
 		var stop atomic.Bool

@@ -65,9 +65,10 @@ type Server struct {
 	// its status, type and code with a generic message (engine text can name internal hosts).
 	ExposeEngineErrors bool `yaml:"expose_engine_errors"`
 
-	// Procs is how many CPUs the Go scheduler runs the router on (GOMAXPROCS): "auto" sizes it
-	// to the load (one while the router is lightly loaded, up to every CPU as it gets busy), a
-	// number fixes it. A GOMAXPROCS environment variable overrides both.
+	// Procs is how many CPUs the Go scheduler runs the router on (GOMAXPROCS): "all" (every CPU
+	// the process may use, the Go runtime's own choice), a number, or "auto" (sized to the load:
+	// one while the router is lightly loaded, more as it gets busy). A GOMAXPROCS environment
+	// variable overrides it.
 	Procs string `yaml:"procs"`
 }
 
@@ -304,7 +305,7 @@ func Default() Config {
 			MaxHeaderBytes:      16 << 10,
 			ClientWriteTimeoutS: 30,
 			MaxResponseBytes:    64 << 20,
-			Procs:               "auto",
+			Procs:               "all",
 		},
 		Request:   Request{DeadlineS: 600},
 		Admission: Admission{MaxQueue: 10000, QueueTimeoutS: 5},
@@ -358,14 +359,18 @@ func (e *Engine) applyDefaults() {
 // maxProcs bounds server.procs: far more CPUs than a router could use.
 const maxProcs = 1024
 
-// FixedProcs reads server.procs: 0 for "auto" (or unset), else the number of CPUs it fixes.
-func (s Server) FixedProcs() (int, error) {
-	if s.Procs == "" || s.Procs == "auto" {
-		return 0, nil
+// ProcsPolicy reads server.procs: fixed is the CPU count a number sets (0 for "all" and
+// "auto"), auto whether the scheduler is to be sized to the load.
+func (s Server) ProcsPolicy() (fixed int, auto bool, err error) {
+	switch s.Procs {
+	case "", "all":
+		return 0, false, nil
+	case "auto":
+		return 0, true, nil
 	}
 	n, err := strconv.Atoi(s.Procs)
 	if err != nil || n < 1 || n > maxProcs {
-		return 0, fmt.Errorf("%q is not allowed; want \"auto\" or a CPU count from 1 to %d", s.Procs, maxProcs)
+		return 0, false, fmt.Errorf("%q is not allowed; want \"all\", \"auto\" or a CPU count from 1 to %d", s.Procs, maxProcs)
 	}
-	return n, nil
+	return n, false, nil
 }

@@ -168,7 +168,7 @@ func TestRejections(t *testing.T) {
 		{"empty contract", "engine_contract: {}\n" + minimal, []string{"engine_contract: pins nothing"}},
 		{"bad listen", "server: {listen: \"8000\"}\n" + minimal, []string{"server.listen", "host:port"}},
 		{"procs a word", "server:\n  procs: most\n" + minimal,
-			[]string{`line 2: server.procs: "most" is not allowed; want "auto" or a CPU count from 1 to 1024`}},
+			[]string{`line 2: server.procs: "most" is not allowed; want "all", "auto" or a CPU count from 1 to 1024`}},
 		{"procs zero", "server: {procs: 0}\n" + minimal, []string{`server.procs: "0" is not allowed`}},
 	}
 	for _, tc := range cases {
@@ -238,17 +238,18 @@ func TestAPIKeyValidationNamesThePositionNotTheKey(t *testing.T) {
 	}
 }
 
-func TestProcsIsAutoOrACount(t *testing.T) {
+func TestProcsIsAllAutoOrACount(t *testing.T) {
 	for _, c := range []struct {
-		yaml string
-		want int
-	}{{"", 0}, {"server: {procs: auto}\n", 0}, {"server: {procs: 3}\n", 3}} {
+		yaml  string
+		fixed int
+		auto  bool
+	}{{"", 0, false}, {"server: {procs: all}\n", 0, false}, {"server: {procs: auto}\n", 0, true}, {"server: {procs: 3}\n", 3, false}} {
 		cfg, err := Parse([]byte(c.yaml+minimal), noEnv)
 		if err != nil {
 			t.Fatalf("%q: %v", c.yaml, err)
 		}
-		if n, err := cfg.Server.FixedProcs(); err != nil || n != c.want {
-			t.Errorf("%q: FixedProcs %d, %v; want %d", c.yaml, n, err, c.want)
+		if n, auto, err := cfg.Server.ProcsPolicy(); err != nil || n != c.fixed || auto != c.auto {
+			t.Errorf("%q: ProcsPolicy %d, %v, %v; want %d, %v", c.yaml, n, auto, err, c.fixed, c.auto)
 		}
 	}
 }

@@ -207,18 +207,20 @@ func (s *Server) shutdown(ctx context.Context) error {
 	return err
 }
 
-// sizeProcs applies server.procs: a fixed count, or a controller that sizes GOMAXPROCS to the
-// load. A GOMAXPROCS environment variable is the operator's explicit choice and wins.
+// sizeProcs applies server.procs: every CPU (the runtime's default), a fixed count, or a
+// controller that sizes GOMAXPROCS to the load. A GOMAXPROCS environment variable is the
+// operator's explicit choice and wins.
 func sizeProcs(c config.Server, m *telemetry.Metrics, log *slog.Logger) *procs.Controller {
-	if env := os.Getenv("GOMAXPROCS"); env != "" {
+	n, auto, _ := c.ProcsPolicy() // validated when the configuration was loaded
+	if env := os.Getenv("GOMAXPROCS"); env != "" && (n > 0 || auto) {
 		log.Info("GOMAXPROCS is set in the environment; server.procs is not applied", "gomaxprocs", runtime.GOMAXPROCS(0))
-		m.RuntimeProcs(runtime.GOMAXPROCS(0))
-		return nil
+		n, auto = 0, false
 	}
-	n, _ := c.FixedProcs() // validated when the configuration was loaded
 	if n > 0 {
 		runtime.GOMAXPROCS(n)
-		m.RuntimeProcs(n)
+	}
+	if !auto {
+		m.RuntimeProcs(runtime.GOMAXPROCS(0))
 		return nil
 	}
 	return procs.Start(procs.Options{OnChange: func(n int) {
