@@ -1,9 +1,9 @@
 // Package procs sizes the Go scheduler (GOMAXPROCS) to the router's load.
 //
-// A lightly loaded router spends most of its CPU waking threads, not relaying bytes: each
-// goroutine readied while a P is idle wakes an OS thread to look for it, which finds nothing
-// and parks again (futex, epoll_pwait and nanosleep, issue #17's system-call table). With one P
-// a readied goroutine waits for the running one to block instead — a few microseconds at low
+// A lightly loaded router spends a large share of its CPU waking threads, not relaying bytes:
+// each goroutine readied while a P is idle wakes an OS thread to look for it, which spins and
+// parks again (futex, epoll_pwait and nanosleep: bench/README.md, issue #17). With one P a
+// readied goroutine waits for the running one to block instead — a few microseconds at low
 // load — and those wake-ups are gone. Under load one P would queue work, so the controller
 // grows the Ps as soon as the process is busy and shrinks them only after a sustained lull:
 //
@@ -16,7 +16,9 @@
 //     grow the halved size again and goroutines did not queue.
 //
 // Changing GOMAXPROCS stops the world for a few tens of microseconds; the hysteresis keeps
-// changes to load transitions, not steady load.
+// changes to load transitions, not steady load. The trade (why server.procs is "all" unless an
+// operator asks for "auto"): a burst of simultaneous requests reaching an idle router is served
+// by one CPU until the next sample sees it, which shows in first-byte p99 under bursty load.
 package procs
 
 import (
