@@ -31,6 +31,7 @@ class FaultKind:
     CLIENT_DISCONNECTED = "client_disconnected"  # the caller went away
     ABORTED = "aborted"                      # 503: the caller aborted the leg
     ROUTER_OVERLOADED = "router_overloaded"  # 503: out of file descriptors or connections
+    HELD_OVERFLOW = "held_overflow"          # 502: too many events or bytes before the first token
 
 
 _TIMEOUT_SHAPED = {FaultKind.TIMEOUT, FaultKind.FIRST_TOKEN_TIMEOUT, FaultKind.SILENCE,
