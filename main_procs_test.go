@@ -21,12 +21,12 @@ import (
 	"github.com/narwhal-router/narwhal/bench/sim"
 )
 
-// serveProcess runs `narwhal serve` as a process in front of fleet with the extra server keys
-// and environment given, and returns its client and admin addresses. It is killed at cleanup.
-func serveProcess(t *testing.T, fleet *sim.Fleet, serverKeys string, env ...string) (addr, admin string) {
+// writeFleetConfig writes a configuration of the server keys given (the inside of its
+// {...}) and every engine of fleet (model m, KV identity pinned), and returns its path.
+func writeFleetConfig(t *testing.T, fleet *sim.Fleet, server string) string {
 	t.Helper()
 	var yaml strings.Builder
-	fmt.Fprintf(&yaml, "server: {listen: \"127.0.0.1:0\", admin_listen: \"127.0.0.1:0\", shutdown_grace_s: 1%s}\nlog: {format: text}\nengines:\n", serverKeys)
+	fmt.Fprintf(&yaml, "server: {%s}\nlog: {format: text}\nengines:\n", server)
 	for _, e := range fleet.Engines {
 		fmt.Fprintf(&yaml, "  - {name: %s, url: %q, role: %s, models: [m], kv: {engine_id: %q, endpoint: %q}}\n",
 			e.Name(), e.URL(), e.Role(), e.EngineID(), e.KVEndpoint())
@@ -35,6 +35,14 @@ func serveProcess(t *testing.T, fleet *sim.Fleet, serverKeys string, env ...stri
 	if err := os.WriteFile(path, []byte(yaml.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	return path
+}
+
+// serveProcess runs `narwhal serve` as a process in front of fleet with the extra server keys
+// and environment given, and returns its client and admin addresses. It is killed at cleanup.
+func serveProcess(t *testing.T, fleet *sim.Fleet, serverKeys string, env ...string) (addr, admin string) {
+	t.Helper()
+	path := writeFleetConfig(t, fleet, "listen: \"127.0.0.1:0\", admin_listen: \"127.0.0.1:0\", shutdown_grace_s: 1"+serverKeys)
 	cmd := exec.Command(os.Args[0], "serve", "--config", path, "--skip-preflight")
 	// The test's own GOMAXPROCS, if any, is not passed on: each case sets what it measures.
 	cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "GOMAXPROCS=") }),
@@ -97,14 +105,16 @@ func scrapeProcs(t *testing.T, admin string) int {
 // milliseconds of CPU (more in a race build), and polling much faster would be a load of its own.
 func waitForProcs(t *testing.T, admin string, want int, within time.Duration, when string) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	got := scrapeProcs(t, admin)
-	for got != want {
-		if time.Now().After(deadline) {
+	deadline := time.NewTimer(within)
+	defer deadline.Stop()
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for got := scrapeProcs(t, admin); got != want; got = scrapeProcs(t, admin) {
+		select {
+		case <-tick.C:
+		case <-deadline.C:
 			t.Fatalf("%s: narwhal_runtime_procs %d, want %d within %v", when, got, want, within)
 		}
-		time.Sleep(250 * time.Millisecond)
-		got = scrapeProcs(t, admin)
 	}
 }
 

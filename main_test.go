@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -118,16 +117,7 @@ func TestServeStartsAsAnOperatorSeesIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fleet.Close()
-	var yaml strings.Builder
-	yaml.WriteString("server: {listen: \"0.0.0.0:0\", admin_listen: \"0.0.0.0:0\", shutdown_grace_s: 1}\nlog: {format: text}\nengines:\n")
-	for _, e := range fleet.Engines {
-		fmt.Fprintf(&yaml, "  - {name: %s, url: %q, role: %s, models: [m], kv: {engine_id: %q, endpoint: %q}}\n",
-			e.Name(), e.URL(), e.Role(), e.EngineID(), e.KVEndpoint())
-	}
-	path := filepath.Join(t.TempDir(), "narwhal.yaml")
-	if err := os.WriteFile(path, []byte(yaml.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	path := writeFleetConfig(t, fleet, "listen: \"0.0.0.0:0\", admin_listen: \"0.0.0.0:0\", shutdown_grace_s: 1")
 	cmd := exec.Command(os.Args[0], "serve", "--config", path)
 	cmd.Env = append(os.Environ(), "NARWHAL_TEST_MAIN=1")
 	stderr, err := cmd.StderrPipe()

@@ -67,13 +67,25 @@ func testConfig(bind string, seeds []string) config.Cluster {
 // waitFor polls cond until it holds or the deadline passes.
 func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !pollUntil(within, cond) {
+		t.Fatalf("not within %s: %s", within, what)
 	}
+}
+
+// pollUntil checks cond every 20 ms until it holds (true) or within has passed (false).
+func pollUntil(within time.Duration, cond func() bool) bool {
+	deadline := time.NewTimer(within)
+	defer deadline.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-tick.C:
+		case <-deadline.C:
+			return cond()
+		}
+	}
+	return true
 }
 
 func startTrio(t *testing.T, cfg func(bind string, seeds []string) config.Cluster) ([]*proc, []string) {

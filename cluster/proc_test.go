@@ -129,12 +129,8 @@ func heapNow() line {
 func rejoinNow(n *Node) line {
 	gen := n.Status().Generation
 	n.rejoin(n.memberID(), "asked by the test")
-	deadline := time.Now().Add(20 * time.Second)
-	for st := n.Status(); st.Generation == gen || !st.Joined; st = n.Status() {
-		if time.Now().After(deadline) {
-			return line{Err: "no new incarnation within 20s"}
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !pollUntil(20*time.Second, func() bool { st := n.Status(); return st.Generation != gen && st.Joined }) {
+		return line{Err: "no new incarnation within 20s"}
 	}
 	return line{OK: true}
 }
