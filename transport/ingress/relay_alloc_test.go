@@ -12,10 +12,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/transport"
 	"github.com/narwhal-router/narwhal/transport/telemetry"
-	"github.com/narwhal-router/narwhal/transport/wire"
 )
 
 // The relay loop allocates nothing per token (issue #17): a stream of 512 token events costs
@@ -48,15 +46,7 @@ func TestRelayAllocatesNothingPerToken(t *testing.T) {
 		}
 	}))
 	defer engine.Close()
-	client, err := transport.NewEngineClient(config.Engine{Name: "d0", URL: engine.URL, Role: config.RoleDecode}, config.Default().Engine)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	body, err := wire.ParseClientBody(wire.EndpointCompletions, []byte(`{"model":"m","prompt":"p","stream":true}`))
-	if err != nil {
-		t.Fatal(err)
-	}
+	client, body := decodeClient(t, engine.URL, `{"model":"m","prompt":"p","stream":true}`)
 	in := &Ingress{metrics: telemetry.Noop()}
 	relayOnce := func(id string) {
 		x := NewExchange("alloc", body, time.Now(), time.Now().Add(time.Minute))

@@ -11,10 +11,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/transport"
 	"github.com/narwhal-router/narwhal/transport/telemetry"
-	"github.com/narwhal-router/narwhal/transport/wire"
 )
 
 const relayEvents = 64
@@ -31,15 +29,7 @@ func BenchmarkRelay(b *testing.B) {
 		w.Write(stream)
 	}))
 	defer engine.Close()
-	client, err := transport.NewEngineClient(config.Engine{Name: "d0", URL: engine.URL, Role: config.RoleDecode}, config.Default().Engine)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer client.Close()
-	body, err := wire.ParseClientBody(wire.EndpointCompletions, []byte(`{"model":"m","prompt":"p","stream":true}`))
-	if err != nil {
-		b.Fatal(err)
-	}
+	client, body := decodeClient(b, engine.URL, `{"model":"m","prompt":"p","stream":true}`)
 	in := &Ingress{metrics: telemetry.Noop()}
 	b.ReportAllocs()
 	b.ResetTimer()

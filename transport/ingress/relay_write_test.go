@@ -63,15 +63,7 @@ func TestRelayWritesTheFinishingEventWithDone(t *testing.T) {
 // relay that would carry it to a client; the stream and its engine client close with the test.
 func relayFrom(t *testing.T, url string) *relay {
 	t.Helper()
-	client, err := transport.NewEngineClient(config.Engine{Name: "d0", URL: url, Role: config.RoleDecode}, config.Default().Engine)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(client.Close)
-	body, err := wire.ParseClientBody(wire.EndpointCompletions, []byte(`{"model":"m","prompt":"p","stream":true,"stream_options":{"include_usage":true}}`))
-	if err != nil {
-		t.Fatal(err)
-	}
+	client, body := decodeClient(t, url, `{"model":"m","prompt":"p","stream":true,"stream_options":{"include_usage":true}}`)
 	x := NewExchange("w", body, time.Now(), time.Now().Add(time.Minute))
 	s, err := client.Decode(context.Background(), transport.PrefillResult{}, x.EngineRequest("w"))
 	if err != nil {
@@ -81,14 +73,32 @@ func relayFrom(t *testing.T, url string) *relay {
 	return newRelay(&Ingress{metrics: telemetry.Noop()}, &fasthttp.RequestCtx{}, x, s, goneWatch{})
 }
 
-func relayWrites(t *testing.T, events []string, waitAfter []int, want []string) {
-	rec := &writes{wrote: make(chan struct{}, len(events))}
+// decodeClient is an engine client for a decode engine at url, closed with the test, and a
+// streaming completion's client body to send it.
+func decodeClient(tb testing.TB, url, body string) (*transport.EngineClient, *wire.ClientBody) {
+	tb.Helper()
+	client, err := transport.NewEngineClient(config.Engine{Name: "d0", URL: url, Role: config.RoleDecode}, config.Default().Engine)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(client.Close)
+	b, err := wire.ParseClientBody(wire.EndpointCompletions, []byte(body))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return client, b
+}
+
+// lockstepEngine serves chunks as one event stream, flushing each; after chunk i, when
+// waitAfter(i), it sends the next only once the relay has written to rec (giving up after 5 s).
+// It closes with the test, after the stream and its client (cleanups run last first).
+func lockstepEngine(t *testing.T, chunks []string, waitAfter func(i int) bool, rec *writes) string {
 	engine := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
-		for i, e := range events {
-			w.Write([]byte(e))
+		for i, ch := range chunks {
+			w.Write([]byte(ch))
 			w.(http.Flusher).Flush()
-			if slices.Contains(waitAfter, i) {
+			if waitAfter(i) {
 				select {
 				case <-rec.wrote:
 				case <-time.After(5 * time.Second):
@@ -97,8 +107,13 @@ func relayWrites(t *testing.T, events []string, waitAfter []int, want []string) 
 			}
 		}
 	}))
-	t.Cleanup(engine.Close) // after the stream and its client (cleanups run last first)
-	r := relayFrom(t, engine.URL)
+	t.Cleanup(engine.Close)
+	return engine.URL
+}
+
+func relayWrites(t *testing.T, events []string, waitAfter []int, want []string) {
+	rec := &writes{wrote: make(chan struct{}, len(events))}
+	r := relayFrom(t, lockstepEngine(t, events, func(i int) bool { return slices.Contains(waitAfter, i) }, rec))
 	if _, err := r.WriteTo(rec); err != nil {
 		t.Fatal(err)
 	}
@@ -133,20 +148,7 @@ func TestRelayNeverWaitsForHalfAnEvent(t *testing.T) {
 	// One chunk carries b and the first part of c; the rest of c comes only after b is written.
 	chunks := []string{a, b + c[:40], c[40:] + usage + done}
 	rec := &writes{wrote: make(chan struct{}, 8)}
-	engine := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/event-stream")
-		for _, ch := range chunks {
-			w.Write([]byte(ch))
-			w.(http.Flusher).Flush()
-			select {
-			case <-rec.wrote:
-			case <-time.After(5 * time.Second):
-				return
-			}
-		}
-	}))
-	t.Cleanup(engine.Close) // after the stream and its client (cleanups run last first)
-	r := relayFrom(t, engine.URL)
+	r := relayFrom(t, lockstepEngine(t, chunks, func(int) bool { return true }, rec))
 	start := time.Now()
 	if _, err := r.WriteTo(rec); err != nil {
 		t.Fatal(err)
