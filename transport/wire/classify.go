@@ -20,15 +20,27 @@ import (
 // second "choices" array (decoded into the first one's elements and spare capacity), keys with an
 // escape or a non-ASCII byte, nesting deeper than maxScanDepth — are decoded as before.
 func Classify(data []byte) EventKind {
-	if data == nil {
-		return EventMeta
+	if k, ok := classifyFixed(data); ok {
+		return k
 	}
-	if bytes.Equal(data, doneData) {
-		return EventDone
+	return classifyChunk(data)
+}
+
+// classifyFixed gives the verdicts that need no JSON read: no data, [DONE], an error object.
+func classifyFixed(data []byte) (EventKind, bool) {
+	switch {
+	case data == nil:
+		return EventMeta, true
+	case bytes.Equal(data, doneData):
+		return EventDone, true
+	case IsErrorData(data):
+		return EventError, true
 	}
-	if IsErrorData(data) {
-		return EventError
-	}
+	return 0, false
+}
+
+// classifyChunk classifies a chunk or a Responses event (anything classifyFixed leaves).
+func classifyChunk(data []byte) EventKind {
 	switch k, st := scanChunk(data); st {
 	case scanOK:
 		return k

@@ -132,15 +132,11 @@ var doneData = []byte("[DONE]")
 // ClassifyFast is Classify for the hot path after the first token: it classifies in full only
 // events that mention usage (the last one, normally) and calls everything else a token.
 func ClassifyFast(data []byte) EventKind {
-	switch {
-	case data == nil:
-		return EventMeta
-	case bytes.Equal(data, doneData):
-		return EventDone
-	case IsErrorData(data):
-		return EventError
-	case bytes.Contains(data, []byte(`"usage"`)), !bytes.Contains(data, []byte(`"choices"`)):
-		return Classify(data) // the usage chunk, or a Responses event (typed, no choices)
+	if k, ok := classifyFixed(data); ok {
+		return k
+	}
+	if bytes.Contains(data, []byte(`"usage"`)) || !bytes.Contains(data, []byte(`"choices"`)) {
+		return classifyChunk(data) // the usage chunk, or a Responses event (typed, no choices)
 	}
 	return EventToken
 }
