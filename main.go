@@ -34,6 +34,7 @@ import (
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/node"
 	"github.com/narwhal-router/narwhal/transport/admin"
+	"github.com/narwhal-router/narwhal/transport/kv"
 	"github.com/narwhal-router/narwhal/transport/preflight"
 )
 
@@ -121,22 +122,22 @@ func serveCommand() *cobra.Command {
 		Use:   "serve",
 		Short: "Run the router with a configuration file",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := config.Load(path)
+			rt, err := load(path)
 			if err != nil {
 				return err
 			}
 			if check {
-				fmt.Fprintf(cmd.OutOrStdout(), "%s: configuration valid (%d engines)\n", path, len(cfg.Engines))
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: configuration valid (%d engines)\n", path, len(rt.Engines))
 				return nil
 			}
-			log := newLogger(cfg.Log, os.Stderr)
+			log := newLogger(rt.Log, os.Stderr)
 			if !skipPreflight {
 				// The matrix ends with its verdict ("preflight passed"): nothing more to say.
-				if err := runPreflight(cfg, os.Stderr); err != nil {
+				if err := runPreflight(rt, os.Stderr); err != nil {
 					return fmt.Errorf("%w (start anyway with --skip-preflight)", err)
 				}
 			}
-			return run(cfg, log, nil)
+			return run(rt, log, nil)
 		},
 	}
 	cmd.Flags().StringVarP(&path, "config", "c", "narwhal.yaml", "configuration file (YAML)")
@@ -151,23 +152,34 @@ func preflightCommand() *cobra.Command {
 		Use:   "preflight",
 		Short: "Check every engine's contract and every producer→consumer KV transfer; exit 1 on any failure",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := config.Load(path)
+			rt, err := load(path)
 			if err != nil {
 				return err
 			}
-			return runPreflight(cfg, os.Stdout)
+			return runPreflight(rt, os.Stdout)
 		},
 	}
 	cmd.Flags().StringVarP(&path, "config", "c", "narwhal.yaml", "configuration file (YAML)")
 	return cmd
 }
 
-// runPreflight prints the matrix and fails unless every check passed.
-func runPreflight(cfg config.Config, w io.Writer) error {
-	res, err := preflight.Run(context.Background(), cfg)
+// load reads the configuration file at path and provisions it with Narwhal's own connectors:
+// what `serve --check` accepts is what `serve` runs.
+func load(path string) (config.Runtime, error) {
+	cfg, err := config.Load(path)
 	if err != nil {
-		return err
+		return config.Runtime{}, err
 	}
+	rt, err := config.Provision(cfg, kv.Builtin())
+	if err != nil {
+		return config.Runtime{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return rt, nil
+}
+
+// runPreflight prints the matrix and fails unless every check passed.
+func runPreflight(rt config.Runtime, w io.Writer) error {
+	res := preflight.Run(context.Background(), rt)
 	fmt.Fprint(w, res.Matrix())
 	if !res.OK() {
 		return errors.New("preflight failed")
@@ -239,17 +251,18 @@ func demoCommand() *cobra.Command {
 			for _, e := range fleet.Engines {
 				cfg.Engines = append(cfg.Engines, config.Engine{
 					Name: e.Name(), URL: e.URL(), Role: config.Role(e.Role()), Models: e.Models(),
-					KV: config.KV{Connector: config.ConnectorNIXL, EngineID: e.EngineID(), Endpoint: e.KVEndpoint(),
+					KV: config.KV{Connector: kv.NIXL, EngineID: e.EngineID(), Endpoint: e.KVEndpoint(),
 						TransferModes: []string{"pull"}},
 				})
 			}
-			if err := cfg.Validate(); err != nil {
+			rt, err := config.Provision(cfg, kv.Builtin())
+			if err != nil {
 				return err
 			}
 			if nodes > 1 {
 				return demoNodes(cfg, nodes, fleet)
 			}
-			return run(cfg, newLogger(cfg.Log, os.Stderr), func(s *node.Server) {
+			return run(rt, newLogger(rt.Log, os.Stderr), func(s *node.Server) {
 				printDemoBanner(os.Stdout, fleet, s.Addr(), s.AdminAddr())
 			})
 		},
@@ -351,7 +364,7 @@ func demoNodes(base config.Config, n int, fleet *sim.Fleet) error {
 			return err
 		}
 		cfg.Cluster.Enabled, cfg.Cluster.NodeName, cfg.Cluster.Bind, cfg.Cluster.Seeds = true, fmt.Sprintf("node-%d", i), seeds[i], seeds
-		if err := cfg.Validate(); err != nil {
+		if err := cfg.Validate(kv.Builtin()); err != nil {
 			return err
 		}
 		b, err := yaml.Marshal(cfg)
@@ -413,22 +426,22 @@ func mustShift(shift func(string, int) (string, error), addr string, by int) str
 
 // run serves until SIGTERM or SIGINT, then shuts down gracefully. SIGUSR1 writes the supervisor
 // tree to stderr.
-func run(cfg config.Config, log *slog.Logger, started func(*node.Server)) error {
+func run(rt config.Runtime, log *slog.Logger, started func(*node.Server)) error {
 	// Signals are caught before the listeners open: a SIGTERM that arrives as soon as Narwhal
 	// says it is listening is a graceful stop, not the default abrupt exit.
 	signals := make(chan os.Signal, 4)
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1)
 	defer signal.Stop(signals)
-	srv, err := node.Start(cfg, node.Options{Logger: log, AccessLog: os.Stdout, SizeProcs: true})
+	srv, err := node.Start(rt, node.Options{Logger: log, AccessLog: os.Stdout, SizeProcs: true})
 	if err != nil {
 		return err
 	}
-	log.Info("narwhal listening", "addr", srv.Addr(), "admin", srv.AdminAddr(), "engines", len(cfg.Engines))
-	if addr := srv.AdminAddr(); addr != "" && cfg.Server.AdminToken == "" && !loopback(addr) {
+	log.Info("narwhal listening", "addr", srv.Addr(), "admin", srv.AdminAddr(), "engines", len(rt.Engines))
+	if addr := srv.AdminAddr(); addr != "" && rt.Admin.Token == "" && !loopback(addr) {
 		log.Warn("the admin listener is reachable beyond this host and has no token: anyone who can reach it can eject engines and read profiles; set server.admin_token or listen on 127.0.0.1",
 			"admin", addr)
 	}
-	if keys, _ := cfg.Server.ClientAPIKeys(); len(keys) == 0 && !loopback(srv.Addr()) {
+	if len(rt.Server.APIKeys) == 0 && !loopback(srv.Addr()) {
 		log.Warn("the client listener is reachable beyond this host and no client API key is configured: anyone who can reach it can use the fleet; set server.api_keys or listen on 127.0.0.1",
 			"addr", srv.Addr())
 	}
@@ -445,7 +458,7 @@ func run(cfg config.Config, log *slog.Logger, started func(*node.Server)) error 
 				dumpTree(srv, os.Stderr)
 				continue
 			}
-			log.Info("shutting down", "signal", sig.String(), "grace", cfg.Server.ShutdownGraceS.Duration().String())
+			log.Info("shutting down", "signal", sig.String(), "grace", rt.Server.ShutdownGrace.String())
 			return srv.Shutdown(context.Background())
 		}
 	}
@@ -472,10 +485,8 @@ func dumpTree(srv *node.Server, w io.Writer) {
 	fmt.Fprint(w, tree.Text())
 }
 
-func newLogger(c config.Log, w io.Writer) *slog.Logger {
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(c.Level))
-	opts := &slog.HandlerOptions{Level: level}
+func newLogger(c config.LogRuntime, w io.Writer) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: c.Level}
 	if c.Format == "text" {
 		return slog.New(slog.NewTextHandler(w, opts))
 	}

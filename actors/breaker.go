@@ -34,7 +34,7 @@ func (s breakerState) String() string {
 // probe cadence that decides readmission. It is plain state owned by the engine actor; the
 // engine actor's restarts keep it.
 type breaker struct {
-	cfg config.Recovery
+	cfg config.RecoveryRuntime
 
 	state          breakerState
 	streak         int
@@ -55,8 +55,8 @@ type breaker struct {
 	recent []string
 }
 
-func newBreaker(cfg config.Recovery) breaker {
-	return breaker{cfg: cfg, probeInterval: cfg.ProbeIntervalS.Duration()}
+func newBreaker(cfg config.RecoveryRuntime) breaker {
+	return breaker{cfg: cfg, probeInterval: cfg.ProbeInterval}
 }
 
 func (b *breaker) placeable() bool { return b.state == admitted }
@@ -69,7 +69,7 @@ func (b *breaker) success() { b.streak, b.recent = 0, b.recent[:0] }
 // request supervisor retrying after a failure keeps off an engine about to leave placement
 // without re-deriving the rule.
 func (b *breaker) takesOut() bool {
-	return b.state != admitted || b.cfg.FailureQuarantineS > 0 || b.streak+1 >= b.cfg.EjectAfter
+	return b.state != admitted || b.cfg.FailureQuarantine > 0 || b.streak+1 >= b.cfg.EjectAfter
 }
 
 // note records what the failure about to be counted was, for the ejection's cause.
@@ -94,7 +94,7 @@ func (b *breaker) failure(now time.Time, partner string) (ejectedNow bool) {
 		b.eject(now, partner)
 		return true
 	}
-	if q := b.cfg.FailureQuarantineS.Duration(); q > 0 {
+	if q := b.cfg.FailureQuarantine; q > 0 {
 		b.state = quarantined
 		b.quarantineEnds = now.Add(q)
 	}
@@ -106,7 +106,7 @@ func (b *breaker) eject(now time.Time, partner string) {
 	b.state = ejected
 	b.ejectedAt = now
 	b.partner = partner
-	b.probeInterval = b.cfg.ProbeIntervalS.Duration()
+	b.probeInterval = b.cfg.ProbeInterval
 	b.nextProbe = now.Add(b.probeInterval)
 	b.quarantineEnds = time.Time{}
 	b.byAdmin = false
@@ -156,7 +156,7 @@ func (b *breaker) probeSucceeded() {
 	b.partner = ""
 	b.ejectedAt = time.Time{}
 	b.nextProbe = time.Time{}
-	b.probeInterval = b.cfg.ProbeIntervalS.Duration()
+	b.probeInterval = b.cfg.ProbeInterval
 	b.byAdmin = false
 	b.cause = ""
 	b.recent = b.recent[:0]
@@ -165,7 +165,7 @@ func (b *breaker) probeSucceeded() {
 // probeFailed keeps the engine ejected and backs the next probe off, doubling up to the maximum.
 func (b *breaker) probeFailed(now time.Time) {
 	b.state = ejected
-	b.probeInterval = min(2*b.probeInterval, b.cfg.ProbeMaxIntervalS.Duration())
+	b.probeInterval = min(2*b.probeInterval, b.cfg.ProbeMaxInterval)
 	b.nextProbe = now.Add(b.probeInterval)
 }
 

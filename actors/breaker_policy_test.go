@@ -12,6 +12,7 @@ import (
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/messages"
 	"github.com/narwhal-router/narwhal/transport/fault"
+	"github.com/narwhal-router/narwhal/transport/kv"
 )
 
 // logBuffer collects a router's log lines.
@@ -46,11 +47,11 @@ func loggedRouter(t *testing.T, tweak func(*config.Recovery)) (*Router, *logBuff
 		{Name: "d0", URL: "http://127.0.0.1:1", Role: config.RoleDecode, Models: []string{"m"}},
 		{Name: "d1", URL: "http://127.0.0.1:1", Role: config.RoleDecode, Models: []string{"m"}},
 	} {
-		e.KV = config.KV{Connector: config.ConnectorNIXL, TransferModes: []string{"pull"}}
+		e.KV = config.KV{Connector: kv.NIXL, TransferModes: []string{"pull"}}
 		cfg.Engines = append(cfg.Engines, e)
 	}
 	logs := &logBuffer{}
-	r, err := NewRouter(cfg, Options{Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	r, err := NewRouter(provision(t, cfg), Options{Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,10 +77,15 @@ func waitWithin(t *testing.T, within time.Duration, what func() string, cond fun
 	}
 }
 
-// hungDecode is the report of a decode leg that timed out waiting for its first token.
-func hungDecode(engine string) *messages.LegOutcome {
-	return &messages.LegOutcome{Phase: fault.PhaseDecode, Partner: "p0",
-		Fault: &fault.Fault{Kind: fault.FirstTokenTimeout, Phase: fault.PhaseDecode, Engine: engine}}
+// hungDecode is what a supervisor tells the engine's breaker of a decode leg (partnered with
+// p0) that timed out waiting for its first token.
+func hungDecode(r *Router, engine string) *messages.LegOutcome {
+	m, ok := r.env.breakerNews(legEnd{engine: r.fleet.engine(engine), phase: fault.PhaseDecode, partner: "p0",
+		fault: &fault.Fault{Kind: fault.FirstTokenTimeout, Phase: fault.PhaseDecode, Engine: engine}}, false)
+	if !ok {
+		panic("a first-token timeout is news for the breaker")
+	}
+	return &m
 }
 
 func TestReadmissionModeIsLoggedAtStartUp(t *testing.T) {
@@ -111,9 +117,9 @@ func TestAdminEjectionSaysWhoAndWhy(t *testing.T) {
 		t.Fatalf("tree: %v %s", err, tree.Text())
 	}
 	// The whole-wave policy leaves an operator's ejection alone: d1 failing too restarts nothing.
-	r.root.Send(r.fleet.engine("d1").pid, hungDecode("d1"))
-	r.root.Send(r.fleet.engine("d1").pid, hungDecode("d1"))
-	r.root.Send(r.fleet.engine("d1").pid, hungDecode("d1"))
+	r.root.Send(r.fleet.engine("d1").pid, hungDecode(r, "d1"))
+	r.root.Send(r.fleet.engine("d1").pid, hungDecode(r, "d1"))
+	r.root.Send(r.fleet.engine("d1").pid, hungDecode(r, "d1"))
 	waitFor(t, "d1 not ejected", func() bool { return describeEngine(t, r, "d1").State != "admitted" })
 	if e := describeEngine(t, r, "d0"); e.Restarts != 0 || e.State != "ejected" {
 		t.Fatalf("the admin-ejected engine was restarted or probed: %+v", e)
@@ -133,8 +139,8 @@ func TestAdminEjectionSaysWhoAndWhy(t *testing.T) {
 func TestWholeWaveRestartIsLoggedWithItsEnginesAndFailures(t *testing.T) {
 	r, logs := loggedRouter(t, func(r *config.Recovery) { r.EjectAfter = 2 })
 	for _, name := range []string{"d0", "d1"} {
-		r.root.Send(r.fleet.engine(name).pid, hungDecode(name))
-		r.root.Send(r.fleet.engine(name).pid, hungDecode(name))
+		r.root.Send(r.fleet.engine(name).pid, hungDecode(r, name))
+		r.root.Send(r.fleet.engine(name).pid, hungDecode(r, name))
 	}
 	want := `msg="every engine of a role is ejected: restarting the wave and probing it" role=decode engines="[d0 d1]" ` +
 		`failures="[d0: first_token_timeout on the decode leg (partner p0); first_token_timeout on the decode leg (partner p0) ` +
@@ -153,17 +159,17 @@ func TestEnginePublishesTheConsequenceOfItsNextFailure(t *testing.T) {
 	if d0.takesOut.Load() {
 		t.Fatal("a fresh engine's next failure takes it out with eject_after 3")
 	}
-	r.root.Send(d0.pid, hungDecode("d0"))
+	r.root.Send(d0.pid, hungDecode(r, "d0"))
 	waitFor(t, "streak 1", func() bool { return describeEngine(t, r, "d0").Streak == 1 })
 	if d0.takesOut.Load() {
 		t.Fatal("streak 1 of 3: the next failure does not eject")
 	}
-	r.root.Send(d0.pid, hungDecode("d0"))
+	r.root.Send(d0.pid, hungDecode(r, "d0"))
 	waitFor(t, "streak 2", func() bool { return describeEngine(t, r, "d0").Streak == 2 })
 	if !d0.takesOut.Load() {
 		t.Fatal("streak 2 of 3: the next failure ejects")
 	}
-	r.root.Send(d0.pid, &messages.LegOutcome{Phase: fault.PhaseDecode})
+	r.root.Send(d0.pid, &messages.LegOutcome{}) // a success
 	waitFor(t, "streak reset", func() bool { return describeEngine(t, r, "d0").Streak == 0 })
 	if d0.takesOut.Load() {
 		t.Fatal("after a success the next failure does not eject")
@@ -176,7 +182,7 @@ func TestEnginePublishesTheConsequenceOfItsNextFailure(t *testing.T) {
 }
 
 func TestBreakerAdminEjectionHoldsAndClears(t *testing.T) {
-	b := newBreaker(recovery())
+	b := newBreaker(recoveryWith(t, nil))
 	now := time.Now()
 	b.note("engine_status on the decode leg")
 	b.failure(now, "")

@@ -7,14 +7,8 @@ import (
 	"github.com/narwhal-router/narwhal/config"
 )
 
-func recovery() config.Recovery {
-	r := config.Default().Recovery
-	r.EjectAfter, r.ProbeIntervalS, r.ProbeMaxIntervalS = 3, 1, 4
-	return r
-}
-
 func TestBreakerEjectsAtTheNthConsecutiveFailure(t *testing.T) {
-	b := newBreaker(recovery())
+	b := newBreaker(recoveryWith(t, nil))
 	now := time.Now()
 	for i := 1; i < 3; i++ {
 		if b.failure(now, "") || b.state != admitted || b.streak != i {
@@ -36,9 +30,7 @@ func TestBreakerEjectsAtTheNthConsecutiveFailure(t *testing.T) {
 }
 
 func TestBreakerQuarantineThenAdmits(t *testing.T) {
-	r := recovery()
-	r.FailureQuarantineS = 2
-	b := newBreaker(r)
+	b := newBreaker(recoveryWith(t, func(r *config.Recovery) { r.FailureQuarantineS = 2 }))
 	now := time.Now()
 	b.failure(now, "")
 	if b.state != quarantined || !b.quarantineEnds.Equal(now.Add(2*time.Second)) {
@@ -53,7 +45,7 @@ func TestBreakerQuarantineThenAdmits(t *testing.T) {
 }
 
 func TestBreakerProbeCadence(t *testing.T) {
-	b := newBreaker(recovery())
+	b := newBreaker(recoveryWith(t, nil))
 	now := time.Now()
 	b.eject(now, "")
 	var intervals []time.Duration
@@ -81,7 +73,7 @@ func TestBreakerProbeCadence(t *testing.T) {
 }
 
 func TestRetryBudget(t *testing.T) {
-	b := newRetryBudget(config.RetryBudget{Ratio: 0.1, MinPerS: 0.5, WindowS: 10})
+	b := newRetryBudget(config.RetryBudgetRuntime{Ratio: 0.1, MinPerS: 0.5, Window: 10 * time.Second})
 	now := time.Unix(1_000_000, 0)
 	b.now = func() time.Time { return now }
 	allowed := 0

@@ -22,8 +22,8 @@ type retryBudget struct {
 	stamp    []int64 // the second each bucket holds
 }
 
-func newRetryBudget(c config.RetryBudget) *retryBudget {
-	n := max(int(c.WindowS.Duration()/time.Second), 1)
+func newRetryBudget(c config.RetryBudgetRuntime) *retryBudget {
+	n := max(int(c.Window/time.Second), 1)
 	return &retryBudget{
 		ratio: c.Ratio, reserve: c.MinPerS * float64(n), now: time.Now,
 		requests: make([]int64, n), retries: make([]int64, n), stamp: make([]int64, n),

@@ -23,14 +23,16 @@ const (
 	reasonLongPrompt       = "long_prompt"
 )
 
-// verdict is one request's disaggregation decision.
-type verdict struct {
+// decision is one attempt's disaggregation decision: local (the consumer computes the prompt
+// itself) or disaggregated, and the rule that made it.
+type decision struct {
 	local  bool
 	reason string
 }
 
-func (v verdict) decision() string {
-	if v.local {
+// name is the decision as the metric and the access log name it.
+func (d decision) name() string {
+	if d.local {
 		return decisionLocal
 	}
 	return decisionDisaggregated
@@ -43,37 +45,37 @@ func (v verdict) decision() string {
 // of the attempt that ended the request.
 func (s *requestSupervisor) countDecision() {
 	if s.attempt > 1 {
-		s.r.metrics.DisaggregationRetryDecision(s.verdict.decision(), s.verdict.reason)
+		s.env.metrics.DisaggregationRetryDecision(s.decision.name(), s.decision.reason)
 		return
 	}
-	s.r.metrics.DisaggregationDecision(s.verdict.decision(), s.verdict.reason)
+	s.env.metrics.DisaggregationDecision(s.decision.name(), s.decision.reason)
 }
 
 // decide chooses between the prefill/decode path and same-worker decode on cons, which the
 // prefix index says served match of the prompt's leading blocks. The rules and their order are
 // docs/configuration.md's; the producer side (none other than cons can prefill) is decided
 // when the producer is picked.
-func (s *requestSupervisor) decide(cons *engineView, match int) verdict {
-	fr := &s.r.rt.Fleet
+func (s *requestSupervisor) decide(cons *engineView, match int) decision {
+	fr := &s.env.placement
 	p := &s.prompt
 	switch {
 	case p.N > 1:
-		return verdict{true, reasonNGT1}
+		return decision{true, reasonNGT1}
 	case fr.Disaggregation == config.DisaggAlways:
-		return verdict{false, reasonPolicyAlways}
+		return decision{false, reasonPolicyAlways}
 	case fr.Disaggregation == config.DisaggNever:
-		return verdict{true, reasonPolicyNever}
+		return decision{true, reasonPolicyNever}
 	case p.Tokens < fr.MinPromptTokens:
-		return verdict{true, reasonShortPrompt}
+		return decision{true, reasonShortPrompt}
 	}
 	rest := s.uncachedOn(match)
 	switch {
 	case rest < fr.MinPromptTokens:
-		return verdict{true, reasonPrefixCached}
+		return decision{true, reasonPrefixCached}
 	case rest <= fr.MaxLocalPrompt && s.prefillSaturated(cons):
-		return verdict{true, reasonPrefillSaturated}
+		return decision{true, reasonPrefillSaturated}
 	}
-	return verdict{false, reasonLongPrompt}
+	return decision{false, reasonLongPrompt}
 }
 
 // uncachedOn estimates the prompt tokens an engine matching match leading blocks would compute.
@@ -82,7 +84,7 @@ func (s *requestSupervisor) uncachedOn(match int) int {
 	if match == 0 || p.Words == 0 {
 		return p.Tokens
 	}
-	return uncached(p.Tokens, p.Words, match*s.r.rt.Fleet.BlockWords)
+	return uncached(p.Tokens, p.Words, match*s.env.placement.BlockWords)
 }
 
 // uncached scales the token estimate to the words past the cached ones.
@@ -96,9 +98,9 @@ func uncached(tokens, words, cachedWords int) int {
 // prefillSaturated says every admitted producer for the model (other than cons) is at least
 // disaggregation.prefill_saturation busy while cons is under disaggregation.decode_headroom.
 func (s *requestSupervisor) prefillSaturated(cons *engineView) bool {
-	fr := &s.r.rt.Fleet
+	fr := &s.env.placement
 	now := time.Now()
-	f := s.r.fleet
+	f := s.env.fleet
 	if cons.busyness(now, f.stale) >= fr.DecodeHeadroom {
 		return false
 	}

@@ -15,7 +15,7 @@ import (
 // restarted actor (after a panic) carries on with the same breaker; the reservations live in
 // the view, where supervisors take them.
 type engineState struct {
-	cfg     config.Engine
+	spec    config.EngineSpec
 	view    *engineView
 	breaker breaker
 	// lastProbe is the outcome of the newest probe.
@@ -68,7 +68,7 @@ func (a *engineActor) Receive(ctx actor.Context) {
 	st := a.st
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
-		if len(st.cfg.Models) == 0 && st.view.models.Load() == nil {
+		if len(st.spec.Models) == 0 && st.view.models.Load() == nil {
 			a.discoverModels(ctx)
 		}
 		a.publish(ctx, false)
@@ -99,9 +99,9 @@ func (a *engineActor) Receive(ctx actor.Context) {
 		a.probeFinished(ctx, m)
 	case modelsFound:
 		if m.err != nil {
-			a.r.log.Warn("engine model discovery failed; retrying", "engine", st.cfg.Name, "error", m.err.Error())
+			a.r.log.Warn("engine model discovery failed; retrying", "engine", st.spec.Name, "error", m.err.Error())
 			self, root := ctx.Self(), a.r.root
-			st.timers.discovery = time.AfterFunc(a.r.cfg.Recovery.ProbeIntervalS.Duration(),
+			st.timers.discovery = time.AfterFunc(a.r.rt.Recovery.ProbeInterval,
 				func() { root.Send(self, discoverAgain{}) })
 			return
 		}
@@ -116,7 +116,7 @@ func (a *engineActor) Receive(ctx actor.Context) {
 		st.probeGen++ // a probe in flight must not readmit the engine behind the operator's back
 		st.breaker.ejectByAdmin(time.Now(), m.Reason)
 		if prev == st.breaker.state { // ejected before, by its failures: now the operator's
-			a.r.log.Info("engine breaker", "engine", st.cfg.Name, "from", prev.String(), "to", st.breaker.state.String(),
+			a.r.log.Info("engine breaker", "engine", st.spec.Name, "from", prev.String(), "to", st.breaker.state.String(),
 				"by", "admin", "reason", m.Reason)
 			a.publish(ctx, true)
 			a.share(prev) // no transition, but the operator's word is news to the peers
@@ -131,15 +131,17 @@ func (a *engineActor) Receive(ctx actor.Context) {
 	}
 }
 
-// legOutcome feeds the breaker: a failure counts, a success resets the streak.
+// legOutcome feeds the breaker what a request supervisor decided a leg's end means
+// (blame.go, breakerNews): a failure counts, a success resets the streak. Nothing is
+// re-decided here.
 func (a *engineActor) legOutcome(ctx actor.Context, m *messages.LegOutcome) {
 	st := a.st
 	prev := st.breaker.state
-	if m.Fault == nil {
-		st.breaker.success()
-	} else if m.Fault.CountsAgainstEngine() && !a.stallArtifact() {
-		st.breaker.note(failureNote(m))
+	if m.Failed {
+		st.breaker.note(m.Note)
 		st.breaker.failure(time.Now(), m.Partner)
+	} else {
+		st.breaker.success()
 	}
 	st.view.streak.Store(int32(st.breaker.streak))
 	st.view.takesOut.Store(st.breaker.takesOut())
@@ -147,16 +149,6 @@ func (a *engineActor) legOutcome(ctx actor.Context, m *messages.LegOutcome) {
 		a.transition(ctx, prev)
 		a.schedule(ctx)
 	}
-}
-
-// failureNote describes a counted failure for the ejection's cause: its kind and leg, and the
-// partner engine of the attempt.
-func failureNote(m *messages.LegOutcome) string {
-	s := m.Fault.Kind.String() + " on the " + m.Phase.String() + " leg"
-	if m.Partner != "" {
-		s += " (partner " + m.Partner + ")"
-	}
-	return s
 }
 
 // transition publishes a breaker state change and counts it. An ejection's log line says who
@@ -167,8 +159,8 @@ func (a *engineActor) transition(ctx actor.Context, from breakerState) {
 	if to == from {
 		return
 	}
-	a.r.metrics.BreakerTransition(a.st.cfg.Name, from.String(), to.String())
-	attrs := []any{"engine", a.st.cfg.Name, "from", from.String(), "to", to.String(), "streak", b.streak}
+	a.r.metrics.BreakerTransition(a.st.spec.Name, from.String(), to.String())
+	attrs := []any{"engine", a.st.spec.Name, "from", from.String(), "to", to.String(), "streak", b.streak}
 	if to == ejected && (from != probing || b.byAdmin) {
 		attrs = append(attrs, "by", b.ejectedBy(), "reason", b.cause)
 	}
@@ -185,7 +177,7 @@ func (a *engineActor) publish(ctx actor.Context, notify bool) {
 	st.view.streak.Store(int32(st.breaker.streak))
 	st.view.takesOut.Store(st.breaker.takesOut())
 	if notify && ctx.Parent() != nil {
-		ctx.Send(ctx.Parent(), &messages.EngineChanged{Engine: st.cfg.Name, State: st.breaker.state.String(),
+		ctx.Send(ctx.Parent(), &messages.EngineChanged{Engine: st.spec.Name, State: st.breaker.state.String(),
 			Placeable: st.breaker.placeable(), HasRoom: st.view.hasRoom(), ByAdmin: st.breaker.byAdmin, Cause: st.breaker.cause})
 	}
 }
@@ -222,7 +214,7 @@ func (a *engineActor) readmit(ctx actor.Context, m *messages.Readmit) {
 		// probe an ejection by failures would need.
 		st.probeGen++ // any probe in flight is now stale
 		st.breaker.probeSucceeded()
-		a.r.log.Info("engine readmitted by admin", "engine", st.cfg.Name, "from", prev.String(), "force", m.Force)
+		a.r.log.Info("engine readmitted by admin", "engine", st.spec.Name, "from", prev.String(), "force", m.Force)
 		a.transition(ctx, prev)
 	case prev == quarantined:
 		st.breaker.quarantineEnds = time.Now()
@@ -240,7 +232,7 @@ type discoverAgain struct{}
 // Until it answers, the engine is not placed; failures retry at the probe interval.
 func (a *engineActor) discoverModels(ctx actor.Context) {
 	self, root, client := ctx.Self(), a.r.root, a.st.view.client
-	timeout := a.r.cfg.Engine.FirstTokenTimeoutS.Duration()
+	timeout := a.r.rt.Engine.FirstToken
 	go func() {
 		c, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
@@ -262,10 +254,10 @@ func (a *engineActor) snapshot() *messages.EngineState {
 	st := a.st
 	b := &st.breaker
 	s := &messages.EngineState{
-		Name: st.cfg.Name, Role: string(st.cfg.Role), State: b.state.String(), Streak: b.streak,
+		Name: st.spec.Name, Role: string(st.spec.Role), State: b.state.String(), Streak: b.streak,
 		Reserved:    reservedSlots(st.view),
-		MaxInflight: st.cfg.MaxInflight, LastProbe: st.lastProbe, Restarts: st.restarts,
-		Readmission: a.r.cfg.Recovery.Readmission, EjectedBy: b.ejectedBy(),
+		MaxInflight: st.spec.MaxInflight, LastProbe: st.lastProbe, Restarts: st.restarts,
+		Readmission: a.r.rt.Recovery.Readmission, EjectedBy: b.ejectedBy(),
 		DecidedBy: st.peer.by, PeerReason: st.peer.reason,
 	}
 	if s.EjectedBy != "" {

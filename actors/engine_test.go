@@ -7,6 +7,7 @@ import (
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/messages"
 	"github.com/narwhal-router/narwhal/transport/fault"
+	"github.com/narwhal-router/narwhal/transport/kv"
 )
 
 func testRouter(t *testing.T) *Router {
@@ -18,10 +19,10 @@ func testRouter(t *testing.T) *Router {
 		{Name: "d0", URL: "http://127.0.0.1:1", Role: config.RoleDecode, Models: []string{"m"}},
 		{Name: "d1", URL: "http://127.0.0.1:1", Role: config.RoleDecode, Models: []string{"m"}}, // no whole-wave restart
 	} {
-		e.KV = config.KV{Connector: config.ConnectorNIXL, TransferModes: []string{"pull"}}
+		e.KV = config.KV{Connector: kv.NIXL, TransferModes: []string{"pull"}}
 		cfg.Engines = append(cfg.Engines, e)
 	}
-	r, err := NewRouter(cfg, Options{})
+	r, err := NewRouter(provision(t, cfg), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ func (g *guardianActor) Receive(ctx actor.Context) {
 		if err != nil {
 			panic(err)
 		}
-		g.r.pool = pid
+		g.r.pool, g.r.env.pool = pid, pid
 	case *awaitReady:
 		ctx.Forward(g.r.pool)
 	}

@@ -9,7 +9,7 @@ import (
 )
 
 // What the engine actors share with the other Narwhal nodes (package cluster) and how they
-// apply what the peers decided. The rules (SPEC §15):
+// apply what the peers decided. The rules:
 //   - every local breaker decision is published at once: quarantined, ejected (by failures or
 //     by an operator), probing, and admitted after a successful probe or an operator's readmit.
 //     A quarantine that simply ran out is not news: every node runs the same clock on it.
@@ -63,7 +63,7 @@ func (a *engineActor) share(from breakerState) {
 	if a.r.cluster == nil {
 		return
 	}
-	v := cluster.Verdict{Engine: st.cfg.Name, State: b.state.String(), Decided: now, Admin: st.peer.operator || b.byAdmin}
+	v := cluster.Verdict{Engine: st.spec.Name, State: b.state.String(), Decided: now, Admin: st.peer.operator || b.byAdmin}
 	switch b.state {
 	case quarantined:
 		v.Until, v.Reason = b.quarantineEnds, "failure quarantine"
@@ -90,7 +90,7 @@ func (a *engineActor) share(from breakerState) {
 			}
 		}
 	case probing:
-		v.Until, v.Reason = now.Add(3*a.r.cfg.Engine.FirstTokenTimeoutS.Duration()), "probe in flight"
+		v.Until, v.Reason = now.Add(3*a.r.rt.Engine.FirstToken), "probe in flight"
 	case admitted:
 		if from == quarantined && !st.peer.operator {
 			return // a quarantine that ran out; every node times it itself
@@ -170,9 +170,5 @@ func (a *engineActor) applyPeer(ctx actor.Context, v cluster.Verdict) {
 // probesHere reports whether this node runs the next probe of the engine: with peers, one node
 // probes an engine per interval (cluster.ShouldProbe); the others wait for its verdict.
 func (a *engineActor) probesHere() bool {
-	return a.r.cluster.ShouldProbe(a.st.cfg.Name)
+	return a.r.cluster.ShouldProbe(a.st.spec.Name)
 }
-
-// stallArtifact reports whether a failure is this node's, not the engine's: right after this
-// process stalled (SIGSTOP, a frozen VM), every leg in flight timed out at once.
-func (a *engineActor) stallArtifact() bool { return a.r.cluster.Fenced() }

@@ -45,7 +45,7 @@ func (p *poolActor) Receive(ctx actor.Context) {
 		for _, st := range p.states {
 			st := st
 			props := actor.PropsFromProducer(func() actor.Actor { return &engineActor{r: p.r, st: st} }, inline)
-			pid, err := ctx.SpawnNamed(props, st.cfg.Name)
+			pid, err := ctx.SpawnNamed(props, st.spec.Name)
 			if err != nil {
 				panic(err) // names are unique by validation; a clash is a programming error
 			}
@@ -54,7 +54,7 @@ func (p *poolActor) Receive(ctx actor.Context) {
 	case *awaitReady:
 		ctx.Respond(true)
 	case *messages.AwaitCapacity:
-		if len(p.waiters) >= p.r.cfg.Admission.MaxQueue {
+		if len(p.waiters) >= p.r.rt.Request.MaxQueue {
 			ctx.Respond(&messages.QueueFull{})
 			return
 		}
@@ -154,6 +154,6 @@ func (p *poolActor) wake(ctx actor.Context, v *engineView) {
 // depthChanged publishes the queue depth: a gauge, and the count supervisors read to decide
 // whether a released slot is worth telling the pool about.
 func (p *poolActor) depthChanged() {
-	p.r.queued.Store(int32(len(p.waiters)))
+	p.r.env.queued.Store(int32(len(p.waiters)))
 	p.r.metrics.QueueDepth(len(p.waiters))
 }

@@ -41,8 +41,8 @@ func (a *engineActor) probeFinished(ctx actor.Context, m probeFinished) {
 	}
 	out := m.outcome
 	st.lastProbe = &out
-	a.r.metrics.ProbeResult(st.cfg.Name, out.Result)
-	a.r.log.Info("engine probe", "engine", st.cfg.Name, "mode", out.Mode, "result", out.Result, "reason", out.Reason, "partner", out.Partner)
+	a.r.metrics.ProbeResult(st.spec.Name, out.Result)
+	a.r.log.Info("engine probe", "engine", st.spec.Name, "mode", out.Mode, "result", out.Result, "reason", out.Reason, "partner", out.Partner)
 	now := time.Now()
 	switch out.Result {
 	case probeSuccess:
@@ -60,15 +60,15 @@ func (a *engineActor) probeFinished(ctx actor.Context, m probeFinished) {
 // producer whose crossed decode failed on it (else from any admitted producer); a producer hands
 // to any admitted consumer; a `both` engine with no such partner probes itself (same-worker).
 func (r *Router) planProbe(st *engineState) *probe {
-	p := &probe{r: r, target: st.view, cfg: st.cfg}
+	p := &probe{r: r, target: st.view, spec: st.spec}
 	partner := r.fleet.engine(st.breaker.partner)
 	switch {
-	case st.cfg.Role == config.RoleDecode || (st.cfg.Role == config.RoleBoth && partner != nil):
+	case st.spec.Role == config.RoleDecode || (st.spec.Role == config.RoleBoth && partner != nil):
 		if partner == nil {
 			partner = r.fleet.anyAdmitted(fault.PhasePrefill, st.view)
 		}
 		p.producer, p.consumer, p.targetIsConsumer = partner, st.view, true
-	case st.cfg.Role == config.RolePrefill:
+	case st.spec.Role == config.RolePrefill:
 		p.producer, p.consumer = st.view, r.fleet.anyAdmitted(fault.PhaseDecode, st.view)
 	default:
 		p.producer, p.consumer = st.view, st.view
@@ -85,7 +85,7 @@ func (r *Router) planProbe(st *engineState) *probe {
 type probe struct {
 	r        *Router
 	target   *engineView
-	cfg      config.Engine
+	spec     config.EngineSpec
 	producer *engineView
 	consumer *engineView
 	// targetIsConsumer says the target runs the decode leg; the producer is its partner.
@@ -103,20 +103,20 @@ func (p *probe) partner() *engineView {
 }
 
 func (p *probe) result(result, format string, args ...any) messages.Probe {
-	out := messages.Probe{At: time.Now(), Result: result, Reason: fmt.Sprintf(format, args...), Mode: p.r.cfg.Recovery.Readmission}
+	out := messages.Probe{At: time.Now(), Result: result, Reason: fmt.Sprintf(format, args...), Mode: p.r.rt.Recovery.Readmission}
 	if partner := p.partner(); partner != nil {
 		out.Partner = partner.name
 	}
 	return out
 }
 
-func (p *probe) legTimeout() time.Duration { return p.r.cfg.Engine.FirstTokenTimeoutS.Duration() }
+func (p *probe) legTimeout() time.Duration { return p.r.rt.Engine.FirstToken }
 
 func (p *probe) run() messages.Probe {
-	contract := p.r.cfg.EngineContract
+	contract := p.r.rt.Contract
 	ctx, cancel := context.WithTimeout(context.Background(), 3*p.legTimeout())
 	defer cancel()
-	if p.r.cfg.Recovery.Readmission == config.ReadmissionHealth {
+	if p.r.rt.Recovery.ReadmitByHealth() {
 		if err := p.target.client.Health(ctx); err != nil {
 			return p.result(probeFailure, "health check: %v", err)
 		}

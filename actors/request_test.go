@@ -11,7 +11,7 @@ import (
 
 	"github.com/narwhal-router/narwhal/bench/sim"
 	"github.com/narwhal-router/narwhal/config"
-	"github.com/narwhal-router/narwhal/messages"
+	"github.com/narwhal-router/narwhal/transport"
 	"github.com/narwhal-router/narwhal/transport/ingress"
 	"github.com/narwhal-router/narwhal/transport/wire"
 )
@@ -30,7 +30,7 @@ func TestCrashedRequestSupervisorAnswersAndReleasesEverything(t *testing.T) {
 		cfg.Engines = append(cfg.Engines, config.Engine{Name: e.Name(), URL: e.URL(), Role: config.Role(e.Role()),
 			Models: e.Models(), KV: config.KV{Connector: "nixl", TransferModes: []string{"pull"}}})
 	}
-	r, err := NewRouter(cfg, Options{})
+	r, err := NewRouter(provision(t, cfg), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,21 +42,21 @@ func TestCrashedRequestSupervisorAnswersAndReleasesEverything(t *testing.T) {
 	r.Dispatch(x)
 	// The test plays ingress: it runs the planned attempt, which hangs in the prefill.
 	cmd := x.Await()
-	if cmd.Plan == nil {
-		t.Fatalf("first command %+v, want a plan", cmd)
+	if cmd.Attempt == nil {
+		t.Fatalf("first command %+v, want an attempt", cmd)
 	}
-	outcome := make(chan ingress.Outcome, 1)
-	go func() { outcome <- x.Run(cmd.Plan) }()
+	outcome := make(chan transport.Outcome, 1)
+	go func() { outcome <- x.Run(cmd.Attempt) }()
 	waitFor(t, "the prefill never started", func() bool { return fleet.Engine("p0").Stats().InFlight != 0 })
 
-	r.root.Send(x.Handle.(*actor.PID), (*messages.AttemptEnded)(nil)) // malformed: the supervisor panics
+	r.root.Send(x.Handle.(*actor.PID), (*ingress.AttemptEnded)(nil)) // malformed: the supervisor panics
 
 	out := <-outcome
 	if out.Fault == nil {
 		t.Fatalf("the running attempt was not cancelled: %+v", out)
 	}
-	r.AttemptEnded(x, out.Report()) // to the stopped supervisor: a dead letter
-	if cmd := x.Await(); cmd.Plan != nil || cmd.Verdict.Status != 500 {
+	r.AttemptEnded(x, cmd.Attempt.Report(&out)) // to the stopped supervisor: a dead letter
+	if cmd := x.Await(); cmd.Attempt != nil || cmd.Answer.Status != 500 {
 		t.Fatalf("answer %+v, want 500", cmd)
 	}
 	waitFor(t, "the running prefill leg was not cancelled", func() bool { return fleet.Engine("p0").Stats().Aborted == 1 })
@@ -91,7 +91,7 @@ func TestCrashedRequestSupervisorWakesTheQueue(t *testing.T) {
 		cfg.Engines = append(cfg.Engines, config.Engine{Name: e.Name(), URL: e.URL(), Role: config.Role(e.Role()),
 			Models: e.Models(), MaxInflight: 1, KV: config.KV{Connector: "nixl", TransferModes: []string{"pull"}}})
 	}
-	r, err := NewRouter(cfg, Options{})
+	r, err := NewRouter(provision(t, cfg), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,27 +105,27 @@ func TestCrashedRequestSupervisorWakesTheQueue(t *testing.T) {
 	first := ingress.NewExchange("crash-q-1", body(), time.Now(), time.Now().Add(time.Minute))
 	r.Dispatch(first)
 	cmd := first.Await()
-	if cmd.Plan == nil {
-		t.Fatalf("first command %+v, want a plan", cmd)
+	if cmd.Attempt == nil {
+		t.Fatalf("first command %+v, want an attempt", cmd)
 	}
-	ran := make(chan ingress.Outcome, 1)
-	go func() { ran <- first.Run(cmd.Plan) }()
+	ran := make(chan transport.Outcome, 1)
+	go func() { ran <- first.Run(cmd.Attempt) }()
 
 	second := ingress.NewExchange("crash-q-2", body(), time.Now(), time.Now().Add(time.Minute))
 	r.Dispatch(second)
-	waitWithin(t, 5*time.Second, func() string { return "the second request never queued" }, func() bool { return r.queued.Load() == 1 })
+	waitWithin(t, 5*time.Second, func() string { return "the second request never queued" }, func() bool { return r.env.queued.Load() == 1 })
 
-	r.root.Send(first.Handle.(*actor.PID), (*messages.AttemptEnded)(nil)) // malformed: the supervisor panics
+	r.root.Send(first.Handle.(*actor.PID), (*ingress.AttemptEnded)(nil)) // malformed: the supervisor panics
 	<-ran
 	got := make(chan ingress.Command, 1)
 	go func() { got <- second.Await() }()
 	select {
 	case c := <-got:
-		if c.Plan == nil {
-			t.Fatalf("the queued request was answered %+v, want a plan", c.Verdict)
+		if c.Attempt == nil {
+			t.Fatalf("the queued request was answered %+v, want an attempt", c.Answer)
 		}
 		second.Abort(errors.New("test over"))
-		second.Run(c.Plan)
+		second.Run(c.Attempt)
 	case <-time.After(5 * time.Second):
 		t.Fatal("the queued request was not woken by the crashed supervisor's released slots")
 	}

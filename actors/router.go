@@ -24,7 +24,6 @@ import (
 	"github.com/narwhal-router/narwhal/messages"
 	"github.com/narwhal-router/narwhal/transport"
 	"github.com/narwhal-router/narwhal/transport/ingress"
-	"github.com/narwhal-router/narwhal/transport/kv"
 	"github.com/narwhal-router/narwhal/transport/telemetry"
 )
 
@@ -34,19 +33,15 @@ type Options struct {
 	Logger  *slog.Logger
 	// AccessLog receives one JSON line per request; nil disables the access log.
 	AccessLog io.Writer
-	// Connectors are the KV connectors engines may name; zero: kv.Builtin.
-	Connectors kv.Registry
 	// Cluster shares breaker verdicts with other Narwhal nodes; nil runs this node alone.
 	Cluster *cluster.Node
 }
 
 // Router is the actor system behind the client API. It implements ingress.Dispatcher.
 type Router struct {
-	cfg     config.Config
-	rt      config.Runtime // cfg provisioned: what the per-request paths read
+	rt      config.Runtime // what every actor reads; never changed after start
 	metrics *telemetry.Metrics
 	log     *slog.Logger
-	access  *accessLog
 
 	system   *actor.ActorSystem
 	root     *actor.RootContext
@@ -54,8 +49,9 @@ type Router struct {
 	pool     *actor.PID
 	fleet    *fleet
 	states   []*engineState
-	budget   *retryBudget
 	cluster  *cluster.Node
+	// env is what request supervisors use of the router (request.go).
+	env *requestEnv
 
 	// requestRoot spawns request supervisors under a guardian that stops, never restarts, them.
 	requestRoot *actor.RootContext
@@ -64,40 +60,24 @@ type Router struct {
 	// and two closures built per request (issue #17).
 	requestProps *actor.Props
 	seq          atomic.Uint64
-	queued       atomic.Int32 // requests in the admission queue (written by the pool)
-	// commits counts committed requests; attributedAt is its value when failures were last
-	// attributed to a request. Attribution needs a commit in between (request.go, judge).
-	commits, attributedAt atomic.Uint64
-	live                  liveSet  // every started request supervisor
-	scraper               *scraper // placement.scrape_interval_s; nil when off
+	scraper      *scraper // placement.scrape_interval_s; nil when off
 }
 
-// NewRouter builds the engine clients and starts the actor system.
-func NewRouter(cfg config.Config, opts Options) (*Router, error) {
-	r := &Router{cfg: cfg, rt: config.Provision(cfg), metrics: opts.Metrics, log: opts.Logger, budget: newRetryBudget(cfg.Recovery.RetryBudget),
-		cluster: opts.Cluster}
+// NewRouter builds the engine clients from rt and starts the actor system.
+func NewRouter(rt config.Runtime, opts Options) (*Router, error) {
+	r := &Router{rt: rt, metrics: opts.Metrics, log: opts.Logger, cluster: opts.Cluster}
 	if r.metrics == nil {
 		r.metrics = telemetry.Noop()
 	}
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
 	}
-	if opts.AccessLog != nil {
-		r.access = newAccessLog(opts.AccessLog, cfg.Log.AccessLogFlushS.Duration())
-	}
-	fr := r.rt.Fleet
+	fr := rt.Fleet
 	r.fleet = &fleet{byName: map[string]*engineView{}, policy: fr.Placement, loadFactor: fr.LoadFactor,
 		stale: fr.ScrapeStale, index: newPrefixIndex(fr.IndexBlocks)}
-	connectors := opts.Connectors
-	if len(connectors.Names()) == 0 {
-		connectors = kv.Builtin()
-	}
-	for _, e := range cfg.Engines {
-		client, err := transport.NewEngineClientWith(e, cfg.Engine, connectors)
-		if err != nil {
-			return nil, err
-		}
-		v := &engineView{idx: len(r.fleet.engines), name: e.Name, role: e.Role, maxInflight: e.MaxInflight, client: client}
+	for _, e := range rt.Engines {
+		v := &engineView{idx: len(r.fleet.engines), name: e.Name, role: e.Role, maxInflight: e.MaxInflight,
+			client: transport.NewEngineClient(e, rt.Engine)}
 		if len(e.Models) > 0 {
 			ms := append([]string(nil), e.Models...)
 			v.models.Store(&ms)
@@ -105,26 +85,33 @@ func NewRouter(cfg config.Config, opts Options) (*Router, error) {
 		v.placeable.Store(true)
 		r.fleet.engines = append(r.fleet.engines, v)
 		r.fleet.byName[e.Name] = v
-		r.states = append(r.states, &engineState{cfg: e, view: v, breaker: newBreaker(cfg.Recovery)})
+		r.states = append(r.states, &engineState{spec: e, view: v, breaker: newBreaker(rt.Recovery)})
 	}
 
-	if cfg.Recovery.Readmission == config.ReadmissionHealth {
+	if rt.Recovery.ReadmitByHealth() {
 		r.log.Warn("readmission by health check (recovery.readmission: health): an ejected engine is readmitted when GET /health answers, even if its generations still hang; for development fleets only")
 	} else {
-		r.log.Info("readmission by inference probe (recovery.readmission: probe)", "lifecycle_validation", cfg.EngineContract != nil)
+		r.log.Info("readmission by inference probe (recovery.readmission: probe)", "lifecycle_validation", rt.Contract != nil)
 	}
 	logger := r.log
 	r.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 		return slog.New(levelFloor{logger.Handler(), slog.LevelWarn}).With("lib", "protoactor")
 	}))
 	r.root = r.system.Root
+	r.env = &requestEnv{rt: rt.Request, fleet: r.fleet, placement: rt.Fleet, exposeEngineErrors: rt.Server.ExposeEngineErrors,
+		root: r.root, metrics: r.metrics, log: r.log, cluster: r.cluster,
+		budget: newRetryBudget(rt.Recovery.RetryBudget), blame: &blameLedger{}, live: &liveSet{}}
+	if opts.AccessLog != nil {
+		r.env.access = newAccessLog(opts.AccessLog, rt.Log.AccessLogFlush)
+	}
 	// A crashed request supervisor is stopped, never restarted: its Stopped handler answers the
 	// client and releases what it held. A restarted one would have lost track of both.
 	r.requestRoot = r.root.Copy().WithGuardian(actor.NewOneForOneStrategy(0, 0, func(reason any) actor.Directive {
 		r.log.Error("request supervisor crashed", "panic", fmt.Sprint(reason))
 		return actor.StopDirective
 	}))
-	r.requestProps = actor.PropsFromProducer(func() actor.Actor { return &requestSupervisor{r: r} }, inline, inlineMailboxes)
+	env := r.env
+	r.requestProps = actor.PropsFromProducer(func() actor.Actor { return &requestSupervisor{env: env} }, inline, inlineMailboxes)
 	guardian, err := r.root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &guardianActor{r: r} },
 		actor.WithSupervisor(actor.NewOneForOneStrategy(10, time.Minute, func(any) actor.Directive { return actor.RestartDirective }))),
 		"narwhal")
@@ -168,7 +155,7 @@ func (r *Router) Dispatch(x *ingress.Exchange) {
 	var name [32]byte
 	pid, err := r.requestRoot.SpawnNamed(r.requestProps, string(strconv.AppendUint(append(name[:0], "requests/"...), r.seq.Add(1), 10)))
 	if err != nil { // unreachable: names come from a counter
-		x.Send(ingress.Command{Verdict: ingress.Verdict{Status: 500}})
+		x.Send(ingress.Command{Answer: ingress.Answer{Status: 500}})
 		return
 	}
 	x.Handle = pid
@@ -181,65 +168,17 @@ func (r *Router) ClientGone(x *ingress.Exchange) {
 }
 
 // AttemptEnded implements ingress.Dispatcher.
-func (r *Router) AttemptEnded(x *ingress.Exchange, m *messages.AttemptEnded) {
+func (r *Router) AttemptEnded(x *ingress.Exchange, m *ingress.AttemptEnded) {
 	r.root.Send(x.Handle.(*actor.PID), m)
 }
 
 // Finished implements ingress.Dispatcher.
-func (r *Router) Finished(x *ingress.Exchange, m *messages.StreamFinished) {
+func (r *Router) Finished(x *ingress.Exchange, m *ingress.StreamFinished) {
 	r.root.Send(x.Handle.(*actor.PID), m)
 }
 
 // Models implements ingress.ModelLister.
 func (r *Router) Models() []string { return r.fleet.models() }
-
-// requestDone records a finished request; its supervisor calls it once.
-func (r *Router) requestDone(s *requestSupervisor) {
-	now := time.Now()
-	total := now.Sub(s.x.Arrival)
-	if !s.end.Ended.IsZero() {
-		total = s.end.Ended.Sub(s.x.Arrival)
-	}
-	// A rejected request's last attempt was never placed: it called no engine, and its backend
-	// request id was never sent anywhere.
-	attempts, backendID := s.attempt, s.backendID
-	if s.outcome == outcomeRejected && attempts > 0 {
-		attempts, backendID = attempts-1, ""
-	}
-	r.metrics.RequestDone(telemetry.Request{
-		Endpoint: s.x.Body.Endpoint.String(), Status: s.status, Outcome: s.outcome, Attempts: attempts,
-		TTFT: s.ttft, FirstByte: s.firstByte, Total: total, OutputToks: s.end.OutputTokens,
-	})
-	if s.self != nil {
-		r.live.remove(s.self)
-	}
-	if r.access == nil {
-		return
-	}
-	line := &accessLine{
-		Time: now.UTC().Format(time.RFC3339Nano), RequestID: s.x.ID, BackendID: backendID,
-		Endpoint: s.x.Body.Endpoint.String(), Model: s.x.Body.Model, Stream: s.x.Body.Stream,
-		Status: s.status, Outcome: s.outcome, Attempts: attempts,
-		TTFT: s.ttft.Seconds(), FirstByte: s.firstByte.Seconds(), Total: total.Seconds(),
-		OutputTokens: s.end.OutputTokens,
-	}
-	if s.consumer != nil && s.attempt > 0 && s.outcome != outcomeRejected {
-		line.Consumer = s.consumer.name
-		if s.producer != nil { // a passthrough request and a local decode have none
-			line.Producer = s.producer.name
-		}
-		if !s.x.Body.Endpoint.Passthrough() {
-			line.Disaggregation, line.DisaggReason, line.PrefixMatch = s.verdict.decision(), s.verdict.reason, s.prefixMatch
-		}
-	}
-	if s.phase != phaseQueued && !s.decodeStart.IsZero() {
-		line.HandoffAge = s.handoffAge.Seconds()
-	}
-	if f := s.lastFault; f != nil {
-		line.ErrorKind, line.ErrorEngine, line.ErrorDetail, line.Reason = f.Kind.String(), f.Engine, f.Error(), f.Reason
-	}
-	r.access.write(line)
-}
 
 // Engines returns every engine actor's state, in configuration order.
 func (r *Router) Engines(ctx context.Context) ([]messages.EngineState, error) {
@@ -262,7 +201,7 @@ func (r *Router) Requests(ctx context.Context) []messages.RequestState {
 		timeout = time.Until(d)
 	}
 	var futures []*actor.Future
-	for _, pid := range r.live.snapshot() {
+	for _, pid := range r.env.live.snapshot() {
 		futures = append(futures, r.root.RequestFuture(pid, &messages.Describe{}, timeout))
 	}
 	out := make([]messages.RequestState, 0, len(futures))
@@ -320,13 +259,13 @@ func (r *Router) Ready() bool {
 
 // InFlight is the number of live request supervisors.
 func (r *Router) InFlight() int {
-	return r.live.len()
+	return r.env.live.len()
 }
 
 // AbortAll cancels every live request (the end of a shutdown grace period): streams end with
 // a terminal error event, requests before commit get 503.
 func (r *Router) AbortAll() {
-	for _, pid := range r.live.snapshot() { // outside the lock: an inline supervisor may finish and remove itself
+	for _, pid := range r.env.live.snapshot() { // outside the lock: an inline supervisor may finish and remove itself
 		r.root.Send(pid, &messages.Abort{})
 	}
 }
@@ -340,8 +279,8 @@ func (r *Router) Close() {
 		st.view.client.Close()
 	}
 	r.system.Shutdown()
-	if r.access != nil {
-		r.access.close()
+	if r.env.access != nil {
+		r.env.access.close()
 	}
 }
 

@@ -14,7 +14,7 @@ func TestStartRefusesATakenPort(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = Start(testConfig(addr, nil), Options{})
+	_, err = Start(provisioned(testConfig(addr, nil)), Options{})
 	ln.Close()
 	if err == nil || !strings.Contains(err.Error(), "cluster.bind "+addr) {
 		t.Fatalf("TCP port taken: error %v, want one naming cluster.bind", err)
@@ -25,7 +25,7 @@ func TestStartRefusesATakenPort(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pc.Close()
-	_, err = Start(testConfig(addr, nil), Options{})
+	_, err = Start(provisioned(testConfig(addr, nil)), Options{})
 	if err == nil || !strings.Contains(err.Error(), "UDP, for heartbeats") {
 		t.Fatalf("UDP port taken: error %v, want one naming the heartbeats' UDP port", err)
 	}

@@ -1,4 +1,4 @@
-// Package cluster lets several Narwhal nodes act as one about engines (SPEC §15): it runs
+// Package cluster lets several Narwhal nodes act as one about engines: it runs
 // protoactor-go's cluster (membership and gossip) in an actor system of its own and shares, per
 // engine, the verdicts each node reaches — ejected, quarantined, probing, readmitted after a
 // probe, and operators' admin actions — with their own deadlines.

@@ -25,16 +25,16 @@ type etcdRefresher struct {
 	wg     sync.WaitGroup
 }
 
-func startEtcdRefresher(cfg config.Cluster, memberID string, log *slog.Logger) (*etcdRefresher, error) {
-	client, err := clientv3.New(clientv3.Config{Endpoints: cfg.Etcd.Endpoints, DialTimeout: cfg.Etcd.DialTimeoutS.Duration()})
+func startEtcdRefresher(cfg config.ClusterRuntime, memberID string, log *slog.Logger) (*etcdRefresher, error) {
+	client, err := clientv3.New(clientv3.Config{Endpoints: cfg.Etcd.Endpoints, DialTimeout: cfg.Etcd.DialTimeout})
 	if err != nil {
 		return nil, err
 	}
 	r := &etcdRefresher{client: client, log: log, done: make(chan struct{}),
 		key: cfg.Etcd.Prefix + "/" + cfg.Name + "/" + cfg.Name + "@" + memberID}
-	interval := max(time.Second, cfg.SuspectAfterS.Duration())
+	interval := max(time.Second, cfg.SuspectAfter)
 	r.wg.Add(1)
-	go r.run(interval, cfg.Etcd.DialTimeoutS.Duration())
+	go r.run(interval, cfg.Etcd.DialTimeout)
 	return r, nil
 }
 

@@ -46,7 +46,7 @@ type Options struct {
 // Node is this process's membership of the cluster. Its methods are safe for concurrent use;
 // a nil *Node is a cluster of one (every method works and shares nothing).
 type Node struct {
-	cfg   config.Cluster
+	cfg   config.ClusterRuntime
 	name  string
 	log   *slog.Logger
 	on    atomic.Pointer[func(Verdict)]
@@ -151,12 +151,12 @@ func (c *guardedConn) Write(b []byte) (int, error) {
 
 // Start joins the cluster described by cfg. A node that cannot join yet (an unreachable etcd)
 // still starts: it keeps retrying in the background and meanwhile routes on its own view.
-func Start(cfg config.Cluster, opts Options) (*Node, error) {
+func Start(cfg config.ClusterRuntime, opts Options) (*Node, error) {
 	if !cfg.Enabled {
 		return nil, nil
 	}
-	n := &Node{cfg: cfg, name: cfg.Node(), log: opts.Logger,
-		board: newBoard(cfg.Node(), cfg.VerdictTTLS.Duration()),
+	n := &Node{cfg: cfg, name: cfg.Node, log: opts.Logger,
+		board: newBoard(cfg.Node, cfg.VerdictTTL),
 		push:  make(chan struct{}, 1), rejoiner: make(chan rejoinRequest, 1), done: make(chan struct{}),
 		lastGossip: map[string]time.Time{}, epoch: time.Now(), faults: startFaults()}
 	if n.log == nil {
@@ -219,7 +219,7 @@ func (n *Node) join() (err error) {
 	switch n.cfg.Provider {
 	case config.ProviderEtcd:
 		p, perr := etcd.NewWithConfig(n.cfg.Etcd.Prefix, clientv3.Config{
-			Endpoints: n.cfg.Etcd.Endpoints, DialTimeout: n.cfg.Etcd.DialTimeoutS.Duration()})
+			Endpoints: n.cfg.Etcd.Endpoints, DialTimeout: n.cfg.Etcd.DialTimeout})
 		if perr != nil {
 			system.Shutdown()
 			return fmt.Errorf("etcd provider: %w", perr)
@@ -229,7 +229,7 @@ func (n *Node) join() (err error) {
 		inc.static = newStaticProvider(n)
 		inc.provider = inc.static
 	}
-	ropts := []remote.ConfigOption{remote.WithAdvertisedHost(n.cfg.AdvertiseAddr()),
+	ropts := []remote.ConfigOption{remote.WithAdvertisedHost(n.cfg.Advertise),
 		// The default pre-allocates a million-slot queue per peer (~16 MiB).
 		remote.WithEndpointWriterQueueSize(4096), remote.WithEndpointManagerQueueSize(4096),
 		remote.WithDialOptions(grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithContextDialer(inc.dialer(n, n.faults.dialer())))}
@@ -238,8 +238,8 @@ func (n *Node) join() (err error) {
 	}
 	rc := remote.Configure(host, port, ropts...)
 	cc := cluster.Configure(n.cfg.Name, inc.provider, disthash.New(), rc,
-		cluster.WithHeartbeatExpiration(max(20*time.Second, 4*n.cfg.SuspectAfterS.Duration())))
-	cc.GossipInterval = n.cfg.GossipIntervalS.Duration()
+		cluster.WithHeartbeatExpiration(max(20*time.Second, 4*n.cfg.SuspectAfter)))
+	cc.GossipInterval = n.cfg.GossipInterval
 	inc.cl = cluster.New(system, cc)
 	inc.sub = system.EventStream.Subscribe(func(evt any) { n.event(inc, evt) })
 	defer func() {
@@ -275,7 +275,7 @@ func (n *Node) join() (err error) {
 	n.generation++
 	n.startErr = ""
 	n.mu.Unlock()
-	n.log.Info("joined the cluster", "member_id", system.ID, "address", n.cfg.AdvertiseAddr(), "provider", n.cfg.Provider)
+	n.log.Info("joined the cluster", "member_id", system.ID, "address", n.cfg.Advertise, "provider", n.cfg.Provider)
 	n.sendNow()
 	return nil
 }
@@ -537,7 +537,7 @@ func (n *Node) watchdog() {
 	defer n.wg.Done()
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
-	suspect := n.cfg.SuspectAfterS.Duration()
+	suspect := n.cfg.SuspectAfter
 	last := time.Now()
 	for {
 		select {
@@ -552,7 +552,7 @@ func (n *Node) watchdog() {
 			// Fenced and muted before the tick says the process runs again (stallUnseen).
 			n.mu.Lock()
 			n.stalls++
-			n.fencedUntil = now.Add(suspect + n.cfg.GossipIntervalS.Duration())
+			n.fencedUntil = now.Add(suspect + n.cfg.GossipInterval)
 			n.mu.Unlock()
 			n.rejoin(n.memberID(), "stalled for "+gap.Round(time.Millisecond).String())
 			n.log.Warn("this node stalled; fencing it and rejoining the cluster", "stall", gap.String())
@@ -564,9 +564,9 @@ func (n *Node) watchdog() {
 // loop publishes, re-publishes, watches for stalls and rejoins, one thing at a time.
 func (n *Node) loop() {
 	defer n.wg.Done()
-	republish := time.NewTicker(n.cfg.RepublishIntervalS.Duration())
+	republish := time.NewTicker(n.cfg.RepublishInterval)
 	defer republish.Stop()
-	retry := time.NewTicker(n.cfg.SuspectAfterS.Duration())
+	retry := time.NewTicker(n.cfg.SuspectAfter)
 	defer retry.Stop()
 	for {
 		select {
@@ -649,7 +649,7 @@ func (n *Node) forgetGossip() {
 		live[systemID(m)] = true
 	}
 	for id, at := range n.lastGossip {
-		if !live[id] && time.Since(at) > n.cfg.VerdictTTLS.Duration() {
+		if !live[id] && time.Since(at) > n.cfg.VerdictTTL {
 			delete(n.lastGossip, id)
 		}
 	}
@@ -674,7 +674,7 @@ func (n *Node) Fenced() bool {
 // its first tick, nothing is known.)
 func (n *Node) stallUnseen() bool {
 	t := n.tick.Load()
-	return t != 0 && time.Since(n.epoch)-time.Duration(t) > n.cfg.SuspectAfterS.Duration()
+	return t != 0 && time.Since(n.epoch)-time.Duration(t) > n.cfg.SuspectAfter
 }
 
 // ShouldProbe reports whether this node is the one that probes engine this interval: the
@@ -688,7 +688,7 @@ func (n *Node) ShouldProbe(engine string) bool {
 	if !ok || w.State == StateAdmitted {
 		return true
 	}
-	return n.prober(engine) == n.cfg.AdvertiseAddr()
+	return n.prober(engine) == n.cfg.Advertise
 }
 
 func (n *Node) memberID() string {
@@ -704,7 +704,7 @@ func (n *Node) prober(engine string) string {
 	n.mu.Lock()
 	members := n.members
 	n.mu.Unlock()
-	best, bestH := n.cfg.AdvertiseAddr(), uint64(0)
+	best, bestH := n.cfg.Advertise, uint64(0)
 	for _, m := range members {
 		h := fnv.New64a()
 		h.Write([]byte(m.Address()))

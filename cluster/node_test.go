@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/narwhal-router/narwhal/config"
+	"github.com/narwhal-router/narwhal/transport/kv"
 )
 
 // freeAddr returns a loopback host:port free for both TCP (protoactor's remote) and UDP (the
@@ -62,6 +63,19 @@ func testConfig(bind string, seeds []string) config.Cluster {
 	c.VerdictTTLS = 1.5
 	c.RepublishIntervalS = 0.3
 	return c
+}
+
+// provisioned is c as a node runs it: provisioned through the one entry point, with a fleet
+// of one engine to make the rest of the configuration valid.
+func provisioned(c config.Cluster) config.ClusterRuntime {
+	cfg := config.Default()
+	cfg.Cluster = c
+	cfg.Engines = []config.Engine{{Name: "e0", URL: "http://127.0.0.1:1", Role: config.RoleBoth}}
+	rt, err := config.Provision(cfg, kv.Builtin())
+	if err != nil {
+		panic(fmt.Sprintf("test cluster configuration: %v", err))
+	}
+	return rt.Cluster
 }
 
 // waitFor polls cond until it holds or the deadline passes.

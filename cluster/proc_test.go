@@ -63,7 +63,7 @@ func runTestNode(spec string) int {
 	var mu sync.Mutex
 	enc := json.NewEncoder(os.Stdout)
 	emit := func(l line) { mu.Lock(); enc.Encode(l); mu.Unlock() }
-	n, err := Start(cfg, Options{
+	n, err := Start(provisioned(cfg), Options{
 		Logger:    slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		OnVerdict: func(v Verdict) { emit(line{Heard: &v, At: time.Now()}) },
 	})
@@ -186,7 +186,7 @@ func launchProc(t *testing.T, cfg config.Cluster) (*proc, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	p := &proc{t: t, name: cfg.Node(), cmd: cmd, in: in, replies: make(chan line, 4), stderr: logPath, exited: make(chan struct{}), cutFile: cutFile}
+	p := &proc{t: t, name: provisioned(cfg).Node, cmd: cmd, in: in, replies: make(chan line, 4), stderr: logPath, exited: make(chan struct{}), cutFile: cutFile}
 	go func() {
 		dec := json.NewDecoder(out)
 		for {

@@ -51,7 +51,7 @@ func (n *Node) Status() Status {
 		return Status{Members: []Member{}, Verdicts: []Verdict{}}
 	}
 	now := time.Now()
-	st := Status{Enabled: true, Cluster: n.cfg.Name, Node: n.name, Address: n.cfg.AdvertiseAddr(),
+	st := Status{Enabled: true, Cluster: n.cfg.Name, Node: n.name, Address: n.cfg.Advertise,
 		Provider: n.cfg.Provider, Verdicts: n.board.view(now), Members: []Member{}}
 	n.mu.Lock()
 	inc, members := n.inc, n.members
@@ -131,7 +131,7 @@ func (n *Node) Tree() TreeNode {
 		"joined": st.Joined, "fenced": st.Fenced, "members": len(st.Members)}}
 	if inc := n.current(); inc != nil {
 		root.PID = inc.system.Address() + "/" + inc.system.ID
-		state := map[string]any{"interval_s": float64(n.cfg.GossipIntervalS)}
+		state := map[string]any{"interval_s": n.cfg.GossipInterval.Seconds()}
 		if st.LastGossip != nil {
 			state["last_gossip"] = st.LastGossip.UTC().Format(time.RFC3339Nano)
 		}

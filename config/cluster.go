@@ -5,7 +5,7 @@ import (
 	"strconv"
 )
 
-// Cluster makes several Narwhal nodes share what each learns about engines (SPEC §15). It is off
+// Cluster makes several Narwhal nodes share what each learns about engines. It is off
 // by default; a node with it off behaves exactly as a single router.
 type Cluster struct {
 	Enabled bool   `yaml:"enabled"`
@@ -60,20 +60,20 @@ func defaultCluster() Cluster {
 	}
 }
 
-// AdvertiseAddr is the address peers reach this node on.
-func (c Cluster) AdvertiseAddr() string {
+// advertiseAddr is the address peers reach this node on.
+func (c Cluster) advertiseAddr() string {
 	if c.Advertise != "" {
 		return c.Advertise
 	}
 	return c.Bind
 }
 
-// Node is this node's name.
-func (c Cluster) Node() string {
+// node is this node's name.
+func (c Cluster) node() string {
 	if c.NodeName != "" {
 		return c.NodeName
 	}
-	return c.AdvertiseAddr()
+	return c.advertiseAddr()
 }
 
 // cluster checks the section whether or not it is enabled: turning it on must not be the moment

@@ -14,7 +14,7 @@ func TestClusterIsOffByDefaultAndKeepsItsDefaults(t *testing.T) {
 		t.Fatal("the cluster is on by default")
 	}
 	c := cfg.Cluster
-	if !c.Enabled || c.Provider != ProviderStatic || c.Bind != "127.0.0.1:7946" || c.Node() != "127.0.0.1:7946" || c.VerdictTTLS != 5 {
+	if !c.Enabled || c.Provider != ProviderStatic || c.Bind != "127.0.0.1:7946" || c.node() != "127.0.0.1:7946" || c.VerdictTTLS != 5 {
 		t.Fatalf("cluster = %+v", c)
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/narwhal-router/narwhal/transport/kv"
 )
 
 // Config is the whole configuration file. The zero value is not useful: call Default or Load.
@@ -28,6 +30,10 @@ type Config struct {
 	Metrics        Metrics         `yaml:"metrics"`
 	Log            Log             `yaml:"log"`
 	Cluster        Cluster         `yaml:"cluster"`
+
+	// lines maps each key path the file set to its line (Parse fills it), so that problems
+	// found later (Provision) still name their line.
+	lines map[string]int
 }
 
 // Server configures the client listener and the admin listener.
@@ -83,7 +89,7 @@ type Admission struct {
 	QueueTimeoutS Seconds `yaml:"queue_timeout_s"`
 }
 
-// EngineTimeouts are the per-leg timeouts of SPEC §7.
+// EngineTimeouts are the engine legs' timeouts and the bounds on what a leg may hold.
 type EngineTimeouts struct {
 	PrefillTimeoutS    Seconds `yaml:"prefill_timeout_s"`
 	FirstTokenTimeoutS Seconds `yaml:"first_token_timeout_s"`
@@ -104,10 +110,6 @@ type EngineTimeouts struct {
 	// them, they are dropped).
 	MaxHeldBytes  int `yaml:"max_held_bytes"`
 	MaxHeldEvents int `yaml:"max_held_events"`
-	// MaxResponseBytes is server.max_response_bytes, not a key of this section: node.Start
-	// copies it here because an engine client is built from this section alone, and a
-	// passthrough answer is bounded by it. Zero (a client built by hand) takes the default.
-	MaxResponseBytes int `yaml:"-" json:"-"`
 }
 
 // Handoff governs the KV handoff descriptor between the legs.
@@ -339,17 +341,10 @@ func Default() Config {
 	}
 }
 
-// Connector names.
-const ConnectorNIXL = "nixl"
-
-// Connectors lists the engines[].kv.connector values a configuration may use: the connectors
-// transport/kv's Builtin registry implements (a test there keeps the two in step).
-var Connectors = []string{ConnectorNIXL}
-
-// engineDefaults fills the per-engine defaults that depend on nothing else.
+// applyDefaults fills the per-engine defaults that depend on nothing else.
 func (e *Engine) applyDefaults() {
 	if e.KV.Connector == "" {
-		e.KV.Connector = ConnectorNIXL
+		e.KV.Connector = kv.Default
 	}
 	if len(e.KV.TransferModes) == 0 {
 		e.KV.TransferModes = []string{"pull"}

@@ -27,7 +27,9 @@ func Load(path string) (Config, error) {
 
 // Parse decodes a YAML document on top of Default, then validates it. lookupEnv resolves
 // `${NAME}` references in scalar values (os.LookupEnv in production). Every problem found is
-// reported, each naming its line and key path.
+// reported, each naming its line and key path. Engines' connector names are checked by
+// Provision, against the registry the router runs with; the result remembers each key's line
+// so that those problems name their line too.
 func Parse(data []byte, lookupEnv func(string) (string, bool)) (Config, error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
@@ -35,7 +37,7 @@ func Parse(data []byte, lookupEnv func(string) (string, bool)) (Config, error) {
 	}
 	cfg := Default()
 	if doc.Kind == 0 || len(doc.Content) == 0 {
-		return cfg, cfg.validate(nil)
+		return cfg, cfg.validate()
 	}
 	root := doc.Content[0]
 	w := &walker{lines: map[string]int{}, lookupEnv: lookupEnv, bad: map[string]bool{}}
@@ -53,7 +55,15 @@ func Parse(data []byte, lookupEnv func(string) (string, bool)) (Config, error) {
 		cfg.check(ck)
 		return Config{}, errors.Join(byLine(append(w.errs, ck.errs...))...)
 	}
-	return cfg, cfg.validate(w.lines)
+	cfg.lines = w.lines
+	return cfg, cfg.validate()
+}
+
+// validate checks what the file alone can tell: every value but the connector names.
+func (c *Config) validate() error {
+	ck := &checker{lines: c.lines}
+	c.check(ck)
+	return errors.Join(ck.errs...)
 }
 
 // walker checks the document alongside the Go type before anything is decoded: every mapping

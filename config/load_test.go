@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/narwhal-router/narwhal/transport/kv"
 )
 
 func noEnv(string) (string, bool) { return "", false }
@@ -26,7 +28,7 @@ func TestMinimalFileKeepsDocumentedDefaults(t *testing.T) {
 	if !reflect.DeepEqual(cfg.Server, def.Server) || cfg.Engine != def.Engine || cfg.Recovery != def.Recovery || cfg.Log != def.Log {
 		t.Fatalf("defaults changed by a file that does not mention them:\n got %+v\nwant %+v", cfg, def)
 	}
-	if got := cfg.Engines[0].KV.Connector; got != ConnectorNIXL {
+	if got := cfg.Engines[0].KV.Connector; got != kv.NIXL {
 		t.Fatalf("default connector = %q, want nixl", got)
 	}
 	if got := cfg.Engines[1].KV.TransferModes; len(got) != 1 || got[0] != "pull" {

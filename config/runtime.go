@@ -1,19 +1,73 @@
 package config
 
 import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
 	"strconv"
 	"time"
+
+	"github.com/narwhal-router/narwhal/transport/kv"
 )
 
-// Runtime is a configuration provisioned for running: read once at startup, every duration a
-// time.Duration and every derived value computed, so that nothing on a per-request or per-event
-// path converts YAML values. The YAML types above stay the contract with operators; Runtime is
-// what the running router reads.
+// Runtime is a configuration provisioned for running: validated, every duration a
+// time.Duration, every secret file read, every engine's URL parsed and its connector resolved,
+// every derived value computed. It is made once by Provision and never changed: the router,
+// ingress, the engine clients, the breakers and the cluster each take the piece they need, and
+// nothing converts a YAML value after start. A reload provisions a new Runtime and swaps it
+// whole. The YAML types (Config and its sections) stay the contract with operators; Runtime is
+// what the running process reads.
 type Runtime struct {
-	Server  ServerRuntime
-	Engine  EngineTimings
-	Request RequestRuntime
-	Fleet   FleetRuntime
+	Server    ServerRuntime
+	Admin     AdminRuntime
+	Request   RequestRuntime
+	Engine    EngineTimings
+	Fleet     FleetRuntime
+	Recovery  RecoveryRuntime
+	Preflight PreflightRuntime
+	// Contract is engine_contract; nil when the configuration pins none.
+	Contract *EngineContract
+	// Engines are the configured engines, in configuration order.
+	Engines []EngineSpec
+	Metrics MetricsRuntime
+	Log     LogRuntime
+	Cluster ClusterRuntime
+}
+
+// ServerRuntime is the client listener's provisioned settings (server.*).
+type ServerRuntime struct {
+	Listen               string
+	MaxBodyBytes         int
+	HeaderTimeout        time.Duration
+	IdleTimeout          time.Duration
+	ShutdownGrace        time.Duration
+	ExposeRoutingHeaders bool
+	MaxHeaderBytes       int
+	ClientWriteTimeout   time.Duration
+	MaxResponseBytes     int
+	ExposeEngineErrors   bool
+	// APIKeys are server.api_keys followed by the keys of server.api_keys_file, read once here;
+	// none means no client authentication. APIKeyMaxConcurrency bounds one key's requests in
+	// flight (0: unbounded).
+	APIKeys              []string
+	APIKeyMaxConcurrency int
+	// Procs is server.procs: Fixed CPUs (0: the runtime's choice), or sized to the load (Auto).
+	Procs Procs
+}
+
+// Procs is server.procs provisioned.
+type Procs struct {
+	Fixed int
+	Auto  bool
+}
+
+// AdminRuntime is the admin listener's settings: server.admin_listen ("" turns it off),
+// server.admin_token ("" leaves it open) and server.admin_idle_timeout_s.
+type AdminRuntime struct {
+	Listen      string
+	Token       string
+	IdleTimeout time.Duration
 }
 
 // FleetRuntime is disaggregation.* and placement.* provisioned.
@@ -33,20 +87,8 @@ type FleetRuntime struct {
 	ScrapeTimeout  time.Duration
 }
 
-// ServerRuntime is the client listener's provisioned settings.
-type ServerRuntime struct {
-	MaxBodyBytes         int
-	HeaderTimeout        time.Duration
-	IdleTimeout          time.Duration
-	ShutdownGrace        time.Duration
-	ExposeRoutingHeaders bool
-	MaxHeaderBytes       int
-	ClientWriteTimeout   time.Duration
-	MaxResponseBytes     int
-	ExposeEngineErrors   bool
-}
-
-// EngineTimings are the engine-leg bounds (engine.* in the file).
+// EngineTimings are the engine-leg bounds (engine.*, and server.max_response_bytes, which bounds
+// a passthrough answer as the engine client reads it).
 type EngineTimings struct {
 	Prefill    time.Duration
 	FirstToken time.Duration
@@ -79,10 +121,120 @@ type RequestRuntime struct {
 	RetryAfter string
 }
 
-// Provision reads c into its runtime form. c must be valid (Validate).
-func Provision(c Config) Runtime {
-	return Runtime{
+// RecoveryRuntime is recovery.* as the breakers and the retry budget read it.
+type RecoveryRuntime struct {
+	RetryBudget RetryBudgetRuntime
+	EjectAfter  int
+	// FailureQuarantine > 0 takes an engine out of placement for that long after a counted failure.
+	FailureQuarantine time.Duration
+	ProbeInterval     time.Duration
+	ProbeMaxInterval  time.Duration
+	// Readmission is ReadmissionProbe or ReadmissionHealth.
+	Readmission string
+}
+
+// ReadmitByHealth says an ejected engine is readmitted by a health check (recovery.readmission:
+// health), not by an inference probe.
+func (r RecoveryRuntime) ReadmitByHealth() bool { return r.Readmission == ReadmissionHealth }
+
+// RetryBudgetRuntime is recovery.retry_budget: retries may add Ratio of the requests of the last
+// Window, plus MinPerS a second.
+type RetryBudgetRuntime struct {
+	Ratio   float64
+	MinPerS float64
+	Window  time.Duration
+}
+
+// PreflightRuntime is preflight.*.
+type PreflightRuntime struct {
+	Concurrency int
+}
+
+// EngineSpec is one configured engine, resolved: its URL parsed, its connector found in the
+// registry, its KV side assembled.
+type EngineSpec struct {
+	Name string
+	// URL is the engine's base URL as configured; Base is its scheme://host[:port], Addr the
+	// host:port to dial (the scheme's port when the URL names none), TLS whether it is https.
+	URL  string
+	Base string
+	Addr string
+	TLS  bool
+	Role Role
+	// MaxInflight caps the engine's phase reservations (0: no cap).
+	MaxInflight int
+	// Models are the models configured for the engine; none: it is asked (/v1/models).
+	Models []string
+	APIKey string
+	// Connector is the engine's kv.connector, resolved; KV is its side of the transfer.
+	Connector kv.Connector
+	KV        kv.Side
+}
+
+// MetricsRuntime is metrics.*.
+type MetricsRuntime struct {
+	// Statsd is nil when no statsd daemon is configured.
+	Statsd *StatsdRuntime
+}
+
+// StatsdRuntime is metrics.statsd.
+type StatsdRuntime struct {
+	Address       string
+	Prefix        string
+	FlushInterval time.Duration
+}
+
+// LogRuntime is log.*.
+type LogRuntime struct {
+	Level          slog.Level
+	Format         string // json or text
+	AccessLog      bool
+	AccessLogFlush time.Duration
+}
+
+// ClusterRuntime is cluster.* with its derived names: Node and Advertise are resolved.
+type ClusterRuntime struct {
+	Enabled bool
+	Name    string
+	// Node labels this node (cluster.node_name, else the advertised address); Advertise is the
+	// address peers reach it on (cluster.advertise, else cluster.bind).
+	Node      string
+	Bind      string
+	Advertise string
+	Provider  string
+	Seeds     []string
+	Etcd      EtcdRuntime
+
+	GossipInterval    time.Duration
+	HeartbeatInterval time.Duration
+	SuspectAfter      time.Duration
+	VerdictTTL        time.Duration
+	RepublishInterval time.Duration
+}
+
+// EtcdRuntime is cluster.etcd.
+type EtcdRuntime struct {
+	Endpoints   []string
+	Prefix      string
+	DialTimeout time.Duration
+}
+
+// Provision validates c — every value, and every engine's connector name against connectors,
+// the registry the router runs with — and reads it into its runtime form. It reports every
+// problem at once, naming its line when c came from Parse or Load. It is the one way from a
+// configuration to a running router: `serve --check` calls it too, so a file it passes starts.
+func Provision(c Config, connectors kv.Registry) (Runtime, error) {
+	if err := c.Validate(connectors); err != nil {
+		return Runtime{}, err
+	}
+	keys, err := c.Server.ClientAPIKeys() // validated readable: this read is the one that counts
+	if err != nil {
+		return Runtime{}, err
+	}
+	fixed, auto, _ := c.Server.ProcsPolicy() // validated
+	rt := Runtime{
 		Server: ServerRuntime{
+			Listen:               c.Server.Listen,
 			MaxBodyBytes:         c.Server.MaxBodyBytes,
 			HeaderTimeout:        c.Server.HeaderTimeoutS.Duration(),
 			IdleTimeout:          c.Server.IdleTimeoutS.Duration(),
@@ -92,8 +244,13 @@ func Provision(c Config) Runtime {
 			ClientWriteTimeout:   c.Server.ClientWriteTimeoutS.Duration(),
 			MaxResponseBytes:     c.Server.MaxResponseBytes,
 			ExposeEngineErrors:   c.Server.ExposeEngineErrors,
+			APIKeys:              keys,
+			APIKeyMaxConcurrency: c.Server.APIKeyMaxConcurrency,
+			Procs:                Procs{Fixed: fixed, Auto: auto},
 		},
-		Engine: c.Engine.Provision(),
+		Admin: AdminRuntime{Listen: c.Server.AdminListen, Token: c.Server.AdminToken,
+			IdleTimeout: c.Server.AdminIdleTimeoutS.Duration()},
+		Engine: c.Engine.provision(c.Server.MaxResponseBytes),
 		Fleet: FleetRuntime{
 			Disaggregation: c.Disaggregation.Policy, MinPromptTokens: c.Disaggregation.MinPromptTokens,
 			PrefillSaturation: c.Disaggregation.PrefillSaturation, DecodeHeadroom: c.Disaggregation.DecodeHeadroom,
@@ -112,11 +269,79 @@ func Provision(c Config) Runtime {
 			MaxAttempts:   c.Recovery.MaxAttempts,
 			RetryAfter:    strconv.Itoa(max(1, int(c.Recovery.ProbeIntervalS))),
 		},
+		Recovery: RecoveryRuntime{
+			RetryBudget: RetryBudgetRuntime{Ratio: c.Recovery.RetryBudget.Ratio, MinPerS: c.Recovery.RetryBudget.MinPerS,
+				Window: c.Recovery.RetryBudget.WindowS.Duration()},
+			EjectAfter:        c.Recovery.EjectAfter,
+			FailureQuarantine: c.Recovery.FailureQuarantineS.Duration(),
+			ProbeInterval:     c.Recovery.ProbeIntervalS.Duration(),
+			ProbeMaxInterval:  c.Recovery.ProbeMaxIntervalS.Duration(),
+			Readmission:       c.Recovery.Readmission,
+		},
+		Preflight: PreflightRuntime{Concurrency: c.Preflight.Concurrency},
+		Log: LogRuntime{Level: logLevel(c.Log.Level), Format: c.Log.Format, AccessLog: c.Log.AccessLog,
+			AccessLogFlush: c.Log.AccessLogFlushS.Duration()},
+		Cluster: c.Cluster.provision(),
 	}
+	if ec := c.EngineContract; ec != nil {
+		pinned := *ec
+		rt.Contract = &pinned
+	}
+	if s := c.Metrics.Statsd; s != nil {
+		rt.Metrics.Statsd = &StatsdRuntime{Address: s.Address, Prefix: s.Prefix, FlushInterval: s.FlushIntervalS.Duration()}
+	}
+	var errs []error
+	for _, e := range c.Engines {
+		spec, err := ProvisionEngine(e, connectors)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		rt.Engines = append(rt.Engines, spec)
+	}
+	if len(errs) > 0 { // unreachable after Validate; kept so that a gap between the two says so
+		return Runtime{}, errors.Join(errs...)
+	}
+	return rt, nil
 }
 
-// Provision reads the engine timeouts into durations.
-func (t EngineTimeouts) Provision() EngineTimings {
+// ProvisionEngine resolves one engine: its URL and its connector (kv.connector, "" for the
+// default) in connectors. Provision calls it for every configured engine; a program that builds
+// an engine client on its own (the transport package's Go API) may call it directly.
+func ProvisionEngine(e Engine, connectors kv.Registry) (EngineSpec, error) {
+	u, err := url.Parse(e.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return EngineSpec{}, fmt.Errorf("engine %s: %q is not an engine base URL; write http://host:port or https://host:port", e.Name, e.URL)
+	}
+	conn, err := connectors.For(e.KV.Connector)
+	if err != nil {
+		return EngineSpec{}, fmt.Errorf("engine %s: %w", e.Name, err)
+	}
+	addr := u.Host
+	if u.Port() == "" {
+		port := "80"
+		if u.Scheme == "https" {
+			port = "443"
+		}
+		addr = u.Hostname() + ":" + port
+	}
+	modes := e.KV.TransferModes
+	if len(modes) == 0 {
+		modes = []string{"pull"}
+	}
+	return EngineSpec{
+		Name: e.Name, URL: e.URL, Base: u.Scheme + "://" + u.Host, Addr: addr, TLS: u.Scheme == "https",
+		Role: e.Role, MaxInflight: e.MaxInflight, Models: append([]string(nil), e.Models...), APIKey: e.APIKey,
+		Connector: conn,
+		KV: kv.Side{
+			Engine: e.Name, Connector: conn.Name(), EngineID: e.KV.EngineID, Endpoint: e.KV.Endpoint,
+			TransferModes: modes, Host: u.Hostname(), AllowedEndpoints: e.KV.AllowedEndpoints,
+		},
+	}, nil
+}
+
+// provision reads the engine timeouts into durations; maxResponse is server.max_response_bytes.
+func (t EngineTimeouts) provision(maxResponse int) EngineTimings {
 	return EngineTimings{
 		Prefill:    t.PrefillTimeoutS.Duration(),
 		FirstToken: t.FirstTokenTimeoutS.Duration(),
@@ -124,17 +349,35 @@ func (t EngineTimeouts) Provision() EngineTimings {
 		Connect:    t.ConnectTimeoutS.Duration(),
 		IdleConn:   t.IdleConnTimeoutS.Duration(),
 
-		Passthrough: t.PassthroughTimeoutS.Duration(),
-		// Zero (a configuration built by hand) takes the documented defaults.
-		MaxHeldBytes:     orDefault(t.MaxHeldBytes, 4<<20),
-		MaxHeldEvents:    orDefault(t.MaxHeldEvents, 256),
-		MaxResponseBytes: orDefault(t.MaxResponseBytes, 64<<20),
+		Passthrough:      t.PassthroughTimeoutS.Duration(),
+		MaxHeldBytes:     t.MaxHeldBytes,
+		MaxHeldEvents:    t.MaxHeldEvents,
+		MaxResponseBytes: maxResponse,
 	}
 }
 
-func orDefault(v, def int) int {
-	if v <= 0 {
-		return def
+func (c Cluster) provision() ClusterRuntime {
+	return ClusterRuntime{
+		Enabled: c.Enabled, Name: c.Name, Node: c.node(), Bind: c.Bind, Advertise: c.advertiseAddr(),
+		Provider: c.Provider, Seeds: append([]string(nil), c.Seeds...),
+		Etcd: EtcdRuntime{Endpoints: append([]string(nil), c.Etcd.Endpoints...), Prefix: c.Etcd.Prefix,
+			DialTimeout: c.Etcd.DialTimeoutS.Duration()},
+		GossipInterval:    c.GossipIntervalS.Duration(),
+		HeartbeatInterval: c.HeartbeatIntervalS.Duration(),
+		SuspectAfter:      c.SuspectAfterS.Duration(),
+		VerdictTTL:        c.VerdictTTLS.Duration(),
+		RepublishInterval: c.RepublishIntervalS.Duration(),
 	}
-	return v
+}
+
+func logLevel(s string) slog.Level {
+	switch s {
+	case "debug":
+		return slog.LevelDebug
+	case "warn":
+		return slog.LevelWarn
+	case "error":
+		return slog.LevelError
+	}
+	return slog.LevelInfo
 }

@@ -10,15 +10,26 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/narwhal-router/narwhal/transport/kv"
 )
 
-// Validate checks every value and reports all problems at once.
-func (c *Config) Validate() error { return c.validate(nil) }
+// Validate checks every value, and every engine's kv.connector against connectors (the registry
+// the router runs with), and reports all problems at once, each naming its line when c came
+// from Parse or Load. Provision runs it; call it directly to check a configuration built in Go.
+func (c *Config) Validate(connectors kv.Registry) error {
+	ck := &checker{lines: c.lines, connectors: &connectors}
+	c.check(ck)
+	return errors.Join(ck.errs...)
+}
 
 type checker struct {
 	lines map[string]int
 	skip  map[string]bool // paths already reported by the parser
-	errs  []error
+	// connectors is the registry engines' connector names are checked against; nil while
+	// parsing, which cannot know the registry the file will run with (Provision checks them).
+	connectors *kv.Registry
+	errs       []error
 }
 
 // fail records a problem at path; the message says what is wrong and what is allowed.
@@ -119,12 +130,6 @@ func (ck *checker) oneOf(path, v string, allowed ...string) {
 }
 
 var engineName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
-
-func (c *Config) validate(lines map[string]int) error {
-	ck := &checker{lines: lines}
-	c.check(ck)
-	return errors.Join(ck.errs...)
-}
 
 // check records every problem of c in ck.
 func (c *Config) check(ck *checker) {
@@ -257,8 +262,8 @@ func (c *Config) validateEngines(ck *checker) {
 				ck.fail(fmt.Sprintf("%s.models[%d]", p, j), "is empty; write a model name as clients send it")
 			}
 		}
-		if e.KV.Connector != "" {
-			ck.oneOf(p+".kv.connector", e.KV.Connector, Connectors...)
+		if e.KV.Connector != "" && ck.connectors != nil && !ck.connectors.Has(e.KV.Connector) {
+			ck.oneOf(p+".kv.connector", e.KV.Connector, ck.connectors.Names()...)
 		}
 		if e.KV.Endpoint != "" {
 			ck.hostPort(p+".kv.endpoint", e.KV.Endpoint, false)

@@ -1,55 +1,32 @@
 // Package messages is the actor protocol: the plain structs Narwhal's actors exchange. Tokens
 // never appear here; they stay on the data plane (transport); nor does any handle on it: every
 // message is plain values. Messages are sent as pointers and never modified after sending. The
-// package depends on nothing of Narwhal's but transport/fault, whose Fault and Phase it carries.
+// package depends on nothing of Narwhal's, so the protocol reads on its own. (What ingress
+// reports to a request supervisor about the attempts it runs — ingress.AttemptEnded and
+// ingress.StreamFinished — is ingress's own vocabulary and lives there.)
 package messages
 
-import (
-	"time"
-
-	"github.com/narwhal-router/narwhal/transport/fault"
-)
+import "time"
 
 // ---- request supervisor → engine actor ----
 
-// LegOutcome tells an engine's breaker how one of its legs ended. Supervisors send it for every
-// failure that is the engine's fault, and for a success only while the engine has a failure
-// streak to reset: the common case costs no message. Partner is the other engine of the
-// attempt (for a consumer, the producer whose handoff it was decoding).
+// LegOutcome is what an engine's breaker is told about one of its legs, as the request
+// supervisor decided it (actors/blame.go, breakerNews): a failure to count (Failed), or a
+// success that resets the failure streak. The engine actor applies it as it is. Supervisors send
+// nothing for a leg whose end says nothing about the engine, and nothing for a success while
+// the engine has no streak: the common case costs no message.
 type LegOutcome struct {
-	Phase   fault.Phase
-	Fault   *fault.Fault // nil: success
+	// Failed counts a failure; otherwise the streak is reset.
+	Failed bool
+	// Note describes the failure for the ejection's cause, e.g. "first_token_timeout on the
+	// decode leg (partner p0)".
+	Note string
+	// Partner is the other engine of the attempt (for a consumer, the producer whose handoff it
+	// was decoding): a consumer ejected after a crossed decode is probed with a handoff from it.
 	Partner string
 }
 
-// ---- data plane → request supervisor ----
-
-// AttemptEnded reports how an attempt ran by ingress ended: committed (the first token is in;
-// ingress keeps the stream) or failed before commit (Fault set). Times are zero for what did not
-// happen.
-type AttemptEnded struct {
-	Attempt   int
-	Committed bool
-	Fault     *fault.Fault
-
-	PrefillDone   time.Time // the prefill response fully read: ttft
-	DecodeStarted time.Time
-	FirstTokenAt  time.Time // committed only
-	HandoffAge    time.Duration
-	// MissingDescriptor says the producer returned none and the decode recomputed.
-	MissingDescriptor bool
-}
-
-// StreamFinished reports how a committed response ended, as the data plane saw it.
-type StreamFinished struct {
-	// Fault is nil when the response completed; otherwise it is why the stream ended.
-	Fault *fault.Fault
-	// ClientGone says the client stopped reading.
-	ClientGone bool
-	// OutputTokens is the completion token count (from usage, else counted events).
-	OutputTokens int
-	Ended        time.Time
-}
+// ---- ingress and timers → request supervisor ----
 
 // ClientGone reports that the client hung up.
 type ClientGone struct{}

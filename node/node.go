@@ -1,5 +1,6 @@
-// Package node assembles a running Narwhal from a configuration: the metrics reporters, the
-// actor router, the client listener and the admin listener, with graceful shutdown. The
+// Package node assembles a running Narwhal from a provisioned configuration (config.Runtime):
+// the metrics reporters, the cluster membership, the actor router, the client listener and the
+// admin listener, with graceful shutdown. The
 // `narwhal serve` and `narwhal demo` commands and the end-to-end tests all start Narwhal here.
 package node
 
@@ -23,7 +24,6 @@ import (
 	"github.com/narwhal-router/narwhal/node/procs"
 	"github.com/narwhal-router/narwhal/transport/admin"
 	"github.com/narwhal-router/narwhal/transport/ingress"
-	"github.com/narwhal-router/narwhal/transport/kv"
 	"github.com/narwhal-router/narwhal/transport/telemetry"
 )
 
@@ -36,8 +36,6 @@ type Options struct {
 	// listeners on free ports).
 	Listener      net.Listener
 	AdminListener net.Listener
-	// Connectors are the KV connectors engines may name; zero: kv.Builtin (tests add their own).
-	Connectors kv.Registry
 	// SizeProcs applies server.procs to the process (GOMAXPROCS). Only the process that owns
 	// the scheduler sets it — `narwhal serve`, not a test binary hosting a router.
 	SizeProcs bool
@@ -45,7 +43,7 @@ type Options struct {
 
 // Server is one running Narwhal.
 type Server struct {
-	cfg       config.Config
+	rt        config.Runtime
 	log       *slog.Logger
 	reporting *telemetry.Reporting
 	router    *actors.Router
@@ -62,10 +60,10 @@ type Server struct {
 	procs     *procs.Controller // nil unless server.procs is auto and SizeProcs is set
 }
 
-// Start builds everything and begins serving. On error nothing is left running.
-func Start(cfg config.Config, opts Options) (_ *Server, err error) {
-	cfg.Engine.MaxResponseBytes = cfg.Server.MaxResponseBytes // bounds passthrough answers too
-	s := &Server{cfg: cfg, log: opts.Logger, served: make(chan error, 2)}
+// Start builds everything from rt (config.Provision made it, with the connector registry the
+// process runs with) and begins serving. On error nothing is left running.
+func Start(rt config.Runtime, opts Options) (_ *Server, err error) {
+	s := &Server{rt: rt, log: opts.Logger, served: make(chan error, 2)}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -78,50 +76,50 @@ func Start(cfg config.Config, opts Options) (_ *Server, err error) {
 		}
 	}()
 
-	warnUnconstrainedProducers(s.log, cfg)
-	if s.reporting, err = telemetry.NewReporting(cfg.Metrics); err != nil {
+	warnUnconstrainedProducers(s.log, rt.Engines)
+	if s.reporting, err = telemetry.NewReporting(rt.Metrics); err != nil {
 		return nil, err
 	}
 	cleanup = append(cleanup, func() { s.reporting.Close() })
 	if opts.SizeProcs {
-		s.procs = sizeProcs(cfg.Server, s.reporting.Metrics, s.log)
+		s.procs = sizeProcs(rt.Server.Procs, s.reporting.Metrics, s.log)
 		cleanup = append(cleanup, s.procs.Stop)
 	}
 
 	var access io.Writer
-	if cfg.Log.AccessLog {
+	if rt.Log.AccessLog {
 		access = opts.AccessLog
 	}
-	if s.peers, err = cluster.Start(cfg.Cluster, cluster.Options{Logger: s.log}); err != nil {
+	if s.peers, err = cluster.Start(rt.Cluster, cluster.Options{Logger: s.log}); err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
 	cleanup = append(cleanup, s.peers.Close)
-	if s.router, err = actors.NewRouter(cfg, actors.Options{Metrics: s.reporting.Metrics, Logger: s.log, AccessLog: access,
-		Connectors: opts.Connectors, Cluster: s.peers}); err != nil {
+	if s.router, err = actors.NewRouter(rt, actors.Options{Metrics: s.reporting.Metrics, Logger: s.log, AccessLog: access,
+		Cluster: s.peers}); err != nil {
 		return nil, err
 	}
 	cleanup = append(cleanup, s.router.Close)
 	s.peers.Attach(s.router.PeerVerdict)
-	if err := s.router.WaitForModels(cfg.Engine.FirstTokenTimeoutS.Duration()); err != nil {
+	if err := s.router.WaitForModels(rt.Engine.FirstToken); err != nil {
 		s.log.Warn("starting without every engine's model list", "error", err)
 	}
 
-	if s.ingress, err = ingress.NewIngress(cfg, s.router, s.router, s.reporting.Metrics); err != nil {
+	if s.ingress, err = ingress.NewIngress(rt.Server, rt.Request, s.router, s.router, s.reporting.Metrics); err != nil {
 		return nil, err
 	}
 	cleanup = append(cleanup, s.ingress.Close)
 
 	s.ln = opts.Listener
 	if s.ln == nil {
-		if s.ln, err = net.Listen("tcp", cfg.Server.Listen); err != nil {
-			return nil, fmt.Errorf("listen %s: %w", cfg.Server.Listen, err)
+		if s.ln, err = net.Listen("tcp", rt.Server.Listen); err != nil {
+			return nil, fmt.Errorf("listen %s: %w", rt.Server.Listen, err)
 		}
 	}
 	cleanup = append(cleanup, func() { s.ln.Close() })
 	s.adminLn = opts.AdminListener
-	if s.adminLn == nil && cfg.Server.AdminListen != "" {
-		if s.adminLn, err = net.Listen("tcp", cfg.Server.AdminListen); err != nil {
-			return nil, fmt.Errorf("listen %s (admin): %w", cfg.Server.AdminListen, err)
+	if s.adminLn == nil && rt.Admin.Listen != "" {
+		if s.adminLn, err = net.Listen("tcp", rt.Admin.Listen); err != nil {
+			return nil, fmt.Errorf("listen %s (admin): %w", rt.Admin.Listen, err)
 		}
 	}
 
@@ -134,8 +132,8 @@ func Start(cfg config.Config, opts Options) (_ *Server, err error) {
 		}
 	}()
 	if s.adminLn != nil {
-		s.admin = &http.Server{Handler: admin.Handler(adminFleet{s.router}, s.reporting.Prometheus, cfg.Server.AdminToken),
-			ReadHeaderTimeout: 10 * time.Second, IdleTimeout: cfg.Server.AdminIdleTimeoutS.Duration()}
+		s.admin = &http.Server{Handler: admin.Handler(adminFleet{s.router}, s.reporting.Prometheus, rt.Admin.Token),
+			ReadHeaderTimeout: 10 * time.Second, IdleTimeout: rt.Admin.IdleTimeout}
 		go func() {
 			if err := s.admin.Serve(s.adminLn); !errors.Is(err, http.ErrServerClosed) {
 				s.served <- fmt.Errorf("admin listener: %w", err)
@@ -156,6 +154,9 @@ func (s *Server) AdminAddr() string {
 	return s.adminLn.Addr().String()
 }
 
+// Runtime is the configuration the server runs, as Start provisioned it.
+func (s *Server) Runtime() config.Runtime { return s.rt }
+
 // Router is the actor router, for dumps and tests.
 func (s *Server) Router() *actors.Router { return s.router }
 
@@ -172,7 +173,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 
 func (s *Server) shutdown(ctx context.Context) error {
 	s.stopping.Store(true)
-	grace, cancel := context.WithTimeout(ctx, s.cfg.Server.ShutdownGraceS.Duration())
+	grace, cancel := context.WithTimeout(ctx, s.rt.Server.ShutdownGrace)
 	defer cancel()
 	err := s.ingress.Shutdown(grace)
 	// fasthttp only closes listeners Serve has registered; one that had not started yet would
@@ -210,8 +211,8 @@ func (s *Server) shutdown(ctx context.Context) error {
 // sizeProcs applies server.procs: every CPU (the runtime's default), a fixed count, or a
 // controller that sizes GOMAXPROCS to the load. A GOMAXPROCS environment variable is the
 // operator's explicit choice and wins.
-func sizeProcs(c config.Server, m *telemetry.Metrics, log *slog.Logger) *procs.Controller {
-	n, auto, _ := c.ProcsPolicy() // validated when the configuration was loaded
+func sizeProcs(p config.Procs, m *telemetry.Metrics, log *slog.Logger) *procs.Controller {
+	n, auto := p.Fixed, p.Auto
 	if env := os.Getenv("GOMAXPROCS"); env != "" && (n > 0 || auto) {
 		log.Info("GOMAXPROCS is set in the environment; server.procs is not applied", "gomaxprocs", runtime.GOMAXPROCS(0))
 		n, auto = 0, false
@@ -261,8 +262,8 @@ func (u unknownEngine) Unwrap() []error { return []error{u.error, admin.ErrUnkno
 // warnUnconstrainedProducers names every producer whose KV endpoint is neither pinned nor
 // allowlisted: its descriptors may only point consumers at its own host (transport/kv's endpoint
 // policy), but an operator should know the endpoint is not pinned.
-func warnUnconstrainedProducers(log *slog.Logger, cfg config.Config) {
-	for _, e := range cfg.Engines {
+func warnUnconstrainedProducers(log *slog.Logger, engines []config.EngineSpec) {
+	for _, e := range engines {
 		if e.Role.CanPrefill() && e.KV.Endpoint == "" && len(e.KV.AllowedEndpoints) == 0 {
 			log.Warn("producer's KV endpoint is not pinned: its descriptors may name only its own host; "+
 				"set engines[].kv.endpoint or kv.allowed_endpoints", "engine", e.Name, "url", e.URL)

@@ -23,6 +23,7 @@ import (
 	"github.com/narwhal-router/narwhal/cluster"
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/messages"
+	"github.com/narwhal-router/narwhal/transport/kv"
 )
 
 // Several `narwhal serve` processes on loopback in front of one simulated fleet, sharing their
@@ -178,7 +179,7 @@ func startCluster(t *testing.T, s clusterSetup) *narwhalCluster {
 		if s.config != nil {
 			s.config(&cfg)
 		}
-		if err := cfg.Validate(); err != nil {
+		if err := cfg.Validate(kv.Builtin()); err != nil {
 			t.Fatal(err)
 		}
 		b, err := yaml.Marshal(cfg)

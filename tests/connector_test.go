@@ -2,9 +2,8 @@ package tests
 
 import (
 	"context"
-	"net"
-	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,8 +11,8 @@ import (
 
 	"github.com/narwhal-router/narwhal/bench/sim"
 	"github.com/narwhal-router/narwhal/config"
-	"github.com/narwhal-router/narwhal/node"
 	"github.com/narwhal-router/narwhal/transport/kv"
+	"github.com/narwhal-router/narwhal/transport/preflight"
 )
 
 // concurrentConnector is a connector of the test suite's own, shaped like Mooncake: it plans
@@ -27,9 +26,9 @@ const concurrentName = "test-concurrent"
 
 func (concurrentConnector) Name() string { return concurrentName }
 
-func (concurrentConnector) Plan(a kv.Attempt) kv.Plan {
+func (concurrentConnector) Plan(a kv.Attempt) kv.Transfer {
 	id := strconv.Quote(a.BackendRequestID)
-	return kv.Plan{
+	return kv.Transfer{
 		Prefill: []byte(`{"do_remote_decode":true,"do_remote_prefill":false,"transfer_id":` + id + `}`),
 		Decode: []byte(`{"do_remote_prefill":false,"transfer_id":` + id +
 			`,"remote_bootstrap_addr":` + strconv.Quote(a.Pair.Producer.Endpoint) + `}`),
@@ -46,52 +45,21 @@ func (concurrentConnector) Validate(d *kv.Descriptor, pair kv.Pair) *kv.Rejectio
 	return nil
 }
 
-// startWithConnector runs a 1p+1d fleet whose engines use the test connector, registered
-// through node.Options the way a composition root adds a connector of its own. (The
-// configuration is not passed through config.Validate, which knows only Narwhal's connectors.)
-func startWithConnector(t *testing.T) *harness {
+// startWithConnector runs a fleet of one producer and decoders consumers whose engines all use
+// the test connector, registered the way a composition root adds a connector of its own: in the
+// registry the configuration is provisioned with.
+func startWithConnector(t *testing.T, decoders int, tweak func(*config.Config)) *harness {
 	t.Helper()
-	fleet, err := sim.StartFleet(sim.FleetOptions{Prefill: 1, Decode: 1, Engine: sim.Options{Tokens: 4}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := config.Default()
-	cfg.Disaggregation.Policy = config.DisaggAlways // the connector's legs are the point
-	cfg.Server.ShutdownGraceS = 2
-	cfg.Engine.PrefillTimeoutS = 10
-	cfg.Engine.FirstTokenTimeoutS = 10
-	cfg.Engines = fleetEngines(fleet)
-	for i := range cfg.Engines {
-		cfg.Engines[i].KV.Connector = concurrentName
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	adminLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	access := &syncBuffer{}
-	srv, err := node.Start(cfg, node.Options{Logger: testLogger(t), AccessLog: access, Listener: ln, AdminListener: adminLn,
-		Connectors: kv.Builtin().With(concurrentConnector{})})
-	if err != nil {
-		fleet.Close()
-		t.Fatal(err)
-	}
-	h := &harness{t: t, fleet: fleet, srv: srv, base: "http://" + srv.Addr(), admin: "http://" + srv.AdminAddr(),
-		access: access, client: &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
-	t.Cleanup(func() {
-		if !t.Failed() {
-			h.assertNoReservations()
-		}
-		h.client.CloseIdleConnections()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-		fleet.Close()
-	})
-	return h
+	return start(t, setup{prefill: 1, decode: decoders, engine: sim.Options{Tokens: 4},
+		connectors: kv.Builtin().With(concurrentConnector{}),
+		config: func(cfg *config.Config) {
+			for i := range cfg.Engines {
+				cfg.Engines[i].KV.Connector = concurrentName
+			}
+			if tweak != nil {
+				tweak(cfg)
+			}
+		}})
 }
 
 // transferParams is a recorded leg's kv_transfer_params.
@@ -116,7 +84,7 @@ func transferParams(t *testing.T, leg sim.RecordedRequest) map[string]string {
 // the (slowed) prefill has not answered, both carry the planned parameters, and the client gets
 // a whole stream.
 func TestConcurrentConnectorRunsBothLegsAtOnce(t *testing.T) {
-	h := startWithConnector(t)
+	h := startWithConnector(t, 1, nil)
 	const prefillDelay = 800 * time.Millisecond
 	r := h.send("/v1/completions", completion("hi @sim:prefill.slow_headers="+strconv.Itoa(int(prefillDelay/time.Millisecond)), true))
 	expectDone(t, r)
@@ -150,7 +118,7 @@ func TestConcurrentConnectorRunsBothLegsAtOnce(t *testing.T) {
 // When the prefill of a concurrent attempt fails, the client gets the prefill's fault and the
 // decode leg, which would wait for a KV cache that never comes, is cancelled at its engine.
 func TestConcurrentConnectorPrefillFailureCancelsTheDecode(t *testing.T) {
-	h := startWithConnector(t)
+	h := startWithConnector(t, 1, nil)
 	r := h.send("/v1/completions", completion("hi @sim:prefill.status=500 @sim:decode.slow_first_token=5000", true))
 	expectError(t, r, 502, "engine_status", "engine failed (500)")
 	h.expectAccess(r.id, 502, 1, "engine_status")
@@ -160,7 +128,7 @@ func TestConcurrentConnectorPrefillFailureCancelsTheDecode(t *testing.T) {
 // And the other way round: a failed decode cancels its prefill (whose blocks nobody would
 // read), and the client hears the decode's fault without waiting for the prefill.
 func TestConcurrentConnectorDecodeFailureCancelsThePrefill(t *testing.T) {
-	h := startWithConnector(t)
+	h := startWithConnector(t, 1, nil)
 	const prefillDelay = 5 * time.Second
 	// The decode fails 300 ms in, so that the prefill leg, started at the same moment, has
 	// reached its engine: a decode that fails at once can cancel the prefill before its request
@@ -178,4 +146,66 @@ func TestConcurrentConnectorDecodeFailureCancelsThePrefill(t *testing.T) {
 		return
 	}
 	h.expectAborted("p0", 1, 3*time.Second)
+}
+
+// One attempt runner serves client requests, preflight and probes alike, so an engine behind a
+// registered two-leg connector is checked and readmitted through that connector: preflight's
+// transfers pass, and a consumer ejected by its failures comes back after a probe whose decode
+// leg carried the connector's planned parameters (the probe of another runner, which knew only
+// NIXL's descriptors, stayed inconclusive for ever).
+func TestRegisteredConnectorPassesPreflightAndIsReadmittedByAProbe(t *testing.T) {
+	h := startWithConnector(t, 2, func(c *config.Config) {
+		c.Recovery.EjectAfter = 1
+		c.Recovery.ProbeIntervalS, c.Recovery.ProbeMaxIntervalS = 0.1, 0.2
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	res := preflight.Run(ctx, h.srv.Runtime())
+	if !res.OK() || len(res.Pairs) != 2 {
+		t.Fatalf("preflight through the registered connector:\n%s", res.Matrix())
+	}
+	for _, engine := range []string{"d0", "d1"} {
+		if leg := probeLeg(t, h, engine); leg == nil {
+			t.Fatalf("preflight ran no decode leg on %s", engine)
+		} else if dp := transferParams(t, *leg); dp["transfer_id"] == "" {
+			t.Fatalf("preflight's decode leg on %s carried %v, not the connector's plan", engine, dp)
+		}
+	}
+
+	h.failUntilEjected("d0", "decode.status=500", 1)
+	probesBefore := len(probeLegs(h, "d0"))
+	h.waitProbes("d0", "success", 1, 10*time.Second)
+	if e := h.waitState("d0", "admitted", 5*time.Second); e.LastProbe == nil || e.LastProbe.Result != "success" || e.LastProbe.Partner != "p0" {
+		t.Fatalf("readmitted without a successful probe partnered with p0: %+v", e)
+	}
+	legs := probeLegs(h, "d0")
+	if len(legs) <= probesBefore {
+		t.Fatal("no probe reached d0")
+	}
+	dp := transferParams(t, legs[len(legs)-1])
+	if dp["transfer_id"] != strconv.Quote(legs[len(legs)-1].Get("X-Request-Id")) ||
+		dp["remote_bootstrap_addr"] != strconv.Quote(h.simEngine("p0").KVEndpoint()) {
+		t.Fatalf("the probe's decode leg carried %v, want the connector's plan", dp)
+	}
+	expectDone(t, h.send("/v1/completions", completion("after readmission", true)))
+}
+
+// probeLegs are the decode legs engine served for probes and preflight, oldest first.
+func probeLegs(h *harness, engine string) []sim.RecordedRequest {
+	var out []sim.RecordedRequest
+	for _, r := range h.simEngine(engine).Requests() {
+		if r.Leg == "decode" && strings.HasPrefix(r.Get("X-Request-Id"), "probe-") {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func probeLeg(t *testing.T, h *harness, engine string) *sim.RecordedRequest {
+	t.Helper()
+	legs := probeLegs(h, engine)
+	if len(legs) == 0 {
+		return nil
+	}
+	return &legs[0]
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/messages"
 	"github.com/narwhal-router/narwhal/node"
+	"github.com/narwhal-router/narwhal/transport/kv"
 )
 
 // setup describes a simulated fleet and the router in front of it.
@@ -27,6 +28,8 @@ type setup struct {
 	engine                sim.Options
 	// config adjusts the router configuration after the engines are filled in.
 	config func(*config.Config)
+	// connectors is the KV connector registry the router runs with; zero: kv.Builtin.
+	connectors kv.Registry
 }
 
 // harness is a running router with its fleet. Everything stops when the test ends, and the
@@ -68,7 +71,11 @@ func start(t *testing.T, s setup) *harness {
 	if s.config != nil {
 		s.config(&cfg)
 	}
-	if err := cfg.Validate(); err != nil {
+	if len(s.connectors.Names()) == 0 {
+		s.connectors = kv.Builtin()
+	}
+	rt, err := config.Provision(cfg, s.connectors)
+	if err != nil {
 		fleet.Close()
 		t.Fatal(err)
 	}
@@ -81,7 +88,7 @@ func start(t *testing.T, s setup) *harness {
 		t.Fatal(err)
 	}
 	access := &syncBuffer{}
-	srv, err := node.Start(cfg, node.Options{Logger: testLogger(t), AccessLog: access, Listener: ln, AdminListener: adminLn})
+	srv, err := node.Start(rt, node.Options{Logger: testLogger(t), AccessLog: access, Listener: ln, AdminListener: adminLn})
 	if err != nil {
 		fleet.Close()
 		t.Fatal(err)
@@ -108,7 +115,7 @@ func fleetEngines(f *sim.Fleet) []config.Engine {
 	for _, e := range f.Engines {
 		out = append(out, config.Engine{
 			Name: e.Name(), URL: e.URL(), Role: config.Role(e.Role()), Models: e.Models(),
-			KV: config.KV{Connector: config.ConnectorNIXL, EngineID: e.EngineID(), Endpoint: e.KVEndpoint(), TransferModes: []string{"pull"}},
+			KV: config.KV{Connector: kv.NIXL, EngineID: e.EngineID(), Endpoint: e.KVEndpoint(), TransferModes: []string{"pull"}},
 		})
 	}
 	return out
@@ -325,4 +332,14 @@ func (h *harness) waitState(name, state string, timeout time.Duration) messages.
 	eventually(h.t, timeout, func() bool { last = h.engine(name); return last.State == state },
 		func() string { return fmt.Sprintf("engine %s is %s, want %s (%+v)", name, last.State, state, last) })
 	return last
+}
+
+// provision is cfg as `narwhal serve` runs it: provisioned with Narwhal's own connectors.
+func provision(t *testing.T, cfg config.Config) config.Runtime {
+	t.Helper()
+	rt, err := config.Provision(cfg, kv.Builtin())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rt
 }

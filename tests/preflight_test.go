@@ -29,10 +29,7 @@ func TestPreflightPassesOnAHealthyFleetWithAFullMatrix(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	res, err := preflight.Run(context.Background(), fleetConfig(f))
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := preflight.Run(context.Background(), provision(t, fleetConfig(f)))
 	if !res.OK() {
 		t.Fatalf("preflight failed:\n%s", res.Matrix())
 	}
@@ -64,10 +61,7 @@ func TestPreflightFailsNamingTheBrokenPair(t *testing.T) {
 	f.Engine("d1").InjectFault("decode.status=500", 1) // the first transfer into d1 fails
 	cfg := fleetConfig(f)
 	cfg.Preflight.Concurrency = 1 // so exactly one pair meets the fault
-	res, err := preflight.Run(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := preflight.Run(context.Background(), provision(t, cfg))
 	if res.OK() {
 		t.Fatalf("preflight passed with a broken pair:\n%s", res.Matrix())
 	}
@@ -91,10 +85,7 @@ func TestPreflightChecksThePinnedContract(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	res, err := preflight.Run(context.Background(), fleetConfig(f))
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := preflight.Run(context.Background(), provision(t, fleetConfig(f)))
 	if res.OK() || res.Engines[0].Err == nil || !strings.Contains(res.Engines[0].Err.Error(), `"0.13.0"`) {
 		t.Fatalf("a version mismatch passed:\n%s", res.Matrix())
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/narwhal-router/narwhal/bench/sim"
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/node"
+	"github.com/narwhal-router/narwhal/transport/kv"
 )
 
 // BenchmarkRoutedRequest is one full routed request — prefill leg, handoff, decode leg, relay —
@@ -27,7 +28,11 @@ func BenchmarkRoutedRequest(b *testing.B) {
 	cfg.Engines = fleetEngines(fleet)
 	cfg.Log.AccessLog = false
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	srv, err := node.Start(cfg, node.Options{Listener: ln, AdminListener: mustListen(b)})
+	rt, err := config.Provision(cfg, kv.Builtin())
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv, err := node.Start(rt, node.Options{Listener: ln, AdminListener: mustListen(b)})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -89,15 +89,11 @@ func TestContractEngineAnswers(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	timeouts := config.Default().Engine
-	timeouts.PrefillTimeoutS = config.Seconds(doc.Timeouts.Prefill)
-	timeouts.FirstTokenTimeoutS = config.Seconds(doc.Timeouts.FirstToken)
-	timeouts.DecodeReadTimeoutS = config.Seconds(doc.Timeouts.DecodeRead)
-	c, err := transport.NewEngineClient(config.Engine{Name: "hostile", URL: srv.URL, Role: config.RoleBoth}, timeouts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := transport.ClientFor(t, config.Engine{Name: "hostile", URL: srv.URL, Role: config.RoleBoth}, func(cfg *config.Config) {
+		cfg.Engine.PrefillTimeoutS = config.Seconds(doc.Timeouts.Prefill)
+		cfg.Engine.FirstTokenTimeoutS = config.Seconds(doc.Timeouts.FirstToken)
+		cfg.Engine.DecodeReadTimeoutS = config.Seconds(doc.Timeouts.DecodeRead)
+	})
 
 	for i := range doc.Cases {
 		tc := &doc.Cases[i]

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"strconv"
 	"syscall"
 	"time"
@@ -42,9 +41,10 @@ type Request struct {
 	// TraceParent and TraceState are the client's W3C trace headers, forwarded when present.
 	TraceParent string
 	TraceState  string
-	// Transfer is the attempt's connector plan (PlanTransfer). Zero: Prefill asks the
-	// producer's connector for a plan of its own, which only a sequential connector supports.
-	Transfer kv.Plan
+	// Transfer is the attempt's transfer parameters, as the producer's connector planned them
+	// for the pair (Run does). Zero: Prefill asks the producer's connector for a plan of its own,
+	// with no consumer, which only a sequential connector supports.
+	Transfer kv.Transfer
 }
 
 // maxPrefillBody bounds a prefill response (one token plus the descriptor, or prompt logprobs).
@@ -53,61 +53,30 @@ const maxPrefillBody = 16 << 20
 // maxErrorBody bounds an engine error body kept for the client.
 const maxErrorBody = 64 << 10
 
-// NewEngineClient builds the client for one configured engine, with Narwhal's own connectors.
-func NewEngineClient(e config.Engine, t config.EngineTimeouts) (*EngineClient, error) {
-	return NewEngineClientWith(e, t, kv.Builtin())
-}
-
-// NewEngineClientWith builds the client for one configured engine; its kv.connector is looked
-// up in connectors.
-func NewEngineClientWith(e config.Engine, t config.EngineTimeouts, connectors kv.Registry) (*EngineClient, error) {
-	u, err := url.Parse(e.URL)
-	if err != nil {
-		return nil, fmt.Errorf("engine %s: url: %w", e.Name, err)
-	}
-	conn, err := connectors.For(e.KV.Connector)
-	if err != nil {
-		return nil, fmt.Errorf("engine %s: %w", e.Name, err)
-	}
-	e.KV.Connector = conn.Name()
-	addr := u.Host
-	if u.Port() == "" {
-		port := "80"
-		if u.Scheme == "https" {
-			port = "443"
-		}
-		addr = u.Hostname() + ":" + port
-	}
+// NewEngineClient builds the client for one provisioned engine (config.Provision resolves every
+// configured engine, its connector included; config.ProvisionEngine resolves one).
+func NewEngineClient(e config.EngineSpec, t config.EngineTimings) *EngineClient {
 	maxConns := 1 << 20
 	if e.MaxInflight > 0 {
 		maxConns = e.MaxInflight + 64 // headroom for probes and connections still closing
 	}
 	c := &EngineClient{
 		name: e.Name,
-		base: u.Scheme + "://" + u.Host,
+		base: e.Base,
 		hc: &fasthttp.HostClient{
-			Addr:                addr,
-			IsTLS:               u.Scheme == "https",
+			Addr:                e.Addr,
+			IsTLS:               e.TLS,
 			Name:                "narwhal",
 			MaxConns:            maxConns,
-			MaxIdleConnDuration: t.IdleConnTimeoutS.Duration(), // once, here
+			MaxIdleConnDuration: t.IdleConn,
 			ConnPoolStrategy:    fasthttp.LIFO,
 			// Each open decode stream holds its connection's read buffer: 2 KiB fits an engine's
 			// response headers with room to spare and halves what a stream costs.
 			ReadBufferSize: 2048,
 		},
-		kv: kv.Side{
-			Engine:        e.Name,
-			Connector:     e.KV.Connector,
-			EngineID:      e.KV.EngineID,
-			Endpoint:      e.KV.Endpoint,
-			TransferModes: e.KV.TransferModes,
-			Host:          u.Hostname(),
-			// engines[].kv.allowed_endpoints
-			AllowedEndpoints: e.KV.AllowedEndpoints,
-		},
-		connector: conn,
-		timeouts:  t.Provision(),
+		kv:        e.KV,
+		connector: e.Connector,
+		timeouts:  t,
 	}
 	if e.APIKey != "" {
 		c.auth = "Bearer " + e.APIKey
@@ -115,7 +84,7 @@ func NewEngineClientWith(e config.Engine, t config.EngineTimeouts, connectors kv
 	for ep := wire.EndpointCompletions; ep < wire.EndpointCount; ep++ {
 		c.urls[ep] = c.base + ep.Path()
 	}
-	return c, nil
+	return c
 }
 
 // Name is the engine's configured name.
@@ -236,23 +205,13 @@ func (c *EngineClient) Decode(ctx context.Context, res PrefillResult, req *Reque
 	return s, nil
 }
 
-// PlanTransfer asks the producer's connector for the transfer parameters of one attempt on the
-// producer→consumer pair, before either leg starts. A plan with decode parameters
-// (kv.Plan.Concurrent) runs both legs at once: see Planned.
-func PlanTransfer(producer, consumer *EngineClient, endpoint wire.Endpoint, backendRequestID string) kv.Plan {
-	return producer.connector.Plan(kv.Attempt{
-		Pair:             kv.Pair{Producer: producer.kv, Consumer: consumer.kv, Endpoint: endpoint},
-		BackendRequestID: backendRequestID,
-	})
-}
-
-// Planned is the PrefillResult of a concurrent plan, for a decode that starts together with its
+// planned is the PrefillResult of a concurrent plan, for a decode that starts together with its
 // prefill: its descriptor is the plan's decode parameters (validated by the connector like a
-// producer's), and the handoff's age counts from now.
-func Planned(producer *EngineClient, req *Request) (PrefillResult, error) {
+// producer's), and the handoff's age counts from start.
+func planned(producer *EngineClient, req *Request, start time.Time) (PrefillResult, error) {
 	res := PrefillResult{producerKV: producer.kv, connector: producer.connector, Producer: producer.name,
 		ProducerURL: producer.base, Endpoint: req.Body.Endpoint, BackendRequestID: req.BackendRequestID,
-		Started: time.Now()}
+		Started: start}
 	if !json.Valid(req.Transfer.Decode) {
 		return PrefillResult{}, producer.fault(fault.PhasePrefill, fault.Descriptor,
 			"connector "+producer.connector.Name()+" planned decode parameters that are not JSON", nil)

@@ -12,6 +12,7 @@ import (
 	"github.com/narwhal-router/narwhal/bench/sim"
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/transport"
+	"github.com/narwhal-router/narwhal/transport/kv"
 	"github.com/narwhal-router/narwhal/transport/wire"
 )
 
@@ -23,9 +24,21 @@ func ExampleEngineClient() {
 		panic(err)
 	}
 	defer fleet.Close()
-	timeouts := config.Default().Engine
-	producer, _ := transport.NewEngineClient(config.Engine{Name: "p0", URL: fleet.Engine("p0").URL(), Role: config.RolePrefill}, timeouts)
-	consumer, _ := transport.NewEngineClient(config.Engine{Name: "d0", URL: fleet.Engine("d0").URL(), Role: config.RoleDecode}, timeouts)
+	// Provision resolves the engines (URLs, connectors) and the timeouts once; each client is
+	// built from its engine's piece.
+	cfg := config.Default()
+	cfg.Engines = []config.Engine{
+		{Name: "p0", URL: fleet.Engine("p0").URL(), Role: config.RolePrefill},
+		{Name: "d0", URL: fleet.Engine("d0").URL(), Role: config.RoleDecode},
+	}
+	rt, err := config.Provision(cfg, kv.Builtin())
+	if err != nil {
+		panic(err)
+	}
+	producer := transport.NewEngineClient(rt.Engines[0], rt.Engine)
+	consumer := transport.NewEngineClient(rt.Engines[1], rt.Engine)
+	defer producer.Close()
+	defer consumer.Close()
 
 	body, err := wire.ParseClientBody(wire.EndpointCompletions, []byte(`{"model":"sim-model","prompt":"Hello","max_tokens":3}`))
 	if err != nil {

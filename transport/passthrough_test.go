@@ -40,14 +40,8 @@ func TestPassthroughAnswerIsBoundedByMaxResponseBytes(t *testing.T) {
 	defer srv.Close()
 	client := func(t *testing.T, maxResponse int) *transport.EngineClient {
 		t.Helper()
-		timeouts := config.Default().Engine
-		timeouts.MaxResponseBytes = maxResponse
-		c, err := transport.NewEngineClient(config.Engine{Name: "e0", URL: srv.URL, Role: config.RoleDecode}, timeouts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
+		return transport.ClientFor(t, config.Engine{Name: "e0", URL: srv.URL, Role: config.RoleDecode},
+			func(cfg *config.Config) { cfg.Server.MaxResponseBytes = maxResponse })
 	}
 	body, err := wire.ParsePassthroughBody(wire.EndpointEmbeddings, []byte(`{"model":"m","input":"hi"}`), "")
 	if err != nil {

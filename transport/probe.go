@@ -10,13 +10,12 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/narwhal-router/narwhal/config"
-	"github.com/narwhal-router/narwhal/transport/fault"
 	"github.com/narwhal-router/narwhal/transport/wire"
 )
 
 // ProbeReport is what one probe transfer measured.
 type ProbeReport struct {
-	Prefill    time.Duration // prefill leg
+	Prefill    time.Duration // the prefill leg (and the handoff checks)
 	FirstToken time.Duration // decode start to first token
 	Total      time.Duration
 	Tokens     int
@@ -24,45 +23,41 @@ type ProbeReport struct {
 	Descriptor []byte
 }
 
-// ProbeTransfer runs a real tiny inference: a prefill on producer, the handoff validated for
-// consumer, and a decode on consumer read to [DONE]. Each leg is bounded by legTimeout. When
-// producer and consumer are the same engine the decode runs without transfer parameters; with
-// no consumer the probe ends once the producer made a handoff. A failure comes back as a *Fault
-// whose Leg says which side failed (a bad descriptor is the producer's: LegPrefill).
+// probeBody is the probe's canned request: two tokens, greedy, so any engine answers fast.
+const probeBody = `{"model":%q,"prompt":"narwhal probe","max_tokens":2,"temperature":0}`
+
+// ProbeTransfer runs a real tiny inference through the attempt runner (Run), as a client
+// request would run: the producer's connector plans the transfer, the prefill runs on producer,
+// the handoff is validated for consumer, and the decode on consumer is read to [DONE]. Each leg
+// is bounded by legTimeout. When producer and consumer are the same engine the decode runs
+// without transfer parameters; with no consumer the probe ends once the producer made a
+// handoff. A failure comes back as a *fault.Fault whose Phase says which side failed (a bad
+// descriptor is the producer's: the prefill).
 func ProbeTransfer(ctx context.Context, producer, consumer *EngineClient, model string, legTimeout time.Duration) (ProbeReport, error) {
 	var rep ProbeReport
-	body, err := wire.ParseClientBody(wire.EndpointCompletions,
-		fmt.Appendf(nil, `{"model":%q,"prompt":"narwhal probe","max_tokens":2,"temperature":0}`, model))
+	body, err := wire.ParseClientBody(wire.EndpointCompletions, fmt.Appendf(nil, probeBody, model))
 	if err != nil {
 		return rep, fmt.Errorf("probe body: %w", err)
 	}
 	start := time.Now()
-	req := &Request{Body: body, BackendRequestID: "probe-" + uuid.NewString(), Deadline: start.Add(legTimeout)}
-	res, err := producer.Prefill(ctx, req)
-	if err != nil {
-		return rep, err
+	req := &Request{Body: body, BackendRequestID: "probe-" + uuid.NewString()}
+	out := Run(ctx, &Plan{Producer: producer, Consumer: consumer, FailOnMissing: true, LegTimeout: legTimeout}, req, nil)
+	rep.Descriptor = out.Descriptor
+	if !out.DecodeStarted.IsZero() {
+		rep.Prefill = out.DecodeStarted.Sub(start)
+	} else {
+		rep.Prefill = time.Since(start)
 	}
-	rep.Prefill = time.Since(start)
-	if producer == consumer {
-		res = res.WithoutTransfer()
-	} else if !res.HasDescriptor() {
-		return rep, &fault.Fault{Kind: fault.MissingDescriptor, Phase: fault.PhasePrefill, Engine: producer.name,
-			Detail: "the producer returned no handoff descriptor"}
+	if out.Fault != nil {
+		return rep, out.Fault
 	}
-	rep.Descriptor = res.Descriptor()
-	if consumer == nil {
+	if out.Stream == nil { // no consumer: the producer's handoff was the probe
 		rep.Total = time.Since(start)
 		return rep, nil
 	}
-
-	decodeStart := time.Now()
-	req.Deadline = decodeStart.Add(legTimeout)
-	stream, err := consumer.Decode(ctx, res, req)
-	if err != nil {
-		return rep, err
-	}
+	stream := out.Stream
 	defer stream.Close()
-	rep.FirstToken = stream.FirstTokenAt.Sub(decodeStart)
+	rep.FirstToken = stream.FirstTokenAt.Sub(out.DecodeStarted)
 	for {
 		ev, err := stream.Next()
 		if errors.Is(err, io.EOF) {

@@ -47,11 +47,7 @@ func TestProbeEndedBeforeDoneFails(t *testing.T) {
 				_, _ = io.WriteString(w, token)
 			}))
 			defer srv.Close()
-			c, err := transport.NewEngineClient(config.Engine{Name: "hostile", URL: srv.URL, Role: config.RoleBoth}, config.Default().Engine)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
+			c := transport.ClientFor(t, config.Engine{Name: "hostile", URL: srv.URL, Role: config.RoleBoth}, nil)
 
 			rep, err := transport.ProbeTransfer(context.Background(), c, c, "m", 5*time.Second)
 			f, ok := fault.As(err)

@@ -230,11 +230,7 @@ func TestDecodeMalformedChunkIsBadResponse(t *testing.T) {
 		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\nzz\r\n", len(ev), ev)
 		_, _ = c.Read(buf) // until the router gives up on the connection
 	}()
-	client, err := NewEngineClient(config.Engine{Name: "d0", URL: "http://" + ln.Addr().String(), Role: config.RoleDecode}, config.Default().Engine)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
+	client := ClientFor(t, config.Engine{Name: "d0", URL: "http://" + ln.Addr().String(), Role: config.RoleDecode}, nil)
 	body, err := wire.ParseClientBody(wire.EndpointCompletions, []byte(`{"model":"m","prompt":"p","stream":true}`))
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/transport"
 	"github.com/narwhal-router/narwhal/transport/fault"
+	"github.com/narwhal-router/narwhal/transport/kv"
 	"github.com/narwhal-router/narwhal/transport/wire"
 )
 
@@ -26,20 +27,26 @@ type directArm struct {
 
 func newDirectArm(s Setup) (*directArm, error) {
 	d := &directArm{}
+	// The engines are provisioned as the router provisions them, with the router's engine
+	// timeouts: the two arms differ only in the router.
+	cfg := config.Default()
+	cfg.Engine = s.Timeouts
 	for _, e := range s.Engines {
-		role := config.Role(e.Role)
-		c, err := transport.NewEngineClient(config.Engine{
-			Name: e.Name, URL: e.URL, Role: role, Models: []string{s.Model},
-			KV: config.KV{Connector: config.ConnectorNIXL, EngineID: e.EngineID, Endpoint: e.KVEndpoint,
-				TransferModes: []string{"pull"}},
-		}, s.Timeouts)
-		if err != nil {
-			return nil, err
-		}
-		if role.CanPrefill() {
+		cfg.Engines = append(cfg.Engines, config.Engine{
+			Name: e.Name, URL: e.URL, Role: config.Role(e.Role), Models: []string{s.Model},
+			KV: config.KV{Connector: kv.NIXL, EngineID: e.EngineID, Endpoint: e.KVEndpoint, TransferModes: []string{"pull"}},
+		})
+	}
+	rt, err := config.Provision(cfg, kv.Builtin())
+	if err != nil {
+		return nil, fmt.Errorf("direct arm: %w", err)
+	}
+	for _, e := range rt.Engines {
+		c := transport.NewEngineClient(e, rt.Engine)
+		if e.Role.CanPrefill() {
 			d.producers = append(d.producers, c)
 		}
-		if role.CanDecode() {
+		if e.Role.CanDecode() {
 			d.consumers = append(d.consumers, c)
 		}
 	}

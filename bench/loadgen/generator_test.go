@@ -11,6 +11,7 @@ import (
 	"github.com/narwhal-router/narwhal/bench/sim"
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/node"
+	"github.com/narwhal-router/narwhal/transport/kv"
 )
 
 // rig starts an in-process fleet and router and a generator aimed at them.
@@ -26,13 +27,14 @@ func rig(t *testing.T, engine sim.Options, adjust func(*config.Config)) *Generat
 	var engines []Engine
 	for _, e := range fleet.Engines {
 		cfg.Engines = append(cfg.Engines, config.Engine{Name: e.Name(), URL: e.URL(), Role: config.Role(e.Role()), Models: e.Models(),
-			KV: config.KV{Connector: config.ConnectorNIXL, EngineID: e.EngineID(), Endpoint: e.KVEndpoint(), TransferModes: []string{"pull"}}})
+			KV: config.KV{Connector: kv.NIXL, EngineID: e.EngineID(), Endpoint: e.KVEndpoint(), TransferModes: []string{"pull"}}})
 		engines = append(engines, Engine{Name: e.Name(), Role: string(e.Role()), URL: e.URL(), EngineID: e.EngineID(), KVEndpoint: e.KVEndpoint()})
 	}
 	if adjust != nil {
 		adjust(&cfg)
 	}
-	if err := cfg.Validate(); err != nil {
+	rt, err := config.Provision(cfg, kv.Builtin())
+	if err != nil {
 		t.Fatal(err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -43,7 +45,7 @@ func rig(t *testing.T, engine sim.Options, adjust func(*config.Config)) *Generat
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := node.Start(cfg, node.Options{Listener: ln, AdminListener: adminLn})
+	srv, err := node.Start(rt, node.Options{Listener: ln, AdminListener: adminLn})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/narwhal-router/narwhal/bench/trace"
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/node"
+	"github.com/narwhal-router/narwhal/transport/kv"
 )
 
 // fleetPolicy is one arm of the fleet scenario: how the router disaggregates and places.
@@ -323,9 +324,10 @@ func runFleetArm(p fleetPolicy, rep *trace.Replay, m fleetMode) (*armResult, err
 	cfg.Log.Level = "warn"
 	for _, e := range fleet.Engines {
 		cfg.Engines = append(cfg.Engines, config.Engine{Name: e.Name(), URL: e.URL(), Role: config.Role(e.Role()), Models: e.Models(),
-			KV: config.KV{Connector: config.ConnectorNIXL, EngineID: e.EngineID(), Endpoint: e.KVEndpoint(), TransferModes: []string{"pull"}}})
+			KV: config.KV{Connector: kv.NIXL, EngineID: e.EngineID(), Endpoint: e.KVEndpoint(), TransferModes: []string{"pull"}}})
 	}
-	if err := cfg.Validate(); err != nil {
+	rt, err := config.Provision(cfg, kv.Builtin())
+	if err != nil {
 		return nil, err
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -338,7 +340,7 @@ func runFleetArm(p fleetPolicy, rep *trace.Replay, m fleetMode) (*armResult, err
 		return nil, err
 	}
 	access := &lockedBuffer{}
-	srv, err := node.Start(cfg, node.Options{AccessLog: access, Listener: ln, AdminListener: adminLn})
+	srv, err := node.Start(rt, node.Options{AccessLog: access, Listener: ln, AdminListener: adminLn})
 	if err != nil {
 		return nil, err
 	}

@@ -8,7 +8,6 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/narwhal-router/narwhal/messages"
 	"github.com/narwhal-router/narwhal/transport/fault"
 )
 
@@ -93,7 +92,7 @@ type keyedDispatcher struct {
 	Dispatcher
 }
 
-func (d keyedDispatcher) Finished(x *Exchange, m *messages.StreamFinished) {
+func (d keyedDispatcher) Finished(x *Exchange, m *StreamFinished) {
 	d.Dispatcher.Finished(x, m)
 	x.releaseKey()
 }

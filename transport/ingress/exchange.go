@@ -5,7 +5,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/narwhal-router/narwhal/messages"
 	"github.com/narwhal-router/narwhal/transport"
 	"github.com/narwhal-router/narwhal/transport/fault"
 	"github.com/narwhal-router/narwhal/transport/wire"
@@ -61,14 +60,14 @@ func (x *Exchange) Context() context.Context { return x.ctx }
 // Abort cancels every engine leg of the exchange with cause.
 func (x *Exchange) Abort(cause error) { x.cancel(cause) }
 
-// Command is what the supervisor tells ingress: run Plan, or (Plan nil) answer with Verdict.
-// Ingress waits for a command after the dispatch and after each attempt that failed before
-// commit; the supervisor sends exactly one in each of those moments, and nothing otherwise —
-// except a supervisor that crashed, which leaves its 500 behind a plan ingress has not read
-// yet (hence room for two).
+// Command is what the supervisor tells ingress: run Attempt, or (Attempt nil) give the client
+// Answer. Ingress waits for a command after the dispatch and after each attempt that failed
+// before commit; the supervisor sends exactly one in each of those moments, and nothing
+// otherwise — except a supervisor that crashed, which leaves its 500 behind an attempt ingress
+// has not read yet (hence room for two).
 type Command struct {
-	Plan    *Plan
-	Verdict Verdict
+	Attempt *Attempt
+	Answer  Answer
 }
 
 // Send hands ingress its next command.
@@ -110,9 +109,9 @@ func (x *Exchange) Progress() (phase fault.Phase, running bool, prefillStart tim
 	return fault.Phase(p - 1), true, prefillStart
 }
 
-// Verdict is an answer ingress sends to the client before commit: an error response, or
+// Answer is what ingress sends the client when no attempt will commit: an error response, or
 // (Status 0) nothing at all, because the client is gone.
-type Verdict struct {
+type Answer struct {
 	Status     int
 	Body       []byte
 	RetryAfter string
@@ -120,7 +119,7 @@ type Verdict struct {
 	Routing    Routing
 }
 
-// Timing is the measurement contract (SPEC §10), as offsets from the request's arrival; zero
+// Timing is the measurement contract (ttft and first byte), as offsets from the request's arrival; zero
 // means the event did not happen.
 type Timing struct {
 	TTFT      time.Duration // producer HTTP completion
@@ -134,6 +133,33 @@ type Routing struct {
 	Attempts int
 }
 
+// AttemptEnded reports how an attempt ingress ran ended: committed (the first token or the
+// passthrough answer is in; ingress keeps the stream) or failed before commit (Fault set). Times
+// are zero for what did not happen.
+type AttemptEnded struct {
+	Attempt   int
+	Committed bool
+	Fault     *fault.Fault
+
+	PrefillDone   time.Time // the prefill response fully read: ttft
+	DecodeStarted time.Time
+	FirstTokenAt  time.Time // committed only
+	HandoffAge    time.Duration
+	// MissingDescriptor says the producer returned none and the decode recomputed.
+	MissingDescriptor bool
+}
+
+// StreamFinished reports how a committed response ended, as the data plane saw it.
+type StreamFinished struct {
+	// Fault is nil when the response completed; otherwise it is why the stream ended.
+	Fault *fault.Fault
+	// ClientGone says the client stopped reading.
+	ClientGone bool
+	// OutputTokens is the completion token count (from usage, else counted events).
+	OutputTokens int
+	Ended        time.Time
+}
+
 // Dispatcher runs request supervisors; the actor system implements it.
 type Dispatcher interface {
 	// Dispatch starts x's supervisor, which sends x its first command.
@@ -142,9 +168,9 @@ type Dispatcher interface {
 	ClientGone(x *Exchange)
 	// AttemptEnded tells x's supervisor how the attempt it planned ended: committed (ingress
 	// keeps the stream and relays it) or failed before commit.
-	AttemptEnded(x *Exchange, m *messages.AttemptEnded)
+	AttemptEnded(x *Exchange, m *AttemptEnded)
 	// Finished tells x's supervisor how its committed response ended.
-	Finished(x *Exchange, m *messages.StreamFinished)
+	Finished(x *Exchange, m *StreamFinished)
 }
 
 // CorrectUsage returns a usage chunk (its event bytes or data) with cached_tokens set to the

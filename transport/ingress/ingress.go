@@ -15,7 +15,6 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/narwhal-router/narwhal/config"
-	"github.com/narwhal-router/narwhal/messages"
 	"github.com/narwhal-router/narwhal/transport"
 	"github.com/narwhal-router/narwhal/transport/fault"
 	"github.com/narwhal-router/narwhal/transport/telemetry"
@@ -41,35 +40,30 @@ type Ingress struct {
 	keys       *keyring
 }
 
-// NewIngress builds the listener; Serve starts it.
-func NewIngress(cfg config.Config, d Dispatcher, models ModelLister, m *telemetry.Metrics) (*Ingress, error) {
+// NewIngress builds the listener from the server's and the requests' runtime settings; Serve
+// starts it.
+func NewIngress(srv config.ServerRuntime, req config.RequestRuntime, d Dispatcher, models ModelLister, m *telemetry.Metrics) (*Ingress, error) {
 	dispatcher := keyedDispatcher{d}
 	gone, err := newGoneWatcher(dispatcher.ClientGone)
 	if err != nil {
 		return nil, err
 	}
-	rt := config.Provision(cfg)
-	keys, err := cfg.Server.ClientAPIKeys()
-	if err != nil {
-		gone.close()
-		return nil, err
-	}
-	in := &Ingress{rt: rt.Server, dispatcher: dispatcher, models: models, metrics: m, gone: gone,
-		deadline: rt.Request.Deadline, keys: newKeyring(keys, cfg.Server.APIKeyMaxConcurrency)}
+	in := &Ingress{rt: srv, dispatcher: dispatcher, models: models, metrics: m, gone: gone,
+		deadline: req.Deadline, keys: newKeyring(srv.APIKeys, srv.APIKeyMaxConcurrency)}
 	in.srv = &fasthttp.Server{
 		Name:               "narwhal",
 		Handler:            in.handle,
 		ErrorHandler:       in.handleTransportError,
-		MaxRequestBodySize: rt.Server.MaxBodyBytes,
-		ReadTimeout:        rt.Server.HeaderTimeout,
-		IdleTimeout:        rt.Server.IdleTimeout,
+		MaxRequestBodySize: srv.MaxBodyBytes,
+		ReadTimeout:        srv.HeaderTimeout,
+		IdleTimeout:        srv.IdleTimeout,
 		// The read buffer bounds the request line and headers (431 past it). ReduceMemoryUsage
 		// hands it back to the pool once a request is read, so a streaming response (and an idle
 		// keep-alive connection) holds none: a larger header allowance costs no per-stream memory.
-		ReadBufferSize:    rt.Server.MaxHeaderBytes,
+		ReadBufferSize:    srv.MaxHeaderBytes,
 		ReduceMemoryUsage: true,
 		// Bounds writing each non-streamed response; the relay bounds each write of a stream.
-		WriteTimeout:    rt.Server.ClientWriteTimeout,
+		WriteTimeout:    srv.ClientWriteTimeout,
 		CloseOnShutdown: true,
 		// A streaming response holds its connection's write buffer for as long as it streams,
 		// so its size is a per-stream cost (bench: streams). The response head and the first
@@ -201,33 +195,33 @@ func (in *Ingress) generate(ctx *fasthttp.RequestCtx, ep wire.Endpoint, slot int
 	// it answers once no attempt will commit.
 	for {
 		cmd := x.Await()
-		if cmd.Plan == nil {
+		a := cmd.Attempt
+		if a == nil {
 			watch.stop()
-			in.answer(ctx, cmd.Verdict)
+			in.answer(ctx, cmd.Answer)
 			x.releaseKey()
 			return
 		}
-		if ep.Passthrough() {
-			if in.passthrough(ctx, x, cmd.Plan, watch) {
-				return
-			}
+		out := x.Run(a)
+		in.dispatcher.AttemptEnded(x, a.Report(&out))
+		if !out.Committed() {
 			continue
 		}
-		out := runOffStack(x, cmd.Plan)
-		in.dispatcher.AttemptEnded(x, out.Report())
-		if out.Stream == nil {
-			continue
+		// Committed: the first token (or the answer) is in and the status is 200 from here on.
+		routing := Routing{Consumer: a.Plan.Consumer.Name(), Attempts: a.N}
+		if a.Plan.Producer != nil {
+			routing.Producer = a.Plan.Producer.Name()
 		}
-		// Committed: the first token is in and the status is 200 from here on.
-		routing := Routing{Consumer: cmd.Plan.Consumer.Name(), Attempts: cmd.Plan.Attempt}
-		if !cmd.Plan.Local {
-			routing.Producer = cmd.Plan.Producer.Name()
-		}
-		in.setCommonHeaders(ctx, out.timing(arrival), routing)
+		in.setCommonHeaders(ctx, timing(arrival, &out), routing)
 		// The client's body is not read again (no retry after commit): hand its buffer back
 		// instead of keeping it for the whole stream.
 		body.Release()
 		ctx.Request.ResetBody()
+		if out.Answer != nil {
+			watch.stop()
+			in.respondPassthrough(ctx, x, out.Answer)
+			return
+		}
 		if body.Stream {
 			ctx.SetStatusCode(fasthttp.StatusOK)
 			ctx.SetContentType("text/event-stream")
@@ -242,19 +236,9 @@ func (in *Ingress) generate(ctx *fasthttp.RequestCtx, ep wire.Endpoint, slot int
 	}
 }
 
-// runOffStack runs an attempt on a goroutine of its own and waits for it. The engine legs need a
-// deep stack (HTTP client, header parsing, JSON), and a stack grown on the connection's
-// goroutine would stay grown for the whole stream that follows: measured, 16 KiB instead of 8
-// per open stream. The hand-back is cheap: the waiting goroutine runs next on the same P.
-func runOffStack(x *Exchange, p *Plan) Outcome {
-	done := make(chan Outcome, 1)
-	go func() { done <- x.Run(p) }()
-	return <-done
-}
-
 // answer writes the supervisor's answer before commit: an error response, or nothing for a
 // client that is gone.
-func (in *Ingress) answer(ctx *fasthttp.RequestCtx, v Verdict) {
+func (in *Ingress) answer(ctx *fasthttp.RequestCtx, v Answer) {
 	if v.Status == 0 {
 		hangUp(ctx)
 		return
@@ -293,7 +277,7 @@ func (in *Ingress) setCommonHeaders(ctx *fasthttp.RequestCtx, t Timing, r Routin
 // has reached the client yet, so a failure after the first token still gets an error status.
 func (in *Ingress) respondAssembled(ctx *fasthttp.RequestCtx, x *Exchange, s *transport.DecodeStream) {
 	a := wire.NewAssembler(x.Body.Endpoint)
-	end := &messages.StreamFinished{}
+	end := &StreamFinished{}
 	events, assembled := 0, 0
 	for {
 		ev, err := s.Next()

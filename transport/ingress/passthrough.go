@@ -7,7 +7,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/narwhal-router/narwhal/messages"
+	"github.com/narwhal-router/narwhal/transport"
 	"github.com/narwhal-router/narwhal/transport/fault"
 	"github.com/narwhal-router/narwhal/transport/wire"
 )
@@ -18,7 +18,7 @@ import (
 // the client's body byte for byte to the planned consumer, bounded by
 // engine.passthrough_timeout_s. The engine's 200 answer is the client's, byte for byte; a failure
 // is a decode-leg fault of that engine, judged and retried like one. The supervisor plans no
-// producer for these (Plan.Producer is nil): only the consumer's decode slot is taken.
+// producer for these (the plan's Producer is nil): only the consumer's decode slot is taken.
 
 // parseBody validates a client body for ep.
 func (in *Ingress) parseBody(ep wire.Endpoint, raw []byte) (*wire.ClientBody, error) {
@@ -32,35 +32,15 @@ func (in *Ingress) parseBody(ep wire.Endpoint, raw []byte) (*wire.ClientBody, er
 	return wire.ParsePassthroughBody(ep, raw, def)
 }
 
-// passthrough runs one planned passthrough attempt and reports it. It reports true when the
-// client has its answer (the engine's), false when the supervisor decides what comes next.
-func (in *Ingress) passthrough(ctx *fasthttp.RequestCtx, x *Exchange, p *Plan, watch goneWatch) bool {
-	out := Outcome{Attempt: p.Attempt} // no DecodeStarted: there is no handoff to age
-	x.prefillStart.Store(time.Now().UnixNano())
-	x.setProgress(fault.PhaseDecode, true)
-	resp, err := p.Consumer.Passthrough(x.ctx, x.EngineRequest(p.BackendRequestID))
-	x.setProgress(0, false)
-	if err != nil {
-		out.Fault = faultOf(err, fault.PhaseDecode, p.Consumer.Name())
-		in.dispatcher.AttemptEnded(x, out.Report())
-		return false
-	}
-	m := out.Report()
-	m.Committed, m.FirstTokenAt = true, resp.Completed
-	in.dispatcher.AttemptEnded(x, m)
-
-	watch.stop()
-	in.setCommonHeaders(ctx, Timing{FirstByte: resp.Completed.Sub(x.Arrival)},
-		Routing{Consumer: p.Consumer.Name(), Attempts: p.Attempt})
-	x.Body.Release()
-	ctx.Request.ResetBody()
+// respondPassthrough answers with a committed passthrough attempt's answer: the engine's 200,
+// its body and content type as sent.
+func (in *Ingress) respondPassthrough(ctx *fasthttp.RequestCtx, x *Exchange, ans *transport.PassthroughResponse) {
 	ctx.SetStatusCode(fasthttp.StatusOK)
-	if resp.ContentType != "" {
-		ctx.Response.Header.SetContentType(resp.ContentType)
+	if ans.ContentType != "" {
+		ctx.Response.Header.SetContentType(ans.ContentType)
 	}
-	ctx.SetBody(resp.Body)
-	in.dispatcher.Finished(x, &messages.StreamFinished{Ended: time.Now()})
-	return true
+	ctx.SetBody(ans.Body)
+	in.dispatcher.Finished(x, &StreamFinished{Ended: time.Now()})
 }
 
 // retrieveModel answers GET /v1/models/{id}: the model object, or 404 in the OpenAI envelope.

@@ -9,7 +9,6 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/narwhal-router/narwhal/messages"
 	"github.com/narwhal-router/narwhal/transport"
 	"github.com/narwhal-router/narwhal/transport/fault"
 	"github.com/narwhal-router/narwhal/transport/wire"
@@ -27,7 +26,7 @@ type relay struct {
 	s     *transport.DecodeStream
 	watch goneWatch
 
-	end          messages.StreamFinished
+	end          StreamFinished
 	writeArmedAt time.Time // when armWrite last moved the client write deadline
 	events       int       // token events relayed
 	sent         int       // events relayed (the Responses API numbers them)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/transport"
+	"github.com/narwhal-router/narwhal/transport/kv"
 	"github.com/narwhal-router/narwhal/transport/telemetry"
 	"github.com/narwhal-router/narwhal/transport/wire"
 )
@@ -77,10 +78,14 @@ func relayFrom(t *testing.T, url string) *relay {
 // streaming completion's client body to send it.
 func decodeClient(tb testing.TB, url, body string) (*transport.EngineClient, *wire.ClientBody) {
 	tb.Helper()
-	client, err := transport.NewEngineClient(config.Engine{Name: "d0", URL: url, Role: config.RoleDecode}, config.Default().Engine)
+	cfg := config.Default()
+	cfg.Engines = []config.Engine{{Name: "d0", URL: url, Role: config.RoleDecode},
+		{Name: "p0", URL: "http://127.0.0.1:1", Role: config.RolePrefill}}
+	rt, err := config.Provision(cfg, kv.Builtin())
 	if err != nil {
 		tb.Fatal(err)
 	}
+	client := transport.NewEngineClient(rt.Engines[0], rt.Engine)
 	tb.Cleanup(client.Close)
 	b, err := wire.ParseClientBody(wire.EndpointCompletions, []byte(body))
 	if err != nil {

@@ -16,12 +16,13 @@ import (
 // together, and Validate checks the planned decode parameters instead of a producer response.
 //
 // Adding one: implement this interface in a file of this package and list it in Builtin
-// (registry.go), and add its name to config.Connectors so configurations may use it.
+// (registry.go). Configuration validation, preflight, probes and client requests all find it
+// there.
 type Connector interface {
 	// Name is the value of engines[].kv.connector.
 	Name() string
 	// Plan returns the transfer parameters of one attempt, before either leg starts.
-	Plan(a Attempt) Plan
+	Plan(a Attempt) Transfer
 	// Validate checks the consumer-bound descriptor for one producer→consumer pair: a
 	// producer's response, or the planned decode parameters of a concurrent connector. It
 	// returns nil to forward the descriptor unchanged, or the rejection.
@@ -36,8 +37,8 @@ type Attempt struct {
 	BackendRequestID string
 }
 
-// Plan is a connector's parameters for the two legs of one attempt.
-type Plan struct {
+// Transfer is a connector's parameters for the two legs of one attempt.
+type Transfer struct {
 	// Prefill is the kv_transfer_params object sent to the producer.
 	Prefill []byte
 	// Decode, when set, is the consumer's kv_transfer_params, planned up front: the legs run
@@ -46,8 +47,8 @@ type Plan struct {
 	Decode []byte
 }
 
-// Concurrent says the plan runs both legs at once.
-func (p Plan) Concurrent() bool { return p.Decode != nil }
+// Concurrent says the transfer runs both legs at once.
+func (p Transfer) Concurrent() bool { return p.Decode != nil }
 
 // Side is one engine's KV transfer configuration.
 type Side struct {

@@ -3,9 +3,10 @@
 // transfer mechanism implements (what each leg carries, planned per attempt, sequential or
 // concurrent), NIXL, and the explicit Registry of connectors engines may name.
 //
-// Adding a connector: implement Connector in a new file of this package (nixl.go is the example),
-// list it in Builtin (registry.go), and add its name to config.Connectors so configurations may
-// name it (TestBuiltinRegistryMatchesTheConfigurationsConnectors keeps the two in step). A
-// connector of a program's own (tests/connector_test.go has one) is passed through
+// Adding a connector: implement Connector in a new file of this package (nixl.go is the example)
+// and list it in Builtin (registry.go). Configuration validation (config.Provision) checks every
+// engines[].kv.connector against the registry the router runs with, and preflight, probes and
+// client requests all run the connector's plan through the one attempt runner, so nothing else
+// names it. A connector of a program's own (tests/connector_test.go has one) is passed through
 // node.Options.Connectors as kv.Builtin().With(c) instead.
 package kv

@@ -3,9 +3,11 @@ package kv
 import (
 	"strings"
 
-	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/transport/wire"
 )
+
+// NIXL is the name of vLLM's NixlConnector, the connector an engine uses unless it names another.
+const NIXL = "nixl"
 
 // nixlConnector is vLLM's NixlConnector (v1, v2 and the newest grouped shapes): the producer
 // pins the prompt's KV blocks and the consumer pulls them from remote_host:remote_port.
@@ -16,11 +18,11 @@ var nixlPrefillParams = []byte(`{"do_remote_decode":true,"do_remote_prefill":fal
 // foreignKeys belong to other connectors' descriptors (Mooncake, SGLang-style bootstrap).
 var foreignKeys = []string{"transfer_id", "remote_bootstrap_addr", "bootstrap_room", "bootstrap_host", "bootstrap_port"}
 
-func (nixlConnector) Name() string { return config.ConnectorNIXL }
+func (nixlConnector) Name() string { return NIXL }
 
 // Plan asks the producer to keep the prompt's blocks for a remote decode; the consumer's
 // parameters are the descriptor the producer answers with.
-func (nixlConnector) Plan(Attempt) Plan { return Plan{Prefill: nixlPrefillParams} }
+func (nixlConnector) Plan(Attempt) Transfer { return Transfer{Prefill: nixlPrefillParams} }
 
 func (nixlConnector) Validate(d *Descriptor, pair Pair) *Rejection {
 	for _, k := range foreignKeys {

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-
-	"github.com/narwhal-router/narwhal/config"
 )
 
 // Registry is the set of connectors engines may name in engines[].kv.connector. It is explicit:
@@ -15,8 +13,9 @@ type Registry struct {
 	byName map[string]Connector
 }
 
-// Builtin is every connector Narwhal ships. A new connector is listed here and its name added
-// to config.Connectors (a test keeps the two in step).
+// Builtin is every connector Narwhal ships. A new connector is listed here; configuration
+// validation checks engines' connector names against the registry the router runs with, so
+// nothing else needs the name.
 func Builtin() Registry { return Registry{}.With(nixlConnector{}) }
 
 // With returns a copy of r that also holds cs (replacing connectors of the same name).
@@ -49,13 +48,19 @@ func (r Registry) Names() []string {
 	return out
 }
 
-// defaultConnector is the connector of an engine whose configuration names none.
-const defaultConnector = config.ConnectorNIXL
+// Has reports whether the registry holds a connector of that name.
+func (r Registry) Has(name string) bool {
+	_, ok := r.byName[name]
+	return ok
+}
+
+// Default is the connector of an engine whose configuration names none.
+const Default = NIXL
 
 // For returns the connector an engine's kv.connector names ("" is the default, nixl).
 func (r Registry) For(name string) (Connector, error) {
 	if name == "" {
-		name = defaultConnector
+		name = Default
 	}
 	return r.Lookup(name)
 }

@@ -50,23 +50,21 @@ func (r Result) OK() bool {
 	return true
 }
 
-// Run checks every engine of cfg against the pinned contract (and /health), then probes
-// every producer→consumer pair the roles allow, at most cfg.Preflight.Concurrency at a time,
-// each leg bounded by engine.first_token_timeout_s.
-func Run(ctx context.Context, cfg config.Config) (Result, error) {
-	clients := make([]*transport.EngineClient, len(cfg.Engines))
-	for i, e := range cfg.Engines {
-		c, err := transport.NewEngineClient(e, cfg.Engine)
-		if err != nil {
-			return Result{}, err
-		}
+// Run checks every engine of rt against the pinned contract (and /health), then probes every
+// producer→consumer pair the roles allow, at most preflight.concurrency at a time, each leg
+// bounded by engine.first_token_timeout_s. The probes are real transfers run by the same
+// attempt runner as client requests, through each producer's own connector as rt resolved it.
+func Run(ctx context.Context, rt config.Runtime) Result {
+	clients := make([]*transport.EngineClient, len(rt.Engines))
+	for i, e := range rt.Engines {
+		c := transport.NewEngineClient(e, rt.Engine)
 		defer c.Close()
 		clients[i] = c
 	}
-	legTimeout := cfg.Engine.FirstTokenTimeoutS.Duration()
+	legTimeout := rt.Engine.FirstToken
 	res := Result{Engines: make([]EngineCheck, len(clients))}
 	models := make([][]string, len(clients))
-	sem := make(chan struct{}, cfg.Preflight.Concurrency)
+	sem := make(chan struct{}, rt.Preflight.Concurrency)
 	var wg sync.WaitGroup
 	for i, c := range clients {
 		wg.Add(1)
@@ -74,15 +72,15 @@ func Run(ctx context.Context, cfg config.Config) (Result, error) {
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			res.Engines[i] = EngineCheck{Engine: c.Name()}
-			models[i], res.Engines[i].Err = checkEngine(ctx, c, cfg.Engines[i], cfg.EngineContract, legTimeout)
+			models[i], res.Engines[i].Err = checkEngine(ctx, c, rt.Engines[i], rt.Contract, legTimeout)
 		}()
 	}
 	wg.Wait()
 
 	type job struct{ producer, consumer int }
 	var jobs []job
-	for pi, p := range cfg.Engines {
-		for ci, c := range cfg.Engines {
+	for pi, p := range rt.Engines {
+		for ci, c := range rt.Engines {
 			if pi != ci && p.Role.CanPrefill() && c.Role.CanDecode() {
 				jobs = append(jobs, job{pi, ci})
 				res.Pairs = append(res.Pairs, PairCheck{Producer: p.Name, Consumer: c.Name})
@@ -91,7 +89,7 @@ func Run(ctx context.Context, cfg config.Config) (Result, error) {
 	}
 	for i, j := range jobs {
 		pc := &res.Pairs[i]
-		model := commonModel(cfg.EngineContract, models[j.producer], models[j.consumer])
+		model := commonModel(rt.Contract, models[j.producer], models[j.consumer])
 		if model == "" {
 			pc.Err = fmt.Errorf("%s and %s serve no model in common", pc.Producer, pc.Consumer)
 			continue
@@ -104,11 +102,11 @@ func Run(ctx context.Context, cfg config.Config) (Result, error) {
 		}()
 	}
 	wg.Wait()
-	return res, nil
+	return res
 }
 
 // checkEngine checks health and the contract, and returns the models the engine serves.
-func checkEngine(ctx context.Context, c *transport.EngineClient, e config.Engine, contract *config.EngineContract, timeout time.Duration) ([]string, error) {
+func checkEngine(ctx context.Context, c *transport.EngineClient, e config.EngineSpec, contract *config.EngineContract, timeout time.Duration) ([]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if err := c.Health(ctx); err != nil {

@@ -29,6 +29,7 @@ import (
 	"github.com/narwhal-router/narwhal/cluster"
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/messages"
+	"github.com/narwhal-router/narwhal/transport/kv"
 )
 
 func main() {
@@ -75,7 +76,7 @@ func run(bin string, idle time.Duration, trials int) error {
 		cfg := config.Default()
 		for _, e := range fleet.Engines {
 			cfg.Engines = append(cfg.Engines, config.Engine{Name: e.Name(), URL: e.URL(), Role: config.Role(e.Role()), Models: e.Models(),
-				KV: config.KV{Connector: config.ConnectorNIXL, EngineID: e.EngineID(), Endpoint: e.KVEndpoint(), TransferModes: []string{"pull"}}})
+				KV: config.KV{Connector: kv.NIXL, EngineID: e.EngineID(), Endpoint: e.KVEndpoint(), TransferModes: []string{"pull"}}})
 		}
 		cfg.Log.AccessLog, cfg.Log.Level = false, "error"
 		cfg.Server.Listen, cfg.Server.AdminListen = freeAddr(), freeAddr()

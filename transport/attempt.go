@@ -1,0 +1,245 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"time"
+
+	"github.com/narwhal-router/narwhal/transport/fault"
+	"github.com/narwhal-router/narwhal/transport/kv"
+)
+
+// Plan is one attempt as it was decided: which engines run its legs and the handoff policy to
+// apply between them. Client requests (planned by their request supervisor), readmission probes
+// and preflight all run their attempts from a Plan, through Run.
+type Plan struct {
+	// Producer runs the prefill leg; nil: the consumer computes the prompt itself (a local
+	// decode, no prefill leg, no transfer). Producer == Consumer decodes on the producer itself
+	// with no transfer parameters (same-worker decode).
+	Producer *EngineClient
+	// Consumer runs the decode leg (or a passthrough request's only leg); nil: the attempt ends
+	// once the producer made a handoff (a probe of a producer with no admitted consumer).
+	Consumer *EngineClient
+	// FailOnMissing turns a prefill without a descriptor into a fault (handoff.on_missing:
+	// fail); otherwise the decode recomputes the prompt. A probe sets it: a producer that makes
+	// no handoff has not proven its KV transfer.
+	FailOnMissing bool
+	// MaxHandoffAge is handoff.max_age_s: an older handoff is stale when decode would start.
+	// Zero: no bound.
+	MaxHandoffAge time.Duration
+	// LegTimeout, when set, bounds each leg on its own (from its start) instead of the request
+	// deadline bounding the whole attempt: a probe gives every leg engine.first_token_timeout_s.
+	LegTimeout time.Duration
+}
+
+// Outcome is how an attempt ended: committed (Stream, or Answer for a passthrough request, is
+// set: the first token or the answer is in) or failed before commit (Fault set). Times are zero
+// for what did not happen.
+type Outcome struct {
+	Stream *DecodeStream
+	// Answer is a passthrough request's answer.
+	Answer *PassthroughResponse
+	Fault  *fault.Fault
+
+	// PrefillDone is when the prefill response was fully read (ttft); for a local decode, when
+	// its first token arrived.
+	PrefillDone   time.Time
+	DecodeStarted time.Time
+	HandoffAge    time.Duration
+	// MissingDescriptor says the producer returned none and the decode recomputed.
+	MissingDescriptor bool
+	// CachedTokens is what the committed stream's usage must report as cached prompt tokens:
+	// the producer's own count after a transfer, or -1 to pass the consumer's count through (a
+	// local or recomputed decode).
+	CachedTokens int
+	// Descriptor is the handoff the producer made, as it sent it (nil: none, or same-worker).
+	Descriptor []byte
+}
+
+// Committed reports whether the attempt reached its first generated token (or its answer).
+func (o *Outcome) Committed() bool { return o.Stream != nil || o.Answer != nil }
+
+// Progress hears where a running attempt stands: the leg it is on, and when the attempt
+// started (its handoff ages from then). Supervisor-tree dumps read it; no decision does.
+type Progress interface {
+	Leg(leg fault.Phase, attemptStart time.Time)
+}
+
+// Run carries out p for req: the prefill leg, the descriptor's checks (identity, connector,
+// endpoint, age), and the decode leg up to its first generated token, or a passthrough
+// request's one leg. The producer's connector plans the attempt first; a connector that plans
+// both legs up front has them run at once (runConcurrent). It blocks until the attempt commits
+// or fails, and returns one outcome; cancelling ctx aborts whatever leg is running. progress
+// may be nil. On a committed stream the caller owns Stream (Close it).
+func Run(ctx context.Context, p *Plan, req *Request, progress Progress) Outcome {
+	out := Outcome{CachedTokens: -1}
+	start := time.Now()
+	switch {
+	case req.Body.Endpoint.Passthrough():
+		tell(progress, fault.PhaseDecode, start)
+		ans, err := p.Consumer.Passthrough(ctx, req)
+		if err != nil {
+			out.Fault = faultOf(err, fault.PhaseDecode, p.Consumer.name)
+			return out
+		}
+		out.Answer = &ans
+		return out
+	case p.Producer == nil:
+		return runLocal(ctx, p, req, start, progress, out)
+	}
+	if p.Producer != p.Consumer && p.Consumer != nil {
+		req.Transfer = p.Producer.connector.Plan(kv.Attempt{
+			Pair:             kv.Pair{Producer: p.Producer.kv, Consumer: p.Consumer.kv, Endpoint: req.Body.Endpoint},
+			BackendRequestID: req.BackendRequestID,
+		})
+	}
+	tell(progress, fault.PhasePrefill, start)
+	p.bound(req, start)
+	if req.Transfer.Concurrent() {
+		return runConcurrent(ctx, p, req, start, progress, out)
+	}
+	res, err := p.Producer.Prefill(ctx, req)
+	if err != nil {
+		out.Fault = faultOf(err, fault.PhasePrefill, p.Producer.name)
+		return out
+	}
+	out.PrefillDone = res.Completed
+	out.Descriptor = res.Descriptor()
+
+	switch {
+	case p.Producer == p.Consumer:
+		res = res.WithoutTransfer() // prefix caching or recompute on the same engine
+		out.Descriptor = nil
+	case !res.HasDescriptor() && p.FailOnMissing:
+		out.Fault = &fault.Fault{Kind: fault.MissingDescriptor, Phase: fault.PhasePrefill, Engine: p.Producer.name,
+			Detail: "the producer returned no handoff descriptor"}
+		return out
+	case !res.HasDescriptor():
+		out.MissingDescriptor = true
+	}
+	now := time.Now()
+	out.HandoffAge = res.Age(now)
+	if p.MaxHandoffAge > 0 && out.HandoffAge > p.MaxHandoffAge {
+		out.Fault = &fault.Fault{Kind: fault.StaleHandoff, Phase: fault.PhasePrefill, Engine: p.Producer.name,
+			Detail: "the handoff is " + out.HandoffAge.Round(time.Millisecond).String() +
+				" old, older than handoff.max_age_s (" + p.MaxHandoffAge.String() + ")"}
+		return out
+	}
+	if p.Consumer == nil {
+		return out // a producer probed on its own: the handoff is what it had to make
+	}
+
+	out.DecodeStarted = now
+	tell(progress, fault.PhaseDecode, start)
+	p.bound(req, now)
+	stream, err := p.Consumer.Decode(ctx, res, req)
+	if err != nil {
+		out.Fault = faultOf(err, fault.PhaseDecode, p.Consumer.name)
+		return out
+	}
+	out.Stream = stream
+	if res.HasDescriptor() || p.Producer == p.Consumer {
+		out.CachedTokens = res.CachedTokens // the prompt was computed by the prefill leg
+	}
+	return out
+}
+
+// bound gives the next leg its own deadline when the plan bounds legs one by one.
+func (p *Plan) bound(req *Request, legStart time.Time) {
+	if p.LegTimeout > 0 {
+		req.Deadline = legStart.Add(p.LegTimeout)
+	}
+}
+
+func tell(p Progress, leg fault.Phase, attemptStart time.Time) {
+	if p != nil {
+		p.Leg(leg, attemptStart)
+	}
+}
+
+// runLocal runs a same-worker decode without a prefill leg: the consumer computes the prompt
+// and streams; the prompt counts as done when the first token is in.
+func runLocal(ctx context.Context, p *Plan, req *Request, start time.Time, progress Progress, out Outcome) Outcome {
+	tell(progress, fault.PhaseDecode, start)
+	out.DecodeStarted = start
+	p.bound(req, start)
+	stream, err := p.Consumer.Decode(ctx, PrefillResult{Started: start}, req)
+	if err != nil {
+		out.Fault = faultOf(err, fault.PhaseDecode, p.Consumer.name)
+		return out
+	}
+	out.PrefillDone = stream.FirstTokenAt
+	out.Stream = stream
+	return out
+}
+
+// runConcurrent runs a concurrent connector's legs: the decode starts with the planned
+// parameters as the prefill does, and the attempt commits once the first token is in and the
+// prefill has answered. Either leg's failure fails the attempt and cancels the other leg: a
+// decode without its prefill waits for a KV cache that will never come, and a prefill without
+// its decode pins blocks nobody will read. The fault reported is the leg that failed first.
+func runConcurrent(ctx context.Context, p *Plan, req *Request, start time.Time, progress Progress, out Outcome) Outcome {
+	res, err := planned(p.Producer, req, start)
+	if err != nil {
+		out.Fault = faultOf(err, fault.PhasePrefill, p.Producer.name)
+		return out
+	}
+	// Both contexts end with ctx at the latest (the request's end cancels it), so neither
+	// outlives the request even when the attempt succeeds.
+	prefillCtx, cancelPrefill := context.WithCancelCause(ctx)
+	defer cancelPrefill(nil) // every return below comes after the prefill leg has returned
+	decodeCtx, cancelDecode := context.WithCancelCause(ctx)
+	type prefilled struct {
+		res PrefillResult
+		err error
+	}
+	var first atomic.Int32 // which leg failed first: 0 neither, 1 prefill, 2 decode
+	done := make(chan prefilled, 1)
+	go func() {
+		r, err := p.Producer.Prefill(prefillCtx, req)
+		if err != nil {
+			first.CompareAndSwap(0, 1)
+			cancelDecode(errPrefillFailed)
+		}
+		done <- prefilled{r, err}
+	}()
+	out.DecodeStarted = time.Now()
+	tell(progress, fault.PhaseDecode, start)
+	stream, derr := p.Consumer.Decode(decodeCtx, res, req)
+	if derr != nil {
+		first.CompareAndSwap(0, 2)
+		cancelPrefill(errDecodeFailed)
+	}
+	pre := <-done
+	if first.Load() == 1 {
+		if stream != nil {
+			stream.Close()
+		}
+		out.Fault = faultOf(pre.err, fault.PhasePrefill, p.Producer.name)
+		return out
+	}
+	if derr != nil {
+		out.Fault = faultOf(derr, fault.PhaseDecode, p.Consumer.name)
+		return out
+	}
+	out.PrefillDone = pre.res.Completed
+	out.Stream = stream
+	out.CachedTokens = pre.res.CachedTokens
+	out.Descriptor = res.Descriptor()
+	return out
+}
+
+// errPrefillFailed and errDecodeFailed cancel the other leg of a concurrent attempt.
+var (
+	errPrefillFailed = errors.New("the prefill leg of the attempt failed")
+	errDecodeFailed  = errors.New("the decode leg of the attempt failed")
+)
+
+// faultOf is err as a Fault of leg on engine: the Fault itself, or an unreachable engine.
+func faultOf(err error, leg fault.Phase, engine string) *fault.Fault {
+	if f, ok := fault.As(err); ok {
+		return f
+	}
+	return &fault.Fault{Kind: fault.Unreachable, Phase: leg, Engine: engine, Detail: "engine leg failed", Err: err}
+}

@@ -1,0 +1,29 @@
+package transport
+
+import (
+	"testing"
+
+	"github.com/narwhal-router/narwhal/config"
+	"github.com/narwhal-router/narwhal/transport/kv"
+)
+
+// ClientFor is a client for engine e provisioned as the router provisions its engines
+// (config.Provision, Narwhal's own connectors), from the default configuration with edit
+// applied (nil: none). It is closed with the test. The tests of this package and of
+// transport_test share it.
+func ClientFor(tb testing.TB, e config.Engine, edit func(*config.Config)) *EngineClient {
+	tb.Helper()
+	cfg := config.Default()
+	// A peer that can run either leg makes a fleet of one engine valid.
+	cfg.Engines = []config.Engine{e, {Name: e.Name + "-peer", URL: "http://127.0.0.1:1", Role: config.RoleBoth}}
+	if edit != nil {
+		edit(&cfg)
+	}
+	rt, err := config.Provision(cfg, kv.Builtin())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	c := NewEngineClient(rt.Engines[0], rt.Engine)
+	tb.Cleanup(c.Close)
+	return c
+}
