@@ -71,7 +71,8 @@ func (s *requestSupervisor) legEnded(ctx actor.Context, l legEnd) {
 // context or, after a crash, the router's root.
 func (s *requestSupervisor) tell(sender actor.SenderContext, l legEnd, requestsFault bool) {
 	if m, ok := s.env.breakerNews(l, requestsFault); ok {
-		sender.Send(l.engine.pid, &m)
+		news := m // only news escapes to the heap: the common case (nothing to tell) allocates nothing
+		sender.Send(l.engine.pid, &news)
 	}
 }
 
