@@ -502,7 +502,7 @@ func sameWay(a, b *fault.Fault) bool {
 func (s *requestSupervisor) respondFault(ctx actor.Context, f *fault.Fault) {
 	s.lastFault = f
 	status := f.ClientStatus()
-	v := ingress.Verdict{Status: status, Body: fault.ClientEnvelope(f, s.r.rt.Server.ExposeEngineErrors), Timing: s.timing(), Routing: s.routing()}
+	v := ingress.Verdict{Status: status, Body: fault.ClientBody(f, s.r.rt.Server.ExposeEngineErrors), Timing: s.timing(), Routing: s.routing()}
 	if status == 503 {
 		v.RetryAfter = f.RetryAfter
 		if v.RetryAfter == "" {
