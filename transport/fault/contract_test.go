@@ -42,7 +42,6 @@ func TestContractFaultKinds(t *testing.T) {
 			Type                string
 			Retriable           bool   `json:"retriable"`
 			CountsAgainstEngine bool   `json:"counts_against_engine"`
-			StreamFailure       bool   `json:"stream_failure"`
 			Body                string `json:"body"`
 		}
 	}
@@ -70,9 +69,9 @@ func TestContractFaultKinds(t *testing.T) {
 			t.Fatal(err)
 		}
 		if f.ClientStatus() != k.Status || env.Error.Type != k.Type || env.Error.Code != k.Kind || f.Retriable() != k.Retriable ||
-			f.CountsAgainstEngine() != k.CountsAgainstEngine || f.StreamFailure() != k.StreamFailure || f.Kind.Policy().Body != body {
-			t.Errorf("%s (engine status %d): status %d type %s code %s retriable %v counts %v stream failure %v body %d; vectors: %+v",
-				k.Kind, k.EngineStatus, f.ClientStatus(), env.Error.Type, env.Error.Code, f.Retriable(), f.CountsAgainstEngine(), f.StreamFailure(), f.Kind.Policy().Body, k)
+			f.CountsAgainstEngine() != k.CountsAgainstEngine || f.Kind.Policy().Body != body {
+			t.Errorf("%s (engine status %d): status %d type %s code %s retriable %v counts %v body %d; vectors: %+v",
+				k.Kind, k.EngineStatus, f.ClientStatus(), env.Error.Type, env.Error.Code, f.Retriable(), f.CountsAgainstEngine(), f.Kind.Policy().Body, k)
 		}
 	}
 	for _, d := range doc.Durations {

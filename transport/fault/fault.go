@@ -109,10 +109,10 @@ type Policy struct {
 	Status int
 	// Retry says whether a fresh attempt (before visible output) may cure the fault.
 	Retry Rule
-	// Counts says whether the engine's breaker counts the fault (it moves the failure streak).
+	// Counts says whether the engine's breaker counts the fault: every fault it counts moves the
+	// failure streak, however the leg failed (an engine that refuses every connection is ejected
+	// as surely as one that hangs).
 	Counts Rule
-	// StreamFailure marks the stream failures of SPEC §8 (and the timeout-shaped faults).
-	StreamFailure bool
 	// Shun says a retry must not use the engine again at all (it asked for less load), rather
 	// than merely prefer another.
 	Shun bool
@@ -126,16 +126,16 @@ type Policy struct {
 }
 
 // table is the failure policy, one row per kind: the only place it is written down. Its columns
-// are Policy's: Name, the client's Status, Retry, breaker Counts, StreamFailure, Shun,
-// RouterSide and the client's Body. Every predicate on Fault and both renderings of a fault
-// (ClientBody, AppendTerminalEvent) read it; Kind.Policy shows a row.
+// are Policy's: Name, the client's Status, Retry, breaker Counts, Shun, RouterSide and the
+// client's Body. Every predicate on Fault and both renderings of a fault (ClientBody,
+// AppendTerminalEvent) read it; Kind.Policy shows a row.
 var table = [...]Policy{
 	Unreachable:       {Name: "unreachable", Status: 502, Retry: Always, Counts: Always},
-	Timeout:           {Name: "timeout", Status: 504, Retry: Always, Counts: Always, StreamFailure: true},
-	FirstTokenTimeout: {Name: "first_token_timeout", Status: 504, Retry: Always, Counts: Always, StreamFailure: true},
-	Silence:           {Name: "silence", Status: 504, Retry: Always, Counts: Always, StreamFailure: true},
-	ClosedEarly:       {Name: "closed_early", Status: 502, Retry: Always, Counts: Always, StreamFailure: true},
-	DoneBeforeToken:   {Name: "done_before_token", Status: 502, Retry: Always, Counts: Always, StreamFailure: true},
+	Timeout:           {Name: "timeout", Status: 504, Retry: Always, Counts: Always},
+	FirstTokenTimeout: {Name: "first_token_timeout", Status: 504, Retry: Always, Counts: Always},
+	Silence:           {Name: "silence", Status: 504, Retry: Always, Counts: Always},
+	ClosedEarly:       {Name: "closed_early", Status: 502, Retry: Always, Counts: Always},
+	DoneBeforeToken:   {Name: "done_before_token", Status: 502, Retry: Always, Counts: Always},
 	StreamError:       {Name: "stream_error", Status: PassThrough, Retry: IfEngine5xx, Counts: IfEngine5xx, Body: EngineRedacted},
 	Status:            {Name: "engine_status", Status: 502, Retry: Always, Counts: Always},
 	Backpressure:      {Name: "backpressure", Status: 503, Retry: Always, Counts: Never, Shun: true},
@@ -244,10 +244,6 @@ func (f *Fault) ClientStatus() int {
 
 // Retriable says whether a fresh attempt (before visible output) may cure the fault.
 func (f *Fault) Retriable() bool { return f.Kind.row().Retry.holds(f.Status) }
-
-// StreamFailure says the fault is one of the stream failures of SPEC §8 (first-token timeout,
-// silence, close before [DONE], [DONE] before a token) or a timeout-shaped one.
-func (f *Fault) StreamFailure() bool { return f.Kind.row().StreamFailure }
 
 // CountsAgainstEngine says whether the engine's breaker counts the fault. Client errors (4xx),
 // backpressure (load, not failure), the client's own deadline and the router's own trouble

@@ -31,7 +31,7 @@ func TestEveryKindHasARowAndThePredicatesReadIt(t *testing.T) {
 				wantStatus = status
 			}
 			if f.ClientStatus() != wantStatus || f.Retriable() != row.Retry.holds(status) ||
-				f.CountsAgainstEngine() != row.Counts.holds(status) || f.StreamFailure() != row.StreamFailure ||
+				f.CountsAgainstEngine() != row.Counts.holds(status) ||
 				f.Shuns() != row.Shun || f.RouterSide() != row.RouterSide {
 				t.Fatalf("%s with engine status %d: predicates disagree with the row %+v", k, status, row)
 			}
