@@ -40,17 +40,13 @@ func SkipSpace(data []byte, i int) int {
 // skipValue returns the offset past the JSON value at data[i], which is nested depth containers
 // deep, checking its grammar: scanBad if it is not JSON, scanDeep if a container in it would be
 // open with limit others around it. It is one loop of gotos with its state in a word (bit l of
-// objects is set if the container open at level l is an object), so skipping allocates nothing
-// and calls only the string and number scans; a value deeper than the word's 64 levels is
-// skipped by a call of its own.
+// objects is set if the container open at level l is an object), so skipping allocates nothing;
+// a container deeper than the word's 64 levels is skipped by a call of its own.
 func skipValue(data []byte, i, depth, limit int) (int, scanStatus) {
 	var (
 		objects uint64 // bit l is set if the container open at level l is an object
 		level   int    // containers open
 		ok      bool
-		// levels is how many containers this call opens: as many as the bound leaves, at most
-		// one for each bit of objects.
-		levels = min(limit-depth, 64)
 	)
 value:
 	if i >= len(data) {
@@ -58,11 +54,11 @@ value:
 	}
 	switch data[i] {
 	case '{', '[':
-		if level >= levels {
+		if depth+level >= limit || level == 64 {
 			if depth+level >= limit {
 				return 0, scanDeep
 			}
-			var st scanStatus // no bit left in objects: the deeper value is a call's own
+			var st scanStatus // level 64: no bit of objects is left for it
 			if i, st = skipValue(data, i, depth+level, limit); st != scanOK {
 				return 0, st
 			}
