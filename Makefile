@@ -36,6 +36,7 @@ fuzz: ## a few seconds of each fuzz target (each runs even if another failed)
 	$(GO) test -run '^$$' -fuzz '^FuzzParseClientBody$$' -fuzztime $(FUZZTIME) ./transport/wire/ || rc=1; \
 	$(GO) test -run '^$$' -fuzz '^FuzzAssembler$$' -fuzztime $(FUZZTIME) ./transport/wire/ || rc=1; \
 	$(GO) test -run '^$$' -fuzz '^FuzzClassifyMatchesDecoder$$' -fuzztime $(FUZZTIME) ./transport/wire/ || rc=1; \
+	$(GO) test -run '^$$' -fuzz '^FuzzScanObjectMatchesValid$$' -fuzztime $(FUZZTIME) ./transport/wire/ || rc=1; \
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./config/ || rc=1; \
 	$(GO) test -run '^$$' -fuzz '^FuzzParseDirectives$$' -fuzztime $(FUZZTIME) ./bench/sim/ || rc=1; \
 	exit $$rc

@@ -12,7 +12,7 @@ import (
 func (s *requestSupervisor) respondFault(ctx actor.Context, f *fault.Fault) {
 	s.lastFault = f
 	status := f.ClientStatus()
-	a := ingress.Answer{Status: status, Body: fault.ClientEnvelope(f, s.env.exposeEngineErrors), Timing: s.timing(), Routing: s.routing()}
+	a := ingress.Answer{Status: status, Body: fault.ClientBody(f, s.env.exposeEngineErrors), Timing: s.timing(), Routing: s.routing()}
 	if status == 503 {
 		a.RetryAfter = f.RetryAfter
 		if a.RetryAfter == "" {

@@ -161,7 +161,7 @@ func TestContractEngineAnswers(t *testing.T) {
 				t.Fatalf("fault %s %d %q reason %q retry-after %q; want %s %d %q reason %q retry-after %q",
 					f.Kind, f.ClientStatus(), f.Detail, f.Reason, f.RetryAfter, want.Kind, want.Status, want.Message, want.Reason, want.RetryAfter)
 			}
-			env := fault.FaultEnvelope(f)
+			env := fault.ClientBody(f, true)
 			switch {
 			case want.Envelope != nil:
 				if string(env) != *want.Envelope {

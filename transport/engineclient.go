@@ -135,14 +135,11 @@ func (c *EngineClient) Prefill(ctx context.Context, req *Request) (PrefillResult
 		Completed:        time.Now(),
 	}
 	body := resp.Body()
-	if !json.Valid(body) {
-		return PrefillResult{}, c.fault(fault.PhasePrefill, fault.BadResponse, "prefill response is not valid JSON", nil)
+	fields, err := wire.ScanObject(body, make([]wire.Field, 0, 12)) // validates the whole body
+	if err != nil {
+		return PrefillResult{}, c.fault(fault.PhasePrefill, fault.BadResponse, "prefill response is "+err.Error(), nil)
 	}
 	res.CachedTokens = wire.CachedTokens(body)
-	fields, err := wire.ScanObject(body, make([]wire.Field, 0, 12))
-	if err != nil {
-		return PrefillResult{}, c.fault(fault.PhasePrefill, fault.BadResponse, "prefill response is not a JSON object", nil)
-	}
 	v, ok := wire.Member(body, fields, "kv_transfer_params")
 	if !ok || wire.IsNull(v) {
 		return res, nil

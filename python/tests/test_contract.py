@@ -141,7 +141,6 @@ class FaultVectors(unittest.TestCase):
                 self.assertEqual(error_type(f.status), k["type"])
                 self.assertEqual(f.retriable, k["retriable"])
                 self.assertEqual(f.counts_against_engine, k["counts_against_engine"])
-                self.assertEqual(f.stream_failure, k["stream_failure"])
 
     def test_durations(self):
         for seconds, text in contract("faults.json")["durations"]:

@@ -25,6 +25,13 @@ func kindNamed(t *testing.T, name string) fault.Kind {
 	return 0
 }
 
+// bodySources names the table's Body column as the vectors do.
+var bodySources = map[string]fault.BodySource{
+	"router_envelope": fault.RouterEnvelope,
+	"engine_body":     fault.EngineBody,
+	"engine_redacted": fault.EngineRedacted,
+}
+
 func TestContractFaultKinds(t *testing.T) {
 	var doc struct {
 		Durations [][2]any
@@ -33,9 +40,9 @@ func TestContractFaultKinds(t *testing.T) {
 			EngineStatus        int `json:"engine_status"`
 			Status              int `json:"status"`
 			Type                string
-			Retriable           bool `json:"retriable"`
-			CountsAgainstEngine bool `json:"counts_against_engine"`
-			StreamFailure       bool `json:"stream_failure"`
+			Retriable           bool   `json:"retriable"`
+			CountsAgainstEngine bool   `json:"counts_against_engine"`
+			Body                string `json:"body"`
 		}
 	}
 	contract.Load(t, "faults.json", &doc)
@@ -53,14 +60,18 @@ func TestContractFaultKinds(t *testing.T) {
 	}
 	for _, k := range doc.Kinds {
 		f := &fault.Fault{Kind: kindNamed(t, k.Kind), Status: k.EngineStatus, Detail: "d"}
+		body, ok := bodySources[k.Body]
+		if !ok {
+			t.Errorf("%s: body %q is none of the Body column's", k.Kind, k.Body)
+		}
 		var env struct{ Error struct{ Type, Code string } }
-		if err := json.Unmarshal(fault.FaultEnvelope(f), &env); err != nil {
+		if err := json.Unmarshal(fault.ClientBody(f, true), &env); err != nil {
 			t.Fatal(err)
 		}
 		if f.ClientStatus() != k.Status || env.Error.Type != k.Type || env.Error.Code != k.Kind || f.Retriable() != k.Retriable ||
-			f.CountsAgainstEngine() != k.CountsAgainstEngine || f.StreamFailure() != k.StreamFailure {
-			t.Errorf("%s (engine status %d): status %d type %s code %s retriable %v counts %v stream failure %v; vectors: %+v",
-				k.Kind, k.EngineStatus, f.ClientStatus(), env.Error.Type, env.Error.Code, f.Retriable(), f.CountsAgainstEngine(), f.StreamFailure(), k)
+			f.CountsAgainstEngine() != k.CountsAgainstEngine || f.Kind.Policy().Body != body {
+			t.Errorf("%s (engine status %d): status %d type %s code %s retriable %v counts %v body %d; vectors: %+v",
+				k.Kind, k.EngineStatus, f.ClientStatus(), env.Error.Type, env.Error.Code, f.Retriable(), f.CountsAgainstEngine(), f.Kind.Policy().Body, k)
 		}
 	}
 	for _, d := range doc.Durations {

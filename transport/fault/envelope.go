@@ -4,6 +4,8 @@ import (
 	"strconv"
 
 	"github.com/goccy/go-json"
+
+	"github.com/narwhal-router/narwhal/transport/wire"
 )
 
 // ErrorBody is the OpenAI error envelope's inner object.
@@ -47,31 +49,81 @@ func ErrorType(status int) string {
 	return "server_error"
 }
 
-// FaultEnvelope is the error body a client gets for f before commit. Engine errors that pass
-// through (4xx, in-stream errors) keep the engine's own body; everything else gets a router
-// envelope whose code names the fault kind and whose message never holds an engine URL.
-func FaultEnvelope(f *Fault) []byte {
-	if (f.Kind.row().Status == PassThrough) && len(f.Body) > 0 && json.Valid(f.Body) {
-		if isErrorData(f.Body) {
-			return f.Body
+// ClientBody is the error body a client gets when f ends its request before commit (with status
+// f.ClientStatus()), made as the kind's Body column says. exposeEngine is the operator's
+// server.expose_engine_errors: whether an in-stream engine error's own body (EngineRedacted)
+// reaches clients.
+func ClientBody(f *Fault, exposeEngine bool) []byte {
+	switch f.Kind.row().Body {
+	case EngineRedacted:
+		if !exposeEngine {
+			return appendRedactedEnvelope(nil, f)
 		}
-		return AppendEnvelope(nil, f.Body) // vLLM before 0.10.1 sent the error object bare
+		fallthrough
+	case EngineBody:
+		if len(f.Body) > 0 && json.Valid(f.Body) {
+			if wire.IsErrorData(f.Body) {
+				return f.Body
+			}
+			return AppendEnvelope(nil, f.Body) // vLLM before 0.10.1 sent the error object bare
+		}
 	}
-	status := f.ClientStatus()
-	return AppendErrorEnvelope(nil, ErrorBody{Message: f.Detail, Type: ErrorType(status), Code: f.Kind.String()})
+	return appendRouterEnvelope(nil, f)
 }
 
-// ClientEnvelope is the error body the router's client gets for f: FaultEnvelope, except that
-// the error object of an in-stream engine error keeps only the engine's type, param and code
-// unless exposeEngine is set (server.expose_engine_errors). An engine's message can name
-// internal addresses ("KV pull from 10.20.30.40:5600 failed"), so by default it is replaced by a
-// generic one naming the fault kind and the engine's status; the full text stays in f.Detail
-// for the access log. Engine 4xx answers (Rejected: a context length error, say) pass through
-// whole either way: they describe the client's own request.
-func ClientEnvelope(f *Fault, exposeEngine bool) []byte {
-	if f.Kind != StreamError || exposeEngine {
-		return FaultEnvelope(f)
+// AppendTerminalEvent appends the one event that ends a stream f failed after commit, when the
+// client already has a 200 and events: for the Responses API (ep) an "error" event numbered seq
+// (after the seq events relayed before it), else the {"error": ...} data event of the completions
+// APIs. engineEvent is the engine's own error event as it sent it, when the failure is one (nil
+// otherwise).
+//
+// The Body column decides it as it decides ClientBody: an EngineRedacted fault relays
+// engineEvent as it is when exposeEngine is set, and otherwise ends the stream with the redacted
+// error (for the Responses API: the engine's scalar code, or its status, and the redacted
+// message). Every other fault ends it with the router's error (code: the kind's name, message:
+// Detail); an engine's whole answer body (EngineBody) is an answer to a request, never an event
+// of a stream, and an engine sends one only instead of a stream.
+func AppendTerminalEvent(dst []byte, f *Fault, ep wire.Endpoint, seq int, exposeEngine bool, engineEvent []byte) []byte {
+	redact := f.Kind.row().Body == EngineRedacted
+	if redact && exposeEngine && len(engineEvent) > 0 {
+		return append(dst, engineEvent...)
 	}
+	if ep == wire.EndpointResponses {
+		code, msg := f.Kind.String(), f.Detail
+		if redact {
+			r := redactedError(f)
+			code, msg = r.codeText(), r.message
+		}
+		return wire.AppendResponsesErrorEvent(dst, code, msg, seq)
+	}
+	dst = append(dst, "data: "...)
+	if redact {
+		dst = appendRedactedEnvelope(dst, f)
+	} else {
+		dst = appendRouterEnvelope(dst, f)
+	}
+	return append(dst, "\n\n"...)
+}
+
+// appendRouterEnvelope appends the router's envelope for f: its code names the fault kind and its
+// message is Detail, which never holds an engine URL.
+func appendRouterEnvelope(dst []byte, f *Fault) []byte {
+	return AppendErrorEnvelope(dst, ErrorBody{Message: f.Detail, Type: ErrorType(f.ClientStatus()), Code: f.Kind.String()})
+}
+
+// redacted is what of an in-stream engine error reaches a client that is not shown the engine's
+// errors. An engine's message can name internal addresses ("KV pull from 10.20.30.40:5600
+// failed"), so it is replaced by one naming the fault kind and the engine's status; the full
+// text stays in f.Detail for the access log. The engine's type, param and code stay when they
+// are strings or numbers: an object or an array there could carry anything.
+type redacted struct {
+	message string
+	typ     string
+	param   json.RawMessage // a JSON string or number, or null
+	code    json.RawMessage // a JSON string or number (the engine's status when it sent neither)
+}
+
+func redactedError(f *Fault) redacted {
 	var env struct {
 		Error struct {
 			Type  string          `json:"type"`
@@ -81,46 +133,48 @@ func ClientEnvelope(f *Fault, exposeEngine bool) []byte {
 	}
 	_ = json.Unmarshal(f.Body, &env) // what did not parse is left out
 	e := env.Error
-	if e.Type == "" {
-		e.Type = ErrorType(f.ClientStatus())
+	r := redacted{
+		message: "engine reported an error (" + f.Kind.String() + ", status " + strconv.Itoa(f.Status) + ")",
+		typ:     e.Type, param: e.Param, code: e.Code,
 	}
-	if !scalar(e.Code) {
-		e.Code = strconv.AppendInt(nil, int64(f.Status), 10)
+	if r.typ == "" {
+		r.typ = ErrorType(f.ClientStatus())
 	}
-	if !scalar(e.Param) {
-		e.Param = []byte("null")
+	if !scalar(r.code) {
+		r.code = strconv.AppendInt(nil, int64(f.Status), 10)
 	}
+	if !scalar(r.param) {
+		r.param = []byte("null")
+	}
+	return r
+}
+
+// codeText is the code as the Responses API's error event holds it (a string): a JSON string's
+// text, a number's digits.
+func (r redacted) codeText() string {
+	var s string
+	if json.Unmarshal(r.code, &s) != nil {
+		return string(r.code)
+	}
+	return s
+}
+
+// appendRedactedEnvelope appends the envelope of f's redacted error.
+func appendRedactedEnvelope(dst []byte, f *Fault) []byte {
+	r := redactedError(f)
 	inner, err := json.Marshal(struct {
 		Message string          `json:"message"`
 		Type    string          `json:"type"`
 		Param   json.RawMessage `json:"param"`
 		Code    json.RawMessage `json:"code"`
-	}{"engine reported an error (" + StreamError.String() + ", status " + strconv.Itoa(f.Status) + ")", e.Type, e.Param, e.Code})
+	}{r.message, r.typ, r.param, r.code})
 	if err != nil { // unreachable: the raw members are checked scalars
-		return AppendErrorEnvelope(nil, ErrorBody{Message: "engine reported an error", Type: ErrorType(f.ClientStatus()), Code: StreamError.String()})
+		return AppendErrorEnvelope(dst, ErrorBody{Message: "engine reported an error", Type: ErrorType(f.ClientStatus()), Code: f.Kind.String()})
 	}
-	return AppendEnvelope(nil, inner)
+	return AppendEnvelope(dst, inner)
 }
 
-// scalar says v is a JSON string or number as the engine sent it: an object or an array in the
-// engine's param or code could carry anything, so it is not relayed.
+// scalar says v is a JSON string or number as the engine sent it.
 func scalar(v []byte) bool {
 	return len(v) > 0 && (v[0] == '"' || v[0] == '-' || (v[0] >= '0' && v[0] <= '9')) && json.Valid(v)
-}
-
-// isErrorData reports whether data is an error object: {"error": ...} at the top level.
-func isErrorData(data []byte) bool {
-	i := skipSpace(data, 0)
-	if i >= len(data) || data[i] != '{' {
-		return false
-	}
-	i = skipSpace(data, i+1)
-	return len(data)-i >= 7 && string(data[i:i+7]) == `"error"`
-}
-
-func skipSpace(data []byte, i int) int {
-	for i < len(data) && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r') {
-		i++
-	}
-	return i
 }

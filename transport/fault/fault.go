@@ -1,8 +1,12 @@
-// Package fault owns what can go wrong on an engine leg and what each failure means (SPEC §8):
-// the fault kinds, the one policy table that decides a fault's client status, retry, breaker
-// accounting and name, and the OpenAI error envelopes a client receives. It also owns Phase,
-// the prefill/decode axis every other package shares. It imports nothing of Narwhal's, so the
-// actor protocol (messages) may depend on it.
+// Package fault owns what can go wrong on an engine leg and what each failure means: the fault
+// kinds and the one policy table that decides, for each kind, the client's status, whether a
+// retry may help, whether the engine's breaker counts it, whether a retry must shun the engine,
+// whether it is the router's own end, and how the client's error body is made; and it renders
+// that body, before commit (ClientBody) and as the terminal event of a stream that failed after
+// commit (AppendTerminalEvent). It also owns Phase, the prefill/decode axis every other package
+// shares. It imports only transport/wire (for the error-object check and the Responses API's
+// error event), which imports nothing of Narwhal's, so the actor protocol (messages) may depend
+// on it.
 package fault
 
 import (
@@ -74,8 +78,27 @@ func (r Rule) holds(status int) bool {
 	return r == Always || (r == IfEngine5xx && status >= 500)
 }
 
-// PassThrough as a row's Status means the client gets the engine's own status (and body).
+// PassThrough as a row's Status means the client gets the engine's own status.
 const PassThrough = 0
+
+// BodySource says how a fault's client body is made (the table's Body column).
+type BodySource uint8
+
+// Body sources. The zero value is the router's envelope.
+const (
+	// RouterEnvelope is the router's OpenAI error envelope: its code is the kind's name, its
+	// message the fault's Detail (never an engine URL), its type the client status's.
+	RouterEnvelope BodySource = iota
+	// EngineBody is the engine's own error body, passed through: an {"error": ...} object as
+	// the engine sent it, a bare error object wrapped as {"error": obj}; a body that is empty or
+	// not JSON gets the router's envelope.
+	EngineBody
+	// EngineRedacted is EngineBody when the operator exposes engine errors
+	// (server.expose_engine_errors), and otherwise a redacted envelope: the engine's type, param
+	// and code when they are strings or numbers, and a message that names only the kind and the
+	// engine's status, as an engine's own message can name its internal addresses.
+	EngineRedacted
+)
 
 // Policy is one row of the failure policy.
 type Policy struct {
@@ -86,31 +109,37 @@ type Policy struct {
 	Status int
 	// Retry says whether a fresh attempt (before visible output) may cure the fault.
 	Retry Rule
-	// Counts says whether the engine's breaker counts the fault (it moves the failure streak).
+	// Counts says whether the engine's breaker counts the fault: every fault it counts moves the
+	// failure streak, however the leg failed (an engine that refuses every connection is ejected
+	// as surely as one that hangs).
 	Counts Rule
-	// StreamFailure marks the stream failures of SPEC §8 (and the timeout-shaped faults).
-	StreamFailure bool
 	// Shun says a retry must not use the engine again at all (it asked for less load), rather
 	// than merely prefer another.
 	Shun bool
 	// RouterSide says the fault is the request's or the router's own end (the client left, a
 	// shutdown), not an engine failure: no engine-fault metric and no retry.
 	RouterSide bool
+	// Body says how the client's error body is made, before commit (ClientBody) and in the
+	// terminal event of a committed stream (AppendTerminalEvent). Only a PassThrough row
+	// carries the engine's body: it is the engine's answer, status and body together.
+	Body BodySource
 }
 
-// table is the failure policy, one row per kind: the only place it is written down. Every
-// predicate on Fault reads it; Kind.Policy shows a row.
+// table is the failure policy, one row per kind: the only place it is written down. Its columns
+// are Policy's: Name, the client's Status, Retry, breaker Counts, Shun, RouterSide and the
+// client's Body. Every predicate on Fault and both renderings of a fault (ClientBody,
+// AppendTerminalEvent) read it; Kind.Policy shows a row.
 var table = [...]Policy{
 	Unreachable:       {Name: "unreachable", Status: 502, Retry: Always, Counts: Always},
-	Timeout:           {Name: "timeout", Status: 504, Retry: Always, Counts: Always, StreamFailure: true},
-	FirstTokenTimeout: {Name: "first_token_timeout", Status: 504, Retry: Always, Counts: Always, StreamFailure: true},
-	Silence:           {Name: "silence", Status: 504, Retry: Always, Counts: Always, StreamFailure: true},
-	ClosedEarly:       {Name: "closed_early", Status: 502, Retry: Always, Counts: Always, StreamFailure: true},
-	DoneBeforeToken:   {Name: "done_before_token", Status: 502, Retry: Always, Counts: Always, StreamFailure: true},
-	StreamError:       {Name: "stream_error", Status: PassThrough, Retry: IfEngine5xx, Counts: IfEngine5xx},
+	Timeout:           {Name: "timeout", Status: 504, Retry: Always, Counts: Always},
+	FirstTokenTimeout: {Name: "first_token_timeout", Status: 504, Retry: Always, Counts: Always},
+	Silence:           {Name: "silence", Status: 504, Retry: Always, Counts: Always},
+	ClosedEarly:       {Name: "closed_early", Status: 502, Retry: Always, Counts: Always},
+	DoneBeforeToken:   {Name: "done_before_token", Status: 502, Retry: Always, Counts: Always},
+	StreamError:       {Name: "stream_error", Status: PassThrough, Retry: IfEngine5xx, Counts: IfEngine5xx, Body: EngineRedacted},
 	Status:            {Name: "engine_status", Status: 502, Retry: Always, Counts: Always},
 	Backpressure:      {Name: "backpressure", Status: 503, Retry: Always, Counts: Never, Shun: true},
-	Rejected:          {Name: "rejected", Status: PassThrough, Retry: Never, Counts: Never},
+	Rejected:          {Name: "rejected", Status: PassThrough, Retry: Never, Counts: Never, Body: EngineBody},
 	BadResponse:       {Name: "bad_response", Status: 502, Retry: Always, Counts: Always},
 	Descriptor:        {Name: "invalid_descriptor", Status: 502, Retry: Always, Counts: Always},
 	StaleHandoff:      {Name: "stale_handoff", Status: 502, Retry: Always, Counts: Always},
@@ -170,7 +199,7 @@ type Fault struct {
 	// Body is the engine's error body, passed through for 4xx and in-stream errors.
 	Body []byte
 	// Detail says what happened in words a client can read. For a StreamError it is the
-	// engine's own message, which ClientEnvelope withholds unless the operator exposes it.
+	// engine's own message, which ClientBody withholds unless the operator exposes it.
 	Detail string
 	// Reason is the descriptor rejection reason (Descriptor only).
 	Reason string
@@ -215,10 +244,6 @@ func (f *Fault) ClientStatus() int {
 
 // Retriable says whether a fresh attempt (before visible output) may cure the fault.
 func (f *Fault) Retriable() bool { return f.Kind.row().Retry.holds(f.Status) }
-
-// StreamFailure says the fault is one of the stream failures of SPEC §8 (first-token timeout,
-// silence, close before [DONE], [DONE] before a token) or a timeout-shaped one.
-func (f *Fault) StreamFailure() bool { return f.Kind.row().StreamFailure }
 
 // CountsAgainstEngine says whether the engine's breaker counts the fault. Client errors (4xx),
 // backpressure (load, not failure), the client's own deadline and the router's own trouble

@@ -7,6 +7,8 @@ import (
 	"io"
 	"strings"
 	"testing"
+
+	"github.com/narwhal-router/narwhal/transport/wire"
 )
 
 // The table is the policy: every kind has a named row, and the predicates say what the row says
@@ -29,13 +31,16 @@ func TestEveryKindHasARowAndThePredicatesReadIt(t *testing.T) {
 				wantStatus = status
 			}
 			if f.ClientStatus() != wantStatus || f.Retriable() != row.Retry.holds(status) ||
-				f.CountsAgainstEngine() != row.Counts.holds(status) || f.StreamFailure() != row.StreamFailure ||
+				f.CountsAgainstEngine() != row.Counts.holds(status) ||
 				f.Shuns() != row.Shun || f.RouterSide() != row.RouterSide {
 				t.Fatalf("%s with engine status %d: predicates disagree with the row %+v", k, status, row)
 			}
 		}
 		if row.RouterSide && (row.Retry != Never || row.Counts != Never) {
 			t.Fatalf("%s: a router-side fault is retried or counted", k)
+		}
+		if (row.Body != RouterEnvelope) != (row.Status == PassThrough) {
+			t.Fatalf("%s: the engine's body without the engine's status, or the other way round", k)
 		}
 	}
 	if len(names) != int(ResponseTooLarge) {
@@ -130,8 +135,9 @@ func TestAFaultNeverReadsAsEndOfStream(t *testing.T) {
 }
 
 // An in-stream engine error keeps its status, type, param and code for clients; its message only
-// when exposed. Other kinds, the engine's 4xx bodies among them, are what FaultEnvelope says.
-func TestClientEnvelopeWithholdsOnlyTheEngineMessage(t *testing.T) {
+// when exposed. The engine's 4xx bodies pass through either way; other kinds get the router's
+// envelope.
+func TestClientBodyWithholdsOnlyTheEngineMessage(t *testing.T) {
 	stream := func(obj string) *Fault {
 		return &Fault{Kind: StreamError, Status: 500, Body: AppendEnvelope(nil, []byte(obj)), Detail: "KV pull from 10.0.0.9:5600 failed"}
 	}
@@ -144,19 +150,73 @@ func TestClientEnvelopeWithholdsOnlyTheEngineMessage(t *testing.T) {
 			`{"error":{"message":"engine reported an error (stream_error, status 500)","type":"server_error","param":null,"code":500}}`},
 	} {
 		f := stream(tc.obj)
-		if got := string(ClientEnvelope(f, false)); got != tc.want {
+		if got := string(ClientBody(f, false)); got != tc.want {
 			t.Errorf("%s: withheld\n got %s\nwant %s", tc.name, got, tc.want)
 		}
-		if got, want := string(ClientEnvelope(f, true)), `{"error":`+tc.obj+`}`; got != want {
+		if got, want := string(ClientBody(f, true)), `{"error":`+tc.obj+`}`; got != want {
 			t.Errorf("%s: exposed %s, want the engine's own %s", tc.name, got, want)
 		}
 	}
 	rejected := &Fault{Kind: Rejected, Status: 400, Body: []byte(`{"error":{"message":"This model's maximum context length is 4096 tokens","type":"BadRequestError","param":null,"code":400}}`)}
-	if got := ClientEnvelope(rejected, false); string(got) != string(rejected.Body) {
-		t.Errorf("an engine 4xx body does not pass through: %s", got)
+	for _, expose := range []bool{false, true} {
+		if got := ClientBody(rejected, expose); string(got) != string(rejected.Body) {
+			t.Errorf("an engine 4xx body does not pass through (expose %v): %s", expose, got)
+		}
+	}
+	bare := &Fault{Kind: Rejected, Status: 404, Body: []byte(`{"message":"no such model","type":"NotFoundError","code":404}`)}
+	if got, want := string(ClientBody(bare, false)), `{"error":`+string(bare.Body)+`}`; got != want {
+		t.Errorf("a bare engine error object is %s, want it wrapped: %s", got, want)
+	}
+	for _, body := range []string{"", "Bad Gateway", `{"error":`} {
+		f := &Fault{Kind: Rejected, Status: 400, Body: []byte(body), Detail: "engine rejected the request (400)"}
+		want := `{"error":{"message":"engine rejected the request (400)","type":"invalid_request_error","param":null,"code":"rejected"}}`
+		if got := string(ClientBody(f, true)); got != want {
+			t.Errorf("engine body %q: %s, want the router's envelope %s", body, got, want)
+		}
 	}
 	silence := &Fault{Kind: Silence, Detail: "engine went silent between tokens"}
-	if got, want := ClientEnvelope(silence, false), FaultEnvelope(silence); string(got) != string(want) {
-		t.Errorf("router fault %s, want %s", got, want)
+	want := `{"error":{"message":"engine went silent between tokens","type":"gateway_timeout","param":null,"code":"silence"}}`
+	for _, expose := range []bool{false, true} {
+		if got := string(ClientBody(silence, expose)); got != want {
+			t.Errorf("router fault %s, want %s", got, want)
+		}
+	}
+}
+
+// The terminal event of a committed stream, in both stream shapes: the engine's own error event
+// when exposed, else the redacted error (built from its pieces: the engine's scalar code or the
+// status, and the redacted message), else the router's error for every other kind.
+func TestTerminalEventFollowsTheBodyColumn(t *testing.T) {
+	engineEvent := []byte("data: {\"error\":{\"message\":\"KV pull from 10.0.0.9:5600 failed\",\"type\":\"InternalServerError\",\"param\":null,\"code\":500}}\n\n")
+	stream := &Fault{Kind: StreamError, Status: 500, Detail: "KV pull from 10.0.0.9:5600 failed",
+		Body: []byte(`{"error":{"message":"KV pull from 10.0.0.9:5600 failed","type":"InternalServerError","param":null,"code":500}}`)}
+	named := &Fault{Kind: StreamError, Status: 503, Detail: "x", Body: []byte(`{"error":{"message":"x","code":"kv_\u0066ailed"}}`)}
+	silence := &Fault{Kind: Silence, Detail: "engine went silent between tokens (nothing for 30s)"}
+	responses := func(code, msg string, seq int) string {
+		return string(wire.AppendResponsesErrorEvent(nil, code, msg, seq))
+	}
+	for _, tc := range []struct {
+		name   string
+		f      *Fault
+		ep     wire.Endpoint
+		expose bool
+		event  []byte
+		want   string
+	}{
+		{"redacted, chat", stream, wire.EndpointChat, false, engineEvent, "data: " + string(ClientBody(stream, false)) + "\n\n"},
+		{"redacted, responses", stream, wire.EndpointResponses, false, engineEvent,
+			responses("500", "engine reported an error (stream_error, status 500)", 7)},
+		{"redacted string code, responses", named, wire.EndpointResponses, false, nil,
+			responses("kv_failed", "engine reported an error (stream_error, status 503)", 7)},
+		{"exposed, chat", stream, wire.EndpointChat, true, engineEvent, string(engineEvent)},
+		{"exposed, responses", stream, wire.EndpointResponses, true, engineEvent, string(engineEvent)},
+		{"exposed without an event", stream, wire.EndpointCompletions, true, nil, "data: " + string(ClientBody(stream, false)) + "\n\n"},
+		{"router's, completions", silence, wire.EndpointCompletions, true, nil, "data: " + string(ClientBody(silence, false)) + "\n\n"},
+		{"router's, responses", silence, wire.EndpointResponses, false, nil, responses("silence", silence.Detail, 7)},
+	} {
+		got := string(AppendTerminalEvent([]byte("x"), tc.f, tc.ep, 7, tc.expose, tc.event))
+		if got != "x"+tc.want {
+			t.Errorf("%s:\n got %q\nwant %q", tc.name, got, "x"+tc.want)
+		}
 	}
 }

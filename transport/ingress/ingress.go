@@ -312,13 +312,13 @@ func (in *Ingress) respondAssembled(ctx *fasthttp.RequestCtx, x *Exchange, s *tr
 		} else {
 			ctx.SetStatusCode(f.ClientStatus())
 			ctx.SetContentType("application/json")
-			ctx.SetBody(fault.ClientEnvelope(f, in.rt.ExposeEngineErrors))
+			ctx.SetBody(fault.ClientBody(f, in.rt.ExposeEngineErrors))
 		}
 	} else if out, err := a.Body(); err != nil {
 		end.Fault = &fault.Fault{Kind: fault.BadResponse, Phase: fault.PhaseDecode, Engine: s.Engine(), Detail: "could not assemble the response", Err: err}
 		ctx.SetStatusCode(fasthttp.StatusBadGateway)
 		ctx.SetContentType("application/json")
-		ctx.SetBody(fault.FaultEnvelope(end.Fault))
+		ctx.SetBody(fault.ClientBody(end.Fault, in.rt.ExposeEngineErrors))
 	} else {
 		ctx.SetStatusCode(fasthttp.StatusOK)
 		ctx.SetContentType("application/json")

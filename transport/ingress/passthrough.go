@@ -3,8 +3,6 @@ package ingress
 import (
 	"time"
 
-	"github.com/goccy/go-json"
-
 	"github.com/valyala/fasthttp"
 
 	"github.com/narwhal-router/narwhal/transport"
@@ -63,31 +61,4 @@ func (in *Ingress) retrieveModel(ctx *fasthttp.RequestCtx, id string) {
 	param := "model"
 	writeError(ctx, fasthttp.StatusNotFound, fault.ErrorBody{Message: "the model `" + id + "` does not exist",
 		Type: "invalid_request_error", Param: &param, Code: "model_not_found"})
-}
-
-// appendTerminalError appends the one terminal event of a stream that failed after commit: for
-// the Responses API an "error" event numbered after the seq events relayed before it, else the
-// {"error": ...} data event of the completions APIs. An engine's own error event reaches here
-// only when server.expose_engine_errors is off: its code stays, its message is replaced
-// (fault.ClientEnvelope).
-func appendTerminalError(dst []byte, ep wire.Endpoint, f *fault.Fault, seq int) []byte {
-	if ep != wire.EndpointResponses {
-		return appendErrorEvent(dst, f)
-	}
-	code, msg := f.Kind.String(), f.Detail
-	if f.Kind == fault.StreamError {
-		var env struct {
-			Error struct {
-				Message string          `json:"message"`
-				Code    json.RawMessage `json:"code"`
-			} `json:"error"`
-		}
-		if json.Unmarshal(fault.ClientEnvelope(f, false), &env) == nil {
-			msg = env.Error.Message
-			if err := json.Unmarshal(env.Error.Code, &code); err != nil && len(env.Error.Code) > 0 {
-				code = string(env.Error.Code) // a number: its digits
-			}
-		}
-	}
-	return wire.AppendResponsesErrorEvent(dst, code, msg, seq)
 }

@@ -127,11 +127,8 @@ func (r *relay) WriteTo(w io.Writer) (int64, error) {
 			if batch == nil {
 				batch = relayBuffers.Get().(*[]byte)
 			}
-			if ev.Kind == wire.EventError && r.in.rt.ExposeEngineErrors {
-				*batch = append(*batch, ev.Raw...) // the engine's own error event, as it sent it
-			} else {
-				*batch = appendTerminalError(*batch, r.x.Body.Endpoint, f, r.sent)
-			}
+			// ev.Raw is the engine's own error event when the stream failed with one (Next), else nil
+			*batch = fault.AppendTerminalEvent(*batch, f, r.x.Body.Endpoint, r.sent, r.in.rt.ExposeEngineErrors, ev.Raw)
 			flush()
 			break
 		}
@@ -222,15 +219,3 @@ func (r *relay) Close() error {
 }
 
 var _ fasthttp.BodyWriterTo = (*relay)(nil)
-
-// appendErrorEvent appends the terminal SSE error event for a failure after commit. An engine's
-// own error event reaches here only when server.expose_engine_errors is off.
-func appendErrorEvent(dst []byte, f *fault.Fault) []byte {
-	dst = append(dst, "data: "...)
-	if f.Kind == fault.StreamError {
-		dst = append(dst, fault.ClientEnvelope(f, false)...)
-	} else {
-		dst = fault.AppendErrorEnvelope(dst, fault.ErrorBody{Message: f.Detail, Type: fault.ErrorType(f.ClientStatus()), Code: f.Kind.String()})
-	}
-	return append(dst, "\n\n"...)
-}

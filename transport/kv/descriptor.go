@@ -22,8 +22,8 @@ type Descriptor struct {
 // maxDescriptorBytes bounds a descriptor; real ones are a few hundred bytes to a few KiB.
 const maxDescriptorBytes = 1 << 20
 
-// ParseDescriptor indexes raw, a JSON object the producer returned for an endpoint. raw must be
-// valid JSON; it is referenced, not copied.
+// ParseDescriptor indexes raw, a JSON object the producer returned for an endpoint, checking that
+// it is one: anything else, invalid JSON included, is rejected. raw is referenced, not copied.
 func ParseDescriptor(raw []byte, ep wire.Endpoint) (*Descriptor, *Rejection) {
 	if len(raw) > maxDescriptorBytes {
 		return nil, Reject(ReasonConnectorMismatch, "descriptor is %d bytes, more than the 1 MiB any connector sends", len(raw))

@@ -188,12 +188,12 @@ func FuzzValidateDescriptor(f *testing.F) {
 		// Validation must never panic, valid JSON or not, and must never accept what the
 		// consumer could not use.
 		_ = checkBlockIDs(raw)
-		if !json.Valid(raw) {
-			return
-		}
 		d, rej := ParseDescriptor(raw, wire.EndpointCompletions)
 		if rej != nil {
 			return
+		}
+		if !json.Valid(raw) {
+			t.Fatalf("indexed a descriptor that is not JSON: %q", raw)
 		}
 		if ValidateDescriptor(nixlConnector{}, d, p) != nil {
 			return

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/goccy/go-json"
@@ -65,15 +66,20 @@ func badRequest(param, format string, args ...any) *BadRequestError {
 	return &BadRequestError{Param: param, Message: fmt.Sprintf(format, args...)}
 }
 
+// bodyError is the client's mistake ScanObject found in a request body.
+func bodyError(err error) *BadRequestError {
+	if errors.Is(err, ErrNotObject) {
+		return badRequest("", "request body must be a JSON object")
+	}
+	return badRequest("", "request body is not valid JSON")
+}
+
 // ParseClientBody validates raw for endpoint ep. raw is not copied: the caller must keep it
 // unchanged for as long as the ClientBody is used.
 func ParseClientBody(ep Endpoint, raw []byte) (*ClientBody, error) {
-	if !json.Valid(raw) {
-		return nil, badRequest("", "request body is not valid JSON")
-	}
 	fields, err := ScanObject(raw, make([]Field, 0, 16))
 	if err != nil {
-		return nil, badRequest("", "request body must be a JSON object")
+		return nil, bodyError(err)
 	}
 	b := &ClientBody{raw: raw, fields: fields, Endpoint: ep}
 

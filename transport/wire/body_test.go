@@ -198,11 +198,7 @@ func FuzzRewriteObject(f *testing.F) {
 	f.Add([]byte(`{"a":{"b":[1,"}",{"c":"\""}]},"kv_transfer_params":null}`))
 	f.Add([]byte(`{}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		if !json.Valid(data) {
-			_, _ = ScanObject(data, nil) // must not panic on garbage either
-			return
-		}
-		fields, err := ScanObject(data, nil)
+		fields, err := ScanObject(data, nil) // it refuses garbage, and must not panic on it
 		if err != nil {
 			return
 		}

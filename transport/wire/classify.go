@@ -2,8 +2,6 @@ package wire
 
 import (
 	"bytes"
-	"encoding/binary"
-	"math/bits"
 
 	"github.com/goccy/go-json"
 )
@@ -44,27 +42,23 @@ func classifyChunk(data []byte) EventKind {
 	switch k, st := scanChunk(data); st {
 	case scanOK:
 		return k
-	case scanDecode:
+	case scanDeep, scanDecode:
 		return classifyDecoded(data)
 	}
 	return EventMeta // the decoder fails on it
 }
 
-// scanStatus is how far scanChunk got.
-type scanStatus uint8
-
-const (
-	scanOK     scanStatus = iota
-	scanBad               // a syntax error or a member of the wrong type: the decoder fails
-	scanDecode            // a shape only the decoder classifies exactly
-)
+// scanDecode is scanChunk's status for a shape only the decoder classifies exactly (beside the
+// grammar's scanOK, scanBad — the decoder fails — and scanDeep, which is decoded too).
+const scanDecode = scanDeep + 1
 
 // maxScanDepth is the nesting scanChunk follows; a deeper document is decoded (the decoder's own
-// bound is 10,000 levels).
+// bound is maxNesting).
 const maxScanDepth = 64
 
-// scanChunk classifies data in place, checking the JSON grammar as it goes (RFC 8259, with
-// invalid UTF-8 allowed in strings, as the decoder allows it).
+// scanChunk classifies data in place, checking the JSON grammar as it goes (jsongrammar.go).
+// It reads the members it needs and skips the others; a type error in one it reads is scanBad,
+// as the decoder fails on it.
 func scanChunk(data []byte) (EventKind, scanStatus) {
 	i := SkipSpace(data, 0)
 	if i >= len(data) || data[i] != '{' {
@@ -77,22 +71,19 @@ func scanChunk(data []byte) (EventKind, scanStatus) {
 		token      bool
 		usage, dlt []byte // the last "usage" and "delta" values
 		typ        []byte // the last string "type" (quoted); null leaves it as it was
+		ok         bool
 		st         scanStatus
 	)
-	i++
-	for first := true; ; first = false {
-		key, plain, v, more, ok := nextMember(data, i, first)
-		if !ok {
-			return 0, scanBad
-		}
+	m := openItems(i)
+	for {
+		ks, ke, plain, v, more := m.member(data)
 		if !more {
-			i = v
 			break
 		}
 		if !plain {
 			return 0, scanDecode
 		}
-		switch chunkKey(key) {
+		switch chunkKey(data[ks:ke]) {
 		case keyChoices:
 			if choices {
 				return 0, scanDecode // decoded into the first array's elements and spare capacity
@@ -100,7 +91,7 @@ func scanChunk(data []byte) (EventKind, scanStatus) {
 			choices = true
 			switch data[v] {
 			case 'n':
-				if i, ok = literal(data, v, "null"); !ok {
+				if m.end, ok = literal(data, v, "null"); !ok {
 					return 0, scanBad
 				}
 				continue
@@ -109,64 +100,41 @@ func scanChunk(data []byte) (EventKind, scanStatus) {
 				return 0, scanBad
 			}
 			choicesNil = false
-			j := v + 1
-			for firstEl := true; ; firstEl, choicesLen = false, choicesLen+1 {
-				e, more, ok := nextElement(data, j, firstEl)
-				if !ok {
-					return 0, scanBad
-				}
-				if !more {
-					j = e
-					break
-				}
-				switch data[e] {
-				case 'n': // a zero element
-					if j, ok = literal(data, e, "null"); !ok {
-						return 0, scanBad
-					}
-				case '{':
-					var t bool
-					if t, j, st = scanChoice(data, e); st != scanOK {
-						return 0, st
-					}
-					token = token || t
-				default:
-					return 0, scanBad
-				}
+			if m.end, choicesLen, token, st = scanChoices(data, v); st != scanOK {
+				return 0, st
 			}
-			i = j
 		case keyType:
 			switch data[v] {
 			case 'n':
-				if i, ok = literal(data, v, "null"); !ok {
+				if m.end, ok = literal(data, v, "null"); !ok {
 					return 0, scanBad
 				}
 			case '"':
-				if i, _, ok = scanValidString(data, v); !ok {
+				if m.end, _, ok = scanString(data, v); !ok {
 					return 0, scanBad
 				}
-				typ = data[v:i]
+				typ = data[v:m.end]
 			default:
 				return 0, scanBad
 			}
 		case keyUsage:
-			if i, st = skipValid(data, v, 1); st != scanOK {
+			if m.end, st = skipValue(data, v, 1, maxScanDepth); st != scanOK {
 				return 0, st
 			}
-			usage = data[v:i]
+			usage = data[v:m.end]
 		case keyDelta:
-			if i, st = skipValid(data, v, 1); st != scanOK {
+			if m.end, st = skipValue(data, v, 1, maxScanDepth); st != scanOK {
 				return 0, st
 			}
-			dlt = data[v:i]
+			dlt = data[v:m.end]
 		default:
-			if i, st = skipValid(data, v, 1); st != scanOK {
+			if m.end, st = skipValue(data, v, 1, maxScanDepth); st != scanOK {
 				return 0, st
 			}
 		}
 	}
-	if SkipSpace(data, i) != len(data) {
-		return 0, scanBad // more after the object
+	if m.bad || SkipSpace(data, m.end) != len(data) {
+		return 0, scanBad // a syntax error, or more after the object
 	}
 	if len(typ) > 2 && choicesNil { // a non-empty type: any escape decodes to a byte at least
 		t := typ[1 : len(typ)-1]
@@ -186,37 +154,70 @@ func scanChunk(data []byte) (EventKind, scanStatus) {
 	return EventMeta, scanOK
 }
 
+// scanChoices reads the "choices" array at data[i] == '[' (nested two deep): the offset past it,
+// how many elements it has and whether one carries output.
+func scanChoices(data []byte, i int) (end, n int, token bool, st scanStatus) {
+	e := openItems(i)
+	for {
+		v, more := e.element(data)
+		if !more {
+			break
+		}
+		n++
+		switch data[v] {
+		case 'n': // a zero element
+			var ok bool
+			if e.end, ok = literal(data, v, "null"); !ok {
+				return 0, 0, false, scanBad
+			}
+		case '{':
+			var t bool
+			if t, e.end, st = scanChoice(data, v); st != scanOK {
+				return 0, 0, false, st
+			}
+			token = token || t
+		default:
+			return 0, 0, false, scanBad
+		}
+	}
+	if e.bad {
+		return 0, 0, false, scanBad
+	}
+	return e.end, n, token, scanOK
+}
+
 // scanChoice reads the element of "choices" at data[i] == '{' (nested three deep): whether it
 // carries output and the offset past it.
 func scanChoice(data []byte, i int) (token bool, end int, st scanStatus) {
-	var text, finish, delta, content, reasoning, reasoningContent, toolCalls bool
-	i++
-	for first := true; ; first = false {
-		key, plain, v, more, ok := nextMember(data, i, first)
-		if !ok {
-			return false, 0, scanBad
-		}
+	var (
+		text, finish bool
+		delta        bool // a delta object is open: a second one is decoded into it
+		d            deltaOutput
+		ok           bool
+	)
+	m := openItems(i)
+	for {
+		ks, ke, plain, v, more := m.member(data)
 		if !more {
-			i = v
 			break
 		}
 		if !plain {
 			return false, 0, scanDecode
 		}
-		switch chunkKey(key) {
+		switch chunkKey(data[ks:ke]) {
 		case keyText:
-			if text, i, ok = stringValue(data, v); !ok {
+			if text, m.end, ok = stringValue(data, v); !ok {
 				return false, 0, scanBad
 			}
 		case keyFinishReason:
-			if _, i, ok = stringValue(data, v); !ok {
+			if _, m.end, ok = stringValue(data, v); !ok {
 				return false, 0, scanBad
 			}
 			finish = data[v] == '"' // an empty reason is a reason too
 		case keyDelta:
 			switch data[v] {
 			case 'n': // the pointer is reset; a later object is a new delta
-				if i, ok = literal(data, v, "null"); !ok {
+				if m.end, ok = literal(data, v, "null"); !ok {
 					return false, 0, scanBad
 				}
 				delta = false
@@ -226,53 +227,74 @@ func scanChoice(data []byte, i int) (token bool, end int, st scanStatus) {
 				return false, 0, scanBad
 			}
 			if !delta { // a new delta; a second object is decoded into the same one
-				delta, content, reasoning, reasoningContent, toolCalls = true, false, false, false, false
+				delta, d = true, deltaOutput{}
 			}
-			j := v + 1
-			for first := true; ; first = false {
-				key, plain, w, more, ok := nextMember(data, j, first)
-				if !ok {
-					return false, 0, scanBad
-				}
-				if !more {
-					j = w
-					break
-				}
-				if !plain {
-					return false, 0, scanDecode
-				}
-				var p *bool
-				switch chunkKey(key) {
-				case keyContent:
-					p = &content
-				case keyReasoning:
-					p = &reasoning
-				case keyReasoningContent:
-					p = &reasoningContent
-				case keyToolCalls:
-					if j, st = skipValid(data, w, 4); st != scanOK {
-						return false, 0, st
-					}
-					toolCalls = j-w > 2 && !IsNull(data[w:j]) // as the decoder's raw bytes are read
-					continue
-				default:
-					if j, st = skipValid(data, w, 4); st != scanOK {
-						return false, 0, st
-					}
-					continue
-				}
-				if *p, j, ok = stringValue(data, w); !ok {
-					return false, 0, scanBad
-				}
+			if m.end, st = d.scan(data, v); st != scanOK {
+				return false, 0, st
 			}
-			i = j
 		default:
-			if i, st = skipValid(data, v, 3); st != scanOK {
+			if m.end, st = skipValue(data, v, 3, maxScanDepth); st != scanOK {
 				return false, 0, st
 			}
 		}
 	}
-	return finish || text || (delta && (content || reasoning || reasoningContent || toolCalls)), i, scanOK
+	if m.bad {
+		return false, 0, scanBad
+	}
+	return finish || text || (delta && d.any()), m.end, scanOK
+}
+
+// deltaOutput is which members of a choice's delta carry output, as decoding into chunkDelta
+// sees them.
+type deltaOutput struct{ content, reasoning, reasoningContent, toolCalls bool }
+
+func (d *deltaOutput) any() bool {
+	return d.content || d.reasoning || d.reasoningContent || d.toolCalls
+}
+
+// scan reads the delta object at data[i] == '{' (nested four deep) into d and returns the
+// offset past it.
+func (d *deltaOutput) scan(data []byte, i int) (int, scanStatus) {
+	m := openItems(i)
+	for {
+		ks, ke, plain, v, more := m.member(data)
+		if !more {
+			break
+		}
+		if !plain {
+			return 0, scanDecode
+		}
+		var p *bool
+		switch chunkKey(data[ks:ke]) {
+		case keyContent:
+			p = &d.content
+		case keyReasoning:
+			p = &d.reasoning
+		case keyReasoningContent:
+			p = &d.reasoningContent
+		case keyToolCalls:
+			var st scanStatus
+			if m.end, st = skipValue(data, v, 4, maxScanDepth); st != scanOK {
+				return 0, st
+			}
+			d.toolCalls = m.end-v > 2 && !IsNull(data[v:m.end]) // as the decoder's raw bytes are read
+			continue
+		default:
+			var st scanStatus
+			if m.end, st = skipValue(data, v, 4, maxScanDepth); st != scanOK {
+				return 0, st
+			}
+			continue
+		}
+		var ok bool
+		if *p, m.end, ok = stringValue(data, v); !ok {
+			return 0, scanBad
+		}
+	}
+	if m.bad {
+		return 0, scanBad
+	}
+	return m.end, scanOK
 }
 
 // stringValue reads the *string member at data[i]: whether it decodes to a non-empty string
@@ -283,291 +305,10 @@ func stringValue(data []byte, i int) (nonEmpty bool, end int, ok bool) {
 		end, ok = literal(data, i, "null")
 		return false, end, ok
 	case '"':
-		end, _, ok = scanValidString(data, i)
+		end, _, ok = scanString(data, i)
 		return end-i > 2, end, ok // any escape decodes to one byte at least
 	}
 	return false, 0, false
-}
-
-// nextMember reads the next member of an object at offset i: just past its '{' (first) or past a
-// member's value. It returns the quoted key, whether the key is plain (no escape, ASCII only) and
-// the offset of its value; at the object's end more is false and val is the offset past its '}'.
-// ok is false on a syntax error.
-func nextMember(data []byte, i int, first bool) (key []byte, plain bool, val int, more, ok bool) {
-	i = SkipSpace(data, i)
-	if i >= len(data) {
-		return nil, false, 0, false, false
-	}
-	if data[i] == '}' {
-		return nil, false, i + 1, false, true
-	}
-	if !first {
-		if data[i] != ',' {
-			return nil, false, 0, false, false
-		}
-		if i = SkipSpace(data, i+1); i >= len(data) {
-			return nil, false, 0, false, false
-		}
-	}
-	if data[i] != '"' {
-		return nil, false, 0, false, false
-	}
-	end, plain, ok := scanValidString(data, i)
-	if !ok {
-		return nil, false, 0, false, false
-	}
-	j := SkipSpace(data, end)
-	if j >= len(data) || data[j] != ':' {
-		return nil, false, 0, false, false
-	}
-	if j = SkipSpace(data, j+1); j >= len(data) {
-		return nil, false, 0, false, false
-	}
-	return data[i:end], plain, j, true, true
-}
-
-// nextElement is nextMember for an array: the offset of its next element, or past its ']'.
-func nextElement(data []byte, i int, first bool) (val int, more, ok bool) {
-	i = SkipSpace(data, i)
-	if i >= len(data) {
-		return 0, false, false
-	}
-	if data[i] == ']' {
-		return i + 1, false, true
-	}
-	if !first {
-		if data[i] != ',' {
-			return 0, false, false
-		}
-		if i = SkipSpace(data, i+1); i >= len(data) {
-			return 0, false, false
-		}
-	}
-	return i, true, true
-}
-
-// skipValid returns the offset past the JSON value at data[i], nested depth deep, checking its
-// grammar: scanBad if it is not JSON, scanDecode if it nests deeper than maxScanDepth.
-func skipValid(data []byte, i, depth int) (int, scanStatus) {
-	var (
-		objects uint64 // bit l is set if the container open at level l is an object
-		level   int    // containers open
-		ok      bool
-	)
-value:
-	if i >= len(data) {
-		return 0, scanBad
-	}
-	switch data[i] {
-	case '{', '[':
-		if depth+level >= maxScanDepth {
-			return 0, scanDecode
-		}
-		isObject := data[i] == '{'
-		if isObject {
-			objects |= 1 << level
-		} else {
-			objects &^= 1 << level
-		}
-		level++
-		if i = SkipSpace(data, i+1); i >= len(data) {
-			return 0, scanBad
-		}
-		if isObject {
-			if data[i] == '}' {
-				i++
-				goto closed
-			}
-			if i, ok = memberValue(data, i); !ok {
-				return 0, scanBad
-			}
-		} else if data[i] == ']' {
-			i++
-			goto closed
-		}
-		goto value
-	case '"':
-		if i, _, ok = scanValidString(data, i); !ok {
-			return 0, scanBad
-		}
-	case 't':
-		i, ok = literal(data, i, "true")
-	case 'f':
-		i, ok = literal(data, i, "false")
-	case 'n':
-		i, ok = literal(data, i, "null")
-	default:
-		i, ok = scanNumber(data, i)
-	}
-	if !ok {
-		return 0, scanBad
-	}
-	if level == 0 {
-		return i, scanOK
-	}
-next: // past a value inside a container
-	if i = SkipSpace(data, i); i >= len(data) {
-		return 0, scanBad
-	}
-	switch data[i] {
-	case ',':
-		if i = SkipSpace(data, i+1); objects>>(level-1)&1 == 1 {
-			if i, ok = memberValue(data, i); !ok {
-				return 0, scanBad
-			}
-		}
-		goto value
-	case '}':
-		if objects>>(level-1)&1 == 0 {
-			return 0, scanBad
-		}
-	case ']':
-		if objects>>(level-1)&1 == 1 {
-			return 0, scanBad
-		}
-	default:
-		return 0, scanBad
-	}
-	i++
-closed:
-	if level--; level == 0 {
-		return i, scanOK
-	}
-	goto next
-}
-
-// memberValue reads a member's key and colon at data[i] and returns the offset of its value.
-func memberValue(data []byte, i int) (int, bool) {
-	if i >= len(data) || data[i] != '"' {
-		return 0, false
-	}
-	end, _, ok := scanValidString(data, i)
-	if !ok {
-		return 0, false
-	}
-	if i = SkipSpace(data, end); i >= len(data) || data[i] != ':' {
-		return 0, false
-	}
-	return SkipSpace(data, i+1), true
-}
-
-// literal returns the offset past the literal lit at data[i].
-func literal(data []byte, i int, lit string) (int, bool) {
-	if len(data)-i < len(lit) || string(data[i:i+len(lit)]) != lit {
-		return 0, false
-	}
-	return i + len(lit), true
-}
-
-// scanNumber returns the offset past the number at data[i]: -? (0 | [1-9][0-9]*) (. [0-9]+)?
-// ([eE] [+-]? [0-9]+)?. What follows it is the caller's to check.
-func scanNumber(data []byte, i int) (int, bool) {
-	if i < len(data) && data[i] == '-' {
-		i++
-	}
-	switch {
-	case i >= len(data):
-		return 0, false
-	case data[i] == '0':
-		i++
-	case '1' <= data[i] && data[i] <= '9':
-		i = skipDigits(data, i+1)
-	default:
-		return 0, false
-	}
-	if i < len(data) && data[i] == '.' {
-		j := skipDigits(data, i+1)
-		if j == i+1 {
-			return 0, false
-		}
-		i = j
-	}
-	if i < len(data) && data[i]|0x20 == 'e' { // e or E
-		i++
-		if i < len(data) && (data[i] == '+' || data[i] == '-') {
-			i++
-		}
-		j := skipDigits(data, i)
-		if j == i {
-			return 0, false
-		}
-		i = j
-	}
-	return i, true
-}
-
-func skipDigits(data []byte, i int) int {
-	for i < len(data) && data[i]-'0' <= 9 {
-		i++
-	}
-	return i
-}
-
-// scanValidString returns the offset past the string at data[i] == '"' and whether it is plain
-// (no escape, ASCII only); ok is false for a string the grammar refuses: a control byte, an
-// unknown escape, no closing quote. Invalid UTF-8 is no error (the decoder replaces it). It looks
-// at eight bytes at a time for the next quote, backslash, control byte or, while the string is
-// plain, non-ASCII byte.
-func scanValidString(data []byte, i int) (end int, plain, ok bool) {
-	plain = true
-	j := i + 1
-	for {
-		for j+8 <= len(data) {
-			w := binary.LittleEndian.Uint64(data[j:])
-			m := bytesEqual(w, '"') | bytesEqual(w, '\\') | bytesBelow(w, 0x20)
-			if plain {
-				m |= w & 0x8080808080808080
-			}
-			if m != 0 {
-				j += bits.TrailingZeros64(m) / 8
-				goto found
-			}
-			j += 8
-		}
-		for ; j < len(data); j++ {
-			if c := data[j]; c == '"' || c == '\\' || c < 0x20 || (plain && c >= 0x80) {
-				goto found
-			}
-		}
-		return 0, false, false
-	found:
-		switch c := data[j]; {
-		case c == '"':
-			return j + 1, plain, true
-		case c == '\\':
-			plain = false
-			if j+1 >= len(data) {
-				return 0, false, false
-			}
-			switch data[j+1] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-				j += 2
-			case 'u':
-				if j+6 > len(data) || !isHex(data[j+2]) || !isHex(data[j+3]) || !isHex(data[j+4]) || !isHex(data[j+5]) {
-					return 0, false, false
-				}
-				j += 6
-			default:
-				return 0, false, false
-			}
-		case c < 0x20:
-			return 0, false, false
-		default: // a non-ASCII byte
-			plain = false
-			j++
-		}
-	}
-}
-
-func isHex(c byte) bool {
-	return c-'0' <= 9 || (c|0x20)-'a' <= 5
-}
-
-// bytesBelow has the high bit of each byte of w below b (b <= 0x80) set, and maybe of bytes above
-// the first such one (a borrow), none below it.
-func bytesBelow(w uint64, b byte) uint64 {
-	const ones = 0x0101010101010101
-	return (w - ones*uint64(b)) &^ w & 0x8080808080808080
 }
 
 // chunkField names the keys scanChunk reads.

@@ -40,12 +40,9 @@ func EndpointForPath(path []byte) (Endpoint, bool) {
 // (the engine's own is meant); defaultModel stands in for it, and an empty defaultModel makes
 // the model required. The body is kept as sent (Raw).
 func ParsePassthroughBody(ep Endpoint, raw []byte, defaultModel string) (*ClientBody, error) {
-	if !json.Valid(raw) {
-		return nil, badRequest("", "request body is not valid JSON")
-	}
 	fields, err := ScanObject(raw, make([]Field, 0, 8))
 	if err != nil {
-		return nil, badRequest("", "request body must be a JSON object")
+		return nil, bodyError(err)
 	}
 	b := &ClientBody{raw: raw, fields: fields, Endpoint: ep}
 	model, ok := b.member("model")

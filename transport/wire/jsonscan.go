@@ -2,9 +2,7 @@ package wire
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
-	"math/bits"
 
 	"github.com/goccy/go-json"
 )
@@ -15,146 +13,56 @@ type Field struct {
 	valStart, valEnd int // the value, whitespace trimmed
 }
 
-var errNotObject = errors.New("not a JSON object")
+// The errors of ScanObject and SkipValue.
+var (
+	// ErrSyntax says the data is not valid JSON (what json.Valid refuses).
+	ErrSyntax = errors.New("not valid JSON")
+	// ErrNotObject says the data is valid JSON but no object.
+	ErrNotObject = errors.New("not a JSON object")
+)
 
 // ScanObject lists the top-level members of the JSON object in data, in order, without
-// decoding any value. data must already be valid JSON (json.Valid); on anything else it returns
-// an error rather than panicking. dst is reused to avoid allocating.
+// decoding any value, and checks the whole of data as it goes: it fails with ErrSyntax for
+// anything json.Valid refuses (trailing bytes after the object included) and with ErrNotObject
+// for valid JSON that is no object, so no caller needs json.Valid first. It never panics. dst
+// is appended to, to avoid allocating; on an error it is returned as it came.
 func ScanObject(data []byte, dst []Field) ([]Field, error) {
 	i := SkipSpace(data, 0)
 	if i >= len(data) || data[i] != '{' {
-		return dst, errNotObject
+		if end, st := skipValue(data, i, 0, maxNesting); st == scanOK && SkipSpace(data, end) == len(data) {
+			return dst, ErrNotObject
+		}
+		return dst, ErrSyntax
 	}
-	i = SkipSpace(data, i+1)
-	if i < len(data) && data[i] == '}' {
-		return dst, nil
-	}
+	n := len(dst)
+	it := openItems(i)
 	for {
-		if i >= len(data) || data[i] != '"' {
-			return dst, errNotObject
+		ks, ke, _, v, more := it.member(data)
+		if !more {
+			break
 		}
-		var f Field
-		f.keyStart = i
-		end, err := skipString(data, i)
-		if err != nil {
-			return dst, err
+		end, st := skipValue(data, v, 1, maxNesting)
+		if st != scanOK {
+			return dst[:n], ErrSyntax
 		}
-		f.keyEnd = end
-		i = SkipSpace(data, end)
-		if i >= len(data) || data[i] != ':' {
-			return dst, errNotObject
-		}
-		i = SkipSpace(data, i+1)
-		f.valStart = i
-		end, err = SkipValue(data, i)
-		if err != nil {
-			return dst, err
-		}
-		f.valEnd = end
-		dst = append(dst, f)
-		i = SkipSpace(data, end)
-		if i >= len(data) {
-			return dst, errNotObject
-		}
-		switch data[i] {
-		case ',':
-			i = SkipSpace(data, i+1)
-		case '}':
-			return dst, nil
-		default:
-			return dst, errNotObject
-		}
+		dst = append(dst, Field{keyStart: ks, keyEnd: ke, valStart: v, valEnd: end})
+		it.end = end
 	}
-}
-
-// SkipSpace returns the offset of the first non-whitespace byte at or after i.
-func SkipSpace(data []byte, i int) int {
-	for i < len(data) {
-		switch data[i] {
-		case ' ', '\t', '\n', '\r':
-			i++
-		default:
-			return i
-		}
+	if it.bad || SkipSpace(data, it.end) != len(data) {
+		return dst[:n], ErrSyntax
 	}
-	return i
+	return dst, nil
 }
 
-// skipString returns the offset just past the string starting at data[i] == '"': the first quote
-// not escaped by a backslash (a backslash escapes the byte after it). It looks at eight bytes at a
-// time for the next quote or backslash (SWAR), which costs less than a loop over every byte.
-func skipString(data []byte, i int) (int, error) {
-	j := i + 1
-	for {
-		for j+8 <= len(data) {
-			w := binary.LittleEndian.Uint64(data[j:])
-			if m := bytesEqual(w, '"') | bytesEqual(w, '\\'); m != 0 {
-				j += bits.TrailingZeros64(m) / 8
-				goto found
-			}
-			j += 8
-		}
-		for ; j < len(data); j++ {
-			if c := data[j]; c == '"' || c == '\\' {
-				goto found
-			}
-		}
-		return 0, errNotObject
-	found:
-		if data[j] == '"' {
-			return j + 1, nil
-		}
-		j += 2 // the escaped byte is no quote
-	}
-}
-
-// bytesEqual has the high bit of each byte of w that is b set, and maybe of bytes above the first
-// such one (a borrow), none below it: the lowest set bit finds the first b.
-func bytesEqual(w uint64, b byte) uint64 {
-	const ones = 0x0101010101010101
-	x := w ^ (ones * uint64(b))
-	return (x - ones) &^ x & 0x8080808080808080
-}
-
-// SkipValue returns the offset just past the JSON value starting at data[i].
+// SkipValue returns the offset just past the JSON value starting at data[i] (no whitespace
+// before it), checking its grammar: ErrSyntax if it is not valid JSON. What follows the value
+// is the caller's to check.
 func SkipValue(data []byte, i int) (int, error) {
-	if i >= len(data) {
-		return 0, errNotObject
+	end, st := skipValue(data, i, 0, maxNesting)
+	if st != scanOK {
+		return 0, ErrSyntax
 	}
-	switch data[i] {
-	case '"':
-		return skipString(data, i)
-	case '{', '[':
-		depth := 0
-		for j := i; j < len(data); j++ {
-			switch data[j] {
-			case '"':
-				end, err := skipString(data, j)
-				if err != nil {
-					return 0, err
-				}
-				j = end - 1
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return j + 1, nil
-				}
-			}
-		}
-		return 0, errNotObject
-	default: // number, true, false, null
-		j := i
-		for j < len(data) {
-			switch data[j] {
-			case ',', '}', ']', ' ', '\t', '\n', '\r':
-				return j, nil
-			}
-			j++
-		}
-		return j, nil
-	}
+	return end, nil
 }
 
 // keyIs reports whether the quoted key raw names want. Keys are compared after JSON unescaping,

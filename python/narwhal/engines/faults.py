@@ -36,8 +36,6 @@ class FaultKind:
 
 _TIMEOUT_SHAPED = {FaultKind.TIMEOUT, FaultKind.FIRST_TOKEN_TIMEOUT, FaultKind.SILENCE,
                    FaultKind.DEADLINE_EXCEEDED}
-_STREAM_FAILURES = {FaultKind.TIMEOUT, FaultKind.FIRST_TOKEN_TIMEOUT, FaultKind.SILENCE,
-                    FaultKind.CLOSED_EARLY, FaultKind.DONE_BEFORE_TOKEN}
 # response_too_large is the router operator's bound (server.max_response_bytes), not the
 # engine's failure: another engine would answer just as much.
 _NOT_RETRIABLE = {FaultKind.REJECTED, FaultKind.DEADLINE_EXCEEDED, FaultKind.CLIENT_DISCONNECTED,
@@ -102,10 +100,6 @@ class EngineFault(Exception):
         if self.kind == FaultKind.STREAM_ERROR:
             return self.engine_status >= 500
         return self.kind not in _NOT_RETRIABLE
-
-    @property
-    def stream_failure(self) -> bool:
-        return self.kind in _STREAM_FAILURES
 
     @property
     def counts_against_engine(self) -> bool:
