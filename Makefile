@@ -55,8 +55,8 @@ fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-bench: build ## router overhead against the direct baseline (see bench/README.md)
-	$(GO) run ./bench/cmd/bench $(if $(BENCH_SCENARIOS),-scenarios $(BENCH_SCENARIOS))
+bench: build ## router overhead against the direct arm; BENCH_BASELINE=<binary> adds an older build as an A/B arm (see bench/README.md)
+	$(GO) run ./bench/cmd/bench $(if $(BENCH_SCENARIOS),-scenarios $(BENCH_SCENARIOS)) $(if $(BENCH_BASELINE),-baseline $(BENCH_BASELINE))
 
 bench-cluster: build ## idle cost and verdict convergence of a 3-node cluster (see bench/README.md)
 	$(GO) run ./bench/cmd/clusterbench -narwhal $(BIN)

@@ -11,6 +11,9 @@ import (
 type Env struct {
 	// Narwhal is the router binary (bin/narwhal): it also runs the simulated fleet.
 	Narwhal string
+	// Baseline is a second router binary (an older build) that the overhead scenario runs as
+	// its own arm beside Narwhal; "" runs none.
+	Baseline string
 	// Self is this binary, re-executed as `<self> loadgen` for the load generator.
 	Self string
 	// Dir is the scenario's output directory (logs, configuration, profiles).

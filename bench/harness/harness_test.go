@@ -99,3 +99,23 @@ func TestFloorIsPositive(t *testing.T) {
 		t.Fatalf("%+v", f)
 	}
 }
+
+// Each proxy arm's CPU is its own process's, and merging windows keeps the baseline router's
+// usage like the others': CPU summed, RSS at its peak.
+func TestMergeAndProxyUsageCoverTheBaseline(t *testing.T) {
+	w := func(router, baseline time.Duration, rss int64) Window {
+		return Window{Router: Usage{CPU: router, RSSKiB: rss}, Peer: Usage{CPU: time.Millisecond},
+			Baseline: Usage{CPU: baseline, RSSKiB: 2 * rss}}
+	}
+	m := Merge(w(10*time.Millisecond, 20*time.Millisecond, 100), w(30*time.Millisecond, 40*time.Millisecond, 50))
+	if m.Router.CPU != 40*time.Millisecond || m.Baseline.CPU != 60*time.Millisecond || m.Router.RSSKiB != 100 || m.Baseline.RSSKiB != 200 {
+		t.Fatalf("%+v", m)
+	}
+	for arm, want := range map[loadgen.Arm]time.Duration{
+		loadgen.Routed: 40 * time.Millisecond, loadgen.Peer: 2 * time.Millisecond, loadgen.Baseline: 60 * time.Millisecond, loadgen.Direct: 0,
+	} {
+		if got := m.ProxyUsage(arm).CPU; got != want {
+			t.Fatalf("%s: %s, want %s", arm, got, want)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package harness
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/narwhal-router/narwhal/bench/loadgen"
@@ -15,6 +16,9 @@ type RigOptions struct {
 	MaxConns int
 	// Peer also starts the peer proxy (bench/peer) in front of the same fleet.
 	Peer bool
+	// Baseline, when set, is a second router binary started as the "baseline" process with
+	// the same configuration (its own ports) in front of the same fleet: the A/B arm.
+	Baseline string
 }
 
 // Rig is a fleet, a router in front of it and a load generator, each its own process.
@@ -23,10 +27,13 @@ type Rig struct {
 	Fleet  *Fleet
 	Router *Router
 	Peer   *Peer // nil unless RigOptions.Peer
-	Gen    *Loadgen
+	// Baseline is the second router, nil unless RigOptions.Baseline.
+	Baseline *Router
+	Gen      *Loadgen
 }
 
-// StartRig starts the three processes in order; on error nothing is left running.
+// StartRig starts the processes in order (fleet, router, the peer and the baseline router
+// when asked, generator); on error nothing is left running.
 func StartRig(env Env, o RigOptions) (_ *Rig, err error) {
 	r := &Rig{Env: env}
 	defer func() {
@@ -52,19 +59,31 @@ func StartRig(env Env, o RigOptions) (_ *Rig, err error) {
 		setup.Peer = r.Peer.Addr
 		watch = append(watch, r.Peer.Proc)
 	}
+	if o.Baseline != "" {
+		// The configuration the router got (StartRouterAs picks its own ports): the two builds
+		// differ in their code only.
+		if r.Baseline, err = StartRouterAs(env, "baseline", o.Baseline, rc); err != nil {
+			return nil, fmt.Errorf("baseline router: %w", err)
+		}
+		setup.Baseline = r.Baseline.Addr
+		watch = append(watch, r.Baseline.Proc)
+	}
 	if r.Gen, err = StartLoadgen(env, setup, watch...); err != nil {
 		return nil, err
 	}
 	return r, nil
 }
 
-// Close stops the generator, the router and the fleet, in that order.
+// Close stops the generator, the routers, the peer and the fleet, in that order.
 func (r *Rig) Close() {
 	if r.Gen != nil {
 		r.Gen.Close()
 	}
 	if r.Router != nil {
 		r.Router.Proc.Stop(5 * time.Second)
+	}
+	if r.Baseline != nil {
+		r.Baseline.Proc.Stop(5 * time.Second)
 	}
 	if r.Peer != nil {
 		r.Peer.Proc.Stop(5 * time.Second)
@@ -78,9 +97,23 @@ func (r *Rig) Close() {
 type Window struct {
 	Result loadgen.Result
 	// Router, Fleet and Gen are the processes' usage deltas (CPU) and end values (RSS); Peer
-	// is the peer proxy's, zero when the rig has none.
-	Router, Fleet, Gen, Peer Usage
-	Wall                     time.Duration
+	// and Baseline are the peer proxy's and the second router's, zero when the rig has none.
+	Router, Fleet, Gen, Peer, Baseline Usage
+	Wall                               time.Duration
+}
+
+// ProxyUsage is the usage of the process that served arm's requests in the window: the
+// router, the peer proxy or the baseline router; zero for direct, which has none.
+func (w Window) ProxyUsage(arm loadgen.Arm) Usage {
+	switch arm {
+	case loadgen.Routed:
+		return w.Router
+	case loadgen.Peer:
+		return w.Peer
+	case loadgen.Baseline:
+		return w.Baseline
+	}
+	return Usage{}
 }
 
 // Run runs one phase, sampling every process's CPU right before and right after it (the
@@ -89,9 +122,14 @@ func (r *Rig) Run(p loadgen.Phase) (Window, error) { return r.RunEvents(p, nil) 
 
 // RunEvents is Run with a callback for the phase's events.
 func (r *Rig) RunEvents(p loadgen.Phase, onEvent func(loadgen.Event)) (Window, error) {
+	var w Window
 	procs := []*Proc{r.Router.Proc, r.Fleet.Proc, r.Gen.Proc}
+	into := []*Usage{&w.Router, &w.Fleet, &w.Gen} // where each process's usage goes
 	if r.Peer != nil {
-		procs = append(procs, r.Peer.Proc)
+		procs, into = append(procs, r.Peer.Proc), append(into, &w.Peer)
+	}
+	if r.Baseline != nil {
+		procs, into = append(procs, r.Baseline.Proc), append(into, &w.Baseline)
 	}
 	before, err := usages(procs)
 	if err != nil {
@@ -107,14 +145,17 @@ func (r *Rig) RunEvents(p loadgen.Phase, onEvent func(loadgen.Event)) (Window, e
 	if err != nil {
 		return Window{}, errors.Join(err, firstDeath(procs...))
 	}
-	delta := func(i int) Usage {
-		return Usage{CPU: after[i].CPU - before[i].CPU, RSSKiB: after[i].RSSKiB, Threads: after[i].Threads}
+	for i, u := range into {
+		*u = Usage{CPU: after[i].CPU - before[i].CPU, RSSKiB: after[i].RSSKiB, Threads: after[i].Threads}
 	}
-	w := Window{Result: res, Router: delta(0), Fleet: delta(1), Gen: delta(2), Wall: wall}
-	if r.Peer != nil {
-		w.Peer = delta(3)
-	}
+	w.Result, w.Wall = res, wall
 	return w, nil
+}
+
+// add merges another window's usage of the same process: CPU adds up, RSS is the peak.
+func (u *Usage) add(o Usage) {
+	u.CPU += o.CPU
+	u.RSSKiB = max(u.RSSKiB, o.RSSKiB)
 }
 
 func usages(procs []*Proc) ([]Usage, error) {
@@ -137,14 +178,11 @@ func Merge(ws ...Window) Window {
 			m.Result = loadgen.Result{Phase: w.Result.Phase, Arm: w.Result.Arm}
 		}
 		m.Result.Merge(&w.Result)
-		m.Router.CPU += w.Router.CPU
-		m.Fleet.CPU += w.Fleet.CPU
-		m.Gen.CPU += w.Gen.CPU
-		m.Peer.CPU += w.Peer.CPU
-		m.Router.RSSKiB = max(m.Router.RSSKiB, w.Router.RSSKiB)
-		m.Fleet.RSSKiB = max(m.Fleet.RSSKiB, w.Fleet.RSSKiB)
-		m.Gen.RSSKiB = max(m.Gen.RSSKiB, w.Gen.RSSKiB)
-		m.Peer.RSSKiB = max(m.Peer.RSSKiB, w.Peer.RSSKiB)
+		m.Router.add(w.Router)
+		m.Fleet.add(w.Fleet)
+		m.Gen.add(w.Gen)
+		m.Peer.add(w.Peer)
+		m.Baseline.add(w.Baseline)
 		m.Wall += w.Wall
 	}
 	return m

@@ -27,6 +27,13 @@ type Router struct {
 // StartRouter writes the configuration (on free loopback ports) and starts the router, and
 // returns once its admin listener says it is ready.
 func StartRouter(env Env, c RouterConfig) (*Router, error) {
+	return StartRouterAs(env, "router", env.Narwhal, c)
+}
+
+// StartRouterAs is StartRouter for the router binary bin, whose process, configuration
+// (<name>.yaml) and log (<name>.log) are called name: a second router on the same fleet, its
+// own ports, so two builds can be measured side by side.
+func StartRouterAs(env Env, name, bin string, c RouterConfig) (*Router, error) {
 	var err error
 	if c.Listen, err = freePort(); err != nil {
 		return nil, err
@@ -34,13 +41,13 @@ func StartRouter(env Env, c RouterConfig) (*Router, error) {
 	if c.AdminListen, err = freePort(); err != nil {
 		return nil, err
 	}
-	path := env.Path("router.yaml")
+	path := env.Path(name + ".yaml")
 	cfg, err := c.Write(path)
 	if err != nil {
 		return nil, err
 	}
-	p, err := Start(Spec{Name: "router", Path: env.Narwhal, Args: []string{"serve", "--config", path},
-		Log: env.Path("router.log"), Env: env.RouterEnv})
+	p, err := Start(Spec{Name: name, Path: bin, Args: []string{"serve", "--config", path},
+		Log: env.Path(name + ".log"), Env: env.RouterEnv})
 	if err != nil {
 		return nil, err
 	}
@@ -56,7 +63,7 @@ func StartRouter(env Env, c RouterConfig) (*Router, error) {
 		}
 		if time.Now().After(deadline) {
 			p.Stop(time.Second)
-			return nil, fmt.Errorf("router not ready within 20 s; log:\n%s", indent(p.Tail(15)))
+			return nil, fmt.Errorf("%s (%s) not ready within 20 s; log:\n%s", name, bin, indent(p.Tail(15)))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

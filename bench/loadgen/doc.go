@@ -1,12 +1,14 @@
 // Package loadgen is the benchmark's load generator: the process that plays the clients.
 //
-// It owns the two arms a benchmark compares and nothing else:
+// It owns the arms a benchmark compares and nothing else:
 //
 //   - direct: the generator itself runs a request exactly as the router would — it builds the
 //     prefill body, calls a producer with transport.EngineClient.Prefill, hands the
 //     PrefillResult to a consumer's Decode and reads the SSE stream to [DONE] — so the arm is
 //     the router's own engine-side code minus the router: the physical limit of two HTTP legs;
-//   - routed: one streaming chat request to Narwhal over fasthttp, read to its single outcome.
+//   - routed: one streaming chat request to Narwhal over fasthttp, read to its single outcome;
+//   - peer and baseline: the same request to the peer proxy (bench/peer) or to a second
+//     Narwhal, another build, each at its own address and read exactly like a routed one.
 //
 // A Phase says how to drive one arm: closed loop at a concurrency, open loop at a rate (latency
 // counted from each request's scheduled start, so a stalled system cannot hide its queueing),

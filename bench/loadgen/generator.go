@@ -39,12 +39,9 @@ type armKey struct {
 	guard time.Duration
 }
 
-// routedArm is the HTTP client arm for the router, or for the peer proxy when peer is set.
-func (g *Generator) routedArm(guard time.Duration, peer ...bool) *routedArm {
-	addr := g.setup.Router
-	if len(peer) > 0 && peer[0] {
-		addr = g.setup.Peer
-	}
+// routedArm is the HTTP client arm for one proxy's address (the router, the peer proxy, the
+// baseline router).
+func (g *Generator) routedArm(addr string, guard time.Duration) *routedArm {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	k := armKey{addr, guard}
@@ -107,8 +104,10 @@ func (g *Generator) Run(p Phase, events func(Event)) (Result, error) {
 }
 
 func validate(p Phase) error {
-	if p.Arm != Direct && p.Arm != Routed && p.Arm != Peer {
-		return fmt.Errorf("phase %s: arm %q (want direct, routed or peer)", p.Name, p.Arm)
+	switch p.Arm {
+	case Direct, Routed, Peer, Baseline:
+	default:
+		return fmt.Errorf("phase %s: arm %q (want direct, routed, peer or baseline)", p.Name, p.Arm)
 	}
 	if p.MaxTokens < 1 {
 		return fmt.Errorf("phase %s: max_tokens must be 1 or more", p.Name)
@@ -140,14 +139,14 @@ func (g *Generator) requester(p Phase, body []byte, inj *injector) func(start ti
 	if p.Arm == Direct {
 		return func(start time.Time) Outcome { return g.direct.do(start, body, p.MaxTokens, p.Guard) }
 	}
-	if p.Arm == Peer {
-		if g.setup.Peer == "" {
-			return func(start time.Time) Outcome { return Outcome{Started: start, Error: "no peer proxy in this rig"} }
-		}
-		r := g.routedArm(p.Guard, true)
-		return func(start time.Time) Outcome { return r.do(start, body, p.MaxTokens, nil) }
+	// The peer and baseline arms are read exactly like the routed one, at their own address;
+	// validate keeps faults to the routed arm, so inj is nil for them.
+	addr := map[Arm]string{Routed: g.setup.Router, Peer: g.setup.Peer, Baseline: g.setup.Baseline}[p.Arm]
+	if addr == "" {
+		missing := fmt.Sprintf("no %s arm in this rig", p.Arm)
+		return func(start time.Time) Outcome { return Outcome{Started: start, Error: missing} }
 	}
-	r := g.routedArm(p.Guard)
+	r := g.routedArm(addr, p.Guard)
 	return func(start time.Time) Outcome {
 		if inj != nil {
 			inj.maybe()
@@ -223,7 +222,7 @@ func schedule(rate float64, d time.Duration, n int, start func(sched time.Time))
 // streaming at the same time (or the opening has clearly stalled), keeps them HoldFor (then
 // hangs up on them) or lets them run, and waits for them all to end. It returns the most streams that were streaming at once and when that was reached.
 func (g *Generator) runHold(p Phase, body []byte, rec *recorder, events func(Event)) (int, time.Duration) {
-	r := g.routedArm(p.Guard)
+	r := g.routedArm(g.setup.Router, p.Guard)
 	t0 := time.Now()
 	var cur, peak atomic.Int64
 	var peakAt atomic.Int64

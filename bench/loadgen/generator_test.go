@@ -64,7 +64,9 @@ func rig(t *testing.T, engine sim.Options, adjust func(*config.Config)) *Generat
 	}
 	ps := httptest.NewServer(px)
 	t.Cleanup(ps.Close)
-	g, err := NewGenerator(Setup{Router: srv.Addr(), Peer: ps.Listener.Addr().String(), Engines: engines, Model: sim.DefaultModel, Timeouts: cfg.Engine})
+	// The baseline arm is only an address: the same router stands in for a second build here.
+	g, err := NewGenerator(Setup{Router: srv.Addr(), Peer: ps.Listener.Addr().String(), Baseline: srv.Addr(),
+		Engines: engines, Model: sim.DefaultModel, Timeouts: cfg.Engine})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,12 +106,22 @@ func TestBothArmsCompleteEveryRequest(t *testing.T) {
 	}
 }
 
-// The peer proxy's streams pass the same one-outcome check as the router's.
-func TestPeerArmCompletesEveryRequest(t *testing.T) {
+// The peer proxy's and the baseline router's streams pass the same one-outcome check as the
+// router's.
+func TestPeerAndBaselineArmsCompleteEveryRequest(t *testing.T) {
 	g := rig(t, sim.Options{TTFT: 2 * time.Millisecond, ITL: time.Millisecond, Tokens: 8}, nil)
-	res := run(t, g, Phase{Name: "peer", Arm: Peer, Mode: Closed, Concurrency: 4, Duration: 200 * time.Millisecond, MaxTokens: 5, PromptWords: 20})
-	if res.Sent == 0 || res.OK != res.Sent || res.Tokens != int64(5*res.Sent) || len(res.FirstByte) != res.Sent {
-		t.Fatalf("sent %d ok %d tokens %d first bytes %d errors %v", res.Sent, res.OK, res.Tokens, len(res.FirstByte), res.Errors)
+	for _, arm := range []Arm{Peer, Baseline} {
+		res := run(t, g, Phase{Name: string(arm), Arm: arm, Mode: Closed, Concurrency: 4, Duration: 200 * time.Millisecond, MaxTokens: 5, PromptWords: 20})
+		if res.Sent == 0 || res.OK != res.Sent || res.Tokens != int64(5*res.Sent) || len(res.FirstByte) != res.Sent {
+			t.Fatalf("%s: sent %d ok %d tokens %d first bytes %d errors %v", arm, res.Sent, res.OK, res.Tokens, len(res.FirstByte), res.Errors)
+		}
+	}
+	// A rig without a second router fails the arm's every request, loudly, rather than
+	// sending it to the router under test.
+	g.setup.Baseline = ""
+	res := run(t, g, Phase{Name: "no-baseline", Arm: Baseline, Mode: Closed, Concurrency: 2, Duration: 50 * time.Millisecond, MaxTokens: 5, PromptWords: 20})
+	if res.Sent == 0 || res.OK != 0 || res.Errors["no baseline arm in this rig"] != res.Sent {
+		t.Fatalf("sent %d ok %d errors %v", res.Sent, res.OK, res.Errors)
 	}
 }
 

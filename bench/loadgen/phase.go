@@ -15,6 +15,9 @@ const (
 	Routed Arm = "routed" // one request through Narwhal
 	// Peer is one request through the peer proxy (bench/peer), read exactly like a routed one.
 	Peer Arm = "peer"
+	// Baseline is one request through a second Narwhal, another build of the router (an A/B
+	// against an older commit), read exactly like a routed one.
+	Baseline Arm = "baseline"
 )
 
 // Mode says how a phase offers load.
@@ -42,6 +45,8 @@ type Setup struct {
 	Router string `json:"router"`
 	// Peer is the peer proxy's address (host:port), empty when the rig runs none.
 	Peer string `json:"peer,omitempty"`
+	// Baseline is the second router's API address (host:port), empty when the rig runs none.
+	Baseline string `json:"baseline,omitempty"`
 	// Engines is the fleet, for the direct arm and fault injection.
 	Engines []Engine `json:"engines"`
 	Model   string   `json:"model"`

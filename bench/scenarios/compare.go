@@ -63,6 +63,28 @@ func (a arms) table() string {
 	return t.String()
 }
 
+// sideArm reports an arm the interleaved windows ran beside routed through its own proxy (the
+// peer, the baseline), from w, its merged windows, and a, it against direct: its rate, its
+// first_byte, its proxy's CPU per request and RSS, and what failed.
+func sideArm(sec *report.Section, about string, a arms, w harness.Window) {
+	arm, u := w.Result.Arm, w.ProxyUsage(w.Result.Arm)
+	sec.Printf("%s arm (%s): %s/s, first_byte p50 %s ms p99 %s ms", arm, about, report.Num(a.routedRPS), ms(a.rFB.P50), ms(a.rFB.P99))
+	sec.Printf("(direct %s / %s), %s µs of its CPU per request (%d-token answers), RSS %s MiB; errors %s",
+		ms(a.dFB.P50), ms(a.dFB.P99), report.Num(pointOf(w, u).usPerRequest), overheadTokens, report.Num(float64(u.RSSKiB)/1024), mix(w.Result.Errors))
+	if v := w.Result.ViolationCount(); v > 0 {
+		sec.Printf("%s violations: %s", arm, mix(w.Result.Violations))
+	}
+}
+
+// armList names arms for people: "direct, routed, peer".
+func armList(arms []loadgen.Arm) string {
+	names := make([]string, len(arms))
+	for i, a := range arms {
+		names[i] = string(a)
+	}
+	return strings.Join(names, ", ")
+}
+
 func ms(d time.Duration) string { return report.Num(loadgen.Ms(d)) }
 
 func ratio(a, b float64) string {

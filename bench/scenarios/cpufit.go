@@ -1,8 +1,11 @@
 package scenarios
 
-import "github.com/narwhal-router/narwhal/bench/harness"
+import (
+	"github.com/narwhal-router/narwhal/bench/harness"
+	"github.com/narwhal-router/narwhal/bench/loadgen"
+)
 
-// cpuPoint is the router's CPU per request in one routed-only window, against the tokens it
+// cpuPoint is a proxy's CPU per request in one window of its arm, against the tokens it
 // relayed per request.
 type cpuPoint struct {
 	tokensPerRequest float64
@@ -10,13 +13,58 @@ type cpuPoint struct {
 	requests         int
 }
 
-func pointOf(w harness.Window) cpuPoint {
+// pointOf is the point of window w for the process whose usage in it is u (w.Router, w.Peer,
+// w.Baseline: the one that served the window's arm).
+func pointOf(w harness.Window, u harness.Usage) cpuPoint {
 	n := max(w.Result.Sent, 1)
 	return cpuPoint{
 		tokensPerRequest: float64(w.Result.Tokens) / float64(n),
-		usPerRequest:     float64(w.Router.CPU.Microseconds()) / float64(n),
+		usPerRequest:     float64(u.CPU.Microseconds()) / float64(n),
 		requests:         w.Result.Sent,
 	}
+}
+
+// fitArm is one proxy's open-loop windows in the overhead scenario's CPU fit — the router's,
+// the peer proxy's or the baseline router's — with what each window measured.
+type fitArm struct {
+	arm loadgen.Arm
+	// router is the Narwhal whose go_memstats_mallocs_total is scraped around each window;
+	// nil for the peer, which has no /metrics.
+	router *harness.Router
+	cpu    []cpuPoint // one per window
+	allocs []cpuPoint // heap allocations per request, one per window whose scrapes answered
+}
+
+// fitRun is one window of a fitArm.
+type fitRun struct {
+	w            harness.Window
+	cpu          cpuPoint
+	allocsPerReq float64 // 0 when not scraped
+}
+
+// run runs p on the arm, scraping its allocation count right before and after, so that only
+// that window's requests (and the two scrapes) are counted.
+func (a *fitArm) run(rig *harness.Rig, p loadgen.Phase) (fitRun, error) {
+	p.Arm, p.Name = a.arm, string(a.arm)+"-"+p.Name
+	var m0 float64
+	scraped := false
+	if a.router != nil {
+		m0, scraped = mallocs(a.router)
+	}
+	w, err := rig.Run(p)
+	if err != nil {
+		return fitRun{}, err
+	}
+	r := fitRun{w: w, cpu: pointOf(w, w.ProxyUsage(a.arm))}
+	a.cpu = append(a.cpu, r.cpu)
+	if !scraped {
+		return r, nil
+	}
+	if m1, ok := mallocs(a.router); ok {
+		r.allocsPerReq = (m1 - m0) / float64(max(w.Result.Sent, 1))
+		a.allocs = append(a.allocs, cpuPoint{tokensPerRequest: r.cpu.tokensPerRequest, usPerRequest: r.allocsPerReq, requests: w.Result.Sent})
+	}
+	return r, nil
 }
 
 // fitLine fits us = intercept + slope × tokens by least squares: the intercept is the CPU per

@@ -21,9 +21,11 @@ const (
 	cpuFitRate = 300
 )
 
-// Overhead measures what routing adds to a realistic request: both arms interleaved in
-// windows against the same engines, then router CPU per request and per token fitted from
-// routed-only windows at 1 and 64 output tokens.
+// Overhead measures what routing adds to a realistic request: the direct, routed and peer
+// arms interleaved in windows against the same engines, then router CPU per request and per
+// token fitted from open-loop windows at 1 and 64 output tokens. With env.Baseline a second
+// router binary (an older build) is a fourth arm, "baseline", in every one of those rotations,
+// so the two builds are compared under the same drift of the shared machine.
 func Overhead(env harness.Env) (*report.Section, error) {
 	sec := report.NewSection("overhead", fmt.Sprintf(
 		"ttft 20 ms, itl 5 ms, %d tokens, %d concurrent clients (closed loop), 2 prefill + 2 decode engines",
@@ -33,9 +35,10 @@ func Overhead(env harness.Env) (*report.Section, error) {
 		return nil, fmt.Errorf("measure the loopback floor: %w", err)
 	}
 	rig, err := harness.StartRig(env, harness.RigOptions{
-		Fleet:  harness.FleetOptions{Prefill: 2, Decode: 2, TTFT: 20 * time.Millisecond, ITL: 5 * time.Millisecond, Tokens: 64},
-		Router: harness.DefaultRouterConfig(),
-		Peer:   true,
+		Fleet:    harness.FleetOptions{Prefill: 2, Decode: 2, TTFT: 20 * time.Millisecond, ITL: 5 * time.Millisecond, Tokens: 64},
+		Router:   harness.DefaultRouterConfig(),
+		Peer:     true,
+		Baseline: env.Baseline,
 	})
 	if err != nil {
 		return nil, err
@@ -46,15 +49,23 @@ func Overhead(env harness.Env) (*report.Section, error) {
 		return loadgen.Phase{Name: name, Arm: arm, Mode: loadgen.Closed, Concurrency: overheadConcurrency,
 			Duration: env.Scale(d), MaxTokens: overheadTokens, PromptWords: promptWords, Guard: 30 * time.Second}
 	}
+	// The arms through a proxy process, whose CPU is sampled and fitted; the interleaved
+	// rounds add direct.
+	proxies := []loadgen.Arm{loadgen.Routed, loadgen.Peer}
+	if rig.Baseline != nil {
+		proxies = append(proxies, loadgen.Baseline)
+	}
+	rounds := append([]loadgen.Arm{loadgen.Direct}, proxies...)
 	harness.Logf("overhead: warming up every arm")
-	for _, arm := range []loadgen.Arm{loadgen.Routed, loadgen.Direct, loadgen.Peer} {
+	for _, arm := range rounds {
 		if _, err := rig.Run(closed("warmup", arm, 3*time.Second)); err != nil {
 			return nil, err
 		}
 	}
+	// 12 rounds: every arm in every position of the rotation equally often, with 2, 3 or 4 arms.
 	const pairs = 12
-	harness.Logf("overhead: %d interleaved rounds (direct, routed, peer) of %s windows", pairs, env.Scale(2*time.Second))
-	all, err := interleaveArms(rig, pairs, []loadgen.Arm{loadgen.Direct, loadgen.Routed, loadgen.Peer}, func(arm loadgen.Arm, i int) loadgen.Phase {
+	harness.Logf("overhead: %d interleaved rounds (%s) of %s windows", pairs, armList(rounds), env.Scale(2*time.Second))
+	all, err := interleaveArms(rig, pairs, rounds, func(arm loadgen.Arm, i int) loadgen.Phase {
 		return closed(fmt.Sprintf("window-%d", i), arm, 2*time.Second)
 	})
 	if err != nil {
@@ -62,7 +73,8 @@ func Overhead(env harness.Env) (*report.Section, error) {
 	}
 	dw, rw, pw := all[loadgen.Direct], all[loadgen.Routed], all[loadgen.Peer]
 	a := compare(&dw.Result, &rw.Result)
-	sec.Printf("Three arms (direct, routed, peer), %d windows each, interleaved in rotating order; latencies from the generator's send.", pairs)
+	sec.Printf("%s arms (%s), %d windows each, interleaved in rotating order; latencies from the generator's send.",
+		[...]string{3: "Three", 4: "Four"}[len(rounds)], armList(rounds), pairs)
 	sec.Printf("routed ttft_s is the router's own Server-Timing (from its arrival); direct ttft_s is the prefill")
 	sec.Printf("leg's completion as the generator sees it. Differences are of percentiles, not percentiles of differences.")
 	sec.Add(a.table())
@@ -70,98 +82,95 @@ func Overhead(env harness.Env) (*report.Section, error) {
 	if v := rw.Result.ViolationCount() + dw.Result.ViolationCount(); v > 0 {
 		sec.Printf("VIOLATIONS: direct %s; routed %s", mix(dw.Result.Violations), mix(rw.Result.Violations))
 	}
-	routedCPUPerReq := float64(rw.Router.CPU.Microseconds()) / float64(max(rw.Result.Sent, 1))
+	routedCPUPerReq := pointOf(rw, rw.Router).usPerRequest
 	sec.Printf("router during the routed windows: %s of a core, %s µs CPU per request (%d-token answers), RSS %s MiB",
 		cpuShare(rw.Router.CPU, rw.Wall), report.Num(routedCPUPerReq), overheadTokens, report.Num(float64(rw.Router.RSSKiB)/1024))
 	sec.Printf("machine during the routed windows: fleet %s, generator %s of a core; during the direct windows: fleet %s, generator %s",
 		cpuShare(rw.Fleet.CPU, rw.Wall), cpuShare(rw.Gen.CPU, rw.Wall), cpuShare(dw.Fleet.CPU, dw.Wall), cpuShare(dw.Gen.CPU, dw.Wall))
-	genDirect := float64(dw.Gen.CPU.Microseconds()) / float64(max(dw.Result.Sent, 1))
-	genRouted := float64(rw.Gen.CPU.Microseconds()) / float64(max(rw.Result.Sent, 1))
-	peerCPUPerReq := float64(pw.Peer.CPU.Microseconds()) / float64(max(pw.Result.Sent, 1))
+	genDirect := pointOf(dw, dw.Gen).usPerRequest
+	genRouted := pointOf(rw, rw.Gen).usPerRequest
 	pa := compare(&dw.Result, &pw.Result)
-	sec.Printf("peer arm (bench/peer: net/http + encoding/json, no validation, timeouts or actors): %s/s, first_byte p50 %s ms p99 %s ms",
-		report.Num(pa.routedRPS), ms(pa.rFB.P50), ms(pa.rFB.P99))
-	sec.Printf("(direct %s / %s), %s µs of its CPU per request (%d-token answers), RSS %s MiB; errors %s",
-		ms(pa.dFB.P50), ms(pa.dFB.P99), report.Num(peerCPUPerReq), overheadTokens, report.Num(float64(pw.Peer.RSSKiB)/1024), mix(pw.Result.Errors))
-	if v := pw.Result.ViolationCount(); v > 0 {
-		sec.Printf("peer violations: %s", mix(pw.Result.Violations))
+	sideArm(sec, "bench/peer: net/http + encoding/json, no validation, timeouts or actors", pa, pw)
+	var base *build // the baseline's figures, nil without one
+	if rig.Baseline != nil {
+		bw := all[loadgen.Baseline]
+		ba := compare(&dw.Result, &bw.Result)
+		base = &build{cpuPer32Tok: pointOf(bw, bw.Baseline).usPerRequest, addedP50: ba.addedP50, addedP99: ba.addedP99}
+		sideArm(sec, env.Baseline+", the same configuration on its own ports", ba, bw)
+		sec.Printf("router / baseline in these windows: CPU per request %s; first_byte, router − baseline: p50 %s ms, p99 %s ms",
+			ratio(routedCPUPerReq, base.cpuPer32Tok), report.Signed(loadgen.Ms(a.rFB.P50-ba.rFB.P50)), report.Signed(loadgen.Ms(a.rFB.P99-ba.rFB.P99)))
 	}
 	sec.Printf("generator CPU per request: %s µs running both legs itself (direct), %s µs as the router's client (routed)",
 		report.Num(genDirect), report.Num(genRouted))
 
 	// Router CPU per request and per token.
-	harness.Logf("overhead: router CPU fit, routed and peer, open loop: %d/s at 1 and 64 tokens, then %d/s and %d/s at 1 token",
-		cpuFitRate, cpuFitRate/2, cpuFitRate*2)
+	narwhals := map[loadgen.Arm]*harness.Router{loadgen.Routed: rig.Router, loadgen.Baseline: rig.Baseline}
+	fitArms := make([]*fitArm, len(proxies)) // in the order of proxies: routed, peer, baseline
+	for i, arm := range proxies {
+		fitArms[i] = &fitArm{arm: arm, router: narwhals[arm]}
+	}
+	routed, peerArm := fitArms[0], fitArms[1]
+	harness.Logf("overhead: router CPU fit, %s, open loop: %d/s at 1 and 64 tokens, then %d/s and %d/s at 1 token",
+		armList(proxies), cpuFitRate, cpuFitRate/2, cpuFitRate*2)
 	open := func(name string, tokens int, d time.Duration) loadgen.Phase {
 		return loadgen.Phase{Name: name, Arm: loadgen.Routed, Mode: loadgen.Open, Rate: cpuFitRate,
 			Duration: env.Scale(d), MaxTokens: tokens, PromptWords: promptWords, Guard: 30 * time.Second}
 	}
-	var points, peerPoints []cpuPoint
 	var windows []cpuWindow
-	var allocs []cpuPoint // router heap allocations per request (go_memstats_mallocs_total)
-	fit := report.NewTable("window", "requests", "tokens/request", "router CPU µs/request", "router CPU share",
-		"router allocs/request", "router procs", "peer CPU µs/request", "router / peer")
-	measure := func(label string, rate float64, tokens int) (cpuPoint, error) {
+	cols := []string{"window", "requests", "tokens/request", "router CPU µs/request", "router CPU share",
+		"router allocs/request", "router procs", "peer CPU µs/request", "router / peer"}
+	if rig.Baseline != nil {
+		cols = append(cols, "baseline CPU µs/request", "baseline allocs/request", "router / baseline")
+	}
+	fit := report.NewTable(cols...)
+	measure := func(label string, rate float64, tokens int) error {
 		p := open("cpu-"+label, tokens, 6*time.Second)
 		p.Rate = rate
-		// The peer's window of the same shape runs next to the router's, alternating which
-		// goes first, so drift on the shared machine hits both alike.
-		pp := p
-		pp.Arm, pp.Name = loadgen.Peer, "peer-"+label
-		var pwin harness.Window
-		peerFirst := len(windows)%2 == 1
-		if peerFirst {
-			if pwin, err = rig.Run(pp); err != nil {
-				return cpuPoint{}, err
+		// Every arm's window of the same shape runs next to the others', in the rotation of
+		// the interleaved rounds (two arms: alternating which goes first), so drift on the
+		// shared machine hits them alike.
+		runs := map[loadgen.Arm]fitRun{}
+		for _, fa := range armOrder(fitArms, len(windows)) {
+			r, err := fa.run(rig, p)
+			if err != nil {
+				return err
 			}
-		}
-		m0, okM := mallocs(rig.Router)
-		w, err := rig.Run(p)
-		if err != nil {
-			return cpuPoint{}, err
-		}
-		m1, okM1 := mallocs(rig.Router)
-		if !peerFirst {
-			if pwin, err = rig.Run(pp); err != nil {
-				return cpuPoint{}, err
+			if bad := r.w.Result.ErrorCount() + r.w.Result.ViolationCount(); bad > 0 && fa.router != nil {
+				sec.Printf("cpu window %s (%s): %d failed requests (%s %s)", label, fa.arm, bad, mix(r.w.Result.Errors), mix(r.w.Result.Violations))
 			}
+			runs[fa.arm] = r
 		}
-		ppt := peerPointOf(pwin)
-		peerPoints = append(peerPoints, ppt)
-		allocsPerReq := 0.0
-		if okM && okM1 {
-			allocsPerReq = (m1 - m0) / float64(max(w.Result.Sent, 1))
-			allocs = append(allocs, cpuPoint{tokensPerRequest: float64(w.Result.Tokens) / float64(max(w.Result.Sent, 1)),
-				usPerRequest: allocsPerReq, requests: w.Result.Sent})
+		rr, pr := runs[loadgen.Routed], runs[loadgen.Peer]
+		windows = append(windows, windowOf(rr.w))
+		row := []string{label, report.Num(float64(rr.cpu.requests)), report.Num(rr.cpu.tokensPerRequest), report.Num(rr.cpu.usPerRequest),
+			cpuShare(rr.w.Router.CPU, rr.w.Wall), report.Num(rr.allocsPerReq), procsOf(rig.Router), report.Num(pr.cpu.usPerRequest),
+			ratio(rr.cpu.usPerRequest, pr.cpu.usPerRequest)}
+		if br, ok := runs[loadgen.Baseline]; ok {
+			row = append(row, report.Num(br.cpu.usPerRequest), report.Num(br.allocsPerReq), ratio(rr.cpu.usPerRequest, br.cpu.usPerRequest))
 		}
-		if bad := w.Result.ErrorCount() + w.Result.ViolationCount(); bad > 0 {
-			sec.Printf("cpu window %s: %d failed requests (%s %s)", label, bad, mix(w.Result.Errors), mix(w.Result.Violations))
-		}
-		pt := pointOf(w)
-		windows = append(windows, windowOf(w))
-		fit.Row(label, report.Num(float64(pt.requests)), report.Num(pt.tokensPerRequest), report.Num(pt.usPerRequest),
-			cpuShare(w.Router.CPU, w.Wall), report.Num(allocsPerReq), procsOf(rig.Router), report.Num(ppt.usPerRequest), ratio(pt.usPerRequest, ppt.usPerRequest))
-		return pt, nil
+		fit.Row(row...)
+		return nil
 	}
 	for rep := range 2 {
 		for _, tokens := range []int{1, 64} {
-			pt, err := measure(fmt.Sprintf("%d/s, %d tokens #%d", cpuFitRate, tokens, rep+1), cpuFitRate, tokens)
-			if err != nil {
+			if err := measure(fmt.Sprintf("%d/s, %d tokens #%d", cpuFitRate, tokens, rep+1), cpuFitRate, tokens); err != nil {
 				return nil, err
 			}
-			points = append(points, pt)
 		}
 	}
+	// The fit is of the windows at cpuFitRate; the decomposition and the allocations below
+	// use every window.
+	fitted := len(routed.cpu)
 	// Two more rates at one token separate what the router burns per second just for being
 	// busy from what each request costs.
 	for _, rate := range []float64{cpuFitRate / 2, cpuFitRate * 2} {
-		if _, err := measure(fmt.Sprintf("%.0f/s, 1 token", rate), rate, 1); err != nil {
+		if err := measure(fmt.Sprintf("%.0f/s, 1 token", rate), rate, 1); err != nil {
 			return nil, err
 		}
 	}
-	perReq, perTok := fitLine(points)
-	peerReq, peerTok := fitLine(peerPoints[:len(points)])
-	allocReq, allocTok := fitLine(allocs)
+	perReq, perTok := fitLine(routed.cpu[:fitted])
+	peerReq, peerTok := fitLine(peerArm.cpu[:fitted])
+	allocReq, allocTok := fitLine(routed.allocs)
 	sec.Printf("")
 	sec.Printf("Router CPU (utime+stime from /proc/<pid>/stat, %d ticks/s), routed-only open-loop windows:", harness.ClockTicks())
 	sec.Add(fit.String())
@@ -177,6 +186,18 @@ func Overhead(env harness.Env) (*report.Section, error) {
 		report.Num(directReq), ratio(perReq, directReq))
 	sec.Printf("router heap allocations (go_memstats_mallocs_total): %s per request + %s per token (fit).",
 		report.Num(allocReq), report.Num(allocTok))
+	if base != nil {
+		baseArm := fitArms[2]
+		base.cpuReq, base.cpuTok = fitLine(baseArm.cpu[:fitted])
+		base.allocReq, base.allocTok = fitLine(baseArm.allocs)
+		sec.Printf("baseline router (%s), same windows: %s µs per request + %s µs per token; heap allocations %s per request",
+			env.Baseline, report.Num(base.cpuReq), report.Num(base.cpuTok), report.Num(base.allocReq))
+		sec.Printf("+ %s per token. Router / baseline: CPU %s per request, %s per token; allocations %s per request.",
+			report.Num(base.allocTok), ratio(perReq, base.cpuReq), ratio(perTok, base.cpuTok), ratio(allocReq, base.allocReq))
+	}
+	for k, v := range baselineFigures(build{cpuReq: perReq, cpuTok: perTok, allocReq: allocReq, allocTok: allocTok}, base) {
+		sec.Figure(k, v)
+	}
 	sec.Figure("peer_cpu_us_per_request", peerReq)
 	sec.Figure("peer_cpu_us_per_token", peerTok)
 	sec.Figure("router_over_peer_per_request", over(perReq, peerReq))

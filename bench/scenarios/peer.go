@@ -6,17 +6,12 @@ import (
 	"github.com/narwhal-router/narwhal/bench/report"
 )
 
-// interleaveArms runs rounds of one window per arm, rotating the order every round (with two
-// arms that is ABBA; with three, ABC CAB BCA …) so that drift on the shared machine hits every
-// arm alike, and merges each arm's windows.
+// interleaveArms runs rounds of one window per arm in armOrder, so that drift on the shared
+// machine hits every arm alike, and merges each arm's windows.
 func interleaveArms(rig *harness.Rig, rounds int, arms []loadgen.Arm, phase func(arm loadgen.Arm, i int) loadgen.Phase) (map[loadgen.Arm]harness.Window, error) {
 	got := map[loadgen.Arm][]harness.Window{}
 	for i := range rounds {
-		for j := range arms {
-			arm := arms[(j+i)%len(arms)]
-			if len(arms) == 2 && i%2 == 1 {
-				arm = arms[len(arms)-1-j]
-			}
+		for _, arm := range armOrder(arms, i) {
 			w, err := rig.Run(phase(arm, i))
 			if err != nil {
 				return nil, err
@@ -31,10 +26,15 @@ func interleaveArms(rig *harness.Rig, rounds int, arms []loadgen.Arm, phase func
 	return out, nil
 }
 
-// peerPointOf is pointOf for the peer proxy's CPU in a peer window.
-func peerPointOf(w harness.Window) cpuPoint {
-	w.Router = w.Peer
-	return pointOf(w)
+// armOrder is the order of round i's windows: the arms rotated by i (A B C, B C A, C A B, …;
+// with two arms that is ABBA), so that over as many rounds as there are arms every arm runs
+// once in every position and none always goes first or last.
+func armOrder[T any](arms []T, round int) []T {
+	out := make([]T, len(arms))
+	for j := range arms {
+		out[j] = arms[(j+round)%len(arms)]
+	}
+	return out
 }
 
 // mallocs reads the router's count of heap allocations so far (go_memstats_mallocs_total).

@@ -1,7 +1,9 @@
 // Command bench is Narwhal's benchmark harness (`make bench`, or
-// `go run ./bench/cmd/bench [-scenarios overhead,faults]`). It runs each scenario against a
-// simulated fleet, the built router (bin/narwhal) and a load generator, each in its own
-// process, prints a readable report and ends with one JSON line of the headline figures.
+// `go run ./bench/cmd/bench [-scenarios overhead,faults] [-baseline older-narwhal]`). It runs
+// each scenario against a simulated fleet, the built router (bin/narwhal) and a load
+// generator, each in its own process, prints a readable report and ends with one JSON line of
+// the headline figures. -baseline adds a second router build to the overhead scenario as an
+// A/B arm measured in the same windows.
 // See bench/README.md.
 //
 // `bench loadgen` is the load generator's own mode: the harness starts this same binary that
@@ -10,6 +12,7 @@
 package main
 
 import (
+	"debug/buildinfo"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -18,6 +21,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -46,6 +50,7 @@ func main() {
 func run() int {
 	list := flag.String("scenarios", os.Getenv("BENCH_SCENARIOS"), "comma-separated scenarios to run (default: all: overhead, saturation, streams, faults)")
 	narwhal := flag.String("narwhal", "bin/narwhal", "the router binary (make build puts it there)")
+	baseline := flag.String("baseline", os.Getenv("BENCH_BASELINE"), "a second router binary, e.g. built from an older commit, run by the overhead scenario as a fourth arm beside -narwhal (A/B in the same windows)")
 	out := flag.String("out", "bench/out", "directory for logs, generated configurations and profiles")
 	profile := flag.Bool("profile", true, "capture router CPU/heap profiles in extra windows (figures are measured without them)")
 	quick := flag.Bool("quick", false, "shorten every window (a smoke run; figures are rough)")
@@ -74,6 +79,19 @@ func run() int {
 		fmt.Fprintf(os.Stderr, "bench: no router binary at %s (run `make build` first): %v\n", *narwhal, err)
 		return 2
 	}
+	var baseBin string
+	if *baseline != "" {
+		if baseBin, err = filepath.Abs(*baseline); err == nil {
+			_, err = os.Stat(baseBin)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench: no baseline router binary at %s: %v\n", *baseline, err)
+			return 2
+		}
+		if !slices.ContainsFunc(selected, func(s scenarios.Scenario) bool { return s.Name == "overhead" }) {
+			fmt.Fprintln(os.Stderr, "bench: warning: -baseline is measured by the overhead scenario only, which is not selected")
+		}
+	}
 	self, err := os.Executable()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench: cannot find my own binary:", err)
@@ -98,6 +116,14 @@ func run() int {
 	start, rev := time.Now(), commit() // the commit bin/narwhal was built from, as of now
 	fmt.Printf("Narwhal benchmark — %s, %s, %d CPUs, commit %s\n", start.Format(time.RFC3339), runtime.Version(), runtime.NumCPU(), rev)
 	fmt.Printf("router %s · fleet `narwhal sim fleet` · load generator `bench loadgen` (fasthttp), each its own process, on loopback\n", *narwhal)
+	baseRev := binaryCommit(baseBin)
+	if baseBin != "" {
+		built := ""
+		if baseRev != "" {
+			built = " (commit " + baseRev + ")"
+		}
+		fmt.Printf("baseline router %s%s beside it in the overhead scenario: the same configuration, its own process\n", *baseline, built)
+	}
 	if len(routerEnv) > 0 {
 		fmt.Printf("router environment: %s\n", strings.Join(routerEnv, " "))
 	}
@@ -112,7 +138,7 @@ func run() int {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			return 1
 		}
-		env := harness.Env{Narwhal: bin, Self: self, Dir: dir, Profile: *profile, Quick: *quick, RouterEnv: routerEnv, Trace: *tracePath}
+		env := harness.Env{Narwhal: bin, Baseline: baseBin, Self: self, Dir: dir, Profile: *profile, Quick: *quick, RouterEnv: routerEnv, Trace: *tracePath}
 		harness.Logf("scenario %s: starting (logs in %s)", sc.Name, dir)
 		t0, load0 := time.Now(), scenarios.LoadAverage()
 		sec, err := sc.Run(env)
@@ -136,10 +162,17 @@ func run() int {
 	for i, s := range selected {
 		names[i] = s.Name
 	}
-	line, err := report.JSONLine(sections, map[string]any{
+	meta := map[string]any{
 		"scenarios": names, "failed_scenarios": failed, "wall_s": report.Round(wall.Seconds(), 1),
 		"go": runtime.Version(), "cpus": runtime.NumCPU(), "commit": rev, "router_env": routerEnv,
-	})
+	}
+	if baseBin != "" {
+		meta["baseline"] = *baseline
+	}
+	if baseRev != "" {
+		meta["baseline_commit"] = baseRev
+	}
+	line, err := report.JSONLine(sections, meta)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		return 1
@@ -171,6 +204,32 @@ func commit() string {
 		c += "+dirty"
 	}
 	return c
+}
+
+// binaryCommit names the commit a Go binary was built from, "+dirty" with local changes, as
+// its build information records it: go build stamps it in a git checkout unless
+// -buildvcs=false. "" when it is not recorded (or path is "").
+func binaryCommit(path string) string {
+	if path == "" {
+		return ""
+	}
+	info, err := buildinfo.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	rev, dirty := "", ""
+	for _, s := range info.Settings {
+		switch {
+		case s.Key == "vcs.revision":
+			rev = s.Value[:min(len(s.Value), 7)]
+		case s.Key == "vcs.modified" && s.Value == "true":
+			dirty = "+dirty"
+		}
+	}
+	if rev == "" {
+		return ""
+	}
+	return rev + dirty
 }
 
 func errOr(err error, otherwise string) string {
