@@ -97,6 +97,14 @@ value:
 		i, ok = literal(data, i, "false")
 	case 'n':
 		i, ok = literal(data, i, "null")
+	case '1', '2', '3', '4', '5', '6', '7', '8', '9':
+		// an integer, which most numbers are (block ids, counts, indexes), without a call
+		j := skipDigits(data, i+1)
+		if j < len(data) && (data[j] == '.' || data[j]|0x20 == 'e') {
+			i, ok = scanNumber(data, i)
+		} else {
+			i, ok = j, true
+		}
 	default:
 		i, ok = scanNumber(data, i)
 	}
