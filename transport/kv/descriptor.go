@@ -115,7 +115,7 @@ func checkBlockIDs(v []byte) *Rejection {
 				return bad("group %d is empty", groups-1)
 			}
 			for {
-				end, r := scanBlockID(v, j, fmt.Sprintf("[%d]", groups-1))
+				end, r := scanBlockID(v, j, groups-1)
 				if r != nil {
 					return r
 				}
@@ -136,7 +136,7 @@ func checkBlockIDs(v []byte) *Rejection {
 				j = wire.SkipSpace(v, j+1)
 			}
 		} else {
-			end, r := scanBlockID(v, i, "")
+			end, r := scanBlockID(v, i, -1)
 			if r != nil {
 				return r
 			}
@@ -160,9 +160,11 @@ func checkBlockIDs(v []byte) *Rejection {
 	return bad("is truncated")
 }
 
-// scanBlockID reads one non-negative integer at v[i]; anything else (a float, a string, null, a
-// negative number, a deeper array) is a malformed block id.
-func scanBlockID(v []byte, i int, where string) (int, *Rejection) {
+// scanBlockID reads one non-negative integer at v[i], an element of group (-1: the ids are not
+// grouped); anything else (a float, a string, null, a negative number, a deeper array) is a
+// malformed block id. The group is formatted only into a rejection: every id of a grouped
+// descriptor passes through here.
+func scanBlockID(v []byte, i, group int) (int, *Rejection) {
 	j := i
 	for j < len(v) && v[j] >= '0' && v[j] <= '9' {
 		j++
@@ -171,6 +173,10 @@ func scanBlockID(v []byte, i int, where string) (int, *Rejection) {
 		end, err := wire.SkipValue(v, i)
 		if err != nil {
 			end = len(v)
+		}
+		where := ""
+		if group >= 0 {
+			where = fmt.Sprintf("[%d]", group)
 		}
 		return 0, Reject(ReasonMalformedBlockIDs, "remote_block_ids%s holds %s, not a non-negative integer", where, excerpt(v[i:end]))
 	}

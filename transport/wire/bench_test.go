@@ -83,3 +83,36 @@ func BenchmarkDecodeBody(b *testing.B) {
 		buf = body.AppendDecodeBody(buf[:0], desc)
 	}
 }
+
+// scanBenchBodies are the objects ScanObject indexes on every request: a client body, an engine's
+// prefill answer and the chat answer a non-streaming request assembles.
+func scanBenchBodies(b *testing.B) []struct {
+	name string
+	data []byte
+} {
+	return []struct {
+		name string
+		data []byte
+	}{
+		{"client-body", []byte(fixtureClientBody)},
+		{"prefill-response", fixture(b, "prefill-response-newest.json")},
+		{"chat-response", fixture(b, "chat-response.json")},
+	}
+}
+
+// BenchmarkScanObject is the validating member scan (what json.Valid and a lenient scan after it
+// used to do in two passes) of each of scanBenchBodies.
+func BenchmarkScanObject(b *testing.B) {
+	for _, tc := range scanBenchBodies(b) {
+		b.Run(tc.name, func(b *testing.B) {
+			fields := make([]Field, 0, 16)
+			b.SetBytes(int64(len(tc.data)))
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				if _, err := ScanObject(tc.data, fields[:0]); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -7,9 +7,9 @@ import (
 
 // The JSON grammar (RFC 8259) every scanner of this package is built on. Nothing here decodes:
 // each function checks the grammar of what it passes over and returns offsets into the caller's
-// bytes. It accepts exactly what goccy/go-json's json.Valid accepts, which the engine-facing
-// code used to run first: invalid UTF-8 inside a string is no error (the decoder replaces it),
-// and nesting deeper than maxNesting levels is.
+// bytes. It accepts exactly what json.Valid (goccy/go-json) accepts, so a scan needs no
+// json.Valid pass before it (FuzzScanObjectMatchesValid holds it to that): invalid UTF-8 inside
+// a string is no error (the decoder replaces it), and nesting deeper than maxNesting levels is.
 
 // scanStatus is how a scan ended.
 type scanStatus uint8
@@ -97,6 +97,14 @@ value:
 		i, ok = literal(data, i, "false")
 	case 'n':
 		i, ok = literal(data, i, "null")
+	case '1', '2', '3', '4', '5', '6', '7', '8', '9':
+		// an integer, which most numbers are (block ids, counts, indexes), without a call
+		j := skipDigits(data, i+1)
+		if j < len(data) && (data[j] == '.' || data[j]|0x20 == 'e') {
+			i, ok = scanNumber(data, i)
+		} else {
+			i, ok = j, true
+		}
 	default:
 		i, ok = scanNumber(data, i)
 	}
