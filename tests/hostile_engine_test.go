@@ -253,6 +253,10 @@ func TestHostileDecodeEngine(t *testing.T) {
 		committed bool
 		// cutOff: the engine would go on forever; the router must hang up on it.
 		cutOff bool
+		// bySize: the case is ended by a size bound alone, so it runs with a first-token timeout
+		// no machine reaches (10 s): on a loaded one, reading 4 MiB may take longer than the 0.5 s
+		// the timeout cases use, and the timeout must not decide it.
+		bySize bool
 	}{
 		{name: "comment flood before the first token", serve: func(w http.ResponseWriter, r *http.Request) bool { return flood(w, r, comments) },
 			status: 504, code: "first_token_timeout", cutOff: true},
@@ -269,7 +273,7 @@ func TestHostileDecodeEngine(t *testing.T) {
 				}
 			}
 			return true
-		}, status: 502, code: "bad_response", cutOff: true},
+		}, status: 502, code: "bad_response", cutOff: true, bySize: true},
 		{name: "an unterminated line, then a close", serve: func(w http.ResponseWriter, r *http.Request) bool {
 			return finish(w, "data: {\"choices\":[{\"index\":0,\"text\":\" tok")
 		}, status: 502, code: "closed_early"},
@@ -286,7 +290,7 @@ func TestHostileDecodeEngine(t *testing.T) {
 		// answer from a long one, so it is the operator's bound (response_too_large), not a fault.
 		{name: "tokens without end for a non-streaming client", serve: func(w http.ResponseWriter, r *http.Request) bool {
 			return flood(w, r, bytes.Repeat([]byte(hostileToken), 256))
-		}, status: 502, code: "response_too_large", cutOff: true},
+		}, status: 502, code: "response_too_large", cutOff: true, bySize: true},
 		{name: "comments flooded after the first token", stream: true, serve: func(w http.ResponseWriter, r *http.Request) bool {
 			sse(w)
 			w.Write([]byte(hostileToken))
@@ -299,26 +303,34 @@ func TestHostileDecodeEngine(t *testing.T) {
 		}, status: 200, committed: true, code: "deadline_exceeded", cutOff: true},
 	}
 	hostile := newHostileEngine(t)
-	h := start(t, setup{prefill: 1, decode: 1, engine: sim.Options{Tokens: 2}, config: configs(
-		timeouts(2, 0.5, 0.3), deadline(1.5),
-		func(c *config.Config) {
-			c.Recovery.EjectAfter = 1000
-			c.Engine.IdleConnTimeoutS = 0.05 // pooled engine connections (and their servers' goroutines) go soon
-			c.Server.MaxResponseBytes = 1 << 20
-			for i := range c.Engines {
-				if c.Engines[i].Role == config.RoleDecode {
-					c.Engines[i].URL = hostile.srv.URL
+	router := func(firstToken, deadlineS float64) *harness {
+		h := start(t, setup{prefill: 1, decode: 1, engine: sim.Options{Tokens: 2}, config: configs(
+			timeouts(2, firstToken, 0.3), deadline(deadlineS),
+			func(c *config.Config) {
+				c.Recovery.EjectAfter = 1000
+				c.Engine.IdleConnTimeoutS = 0.05 // pooled engine connections (and their servers' goroutines) go soon
+				c.Server.MaxResponseBytes = 1 << 20
+				for i := range c.Engines {
+					if c.Engines[i].Role == config.RoleDecode {
+						c.Engines[i].URL = hostile.srv.URL
+					}
 				}
-			}
-		})})
-	// A first request opens the keep-alive connections every later one reuses, so that the
-	// goroutine count before each case is the steady state.
-	hostile.set(func(w http.ResponseWriter, r *http.Request) bool { return finish(w, hostileToken+"data: [DONE]\n\n") })
-	if r := h.send("/v1/completions", completion("hi", false)); r.status != 200 {
-		t.Fatalf("warm-up: %d %s", r.status, r.body)
+			})})
+		// A first request opens the keep-alive connections every later one reuses, so that the
+		// goroutine count before each case is the steady state.
+		hostile.set(func(w http.ResponseWriter, r *http.Request) bool { return finish(w, hostileToken+"data: [DONE]\n\n") })
+		if r := h.send("/v1/completions", completion("hi", false)); r.status != 200 {
+			t.Fatalf("warm-up: %d %s", r.status, r.body)
+		}
+		return h
 	}
+	timed, sized := router(0.5, 1.5), router(10, 20)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			h := timed
+			if tc.bySize {
+				h = sized
+			}
 			hostile.set(tc.serve)
 			abortedBefore := hostile.aborted.Load()
 			goroutines := runtime.NumGoroutine()
