@@ -117,7 +117,7 @@ func version() string {
 
 func serveCommand() *cobra.Command {
 	var path string
-	var skipPreflight, check bool
+	var skipPreflight, check, skipBindCheck bool
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the router with a configuration file",
@@ -127,6 +127,11 @@ func serveCommand() *cobra.Command {
 				return err
 			}
 			if check {
+				if !skipBindCheck {
+					if err := bindListeners(rt.Listeners()); err != nil {
+						return fmt.Errorf("%s: %w", path, err)
+					}
+				}
 				fmt.Fprintf(cmd.OutOrStdout(), "%s: configuration valid (%d engines)\n", path, len(rt.Engines))
 				return nil
 			}
@@ -142,7 +147,8 @@ func serveCommand() *cobra.Command {
 	}
 	cmd.Flags().StringVarP(&path, "config", "c", "narwhal.yaml", "configuration file (YAML)")
 	cmd.Flags().BoolVar(&skipPreflight, "skip-preflight", false, "start without checking engines and KV transfers first")
-	cmd.Flags().BoolVar(&check, "check", false, "validate the configuration (strict parsing, every value) and exit: 0 valid, 1 not")
+	cmd.Flags().BoolVar(&check, "check", false, "validate the configuration (strict parsing, every value, every listener address bound once) and exit: 0 valid, 1 not")
+	cmd.Flags().BoolVar(&skipBindCheck, "skip-bind-check", false, "with --check: do not bind the listener addresses (to check a new file while the router holds them)")
 	return cmd
 }
 

@@ -228,6 +228,7 @@ func (c *Config) check(ck *checker) {
 		ck.fail("log.access_log_flush_s", "must be a number of seconds greater than 0 and at most 10, got %v", float64(f))
 	}
 	ck.cluster(c.Cluster)
+	c.checkListeners(ck)
 }
 
 func (c *Config) validateEngines(ck *checker) {

@@ -66,6 +66,12 @@ func TestSystemdUnitIsHardened(t *testing.T) {
 	if !strings.Contains(reload, "serve --check") || !strings.Contains(reload, "kill -TERM $MAINPID") {
 		t.Errorf("ExecReload = %q, want a configuration check, then SIGTERM", svc["ExecReload"])
 	}
+	// The running process holds its ports while a reload checks the new file: binding them
+	// would fail every reload. Before a start they must be free, so that check binds them.
+	if !strings.Contains(reload, "--skip-bind-check") || strings.Contains(strings.Join(svc["ExecStartPre"], ""), "--skip-bind-check") {
+		t.Errorf("ExecReload %q / ExecStartPre %q: the reload check must skip binding the listeners, the start check must not",
+			svc["ExecReload"], svc["ExecStartPre"])
+	}
 	start := strings.Join(svc["ExecStart"], "")
 	if !strings.Contains(start, " serve --config ") || !strings.Contains(strings.Join(svc["ExecStartPre"], ""), "serve --check") {
 		t.Errorf("ExecStart %q / ExecStartPre %q", start, svc["ExecStartPre"])
