@@ -19,14 +19,17 @@ class Install(unittest.TestCase):
             run = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--target", target,
                                   str(ROOT / "python")], env=env, capture_output=True, text=True, timeout=120)
             self.assertEqual(run.returncode, 0, run.stderr)
-            probe = ("import narwhal.engines.client as c, narwhal.engines.connector as k; "
-                     "print(c.__file__); print(c.EngineClient.__name__, k.PrefillResult.__name__)")
+            probe = ("import narwhal.engines.client as c, pathlib; "
+                     "from narwhal.engines import EngineClient, PrefillResult, EngineTimeoutError; "
+                     "print(c.__file__); print(EngineClient.__name__, PrefillResult.__name__, EngineTimeoutError.__name__); "
+                     "import narwhal; print((pathlib.Path(narwhal.__file__).parent / 'py.typed').is_file())")
             out = subprocess.run([sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {target!r}); {probe}"],
                                  capture_output=True, text=True, timeout=60, cwd=tmp)
             self.assertEqual(out.returncode, 0, out.stderr)
             lines = out.stdout.splitlines()
             self.assertTrue(lines[0].startswith(target), lines[0])
-            self.assertEqual(lines[1], "EngineClient PrefillResult")
+            self.assertEqual(lines[1], "EngineClient PrefillResult EngineTimeoutError")
+            self.assertEqual(lines[2], "True", "py.typed (PEP 561) is not in the installed package")
 
 
 if __name__ == "__main__":
