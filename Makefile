@@ -5,8 +5,21 @@ BIN       ?= bin/narwhal
 # spurious "context deadline exceeded" failure when the time runs out on a loaded machine
 # (golang/go#75804, fixed in Go 1.27); a count has no deadline to race. About 5 s each here.
 FUZZTIME  ?= 30000x
+# What the build is: the version (a tag, else the commit, "-dirty" with local changes) and the
+# full commit. The image's labels carry them.
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+# The container image `make image` builds, tagged $(IMAGE) and $(IMAGE_REPO):latest; the
+# Kubernetes manifests name $(IMAGE_REPO):latest. Set IMAGE_REPO to a registry's repository to
+# push it there (deploy/README.md).
+IMAGE_REPO ?= localhost/narwhal
+IMAGE      ?= $(IMAGE_REPO):$(VERSION)
+# podman, else buildah (Debian packages both); the image needs nothing else.
+CONTAINER_BUILD ?= $(firstword $(shell command -v podman buildah 2>/dev/null))
+IMAGE_CONTEXT   ?= bin/image
+CA_BUNDLE       ?= /etc/ssl/certs/ca-certificates.crt
 
-.PHONY: run build test fuzz vet lint fmt-check bench bench-cluster clean
+.PHONY: run build test fuzz vet lint fmt-check bench bench-cluster clean image image-package
 
 run: build ## run the router in front of an embedded simulated fleet
 	./$(BIN) demo
@@ -27,6 +40,27 @@ test: ## everything CI runs: format, vet, race tests, allocation budgets (withou
 	else echo "python3 not found: skipping the Python client's tests"; fi; \
 	if [ -n "$$failed" ]; then echo "make test: FAILED:$$failed"; exit 1; fi; \
 	echo "make test: all passed (fmt-check vet go-test alloc-budgets fuzz python-test)"
+
+# The image is FROM scratch around the static binary (deploy/Containerfile.prebuilt): no
+# registry to pull from, no command run inside a container. CGO_ENABLED=0 reaches the build
+# prerequisite too (a target's variables apply to what it depends on).
+image: export CGO_ENABLED = 0
+image: build ## the container image $(IMAGE) (podman or buildah, no registry needed; see deploy/README.md)
+	@$(MAKE) --no-print-directory image-package
+
+image-package: ## package an already built static $(BIN) as $(IMAGE) (what make image does after make build)
+	@test -n "$(CONTAINER_BUILD)" || { echo "make image: needs podman or buildah (Debian: apt-get install podman)" >&2; exit 1; }
+	@$(GO) version -m $(BIN) | grep -q 'CGO_ENABLED=0' || \
+		{ echo "make image: $(BIN) is not a static build (CGO_ENABLED=0), and the image has no libc: run make image" >&2; exit 1; }
+	@test -r $(CA_BUNDLE) || { echo "make image: no CA bundle at $(CA_BUNDLE) (Debian: apt-get install ca-certificates, or set CA_BUNDLE)" >&2; exit 1; }
+	mkdir -p $(IMAGE_CONTEXT)
+	cp $(BIN) $(IMAGE_CONTEXT)/narwhal
+	cp $(CA_BUNDLE) $(IMAGE_CONTEXT)/ca-certificates.crt
+	cp deploy/image/passwd deploy/image/group $(IMAGE_CONTEXT)/
+	$(CONTAINER_BUILD) build --file deploy/Containerfile.prebuilt \
+		--build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) \
+		--tag $(IMAGE) --tag $(IMAGE_REPO):latest $(IMAGE_CONTEXT)
+	@echo "make image: built $(IMAGE) (and $(IMAGE_REPO):latest) with $(notdir $(CONTAINER_BUILD))"
 
 fuzz: ## a few seconds of each fuzz target (each runs even if another failed)
 	@rc=0; \
