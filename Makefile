@@ -28,18 +28,42 @@ build:
 	$(GO) build -o $(BIN) .
 
 # Every step runs even when an earlier one failed, so one run reports everything it found; the
-# summary names the failed steps and the exit status is non-zero if any failed.
-test: ## everything CI runs: format, vet, race tests, allocation budgets (without -race: it defeats sync.Pool), fuzz smoke
-	@failed=""; \
+# summary names the failed steps and the exit status is non-zero if any failed. It also lists
+# every skipped test with its reason, and fails on a test skipped because a component it needs is
+# not installed (its reason says "is not installed"): .ci/run installs them all, so such a skip
+# means the run did not check what it claims to. ALLOW_MISSING=1 lists them without failing, for
+# a machine that cannot have them. The OpenAI SDK the end-to-end test uses is installed here.
+REPORT := bin/test-report
+# The packages of the race-detector run (all of them; narrow it to iterate on a few).
+TEST_PACKAGES ?= ./...
+test: ## everything CI runs: format, vet, race tests, allocation budgets (without -race: it defeats sync.Pool), fuzz smoke, the Python client; skips counted
+	@failed=""; mkdir -p $(REPORT); rm -f $(REPORT)/*.skips $(REPORT)/go-test.rc; \
 	$(MAKE) --no-print-directory fmt-check || failed="$$failed fmt-check"; \
 	$(MAKE) --no-print-directory vet || failed="$$failed vet"; \
-	$(GO) test -race -count=1 -timeout 12m ./... || failed="$$failed go-test"; \
+	if command -v npm >/dev/null; then $(MAKE) --no-print-directory sdk-deps || failed="$$failed sdk-deps"; \
+	else echo "npm is not installed: the OpenAI SDK test will skip, and the summary fail naming it (Debian: apt-get install npm)"; fi; \
+	if $(GO) build -o $(REPORT)/testreport ./tests/testreport; then \
+		{ $(GO) test -race -count=1 -timeout 12m -json $(TEST_PACKAGES); echo $$? > $(REPORT)/go-test.rc; } | \
+			$(REPORT)/testreport go -skips $(REPORT)/go.skips || failed="$$failed go-test"; \
+		[ "$$(cat $(REPORT)/go-test.rc)" = 0 ] || case "$$failed" in *go-test*) ;; *) failed="$$failed go-test";; esac; \
+	else $(GO) test -race -count=1 -timeout 12m $(TEST_PACKAGES) || failed="$$failed go-test"; failed="$$failed testreport"; fi; \
 	$(GO) test -count=1 -run 'Allocat' ./transport/ingress/ ./transport/wire/ ./transport/kv/ ./actors/ || failed="$$failed alloc-budgets"; \
 	$(MAKE) --no-print-directory fuzz || failed="$$failed fuzz"; \
-	if command -v python3 >/dev/null; then $(MAKE) --no-print-directory python-test || failed="$$failed python-test"; \
-	else echo "python3 not found: skipping the Python client's tests"; fi; \
+	if command -v python3 >/dev/null; then $(MAKE) --no-print-directory python-test PYTHON_SKIPS=$(REPORT)/python.skips || failed="$$failed python-test"; \
+	else echo "python3 is not installed: the Python client's tests did not run"; [ -n "$(ALLOW_MISSING)" ] || failed="$$failed python-test"; fi; \
+	[ ! -x $(REPORT)/testreport ] || $(REPORT)/testreport summary $(if $(ALLOW_MISSING),-allow-missing) $(REPORT)/go.skips $(REPORT)/python.skips || \
+		failed="$$failed missing-components"; \
 	if [ -n "$$failed" ]; then echo "make test: FAILED:$$failed"; exit 1; fi; \
-	echo "make test: all passed (fmt-check vet go-test alloc-budgets fuzz python-test)"
+	echo "make test: all passed (fmt-check vet sdk-deps go-test alloc-budgets fuzz python-test; skips listed above)"
+
+# The official OpenAI JavaScript SDK tests/sdk_test.go drives Narwhal with, installed by npm from
+# its lock file (again whenever the lock file changes).
+SDK_STAMP := tests/sdk/node_modules/.package-lock.json
+.PHONY: sdk-deps
+sdk-deps: $(SDK_STAMP) ## the OpenAI JavaScript SDK for the end-to-end SDK test (npm ci in tests/sdk)
+$(SDK_STAMP): tests/sdk/package.json tests/sdk/package-lock.json
+	cd tests/sdk && npm ci --no-audit --no-fund
+	@touch $@
 
 # The image is FROM scratch around the static binary (deploy/Containerfile.prebuilt): no
 # registry to pull from, no command run inside a container. CGO_ENABLED=0 reaches the build
@@ -77,7 +101,7 @@ fuzz: ## a few seconds of each fuzz target (each runs even if another failed)
 
 .PHONY: python-test
 python-test: build ## the Python client (python/) against the shared vectors and real simulator processes
-	NARWHAL_BIN=$(CURDIR)/$(BIN) python3 -m unittest discover -s python/tests -t python/tests
+	NARWHAL_BIN=$(CURDIR)/$(BIN) python3 python/tests/run.py $(if $(PYTHON_SKIPS),--skips $(PYTHON_SKIPS))
 
 vet:
 	$(GO) vet ./...

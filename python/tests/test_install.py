@@ -12,7 +12,7 @@ from helpers import ROOT
 class Install(unittest.TestCase):
     def test_pip_install_without_an_index(self):
         if subprocess.run([sys.executable, "-m", "pip", "--version"], capture_output=True).returncode != 0:
-            self.skipTest("pip is not available")
+            self.skipTest("pip is not installed (Debian: apt-get install python3-pip; .ci/run does it)")
         with tempfile.TemporaryDirectory() as tmp:
             target = os.path.join(tmp, "site")
             env = dict(os.environ, PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
