@@ -6,7 +6,7 @@ import pickle
 import time
 import unittest
 
-from helpers import ROOT, Sim, contract
+from helpers import ROOT, SimPairTest, contract
 
 import narwhal.engines as engines
 from narwhal.engines import (EngineClient, EngineConnectionError, EngineError, EngineFault, EngineTimeoutError,
@@ -95,20 +95,8 @@ class URLs(unittest.TestCase):
             EngineClient("http://127.0.0.1:8000#v1")
 
 
-class AgainstTheSimulator(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.p0 = Sim("p0", "prefill", "--itl", "5ms", engine_id="p0-id")
-        try:
-            cls.d0 = Sim("d0", "decode", "--itl", "20ms", engine_id="d0-id")
-        except BaseException:
-            cls.p0.close()
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.p0.close()
-        cls.d0.close()
+class AgainstTheSimulator(SimPairTest):
+    CONSUMER_ARGS = ("--itl", "20ms")
 
     def producer(self) -> EngineClient:
         return EngineClient(self.p0.url, name="p0", engine_id=self.p0.engine_id, kv_endpoint=self.p0.kv_endpoint)
