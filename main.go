@@ -294,6 +294,11 @@ Try it:
   curl -N http://%[3]s/v1/chat/completions -H 'Content-Type: application/json' \
     -d '{"model":"sim-model","messages":[{"role":"user","content":"Explain disaggregated prefill."}],"stream":true}'
 
+The access log (below, one JSON line per request) says how each was run: a short prompt like
+this one is decoded alone ("disaggregation":"local"); one of about 256 words or more is
+prefilled on a prefill engine and decoded on a decode engine ("disaggregated"). The README's
+quick start has both.
+
 Ctrl-C stops it.
 `, len(fleet.ByRole(sim.RolePrefill)), len(fleet.ByRole(sim.RoleDecode)), addr, adminAddr, demoEngineLines(fleet))
 }
