@@ -117,7 +117,7 @@ func version() string {
 
 func serveCommand() *cobra.Command {
 	var path string
-	var skipPreflight, check bool
+	var skipPreflight, check, skipBindCheck bool
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the router with a configuration file",
@@ -127,6 +127,11 @@ func serveCommand() *cobra.Command {
 				return err
 			}
 			if check {
+				if !skipBindCheck {
+					if err := bindListeners(rt.Listeners()); err != nil {
+						return fmt.Errorf("%s: %w", path, err)
+					}
+				}
 				fmt.Fprintf(cmd.OutOrStdout(), "%s: configuration valid (%d engines)\n", path, len(rt.Engines))
 				return nil
 			}
@@ -142,7 +147,8 @@ func serveCommand() *cobra.Command {
 	}
 	cmd.Flags().StringVarP(&path, "config", "c", "narwhal.yaml", "configuration file (YAML)")
 	cmd.Flags().BoolVar(&skipPreflight, "skip-preflight", false, "start without checking engines and KV transfers first")
-	cmd.Flags().BoolVar(&check, "check", false, "validate the configuration (strict parsing, every value) and exit: 0 valid, 1 not")
+	cmd.Flags().BoolVar(&check, "check", false, "validate the configuration (strict parsing, every value, every listener address bound once) and exit: 0 valid, 1 not")
+	cmd.Flags().BoolVar(&skipBindCheck, "skip-bind-check", false, "with --check: do not bind the listener addresses (to check a new file while the router holds them)")
 	return cmd
 }
 
@@ -287,6 +293,11 @@ Try it:
 
   curl -N http://%[3]s/v1/chat/completions -H 'Content-Type: application/json' \
     -d '{"model":"sim-model","messages":[{"role":"user","content":"Explain disaggregated prefill."}],"stream":true}'
+
+The access log (below, one JSON line per request) says how each was run: a short prompt like
+this one is decoded alone ("disaggregation":"local"); one of about 256 words or more is
+prefilled on a prefill engine and decoded on a decode engine ("disaggregated"). The README's
+quick start has both.
 
 Ctrl-C stops it.
 `, len(fleet.ByRole(sim.RolePrefill)), len(fleet.ByRole(sim.RoleDecode)), addr, adminAddr, demoEngineLines(fleet))

@@ -3,7 +3,10 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -68,7 +71,8 @@ func TestStrayArgumentsAreAnError(t *testing.T) {
 func TestServeCheckValidatesAndExits(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.yaml")
-	os.WriteFile(good, []byte("engines:\n  - {name: p0, url: \"http://10.0.0.1:8000\", role: prefill}\n  - {name: d0, url: \"http://10.0.0.2:8000\", role: decode}\n"), 0o644)
+	// Free ports: --check binds every listener, and the defaults (:8000, :8001) may be taken here.
+	os.WriteFile(good, []byte("server: {listen: \"127.0.0.1:0\", admin_listen: \"127.0.0.1:0\"}\nengines:\n  - {name: p0, url: \"http://10.0.0.1:8000\", role: prefill}\n  - {name: d0, url: \"http://10.0.0.2:8000\", role: decode}\n"), 0o644)
 	out, err := execute(t, "serve", "--check", "--config", good)
 	if err != nil || !strings.Contains(out, "configuration valid (2 engines)") {
 		t.Fatalf("valid file: %q, %v", out, err)
@@ -77,6 +81,59 @@ func TestServeCheckValidatesAndExits(t *testing.T) {
 	os.WriteFile(bad, []byte("server: {listen: \":99999\"}\nengines: []\n"), 0o644)
 	if _, err := execute(t, "serve", "--check", "--config", bad); err == nil || !strings.Contains(err.Error(), "server.listen") {
 		t.Fatalf("invalid file: %v", err)
+	}
+}
+
+// TestServeCheckRefusesWhatServeWould runs `narwhal serve --check` as a process, as systemd's
+// ExecStartPre does, on files that `serve` would refuse: a fraction where a whole number is
+// wanted, two listeners on one port, and a port another process holds (the check binds every
+// listener). Each exits 1 and names the key; --skip-bind-check (for a reload while the router
+// holds its ports) leaves the last one to serve.
+func TestServeCheckRefusesWhatServeWould(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	const engines = "engines:\n  - {name: p0, url: \"http://10.0.0.1:8000\", role: prefill%s}\n  - {name: d0, url: \"http://10.0.0.2:8000\", role: decode}\n"
+	dir := t.TempDir()
+	check := func(yaml string, extra ...string) (int, string) {
+		t.Helper()
+		path := filepath.Join(dir, "narwhal.yaml")
+		if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(os.Args[0], append([]string{"serve", "--check", "--config", path}, extra...)...)
+		cmd.Env = append(os.Environ(), "NARWHAL_TEST_MAIN=1")
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if err != nil && !errors.As(err, &ee) {
+			t.Fatal(err)
+		}
+		return cmd.ProcessState.ExitCode(), string(out)
+	}
+	free := "server: {listen: \"127.0.0.1:0\", admin_listen: \"127.0.0.1:0\"}\n"
+	for _, tc := range []struct{ name, yaml, want string }{
+		{"a fraction for max_inflight", free + fmt.Sprintf(engines, ", max_inflight: 1.5"),
+			`line 3: engines[0].max_inflight: "1.5" is not allowed; want a whole number`},
+		{"listen equal to admin_listen", "server:\n  listen: \"127.0.0.1:18011\"\n  admin_listen: \"127.0.0.1:18011\"\n" + fmt.Sprintf(engines, ""),
+			`line 3: server.admin_listen: "127.0.0.1:18011" takes the port of server.listen ("127.0.0.1:18011", line 2)`},
+		{"a port another process holds", fmt.Sprintf("server: {listen: %q, admin_listen: \"127.0.0.1:0\"}\n", held.Addr().String()) + fmt.Sprintf(engines, ""),
+			fmt.Sprintf("server.listen: cannot listen on %q: bind: address already in use", held.Addr().String())},
+		{"the cluster port held", free + fmt.Sprintf("cluster: {enabled: true, bind: %q}\n", held.Addr().String()) + fmt.Sprintf(engines, ""),
+			fmt.Sprintf("cluster.bind: cannot listen on %q: bind: address already in use", held.Addr().String())},
+	} {
+		code, out := check(tc.yaml)
+		if code != 1 || !strings.Contains(out, tc.want) {
+			t.Errorf("%s: exit %d, output %q; want exit 1 and %q", tc.name, code, out, tc.want)
+		}
+	}
+	code, out := check(fmt.Sprintf("server: {listen: %q, admin_listen: \"127.0.0.1:0\"}\n", held.Addr().String())+fmt.Sprintf(engines, ""), "--skip-bind-check")
+	if code != 0 || !strings.Contains(out, "configuration valid (2 engines)") {
+		t.Errorf("--skip-bind-check: exit %d, output %q", code, out)
 	}
 }
 

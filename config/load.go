@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"reflect"
 	"regexp"
@@ -148,11 +149,26 @@ func (w *walker) walk(n *yaml.Node, t reflect.Type, path string) {
 			drop(n)
 			return
 		}
-		if err := n.Decode(reflect.New(t).Interface()); err != nil {
+		if err := n.Decode(reflect.New(t).Interface()); err != nil || !wholeWhereWanted(n, t) {
 			w.fail(n.Line, path, "%q is not allowed; want %s", n.Value, wants(t))
 			drop(n)
 		}
 	}
+}
+
+// wholeWhereWanted reports whether the scalar n suits an integer field t without losing
+// anything: the YAML decoder truncates a fraction into an integer field (max_inflight: 1.5
+// would run as 1), so a number with a fractional part is refused here. A whole number written
+// as a float (2.0, 1e3) means what it says and is kept. Fields of other kinds always pass.
+func wholeWhereWanted(n *yaml.Node, t reflect.Type) bool {
+	if t.Kind() < reflect.Int || t.Kind() > reflect.Uint64 || n.ShortTag() != "!!float" {
+		return true
+	}
+	var v float64
+	if err := n.Decode(&v); err != nil {
+		return false
+	}
+	return v == math.Trunc(v)
 }
 
 // byLine orders problems by the line they name (those without a line last).

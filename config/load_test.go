@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"os"
 	"reflect"
 	"strconv"
@@ -252,6 +253,71 @@ func TestProcsIsAllAutoOrACount(t *testing.T) {
 		}
 		if n, auto, err := cfg.Server.ProcsPolicy(); err != nil || n != c.fixed || auto != c.auto {
 			t.Errorf("%q: ProcsPolicy %d, %v, %v; want %d, %v", c.yaml, n, auto, err, c.fixed, c.auto)
+		}
+	}
+}
+
+// A fraction where a whole number is wanted is refused, as a word is: the YAML decoder would
+// truncate it (max_inflight: 1.5 would run as 1). A whole number written as a float is kept.
+func TestFractionWhereAWholeNumberIsWanted(t *testing.T) {
+	for _, tc := range []struct{ yaml, want string }{
+		{"engines:\n  - {name: p0, url: \"http://a:1\", role: both, max_inflight: 1.5}\n",
+			`line 2: engines[0].max_inflight: "1.5" is not allowed; want a whole number (no units: 8388608, not 8MB)`},
+		{"server:\n  max_body_bytes: 1048576.5\n" + minimal, `line 2: server.max_body_bytes: "1048576.5" is not allowed; want a whole number`},
+		{"recovery: {max_attempts: 2.5}\n" + minimal, `line 1: recovery.max_attempts: "2.5" is not allowed; want a whole number`},
+		{"admission: {max_queue: -0.5}\n" + minimal, `line 1: admission.max_queue: "-0.5" is not allowed; want a whole number`},
+		{"admission: {max_queue: .nan}\n" + minimal, `line 1: admission.max_queue: ".nan" is not allowed; want a whole number`},
+		{"admission:\n  max_queue: ${Q}\n" + minimal, `line 2: admission.max_queue: "7.25" is not allowed; want a whole number`},
+	} {
+		_, err := Parse([]byte(tc.yaml), func(string) (string, bool) { return "7.25", true })
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want %q", tc.yaml, err, tc.want)
+		}
+	}
+	cfg, err := Parse([]byte("recovery: {max_attempts: 3.0}\nadmission: {max_queue: 1e3}\n"+minimal), noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Recovery.MaxAttempts != 3 || cfg.Admission.MaxQueue != 1000 {
+		t.Fatalf("max_attempts %d, max_queue %d", cfg.Recovery.MaxAttempts, cfg.Admission.MaxQueue)
+	}
+	// Seconds keep their fractions.
+	if cfg, err := Parse([]byte("request: {deadline_s: 1.5}\n"+minimal), noEnv); err != nil || cfg.Request.DeadlineS != 1.5 {
+		t.Fatalf("deadline_s 1.5: %v, %v", cfg.Request.DeadlineS, err)
+	}
+}
+
+// Two listeners on one port whose addresses overlap are refused naming both keys: serve would
+// fail on the second with "address already in use".
+func TestCollidingListeners(t *testing.T) {
+	const clusterOn = "cluster: {enabled: true, bind: \"%s\", advertise: \"10.0.0.1:7946\"}\n"
+	for _, tc := range []struct{ yaml, want string }{
+		{"server:\n  listen: \"127.0.0.1:8000\"\n  admin_listen: \"127.0.0.1:8000\"\n" + minimal,
+			`line 3: server.admin_listen: "127.0.0.1:8000" takes the port of server.listen ("127.0.0.1:8000", line 2); give each listener a port of its own`},
+		{"server: {admin_listen: \"127.0.0.1:8000\"}\n" + minimal, // listen defaults to ":8000", every address
+			`line 1: server.admin_listen: "127.0.0.1:8000" takes the port of server.listen (":8000", its default)`},
+		{"server: {listen: \"0.0.0.0:9000\", admin_listen: \"[::1]:9000\"}\n" + minimal, `server.admin_listen: "[::1]:9000" takes the port of server.listen`},
+		{"server: {listen: \"[::]:9000\", admin_listen: \"10.1.2.3:9000\"}\n" + minimal, `server.admin_listen: "10.1.2.3:9000" takes the port`},
+		{"server: {listen: \"localhost:9000\", admin_listen: \"[::ffff:127.0.0.1]:9000\"}\n" + minimal, `server.admin_listen: "[::ffff:127.0.0.1]:9000" takes the port`},
+		{"server: {listen: \"api.internal:9000\", admin_listen: \"API.internal:9000\"}\n" + minimal, `server.admin_listen: "API.internal:9000" takes the port`},
+		{fmt.Sprintf(clusterOn, ":8001") + minimal, `line 1: cluster.bind: ":8001" takes the port of server.admin_listen ("127.0.0.1:8001", its default)`},
+		{fmt.Sprintf(clusterOn, "10.0.0.1:8000") + minimal, `cluster.bind: "10.0.0.1:8000" takes the port of server.listen`},
+	} {
+		_, err := Parse([]byte(tc.yaml), noEnv)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v\nwant %q", tc.yaml, err, tc.want)
+		}
+	}
+	for _, ok := range []string{
+		"server: {listen: \"127.0.0.1:8000\", admin_listen: \"127.0.0.2:8000\"}\n", // distinct addresses
+		"server: {listen: \"127.0.0.1:0\", admin_listen: \"127.0.0.1:0\"}\n",       // any free port, twice
+		"server: {listen: \"a.internal:9000\", admin_listen: \"b.internal:9000\"}\n",
+		"server: {listen: \":8000\", admin_listen: \"\"}\n",     // no admin listener
+		"cluster: {enabled: false, bind: \"127.0.0.1:8000\"}\n", // the cluster is off: its port is not opened
+		fmt.Sprintf(clusterOn, "10.0.0.1:7946"),
+	} {
+		if _, err := Parse([]byte(ok+minimal), noEnv); err != nil {
+			t.Errorf("%q refused: %v", ok, err)
 		}
 	}
 }

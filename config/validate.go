@@ -228,6 +228,7 @@ func (c *Config) check(ck *checker) {
 		ck.fail("log.access_log_flush_s", "must be a number of seconds greater than 0 and at most 10, got %v", float64(f))
 	}
 	ck.cluster(c.Cluster)
+	c.checkListeners(ck)
 }
 
 func (c *Config) validateEngines(ck *checker) {
@@ -245,7 +246,7 @@ func (c *Config) validateEngines(ck *checker) {
 			ck.fail(p+".name", "%q is already the name of engines[%d]; names must be unique", e.Name, j)
 		}
 		names[e.Name] = i
-		if u, err := url.Parse(e.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
+		if u, err := url.Parse(e.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" ||
 			(u.Path != "" && u.Path != "/") || u.RawQuery != "" {
 			ck.fail(p+".url", "%q is not an engine base URL; write http://host:port or https://host:port (no path)", e.URL)
 		} else if port := u.Port(); port != "" {

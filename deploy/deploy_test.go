@@ -8,7 +8,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -66,6 +68,12 @@ func TestSystemdUnitIsHardened(t *testing.T) {
 	if !strings.Contains(reload, "serve --check") || !strings.Contains(reload, "kill -TERM $MAINPID") {
 		t.Errorf("ExecReload = %q, want a configuration check, then SIGTERM", svc["ExecReload"])
 	}
+	// The running process holds its ports while a reload checks the new file: binding them
+	// would fail every reload. Before a start they must be free, so that check binds them.
+	if !strings.Contains(reload, "--skip-bind-check") || strings.Contains(strings.Join(svc["ExecStartPre"], ""), "--skip-bind-check") {
+		t.Errorf("ExecReload %q / ExecStartPre %q: the reload check must skip binding the listeners, the start check must not",
+			svc["ExecReload"], svc["ExecStartPre"])
+	}
 	start := strings.Join(svc["ExecStart"], "")
 	if !strings.Contains(start, " serve --config ") || !strings.Contains(strings.Join(svc["ExecStartPre"], ""), "serve --check") {
 		t.Errorf("ExecStart %q / ExecStartPre %q", start, svc["ExecStartPre"])
@@ -105,10 +113,11 @@ func TestSystemdAnalyzeVerifiesTheUnit(t *testing.T) {
 	}
 }
 
-// containerfile returns the instructions of the Containerfile, each as its keyword and the rest.
-func containerfile(t *testing.T) [][2]string {
+// containerfile returns the instructions of a container recipe, each as its keyword and the
+// rest, continuation lines joined.
+func containerfile(t *testing.T, name string) [][2]string {
 	t.Helper()
-	b, err := os.ReadFile("Containerfile")
+	b, err := os.ReadFile(name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,42 +133,77 @@ func containerfile(t *testing.T) [][2]string {
 	return out
 }
 
-func TestContainerfileBuildsAStaticNonRootImage(t *testing.T) {
-	ins := containerfile(t)
-	var final []([2]string)
-	for _, in := range ins {
-		if in[0] == "FROM" {
-			final = final[:0]
-		}
-		final = append(final, in)
-	}
-	var user, cmd, entry string
-	for _, in := range final {
+// runtimeStage is what a recipe's final stage gives the image: its base, user, entrypoint,
+// command, exposed ports and the label keys it sets.
+type runtimeStage struct {
+	From, User, Entrypoint, Cmd, Expose string
+	Labels                              []string
+}
+
+func finalStage(t *testing.T, name string) runtimeStage {
+	t.Helper()
+	var st runtimeStage
+	for _, in := range containerfile(t, name) {
 		switch in[0] {
+		case "FROM":
+			st = runtimeStage{From: in[1]}
 		case "USER":
-			user = in[1]
-		case "CMD":
-			cmd = in[1]
+			st.User = in[1]
 		case "ENTRYPOINT":
-			entry = in[1]
+			st.Entrypoint = in[1]
+		case "CMD":
+			st.Cmd = in[1]
+		case "EXPOSE":
+			st.Expose = in[1]
+		case "LABEL":
+			for _, kv := range strings.Fields(in[1]) {
+				if k, _, ok := strings.Cut(kv, "="); ok && strings.HasPrefix(k, "org.opencontainers.") {
+					st.Labels = append(st.Labels, k)
+				}
+			}
 		}
 	}
-	if !strings.Contains(final[0][1], "static") {
-		t.Errorf("the runtime image %q is not a static (libc-free) base", final[0][1])
+	return st
+}
+
+// The two recipes — FROM scratch around the binary `make build` made (what `make image` builds)
+// and from source on distroless (for a machine with a registry) — make the same image: the same
+// numeric non-root user, `narwhal serve` as the entrypoint in exec form, the configuration path
+// the manifests mount, the same ports and labels. The source build is static.
+func TestContainerfilesMakeTheSameStaticNonRootImage(t *testing.T) {
+	prebuilt, source := finalStage(t, "Containerfile.prebuilt"), finalStage(t, "Containerfile")
+	if prebuilt.From != "scratch" {
+		t.Errorf("Containerfile.prebuilt is FROM %q: want scratch (nothing to pull)", prebuilt.From)
 	}
-	uid, _, _ := strings.Cut(user, ":")
-	if n, err := strconv.Atoi(uid); err != nil || n == 0 {
-		t.Errorf("USER %q: want a numeric non-root user (runAsNonRoot can only verify a number)", user)
+	if !strings.Contains(source.From, "static") {
+		t.Errorf("the source recipe's runtime image %q is not a static (libc-free) base", source.From)
 	}
-	var argv []string
-	if err := json.Unmarshal([]byte(entry), new([]string)); err != nil {
-		t.Errorf("ENTRYPOINT %q is not exec form", entry)
+	for name, st := range map[string]runtimeStage{"Containerfile.prebuilt": prebuilt, "Containerfile": source} {
+		uid, _, _ := strings.Cut(st.User, ":")
+		if n, err := strconv.Atoi(uid); err != nil || n == 0 {
+			t.Errorf("%s: USER %q: want a numeric non-root user (runAsNonRoot can only verify a number)", name, st.User)
+		}
+		var entry, cmd []string
+		if err := json.Unmarshal([]byte(st.Entrypoint), &entry); err != nil || strings.Join(entry, " ") != "/usr/local/bin/narwhal serve" {
+			t.Errorf("%s: ENTRYPOINT %q: want [\"/usr/local/bin/narwhal\", \"serve\"] (exec form)", name, st.Entrypoint)
+		}
+		if err := json.Unmarshal([]byte(st.Cmd), &cmd); err != nil || strings.Join(cmd, " ") != "--config /etc/narwhal/narwhal.yaml" {
+			t.Errorf("%s: CMD %q: want the configuration the manifests mount, in exec form", name, st.Cmd)
+		}
+		if st.Expose != "8000 8001" {
+			t.Errorf("%s: EXPOSE %q: want the API and admin ports 8000 8001", name, st.Expose)
+		}
+		for _, l := range []string{"org.opencontainers.image.version", "org.opencontainers.image.revision"} {
+			if !slices.Contains(st.Labels, l) {
+				t.Errorf("%s: no label %s (labels: %v)", name, l, st.Labels)
+			}
+		}
 	}
-	if err := json.Unmarshal([]byte(cmd), &argv); err != nil || len(argv) == 0 || argv[0] != "demo" {
-		t.Errorf("CMD %q: want the demo, in exec form", cmd)
+	if !reflect.DeepEqual(prebuilt.Labels, source.Labels) || prebuilt.User != source.User {
+		t.Errorf("the recipes differ: labels %v / %v, user %q / %q", prebuilt.Labels, source.Labels, prebuilt.User, source.User)
 	}
 	build := ""
-	for _, in := range ins {
+	for _, in := range containerfile(t, "Containerfile") {
 		if in[0] == "RUN" && strings.Contains(in[1], "go build") {
 			build = in[1]
 		}
@@ -169,18 +213,14 @@ func TestContainerfileBuildsAStaticNonRootImage(t *testing.T) {
 	}
 }
 
-// TestStaticBuildHasNoDynamicDependencies builds the binary as the Containerfile does and checks
-// the ELF file asks for no interpreter and no shared library, so it runs on a libc-free image.
+// TestStaticBuildHasNoDynamicDependencies checks the binary `make image` packages (make build
+// with CGO_ENABLED=0) asks for no interpreter and no shared library, so it runs on an image
+// without libc.
 func TestStaticBuildHasNoDynamicDependencies(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
-	bin := filepath.Join(t.TempDir(), "narwhal")
-	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, "..")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("static build: %v\n%s", err, out)
-	}
+	bin := staticBinary(t)
 	f, err := elf.Open(bin)
 	if err != nil {
 		t.Fatal(err)
@@ -308,6 +348,7 @@ func TestKubernetesManifests(t *testing.T) {
 			mount = at(t, m, "mountPath").(string)
 		}
 	}
+	// The image's entrypoint is `narwhal serve`; the container's args follow it.
 	args := at(t, c, "args").([]any)
 	var configPath string
 	for i := 0; i+1 < len(args); i++ {
@@ -315,8 +356,8 @@ func TestKubernetesManifests(t *testing.T) {
 			configPath = args[i+1].(string)
 		}
 	}
-	if args[0] != "serve" || filepath.Dir(configPath) != mount {
-		t.Fatalf("the container runs %v with the configuration mounted at %s", args, mount)
+	if entry := finalStage(t, "Containerfile.prebuilt").Entrypoint; !strings.HasSuffix(entry, `"serve"]`) || filepath.Dir(configPath) != mount {
+		t.Fatalf("the container runs %s %v with the configuration mounted at %s", entry, args, mount)
 	}
 	text, ok := at(t, docs["ConfigMap"], "data", filepath.Base(configPath)).(string)
 	if !ok {

@@ -10,7 +10,7 @@ import (
 	"github.com/narwhal-router/narwhal/config"
 )
 
-// SPEC §4.7: a client that hangs up, in whatever phase its request is, gets its engine legs
+// A client that hangs up, in whatever phase its request is, gets its engine legs
 // aborted within 100 ms (the engine sees the connection close and counts an abort) and every
 // reservation released; its request ends with one outcome, client_gone.
 

@@ -27,7 +27,7 @@ import (
 )
 
 // Several `narwhal serve` processes on loopback in front of one simulated fleet, sharing their
-// breakers' verdicts through the cluster (SPEC §15). Each node is a real process: a stall is a
+// breakers' verdicts through the cluster. Each node is a real process: a stall is a
 // SIGSTOP, a crash a SIGKILL.
 
 // narwhalBinary is the binary the cluster tests run, built once per test binary into a

@@ -26,7 +26,7 @@ func TestFaultTableEndToEnd(t *testing.T) {
 		headers      []string
 		config       func(*config.Config)
 		// afterCommit: the fault happens after the first token; a non-streaming client still
-		// gets the row's status, but no fault after commit is ever retried (SPEC §8).
+		// gets the row's status, but no fault after commit is ever retried.
 		afterCommit bool
 	}
 	scenarios := map[fault.Kind][]scenario{

@@ -10,7 +10,7 @@ import (
 	"github.com/narwhal-router/narwhal/config"
 )
 
-// SPEC §8, retries: one attempt by default; with recovery.max_attempts > 1 a fresh attempt —
+// Retries: one attempt by default; with recovery.max_attempts > 1 a fresh attempt —
 // fresh backend request IDs, a new prefill leg, a new handoff — starts only before visible
 // output, only for a transient fault, only within the request deadline and the retry budget.
 // Faults are injected once on an engine (InjectFault count 1), so a retry can succeed.

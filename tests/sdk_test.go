@@ -18,14 +18,14 @@ import (
 // error in the SDK, after the tokens it already delivered), responses.create streaming and
 // not (and its terminal error event, and previous_response_id refused), embeddings.create
 // (the SDK's default base64 encoding), models.retrieve, all with an API key, and a wrong key. It needs Node.js and the SDK
-// installed in tests/sdk (npm ci; .ci/run does it).
+// installed in tests/sdk (make sdk-deps, which make test runs, or npm ci there).
 func TestOfficialOpenAISDKTalksToNarwhal(t *testing.T) {
 	node, err := exec.LookPath("node")
 	if err != nil {
-		t.Skip("node is not installed")
+		t.Skip("node is not installed (Debian: apt-get install nodejs npm; .ci/run does it)")
 	}
 	if _, err := os.Stat(filepath.Join("sdk", "node_modules", "openai")); err != nil {
-		t.Skip("the OpenAI SDK is not installed: run npm ci in tests/sdk")
+		t.Skip("the OpenAI SDK is not installed: make sdk-deps (make test runs it) or npm ci in tests/sdk")
 	}
 	h := start(t, setup{prefill: 1, decode: 1, engine: sim.Options{Tokens: 4},
 		config: func(c *config.Config) { c.Server.APIKeys = []string{"sdk-key"} }})

@@ -10,7 +10,7 @@ import (
 	"github.com/narwhal-router/narwhal/config"
 )
 
-// SPEC §8's table, row by row: what the client sees for each kind of fault before commit (an
+// The fault table, row by row: what the client sees for each kind of fault before commit (an
 // HTTP status and body) and after it (one terminal error event), with one attempt (the default)
 // so that no retry hides the mapping.
 

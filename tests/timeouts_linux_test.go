@@ -48,7 +48,7 @@ func unreachableEngine(t *testing.T) string {
 }
 
 // A connect that hangs is timeout-shaped: engine.connect_timeout_s ends it with a 504, and on
-// the decode leg the connect spends the first-token budget (SPEC §7).
+// the decode leg the connect spends the first-token budget.
 func TestConnectThatHangsIs504(t *testing.T) {
 	t.Run("connect_timeout_s", func(t *testing.T) {
 		h := start(t, setup{prefill: 1, decode: 1, config: configs(timeouts(10, 10, 10), func(c *config.Config) {

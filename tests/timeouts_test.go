@@ -8,7 +8,7 @@ import (
 	"github.com/narwhal-router/narwhal/config"
 )
 
-// SPEC §7: each timeout bounds exactly its own stretch of a request, and its expiry is a 504
+// Each timeout bounds exactly its own stretch of a request, and its expiry is a 504
 // before commit (a terminal error event after it). Timeouts are fractions of a second; the
 // assertions only check that a timeout did not fire early and did fire (well) before the
 // test's patience ran out.

@@ -17,7 +17,8 @@ import (
 )
 
 // The engine-side API on its own: a prefill on one engine, its result passed as is to a decode
-// on another, which validates the handoff and streams the tokens.
+// on another, which validates the handoff and streams the tokens. The README's Go API section
+// quotes this example line for line (tests/readme_test.go checks it): change both together.
 func ExampleEngineClient() {
 	fleet, err := sim.StartFleet(sim.FleetOptions{Prefill: 1, Decode: 1, Engine: sim.Options{Tokens: 3}})
 	if err != nil {
@@ -47,7 +48,7 @@ func ExampleEngineClient() {
 	req := &transport.Request{Body: body, BackendRequestID: "example-1", Deadline: time.Now().Add(10 * time.Second)}
 	ctx := context.Background()
 
-	res, err := producer.Prefill(ctx, req)
+	res, err := producer.Prefill(ctx, req) // one token, not streamed: the descriptor, producer, endpoint, backend ID
 	if err != nil {
 		panic(err)
 	}
@@ -56,7 +57,7 @@ func ExampleEngineClient() {
 	params := res.Parameters() // a detached copy: changing it changes nothing Decode sends
 	params["remote_host"] = "10.9.9.9"
 
-	stream, err := consumer.Decode(ctx, res, req)
+	stream, err := consumer.Decode(ctx, res, req) // validates the handoff, returns at the first token
 	if err != nil {
 		panic(err)
 	}

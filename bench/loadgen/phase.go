@@ -105,6 +105,6 @@ type FaultKind struct {
 	Role   string  `json:"role"`
 	Weight float64 `json:"weight"`
 	// AfterCommit marks faults that strike after the first token reached the client: no
-	// retry may cure them (SPEC §8), so they end in a terminal SSE error event.
+	// retry may cure them (nothing is retried after commit), so they end in a terminal SSE error event.
 	AfterCommit bool `json:"after_commit,omitempty"`
 }

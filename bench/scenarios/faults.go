@@ -14,7 +14,7 @@ import (
 // faultRate is the share of routed requests that inject one engine fault.
 const faultRate = 0.05
 
-// faultKinds is the mix: every pre-commit fault of SPEC §8 that a retry may cure, on both
+// faultKinds is the mix: every pre-commit fault of the fault table that a retry may cure, on both
 // legs, plus a smaller share of faults after the first token, which no retry may cure (they
 // must end in one terminal SSE error event).
 var faultKinds = []loadgen.FaultKind{
@@ -136,7 +136,7 @@ func Faults(env harness.Env) (*report.Section, error) {
 		sec.Printf("router retries by cause: %s", mix(diffCounts(after.retries, before.retries)))
 	}
 	sec.Printf("goodput ratio = routed success share / direct success share; faults after the first token cannot be")
-	sec.Printf("retried (SPEC §8), so the ceiling is about 1 - %.4f here.", float64(afterCommit)/float64(max(r.Sent, 1)))
+	sec.Printf("retried (nothing is retried after commit), so the ceiling is about 1 - %.4f here.", float64(afterCommit)/float64(max(r.Sent, 1)))
 
 	sec.Figure("faults_goodput_ratio", goodput)
 	sec.Figure("faults_one_outcome_each", oneOutcome)

@@ -37,8 +37,10 @@ def _metadata(p) -> str:
 
 
 def _sources():
-    for path in sorted((ROOT / PACKAGE).rglob("*.py")):
-        if "__pycache__" not in path.parts:
+    """The package's files: its modules and the PEP 561 marker (py.typed) that tells type
+    checkers the package's annotations are meant to be read."""
+    for path in sorted((ROOT / PACKAGE).rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts and (path.suffix == ".py" or path.name == "py.typed"):
             yield path.relative_to(ROOT).as_posix(), path.read_bytes()
 
 

@@ -11,9 +11,7 @@ import sys
 import time
 import urllib.request
 
-from narwhal.engines.client import EngineClient
-from narwhal.engines.connector import PrefillResult
-from narwhal.engines.faults import EngineFault
+from narwhal.engines import EngineClient, EngineFault, PrefillResult
 
 
 def read_fleet(path: str, timeout: float = 10.0) -> dict:
@@ -41,16 +39,16 @@ def main() -> None:
     request = {"model": "sim-model", "prompt": "Explain disaggregated prefill in one paragraph.",
                "max_tokens": 8, "stream": True}
     try:
-        result: PrefillResult = producer.prefill(request)
+        result: PrefillResult = producer.prefill(request, timeout=30)
         print("prefill:", result.producer, result.endpoint, result.backend_request_id)
         print("descriptor:", result.parameters())  # a detached copy, for inspection
-        with consumer.decode(result, request) as stream:
+        with consumer.decode(result, request, timeout=60) as stream:
             for event in stream:
                 if event.kind == "token":
                     print(event.json()["choices"][0]["text"], end="", flush=True)
         print()
-    except EngineFault as f:
-        sys.exit(f"{f.status} {f.kind}: {f.message}")
+    except EngineFault as f:  # str(f) names the leg, the engine, the kind and what the engine said
+        sys.exit(f"{f.status} {f}")
     with urllib.request.urlopen(p["url"] + "/sim/stats") as r:
         print("producer blocks read:", json.load(r)["blocks_read"])
 

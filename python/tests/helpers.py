@@ -8,6 +8,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import unittest
 import urllib.request
 from pathlib import Path
 
@@ -59,7 +60,6 @@ def narwhal_binary() -> str:
 
 
 def unittest_skip(msg):
-    import unittest
     return unittest.SkipTest(msg)
 
 
@@ -131,3 +131,25 @@ class Sim:
         for f in (self.proc.stdout, self.proc.stderr):
             if f:
                 f.close()
+
+
+class SimPairTest(unittest.TestCase):
+    """Tests against two `narwhal sim` processes started once per class: p0 (prefill) and d0
+    (decode), with the extra arguments the subclass names."""
+
+    PRODUCER_ARGS: tuple = ("--itl", "5ms")
+    CONSUMER_ARGS: tuple = ("--itl", "10ms")
+
+    @classmethod
+    def setUpClass(cls):
+        cls.p0 = Sim("p0", "prefill", *cls.PRODUCER_ARGS, engine_id="p0-id")
+        try:
+            cls.d0 = Sim("d0", "decode", *cls.CONSUMER_ARGS, engine_id="d0-id")
+        except BaseException:
+            cls.p0.close()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.p0.close()
+        cls.d0.close()

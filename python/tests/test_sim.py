@@ -11,7 +11,7 @@ import threading
 import time
 import unittest
 
-from helpers import Sim, wait_until
+from helpers import Sim, SimPairTest, wait_until
 
 from narwhal.engines.client import DecodeStream, EngineClient
 from narwhal.engines.connector import PrefillResult
@@ -32,20 +32,8 @@ def texts(events) -> str:
     return "".join(out)
 
 
-class SimTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.p0 = Sim("p0", "prefill", "--descriptor-extra", EXTRA, "--itl", "5ms", engine_id="p0-id")
-        try:
-            cls.d0 = Sim("d0", "decode", "--itl", "10ms", engine_id="d0-id")
-        except BaseException:
-            cls.p0.close()
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.p0.close()
-        cls.d0.close()
+class SimTest(SimPairTest):
+    PRODUCER_ARGS = ("--descriptor-extra", EXTRA, "--itl", "5ms")
 
     def producer(self, **kw) -> EngineClient:
         kw.setdefault("engine_id", self.p0.engine_id)

@@ -32,7 +32,8 @@ type Fleet interface {
 	// Tree dumps the supervisor tree.
 	Tree(ctx context.Context) (Tree, error)
 	// ClusterStatus is what /cluster shows: this node's view of the other Narwhal nodes
-	// (members, their last gossip, the shared verdicts); {"enabled": false} without a cluster.
+	// (members, their last gossip, the shared verdicts); without a cluster the same shape, empty
+	// ("enabled": false, no members, no verdicts).
 	ClusterStatus() any
 }
 

@@ -37,6 +37,7 @@ func TestContractFaultKinds(t *testing.T) {
 		Durations [][2]any
 		Kinds     []struct {
 			Kind                string
+			Family              string
 			EngineStatus        int `json:"engine_status"`
 			Status              int `json:"status"`
 			Type                string
@@ -73,6 +74,24 @@ func TestContractFaultKinds(t *testing.T) {
 			t.Errorf("%s (engine status %d): status %d type %s code %s retriable %v counts %v body %d; vectors: %+v",
 				k.Kind, k.EngineStatus, f.ClientStatus(), env.Error.Type, env.Error.Code, f.Retriable(), f.CountsAgainstEngine(), f.Kind.Policy().Body, k)
 		}
+	}
+	// Each kind's family is the Python client's exception class for it. The families follow
+	// the table: the timeouts are exactly the 504s, the cancelled legs exactly the router-side
+	// ends; one kind has one family whatever the engine's status.
+	families := map[string]string{}
+	for _, k := range doc.Kinds {
+		f := &fault.Fault{Kind: kindNamed(t, k.Kind), Status: k.EngineStatus}
+		switch {
+		case !map[string]bool{"timeout": true, "connection": true, "engine": true, "handoff": true, "cancelled": true}[k.Family]:
+			t.Errorf("%s: family %q is none of timeout, connection, engine, handoff, cancelled", k.Kind, k.Family)
+		case (k.Family == "timeout") != (f.ClientStatus() == 504):
+			t.Errorf("%s: family %q, client status %d: the timeout family is exactly the 504s", k.Kind, k.Family, f.ClientStatus())
+		case (k.Family == "cancelled") != f.RouterSide():
+			t.Errorf("%s: family %q, router side %v: the cancelled family is exactly the router-side ends", k.Kind, k.Family, f.RouterSide())
+		case families[k.Kind] != "" && families[k.Kind] != k.Family:
+			t.Errorf("%s: families %q and %q in two rows", k.Kind, families[k.Kind], k.Family)
+		}
+		families[k.Kind] = k.Family
 	}
 	for _, d := range doc.Durations {
 		if got := config.Seconds(d[0].(float64)).Duration().String(); got != d[1].(string) {

@@ -51,7 +51,7 @@ func TestEveryKindHasARowAndThePredicatesReadIt(t *testing.T) {
 	}
 }
 
-// SPEC §8 in the table's words: the rows a client and an operator depend on.
+// The failure policy in the table's words: the rows a client and an operator depend on.
 func TestTableMatchesTheSpec(t *testing.T) {
 	cases := []struct {
 		kind           Kind

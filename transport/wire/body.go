@@ -211,7 +211,7 @@ var (
 	usageOnly = []byte(`{"include_usage":true}`)
 )
 
-// AppendPrefillBody appends the producer's body (SPEC §4.3): the client body with stream off, no
+// AppendPrefillBody appends the producer's body: the client body with stream off, no
 // stream_options, one output token, no minimum, and kvParams as kv_transfer_params.
 func (b *ClientBody) AppendPrefillBody(dst, kvParams []byte) []byte {
 	if b.Endpoint == EndpointResponses {
@@ -228,7 +228,7 @@ func (b *ClientBody) AppendPrefillBody(dst, kvParams []byte) []byte {
 	})
 }
 
-// AppendDecodeBody appends the consumer's body (SPEC §4.5): the client body, streaming with
+// AppendDecodeBody appends the consumer's body: the client body, streaming with
 // usage, and kvParams as kv_transfer_params; nil kvParams removes the key, client-sent or not.
 func (b *ClientBody) AppendDecodeBody(dst, kvParams []byte) []byte {
 	if b.Endpoint == EndpointResponses {

@@ -2,17 +2,17 @@
 
 Internal API: it may change between releases.
 
-The same contract the Narwhal router enforces (SPEC §4–§8), for Python callers that drive a
-prefill/decode pair themselves::
+The same contract the Narwhal router enforces (the legs' bodies, descriptor validation,
+timeouts, fault kinds and messages), for Python callers that drive a prefill/decode pair
+themselves::
 
-    from narwhal.engines.client import EngineClient
-    from narwhal.engines.connector import PrefillResult
+    from narwhal.engines import EngineClient, PrefillResult
 
     producer = EngineClient("http://127.0.0.1:8100")
     consumer = EngineClient("http://127.0.0.1:8200")
     request = {"model": "sim-model", "prompt": "Hello", "max_tokens": 8, "stream": True}
-    result: PrefillResult = producer.prefill(request)
-    with consumer.decode(result, request) as stream:
+    result: PrefillResult = producer.prefill(request, timeout=30)
+    with consumer.decode(result, request, timeout=120) as stream:
         for event in stream:
             ...
 
@@ -69,7 +69,8 @@ class EngineClient:
 
     Internal API: it may change between releases.
 
-    ``url`` is the engine's base URL. ``api_key`` is sent as ``Authorization: Bearer``.
+    ``url`` is the engine's base URL, ``http(s)://host[:port]`` with no path (a URL such as
+    ``http://host:8000/v1`` raises ValueError, as the router refuses it). ``api_key`` is sent as ``Authorization: Bearer``.
     ``connector`` is the KV connector (only ``"nixl"`` today). As a producer, ``engine_id`` and
     ``kv_endpoint`` pin the identity and KV side channel its descriptors must name; without a
     pin, a descriptor's KV endpoint must be in ``kv_allowed_endpoints`` (CIDRs such as
@@ -86,9 +87,7 @@ class EngineClient:
                  kv_allowed_endpoints=(), transfer_modes=("pull",), prefill_timeout_s: float = 60.0,
                  first_token_timeout_s: float = 60.0, decode_read_timeout_s: float = 30.0,
                  connect_timeout_s: float = 5.0):
-        u = urlsplit(url)
-        if u.scheme not in ("http", "https") or not u.hostname:
-            raise ValueError(f"engine url {url!r} must be http(s)://host[:port]")
+        u = _base_url(url)
         lookup_connector(connector)
         if isinstance(kv_allowed_endpoints, str):
             raise ValueError("kv_allowed_endpoints must be a list of CIDRs and host:port entries, not one string")
@@ -102,7 +101,7 @@ class EngineClient:
             raise ValueError(f"decode_read_timeout_s must be zero or positive, got {decode_read_timeout_s!r}")
         self.scheme = u.scheme
         self.host = u.hostname
-        self.port = u.port or (443 if u.scheme == "https" else 80)
+        self.port = u.port or (443 if u.scheme == "https" else 80)  # _base_url refused port 0
         host = f"[{self.host}]" if ":" in self.host else self.host
         self.url = f"{u.scheme}://{host}:{self.port}"
         self.name = name or f"{host}:{self.port}"
@@ -122,17 +121,21 @@ class EngineClient:
     # --- the legs ---------------------------------------------------------------------------
 
     def prefill(self, request, *, endpoint: Optional[str] = None, request_id: Optional[str] = None,
-                deadline: Optional[float] = None, traceparent: Optional[str] = None,
-                tracestate: Optional[str] = None) -> PrefillResult:
+                timeout: Optional[float] = None, deadline: Optional[float] = None,
+                traceparent: Optional[str] = None, tracestate: Optional[str] = None) -> PrefillResult:
         """Run the prefill leg: a non-streaming one-token request whose generated token is
         discarded; return the producer's descriptor as a :class:`PrefillResult`.
 
         ``request`` is the client request (a dict, or JSON text kept byte for byte);
         ``endpoint`` is ``"completions"`` or ``"chat"`` (default: chat when it has
         ``messages``). ``request_id`` is the backend request ID both legs carry (default: a
-        fresh one). ``deadline`` is the original request's deadline as a
-        ``time.monotonic()`` value. Raises :class:`EngineFault` or ``wire.BadRequest``.
+        fresh one). ``timeout`` bounds the call in seconds (the router's ``request.deadline_s``;
+        ``prefill_timeout_s`` still bounds the leg); ``deadline`` is the same bound as a
+        ``time.monotonic()`` value, for one deadline shared by both legs. Past either, the call
+        raises :class:`EngineTimeoutError` with kind ``deadline_exceeded``. Raises
+        :class:`EngineFault` (one of its family classes) or ``wire.BadRequest``.
         """
+        deadline = _request_deadline(timeout, deadline)
         body = wire.encode_request(request, endpoint)
         rid = request_id or "nw-" + uuid.uuid4().hex
         start = time.monotonic()
@@ -171,7 +174,7 @@ class EngineClient:
                              _descriptor=descriptor, _producer_kv=self.kv)
 
     def decode(self, result: PrefillResult, request, *, endpoint: Optional[str] = None,
-               deadline: Optional[float] = None, traceparent: Optional[str] = None,
+               timeout: Optional[float] = None, deadline: Optional[float] = None, traceparent: Optional[str] = None,
                tracestate: Optional[str] = None, max_handoff_age_s: Optional[float] = None,
                on_missing: str = "recompute") -> Union["DecodeStream", dict]:
         """Run the decode leg on this engine with ``result``'s handoff.
@@ -186,8 +189,13 @@ class EngineClient:
         refuses a handoff older than that, counted from the start of the prefill leg;
         ``on_missing="fail"`` (handoff.on_missing) refuses a result without a descriptor,
         which otherwise decodes without transfer parameters (the engine recomputes).
-        Raises :class:`EngineFault`.
+
+        ``timeout`` (seconds from this call) or ``deadline`` (a ``time.monotonic()`` value)
+        bounds the whole decode, the stream's iteration included, as the router's
+        ``request.deadline_s`` does; the leg's own timeouts still apply within it.
+        Raises :class:`EngineFault` (one of its family classes).
         """
+        deadline = _request_deadline(timeout, deadline)
         body = wire.encode_request(request, endpoint)
         if on_missing not in ("recompute", "fail"):
             raise ValueError(f"on_missing must be 'recompute' or 'fail', not {on_missing!r}")
@@ -447,6 +455,35 @@ class _TooLarge(Exception):
     pass
 
 
+def _base_url(url: str):
+    """The engine's base URL, split; refused as the router refuses engines[].url: a scheme other
+    than http or https, no host, a port outside 1-65535, or a path, query or fragment (the
+    client adds /v1/... itself, so "http://host:8000/v1" would call /v1/v1/...)."""
+    if not isinstance(url, str):
+        raise TypeError(f"engine url must be a string, not {type(url).__name__}")
+    u = urlsplit(url)
+    if u.scheme not in ("http", "https") or not u.hostname or u.path not in ("", "/") or u.query or u.fragment:
+        raise ValueError(f"{url!r} is not an engine base URL; write http://host:port or https://host:port (no path)")
+    try:
+        port = u.port
+    except ValueError:
+        port = -1
+    if port is not None and not 1 <= port <= 65535:
+        raise ValueError(f"{url!r} has port {u.netloc.rpartition(':')[2]}; want a port from 1 to 65535")
+    return u
+
+
+def _request_deadline(timeout: Optional[float], deadline: Optional[float]) -> Optional[float]:
+    """The request's deadline as a time.monotonic() value, from timeout= seconds or deadline=."""
+    if timeout is None:
+        return deadline
+    if deadline is not None:
+        raise ValueError("pass timeout= (seconds) or deadline= (a time.monotonic() value), not both")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < float("inf"):
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    return time.monotonic() + timeout
+
+
 def _earliest(leg: float, request: Optional[float]):
     """The earlier of a leg's own deadline and the request's, and whether the request's binds."""
     if request is not None and request <= leg:
@@ -513,7 +550,7 @@ class _Choice:
 
 class _Assembler:
     """The non-streaming response built from the chunks of a decode stream, as the router does
-    (transport/assemble.go): text/content/reasoning concatenated per choice, tool-call deltas
+    (transport/wire/assemble.go): text/content/reasoning concatenated per choice, tool-call deltas
     merged by index, logprobs concatenated, the last finish_reason, usage from its chunk."""
 
     def __init__(self, endpoint: str):

@@ -4,7 +4,7 @@ Internal API: it may change between releases.
 
 A descriptor (a producer's ``kv_transfer_params``) is kept as the exact bytes the producer
 sent; only the members validation needs are looked at, and ``decode`` splices those bytes into
-its body unchanged, opaque runtime fields and key order included (SPEC §5, §6). The rules and
+its body unchanged, opaque runtime fields and key order included. The rules and
 their messages mirror the Go router's (transport/kv: connector.go, nixl.go, descriptor.go,
 endpoint.go); the shared vectors in testdata/contract/descriptors.json hold both to them.
 """

@@ -4,7 +4,7 @@ Internal API: it may change between releases.
 
 The client's JSON is never decoded and re-encoded on its way to an engine. Its top-level
 members are indexed as byte offsets and the leg bodies are spliced together member by member,
-exactly as the Go router does (transport/body.go, transport/jsonscan.go), so the two produce
+exactly as the Go router does (transport/wire/body.go, transport/wire/jsonscan.go), so the two produce
 the same bytes; the shared vectors in testdata/contract/bodies.json hold them to it.
 """
 
@@ -260,7 +260,7 @@ class ClientBody:
 
     def prefill_body(self, kv_params: bytes) -> bytes:
         """The producer's body: stream off, no stream_options, one output token, no minimum,
-        kv_params as kv_transfer_params (SPEC §4.3)."""
+        kv_params as kv_transfer_params, as the router's AppendPrefillBody writes it."""
         return rewrite_object(self.raw, self.fields, [
             Edit("max_tokens", b"1"),
             Edit("max_completion_tokens", b"1", True),
@@ -273,7 +273,7 @@ class ClientBody:
 
     def decode_body(self, kv_params: Optional[bytes]) -> bytes:
         """The consumer's body: streaming with usage, kv_params as kv_transfer_params; None
-        removes the key, whoever put it there (SPEC §4.5)."""
+        removes the key, whoever put it there, as the router's AppendDecodeBody writes it."""
         if self.stream_options is None:
             so = _USAGE_ONLY
         elif self.include_usage:
