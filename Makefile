@@ -5,14 +5,23 @@ BIN       ?= bin/narwhal
 # spurious "context deadline exceeded" failure when the time runs out on a loaded machine
 # (golang/go#75804, fixed in Go 1.27); a count has no deadline to race. About 5 s each here.
 FUZZTIME  ?= 30000x
+# The build's identity, stamped into the binary by `make build` (package buildinfo; `narwhal
+# version`, the narwhal_build_info metric and the start-up log line show it). Each may be given
+# on the command line (make build VERSION=v1.2.3); outside a git checkout they say so.
+VERSION    ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+REVISION   ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+DIRTY      ?= $(shell if ! git rev-parse --git-dir >/dev/null 2>&1; then echo unknown; elif [ -n "$$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then echo true; else echo false; fi)
+BUILD_TIME ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
+BUILDINFO  := github.com/narwhal-router/narwhal/buildinfo
+LDFLAGS    ?= -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).revision=$(REVISION) -X $(BUILDINFO).dirty=$(DIRTY) -X $(BUILDINFO).buildTime=$(BUILD_TIME)
 
 .PHONY: run build test fuzz vet lint fmt-check bench bench-cluster clean
 
 run: build ## run the router in front of an embedded simulated fleet
 	./$(BIN) demo
 
-build:
-	$(GO) build -o $(BIN) .
+build: ## the binary, stamped with VERSION, REVISION, DIRTY and BUILD_TIME
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) .
 
 # Every step runs even when an earlier one failed, so one run reports everything it found; the
 # summary names the failed steps and the exit status is non-zero if any failed.

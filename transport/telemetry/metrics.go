@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/uber-go/tally/v4"
+
+	"github.com/narwhal-router/narwhal/buildinfo"
 )
 
 // Metrics records Narwhal's metrics into a tally scope. Instruments are created once per tag
@@ -207,6 +209,12 @@ func (m *Metrics) ClientDisconnect(phase string) {
 
 // QueueDepth reports how many requests wait for capacity.
 func (m *Metrics) QueueDepth(n int) { m.gauge("queue_depth").Update(float64(n)) }
+
+// BuildInfo reports the running build's identity as build_info{version,revision,goversion} = 1
+// (the Prometheus convention: join on it to label any series with the version).
+func (m *Metrics) BuildInfo(b buildinfo.Info) {
+	m.gauge("build_info", "version", b.Version, "revision", b.Revision, "goversion", b.GoVersion).Update(1)
+}
 
 // RuntimeProcs records how many CPUs the Go scheduler runs the router on (server.procs).
 func (m *Metrics) RuntimeProcs(n int) { m.gauge("runtime_procs").Update(float64(n)) }
