@@ -304,7 +304,12 @@ func (in *Ingress) respondAssembled(ctx *fasthttp.RequestCtx, x *Exchange, s *tr
 		a.Add(ev.Data)
 	}
 	s.Close()
-	end.OutputTokens = wire.CompletionTokens(a.Usage(), events)
+	if t, ok := wire.UsageTokens(a.Usage()); ok {
+		x.countTokens(end, t)
+	}
+	if end.OutputTokens == 0 {
+		end.OutputTokens = events
+	}
 	if f := end.Fault; f != nil {
 		if f.Kind == fault.Canceled && errors.Is(f.Err, fault.ErrClientGone) {
 			end.ClientGone = true
