@@ -7,6 +7,7 @@ import (
 
 	"github.com/narwhal-router/narwhal/transport"
 	"github.com/narwhal-router/narwhal/transport/fault"
+	"github.com/narwhal-router/narwhal/transport/tracing"
 	"github.com/narwhal-router/narwhal/transport/wire"
 )
 
@@ -27,6 +28,9 @@ type Exchange struct {
 
 	// Handle is the dispatcher's reference to the request's supervisor.
 	Handle any
+
+	// trace is the request's trace; nil when tracing is off.
+	trace *tracing.Request
 
 	ctx      context.Context
 	cancel   context.CancelCauseFunc

@@ -43,6 +43,7 @@ func (in *Ingress) respondPassthrough(ctx *fasthttp.RequestCtx, x *Exchange, ans
 		x.countTokens(end, t)
 	}
 	in.dispatcher.Finished(x, end)
+	x.endTrace(fasthttp.StatusOK, end)
 }
 
 // retrieveModel answers GET /v1/models/{id}: the model object, or 404 in the OpenAI envelope.

@@ -215,6 +215,11 @@ func (r *relay) Close() error {
 		r.s.Close()
 		r.end.Ended = time.Now()
 		r.in.dispatcher.Finished(r.x, &r.end)
+		status := fasthttp.StatusOK
+		if r.end.ClientGone {
+			status = 0
+		}
+		r.x.endTrace(status, &r.end)
 	})
 	return nil
 }
