@@ -361,7 +361,9 @@ func TestPrometheusDashboardQueriesReturnData(t *testing.T) {
 
 	prom := startPrometheus(t, promBin, cfg.Server.AdminListen, token, interval)
 	eventually(t, 20*time.Second, func() bool { return prom.scalar(`up{job="narwhal"}`) == 1 },
-		func() string { return "prometheus never scraped narwhal with its token (up != 1):\n" + string(prom.log.Bytes()) })
+		func() string {
+			return "prometheus never scraped narwhal with its token (up != 1):\n" + string(prom.log.Bytes())
+		})
 
 	// A round of traffic; the second round makes every counter and histogram grow between two
 	// scrapes, so that rates and quantiles over the window are numbers, not NaN.
@@ -489,4 +491,3 @@ func labelsOf(m map[string]string) string {
 	sort.Strings(kv)
 	return "{" + strings.Join(kv, ",") + "}"
 }
-
