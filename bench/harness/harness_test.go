@@ -31,6 +31,32 @@ func TestRouterConfigIsAValidNarwhalConfiguration(t *testing.T) {
 	}
 }
 
+// A traced arm's configuration turns tracing on, every request, to the sink; the default one
+// leaves it off.
+func TestRouterConfigTracesOnlyWhenAsked(t *testing.T) {
+	c := DefaultRouterConfig()
+	c.Listen, c.AdminListen = "127.0.0.1:18000", "127.0.0.1:18001"
+	c.Engines = []loadgen.Engine{
+		{Name: "p0", Role: "prefill", URL: "http://127.0.0.1:9000", EngineID: "id-p0", KVEndpoint: "127.0.0.1:9100"},
+		{Name: "d0", Role: "decode", URL: "http://127.0.0.1:9001", EngineID: "id-d0", KVEndpoint: "127.0.0.1:9101"},
+	}
+	off, err := c.Write(t.TempDir() + "/router.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if off.Tracing.OTLPEndpoint != "" {
+		t.Fatalf("tracing on by default: %+v", off.Tracing)
+	}
+	c.TracingEndpoint = "http://127.0.0.1:4318"
+	on, err := c.Write(t.TempDir() + "/router.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if on.Tracing.OTLPEndpoint != c.TracingEndpoint || on.Tracing.Protocol != "http" || on.Tracing.SampleRatio != 1 {
+		t.Fatalf("traced arm: %+v", on.Tracing)
+	}
+}
+
 func TestReadUsageOfThisProcess(t *testing.T) {
 	u, err := ReadUsage(os.Getpid())
 	if err != nil {
