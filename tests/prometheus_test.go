@@ -144,15 +144,7 @@ scrape_configs:
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill()
-			<-done
-		}
+		stopProcess(cmd, 10*time.Second)
 		if t.Failed() {
 			t.Logf("prometheus log:\n%s", p.log.Bytes())
 		}
@@ -344,8 +336,7 @@ func TestPrometheusDashboardQueriesReturnData(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		cmd.Wait()
+		stopProcess(cmd, 10*time.Second)
 		if t.Failed() {
 			t.Logf("narwhal log:\n%s", n.log.Bytes())
 		}
@@ -477,6 +468,19 @@ func TestPrometheusDashboardQueriesReturnData(t *testing.T) {
 	sort.Strings(keys)
 	for _, k := range keys {
 		t.Logf("%s: %s", k, results[k])
+	}
+}
+
+// stopProcess stops cmd with SIGTERM, and kills it if it has not exited within grace.
+func stopProcess(cmd *exec.Cmd, grace time.Duration) {
+	cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(grace):
+		cmd.Process.Kill()
+		<-done
 	}
 }
 

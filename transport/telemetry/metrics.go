@@ -78,59 +78,38 @@ func tags(kv []string) map[string]string {
 	return t
 }
 
+// cached returns the instrument m[k], made by mk and kept on first use. Reads take mu's read
+// lock only, so recording an already-made instrument is a map lookup.
+func cached[K comparable, V any](mu *sync.RWMutex, m map[K]V, k K, mk func() V) V {
+	mu.RLock()
+	v, ok := m[k]
+	mu.RUnlock()
+	if ok {
+		return v
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if v, ok = m[k]; !ok {
+		v = mk()
+		m[k] = v
+	}
+	return v
+}
+
 // counter returns the counter name{kv...}; kv alternates tag keys and values, and one metric
 // name always uses the same keys (Prometheus requires it).
 func (m *Metrics) counter(name string, kv ...string) tally.Counter {
-	k := key(name, kv...)
-	m.mu.RLock()
-	c, ok := m.counters[k]
-	m.mu.RUnlock()
-	if ok {
-		return c
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if c, ok = m.counters[k]; !ok {
-		c = m.scope.Tagged(tags(kv)).Counter(name)
-		m.counters[k] = c
-	}
-	return c
+	return cached(&m.mu, m.counters, key(name, kv...), func() tally.Counter { return m.scope.Tagged(tags(kv)).Counter(name) })
 }
 
 // timer returns a latency timer: statsd gets every sample (it computes percentiles), Prometheus
 // a histogram in seconds.
 func (m *Metrics) timer(name string, kv ...string) tally.Timer {
-	k := key(name, kv...)
-	m.mu.RLock()
-	h, ok := m.timers[k]
-	m.mu.RUnlock()
-	if ok {
-		return h
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if h, ok = m.timers[k]; !ok {
-		h = m.scope.Tagged(tags(kv)).Timer(name)
-		m.timers[k] = h
-	}
-	return h
+	return cached(&m.mu, m.timers, key(name, kv...), func() tally.Timer { return m.scope.Tagged(tags(kv)).Timer(name) })
 }
 
 func (m *Metrics) gauge(name string, kv ...string) tally.Gauge {
-	k := key(name, kv...)
-	m.mu.RLock()
-	g, ok := m.gauges[k]
-	m.mu.RUnlock()
-	if ok {
-		return g
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if g, ok = m.gauges[k]; !ok {
-		g = m.scope.Tagged(tags(kv)).Gauge(name)
-		m.gauges[k] = g
-	}
-	return g
+	return cached(&m.mu, m.gauges, key(name, kv...), func() tally.Gauge { return m.scope.Tagged(tags(kv)).Gauge(name) })
 }
 
 // The model label of the request metrics is bounded: each model the fleet serves (ServeModels)
@@ -257,6 +236,7 @@ type (
 )
 
 func (m *Metrics) requestSet(endpoint, model string) *requestSet {
+	// Made outside m.mu: its instruments take that lock themselves.
 	k := setKey{endpoint, model}
 	m.mu.RLock()
 	set, ok := m.sets[k]
@@ -272,31 +252,17 @@ func (m *Metrics) requestSet(endpoint, model string) *requestSet {
 		prompt:    m.counter("prompt_tokens", "endpoint", endpoint, "model", model),
 		cached:    m.counter("cached_prompt_tokens", "endpoint", endpoint, "model", model),
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if cur, ok := m.sets[k]; ok {
-		return cur
-	}
-	m.sets[k] = set
-	return set
+	return cached(&m.mu, m.sets, k, func() *requestSet { return set })
 }
 
 func (s *requestSet) outcome(m *Metrics, status int, outcome string) outcomeInstruments {
-	k := outcomeKey{status, outcome}
-	s.mu.RLock()
-	o, ok := s.byOutcome[k]
-	s.mu.RUnlock()
-	if ok {
-		return o
-	}
-	o = outcomeInstruments{
-		requests: m.counter("requests", "endpoint", s.endpoint, "model", s.model, "status", strconv.Itoa(status), "outcome", outcome),
-		total:    m.timer("total_s", "endpoint", s.endpoint, "model", s.model, "outcome", outcome),
-	}
-	s.mu.Lock()
-	s.byOutcome[k] = o
-	s.mu.Unlock()
-	return o
+	return cached(&s.mu, s.byOutcome, outcomeKey{status, outcome}, func() outcomeInstruments {
+		// Made under s.mu: m.counter and m.timer take m.mu, and nothing takes s.mu under m.mu.
+		return outcomeInstruments{
+			requests: m.counter("requests", "endpoint", s.endpoint, "model", s.model, "status", strconv.Itoa(status), "outcome", outcome),
+			total:    m.timer("total_s", "endpoint", s.endpoint, "model", s.model, "outcome", outcome),
+		}
+	})
 }
 
 // HandoffAge records the age of a handoff when its decode leg starts.
