@@ -67,9 +67,9 @@ func (x *Exchange) endTrace(status int, end *StreamFinished) {
 	if x.trace == nil {
 		return
 	}
-	f := tracing.Finish{Status: status}
+	f := tracing.Finish{Status: status, ClientGone: status == 0} // 0: the client hung up before any answer
 	if end != nil {
-		f.Fault, f.ClientGone = end.Fault, end.ClientGone
+		f.Fault, f.ClientGone = end.Fault, f.ClientGone || end.ClientGone
 		f.PromptTokens, f.OutputTokens, f.CachedTokens = end.PromptTokens, end.OutputTokens, end.CachedTokens
 	}
 	x.trace.End(f)
