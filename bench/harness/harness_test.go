@@ -12,14 +12,20 @@ import (
 	"github.com/narwhal-router/narwhal/bench/loadgen"
 )
 
-func TestRouterConfigIsAValidNarwhalConfiguration(t *testing.T) {
+// testRouterConfig is the default configuration in front of one producer and one consumer.
+func testRouterConfig() RouterConfig {
 	c := DefaultRouterConfig()
 	c.Listen, c.AdminListen = "127.0.0.1:18000", "127.0.0.1:18001"
-	c.MaxAttempts, c.PrefillTimeoutS, c.ExposeRoutingHeaders = 3, 0.5, true
 	c.Engines = []loadgen.Engine{
 		{Name: "p0", Role: "prefill", URL: "http://127.0.0.1:9000", EngineID: "id-p0", KVEndpoint: "127.0.0.1:9100"},
 		{Name: "d0", Role: "decode", URL: "http://127.0.0.1:9001", EngineID: "id-d0", KVEndpoint: "127.0.0.1:9101"},
 	}
+	return c
+}
+
+func TestRouterConfigIsAValidNarwhalConfiguration(t *testing.T) {
+	c := testRouterConfig()
+	c.MaxAttempts, c.PrefillTimeoutS, c.ExposeRoutingHeaders = 3, 0.5, true
 	cfg, err := c.Write(t.TempDir() + "/router.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -34,12 +40,7 @@ func TestRouterConfigIsAValidNarwhalConfiguration(t *testing.T) {
 // A traced arm's configuration turns tracing on, every request, to the sink; the default one
 // leaves it off.
 func TestRouterConfigTracesOnlyWhenAsked(t *testing.T) {
-	c := DefaultRouterConfig()
-	c.Listen, c.AdminListen = "127.0.0.1:18000", "127.0.0.1:18001"
-	c.Engines = []loadgen.Engine{
-		{Name: "p0", Role: "prefill", URL: "http://127.0.0.1:9000", EngineID: "id-p0", KVEndpoint: "127.0.0.1:9100"},
-		{Name: "d0", Role: "decode", URL: "http://127.0.0.1:9001", EngineID: "id-d0", KVEndpoint: "127.0.0.1:9101"},
-	}
+	c := testRouterConfig()
 	off, err := c.Write(t.TempDir() + "/router.yaml")
 	if err != nil {
 		t.Fatal(err)
