@@ -5,10 +5,17 @@ BIN       ?= bin/narwhal
 # spurious "context deadline exceeded" failure when the time runs out on a loaded machine
 # (golang/go#75804, fixed in Go 1.27); a count has no deadline to race. About 5 s each here.
 FUZZTIME  ?= 30000x
-# What the build is: the version (a tag, else the commit, "-dirty" with local changes) and the
-# full commit. The image's labels carry them.
-VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+# The build's identity, stamped into the binary by `make build` (package buildinfo; `narwhal
+# version`, the narwhal_build_info metric and the start-up log line show it) and carried by the
+# image's labels: the version (a tag, else the commit, "-dirty" with local changes), the full
+# commit, whether the tree had local changes, and when it was built. Each may be given on the
+# command line (make build VERSION=v1.2.3); outside a git checkout they say so.
+VERSION    ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+REVISION   ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+DIRTY      ?= $(shell if ! git rev-parse --git-dir >/dev/null 2>&1; then echo unknown; elif [ -n "$$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then echo true; else echo false; fi)
+BUILD_TIME ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
+BUILDINFO  := github.com/narwhal-router/narwhal/buildinfo
+LDFLAGS    ?= -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).revision=$(REVISION) -X $(BUILDINFO).dirty=$(DIRTY) -X $(BUILDINFO).buildTime=$(BUILD_TIME)
 # The container image `make image` builds, tagged $(IMAGE) and $(IMAGE_REPO):latest; the
 # Kubernetes manifests name $(IMAGE_REPO):latest. Set IMAGE_REPO to a registry's repository to
 # push it there (deploy/README.md).
@@ -24,8 +31,8 @@ CA_BUNDLE       ?= /etc/ssl/certs/ca-certificates.crt
 run: build ## run the router in front of an embedded simulated fleet
 	./$(BIN) demo
 
-build:
-	$(GO) build -o $(BIN) .
+build: ## the binary, stamped with VERSION, REVISION, DIRTY and BUILD_TIME
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) .
 
 # Every step runs even when an earlier one failed, so one run reports everything it found; the
 # summary names the failed steps and the exit status is non-zero if any failed. It also lists

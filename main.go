@@ -6,7 +6,7 @@
 //	narwhal dump [--admin ADDR]              print the live supervisor tree
 //	narwhal demo                             run it in front of a simulated fleet (no GPU)
 //	narwhal sim ...                          run the engine simulator
-//	narwhal version (or --version)           module version and VCS revision
+//	narwhal version (or --version)           version, VCS revision, modified flag, build time
 package main
 
 import (
@@ -21,7 +21,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -31,6 +30,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/narwhal-router/narwhal/bench/sim"
+	"github.com/narwhal-router/narwhal/buildinfo"
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/node"
 	"github.com/narwhal-router/narwhal/transport/admin"
@@ -80,7 +80,7 @@ func noArgs(cmd *cobra.Command, args []string) error {
 func versionCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
-		Short: "Print the module version and the VCS revision it was built from",
+		Short: "Print the version, VCS revision, modified flag, build time and Go version of this build",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			fmt.Fprintln(cmd.OutOrStdout(), version())
 			return nil
@@ -88,32 +88,10 @@ func versionCommand() *cobra.Command {
 	}
 }
 
-// version describes the build from the information the Go toolchain embeds: the module
-// version ("(devel)" for a build from a work tree), the VCS revision and time, whether the tree
-// had local changes, and the Go version.
-func version() string {
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "narwhal (no build information)"
-	}
-	v := "narwhal " + info.Main.Version
-	settings := map[string]string{}
-	for _, s := range info.Settings {
-		settings[s.Key] = s.Value
-	}
-	if rev := settings["vcs.revision"]; rev != "" {
-		v += " revision " + rev
-		if t := settings["vcs.time"]; t != "" {
-			v += " (" + t + ")"
-		}
-		if settings["vcs.modified"] == "true" {
-			v += " modified"
-		}
-	} else {
-		v += " revision unknown"
-	}
-	return v + " " + info.GoVersion
-}
+// version is the build's identity as one line (package buildinfo): the stamped or module
+// version, the VCS revision and whether the tree was modified, the build time and the Go
+// version; what is not known says "unknown".
+func version() string { return buildinfo.Get().String() }
 
 func serveCommand() *cobra.Command {
 	var path string
@@ -447,7 +425,9 @@ func run(rt config.Runtime, log *slog.Logger, started func(*node.Server)) error 
 	if err != nil {
 		return err
 	}
-	log.Info("narwhal listening", "addr", srv.Addr(), "admin", srv.AdminAddr(), "engines", len(rt.Engines))
+	build := buildinfo.Get()
+	log.Info("narwhal listening", "addr", srv.Addr(), "admin", srv.AdminAddr(), "engines", len(rt.Engines),
+		"version", build.Version, "revision", build.Revision, "modified", build.Modified, "built", build.BuildTime)
 	if addr := srv.AdminAddr(); addr != "" && rt.Admin.Token == "" && !loopback(addr) {
 		log.Warn("the admin listener is reachable beyond this host and has no token: anyone who can reach it can eject engines and read profiles; set server.admin_token or listen on 127.0.0.1",
 			"admin", addr)

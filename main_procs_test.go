@@ -42,11 +42,19 @@ func writeFleetConfig(t *testing.T, fleet *sim.Fleet, server string) string {
 // and environment given, and returns its client and admin addresses. It is killed at cleanup.
 func serveProcess(t *testing.T, fleet *sim.Fleet, serverKeys string, env ...string) (addr, admin string) {
 	t.Helper()
+	addr, admin, _ = serveBinary(t, os.Args[0], fleet, serverKeys, append([]string{"NARWHAL_TEST_MAIN=1"}, env...)...)
+	return addr, admin
+}
+
+// serveBinary runs bin (a narwhal binary, or this test binary with NARWHAL_TEST_MAIN=1 in env)
+// as `narwhal serve` in front of fleet, and returns its client and admin addresses and its
+// "narwhal listening" log line. It is killed at cleanup.
+func serveBinary(t *testing.T, bin string, fleet *sim.Fleet, serverKeys string, env ...string) (addr, admin, line string) {
+	t.Helper()
 	path := writeFleetConfig(t, fleet, "listen: \"127.0.0.1:0\", admin_listen: \"127.0.0.1:0\", shutdown_grace_s: 1"+serverKeys)
-	cmd := exec.Command(os.Args[0], "serve", "--config", path, "--skip-preflight")
+	cmd := exec.Command(bin, "serve", "--config", path, "--skip-preflight")
 	// The test's own GOMAXPROCS, if any, is not passed on: each case sets what it measures.
-	cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "GOMAXPROCS=") }),
-		append([]string{"NARWHAL_TEST_MAIN=1"}, env...)...)
+	cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "GOMAXPROCS=") }), env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -61,7 +69,7 @@ func serveProcess(t *testing.T, fleet *sim.Fleet, serverKeys string, env ...stri
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
 			if m := listening.FindStringSubmatch(sc.Text()); m != nil {
-				found <- m
+				found <- append(m, sc.Text())
 			}
 		}
 		close(found)
@@ -75,11 +83,11 @@ func serveProcess(t *testing.T, fleet *sim.Fleet, serverKeys string, env ...stri
 			for range found {
 			}
 		}()
-		return m[1], m[2]
+		return m[1], m[2], m[3]
 	case <-time.After(20 * time.Second):
 		t.Fatal("narwhal serve did not start within 20 s")
 	}
-	return "", ""
+	return "", "", ""
 }
 
 var runtimeProcs = regexp.MustCompile(`(?m)^narwhal_runtime_procs ([0-9.e+]+)$`)

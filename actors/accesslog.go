@@ -32,6 +32,8 @@ type accessLine struct {
 	HandoffAge     float64 `json:"handoff_age_s,omitempty"`
 	Total          float64 `json:"total_s"`
 	OutputTokens   int     `json:"output_tokens"`
+	PromptTokens   int     `json:"prompt_tokens,omitempty"`
+	CachedTokens   int     `json:"cached_tokens,omitempty"`
 	ErrorKind      string  `json:"error_kind,omitempty"`
 	ErrorEngine    string  `json:"error_engine,omitempty"`
 	ErrorDetail    string  `json:"error_detail,omitempty"`

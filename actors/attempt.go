@@ -110,6 +110,9 @@ func (s *requestSupervisor) sendAttempt() {
 	if s.producer != nil {
 		a.Plan.Producer = s.producer.client
 	}
+	if !s.x.Body.Endpoint.Passthrough() {
+		a.Decision, a.Reason = s.decision.name(), s.decision.reason
+	}
 	s.x.Send(ingress.Command{Attempt: a})
 }
 

@@ -17,14 +17,12 @@ const (
 	probing                         // excluded; a probe is in flight
 )
 
+// breakerStateNames names every state, in order (the engine_state gauge reports each).
+var breakerStateNames = [...]string{admitted: "admitted", quarantined: "quarantined", ejected: "ejected", probing: "probing"}
+
 func (s breakerState) String() string {
-	switch s {
-	case admitted:
-		return "admitted"
-	case quarantined:
-		return "quarantined"
-	case ejected:
-		return "ejected"
+	if int(s) < len(breakerStateNames) {
+		return breakerStateNames[s]
 	}
 	return "probing"
 }

@@ -104,8 +104,9 @@ func (s *requestSupervisor) record() {
 		attempts, backendID = attempts-1, ""
 	}
 	env.metrics.RequestDone(telemetry.Request{
-		Endpoint: s.x.Body.Endpoint.String(), Status: s.status, Outcome: s.outcome, Attempts: attempts,
-		TTFT: s.ttft, FirstByte: s.firstByte, Total: total, OutputToks: s.end.OutputTokens,
+		Endpoint: s.x.Body.Endpoint.String(), Model: s.x.Body.Model, Status: s.status, Outcome: s.outcome, Attempts: attempts,
+		TTFT: s.ttft, FirstByte: s.firstByte, Total: total,
+		OutputToks: s.end.OutputTokens, PromptToks: s.end.PromptTokens, CachedToks: s.end.CachedTokens,
 	})
 	if s.self != nil {
 		env.live.remove(s.self)
@@ -118,7 +119,7 @@ func (s *requestSupervisor) record() {
 		Endpoint: s.x.Body.Endpoint.String(), Model: s.x.Body.Model, Stream: s.x.Body.Stream,
 		Status: s.status, Outcome: s.outcome, Attempts: attempts,
 		TTFT: s.ttft.Seconds(), FirstByte: s.firstByte.Seconds(), Total: total.Seconds(),
-		OutputTokens: s.end.OutputTokens,
+		OutputTokens: s.end.OutputTokens, PromptTokens: s.end.PromptTokens, CachedTokens: s.end.CachedTokens,
 	}
 	if s.consumer != nil && s.attempt > 0 && s.outcome != outcomeRejected {
 		line.Consumer = s.consumer.name

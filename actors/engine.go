@@ -73,6 +73,7 @@ func (a *engineActor) Receive(ctx actor.Context) {
 		}
 		a.publish(ctx, false)
 		a.schedule(ctx)
+		a.r.metrics.EngineState(st.spec.Name, st.breaker.state.String(), breakerStateNames[:])
 	case *actor.Restarting:
 		st.restarts++
 		st.timers.stop()
@@ -107,6 +108,7 @@ func (a *engineActor) Receive(ctx actor.Context) {
 		}
 		ms := m.models
 		st.view.models.Store(&ms)
+		a.r.metrics.ServeModels(ms)
 		a.publish(ctx, true)
 	case discoverAgain:
 		a.discoverModels(ctx)
@@ -160,6 +162,7 @@ func (a *engineActor) transition(ctx actor.Context, from breakerState) {
 		return
 	}
 	a.r.metrics.BreakerTransition(a.st.spec.Name, from.String(), to.String())
+	a.r.metrics.EngineState(a.st.spec.Name, to.String(), breakerStateNames[:])
 	attrs := []any{"engine", a.st.spec.Name, "from", from.String(), "to", to.String(), "streak", b.streak}
 	if to == ejected && (from != probing || b.byAdmin) {
 		attrs = append(attrs, "by", b.ejectedBy(), "reason", b.cause)

@@ -88,6 +88,7 @@ func NewRouter(rt config.Runtime, opts Options) (*Router, error) {
 		r.states = append(r.states, &engineState{spec: e, view: v, breaker: newBreaker(rt.Recovery)})
 	}
 
+	r.metrics.ServeModels(r.fleet.models()) // configured models; discovered ones as engines list them
 	if rt.Recovery.ReadmitByHealth() {
 		r.log.Warn("readmission by health check (recovery.readmission: health): an ejected engine is readmitted when GET /health answers, even if its generations still hang; for development fleets only")
 	} else {

@@ -28,6 +28,7 @@ type Config struct {
 	Preflight      Preflight       `yaml:"preflight"`
 	Engines        []Engine        `yaml:"engines"`
 	Metrics        Metrics         `yaml:"metrics"`
+	Tracing        Tracing         `yaml:"tracing"`
 	Log            Log             `yaml:"log"`
 	Cluster        Cluster         `yaml:"cluster"`
 
@@ -276,6 +277,35 @@ type Statsd struct {
 	FlushIntervalS Seconds `yaml:"flush_interval_s"`
 }
 
+// Tracing exports OpenTelemetry spans of client requests over OTLP (docs/configuration.md,
+// "tracing"). It is off while OTLPEndpoint is empty.
+type Tracing struct {
+	// OTLPEndpoint is the collector's URL: http://host:port (no TLS) or https://host:port; with
+	// the http protocol a path may follow (default /v1/traces).
+	OTLPEndpoint string `yaml:"otlp_endpoint"`
+	// Protocol is grpc (OTLP/gRPC, port 4317 by convention) or http (OTLP/HTTP protobuf, 4318).
+	Protocol string `yaml:"protocol"`
+	// SampleRatio is the fraction of requests without a sampled parent that are traced; a
+	// client's traceparent decides for its own request.
+	SampleRatio float64 `yaml:"sample_ratio"`
+	// ServiceName is the service.name resource attribute.
+	ServiceName string `yaml:"service_name"`
+	// Headers are sent with every export (a collector's or vendor's authentication, a tenant).
+	Headers []TracingHeader `yaml:"headers"`
+}
+
+// TracingHeader is one header of every trace export.
+type TracingHeader struct {
+	Name  string `yaml:"name"`
+	Value string `yaml:"value"`
+}
+
+// Tracing protocols.
+const (
+	TracingGRPC = "grpc"
+	TracingHTTP = "http"
+)
+
 // Log configures the process log and the access log.
 type Log struct {
 	Level     string `yaml:"level"`
@@ -336,6 +366,7 @@ func Default() Config {
 			Readmission:       ReadmissionProbe,
 		},
 		Preflight: Preflight{Concurrency: 4},
+		Tracing:   Tracing{Protocol: TracingGRPC, SampleRatio: 1, ServiceName: "narwhal"},
 		Log:       Log{Level: "info", Format: "json", AccessLog: true, AccessLogFlushS: 0.2},
 		Cluster:   defaultCluster(),
 	}

@@ -31,6 +31,7 @@ type Runtime struct {
 	// Engines are the configured engines, in configuration order.
 	Engines []EngineSpec
 	Metrics MetricsRuntime
+	Tracing TracingRuntime
 	Log     LogRuntime
 	Cluster ClusterRuntime
 }
@@ -171,6 +172,22 @@ type EngineSpec struct {
 	KV        kv.Side
 }
 
+// TracingRuntime is tracing.* provisioned. Enabled is false while tracing.otlp_endpoint is
+// empty, and then nothing else is read.
+type TracingRuntime struct {
+	Enabled bool
+	// Protocol is TracingGRPC or TracingHTTP.
+	Protocol string
+	// Endpoint is the collector's host:port; Insecure says plaintext (an http:// endpoint);
+	// URLPath is the OTLP/HTTP path (/v1/traces unless the endpoint names one).
+	Endpoint    string
+	Insecure    bool
+	URLPath     string
+	SampleRatio float64
+	ServiceName string
+	Headers     map[string]string
+}
+
 // MetricsRuntime is metrics.*.
 type MetricsRuntime struct {
 	// Statsd is nil when no statsd daemon is configured.
@@ -287,6 +304,7 @@ func Provision(c Config, connectors kv.Registry) (Runtime, error) {
 		pinned := *ec
 		rt.Contract = &pinned
 	}
+	rt.Tracing = c.Tracing.provision()
 	if s := c.Metrics.Statsd; s != nil {
 		rt.Metrics.Statsd = &StatsdRuntime{Address: s.Address, Prefix: s.Prefix, FlushInterval: s.FlushIntervalS.Duration()}
 	}
@@ -380,4 +398,24 @@ func logLevel(s string) slog.Level {
 		return slog.LevelError
 	}
 	return slog.LevelInfo
+}
+
+// provision reads tracing.* (validated) into its runtime form.
+func (t Tracing) provision() TracingRuntime {
+	if t.OTLPEndpoint == "" {
+		return TracingRuntime{}
+	}
+	u, _ := url.Parse(t.OTLPEndpoint) // validated
+	rt := TracingRuntime{Enabled: true, Protocol: t.Protocol, Endpoint: u.Host, Insecure: u.Scheme == "http",
+		SampleRatio: t.SampleRatio, ServiceName: t.ServiceName, Headers: map[string]string{}}
+	if t.Protocol == TracingHTTP {
+		rt.URLPath = "/v1/traces"
+		if u.Path != "" && u.Path != "/" {
+			rt.URLPath = u.Path
+		}
+	}
+	for _, h := range t.Headers {
+		rt.Headers[h.Name] = h.Value
+	}
+	return rt
 }

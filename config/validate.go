@@ -222,6 +222,7 @@ func (c *Config) check(ck *checker) {
 		ck.hostPort("metrics.statsd.address", s.Address, false)
 		ck.positive("metrics.statsd.flush_interval_s", s.FlushIntervalS)
 	}
+	ck.tracing(c.Tracing)
 	ck.oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
 	ck.oneOf("log.format", c.Log.Format, "json", "text")
 	if f := c.Log.AccessLogFlushS; !finite(float64(f)) || f <= 0 || f > 10 {
@@ -321,3 +322,42 @@ func (c *Config) checkPlacement(ck *checker) {
 	ck.positive("placement.scrape_stale_s", p.ScrapeStaleS)
 	ck.positive("placement.scrape_timeout_s", p.ScrapeTimeoutS)
 }
+
+// tracing checks tracing.*: the endpoint is a collector URL the chosen protocol can use.
+func (ck *checker) tracing(t Tracing) {
+	ck.oneOf("tracing.protocol", t.Protocol, TracingGRPC, TracingHTTP)
+	if r := t.SampleRatio; !finite(r) || r < 0 || r > 1 {
+		ck.fail("tracing.sample_ratio", "%v is not allowed; want a fraction from 0 (no request without a sampled parent is traced) to 1 (every one)", r)
+	}
+	if strings.TrimSpace(t.ServiceName) == "" {
+		ck.fail("tracing.service_name", "must not be empty (it names Narwhal's spans in the tracing backend)")
+	}
+	seen := map[string]bool{}
+	for i, h := range t.Headers {
+		path := "tracing.headers[" + strconv.Itoa(i) + "]"
+		switch name := strings.ToLower(h.Name); {
+		case !headerName.MatchString(h.Name):
+			ck.fail(path+".name", "%q is not an HTTP header name", h.Name)
+		case seen[name]:
+			ck.fail(path+".name", "%q is listed twice", h.Name)
+		case strings.ContainsAny(h.Value, "\r\n\x00"):
+			ck.fail(path+".value", "must not contain line breaks or NUL")
+		}
+		seen[strings.ToLower(h.Name)] = true
+	}
+	if t.OTLPEndpoint == "" {
+		return
+	}
+	u, err := url.Parse(t.OTLPEndpoint)
+	switch {
+	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Port() == "":
+		ck.fail("tracing.otlp_endpoint", "%q is not a collector URL; write http://host:port (no TLS) or https://host:port, e.g. http://127.0.0.1:4317", t.OTLPEndpoint)
+	case u.User != nil || u.RawQuery != "" || u.Fragment != "":
+		ck.fail("tracing.otlp_endpoint", "%q: no user, query or fragment (credentials go in tracing.headers)", t.OTLPEndpoint)
+	case t.Protocol == TracingGRPC && u.Path != "" && u.Path != "/":
+		ck.fail("tracing.otlp_endpoint", "%q: an OTLP/gRPC endpoint has no path (only protocol: http takes one, e.g. /v1/traces)", t.OTLPEndpoint)
+	}
+}
+
+// headerName is an HTTP header field name (RFC 9110 token).
+var headerName = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")

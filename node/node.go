@@ -1,6 +1,6 @@
 // Package node assembles a running Narwhal from a provisioned configuration (config.Runtime):
-// the metrics reporters, the cluster membership, the actor router, the client listener and the
-// admin listener, with graceful shutdown. The
+// the metrics reporters, the tracer, the cluster membership, the actor router, the client
+// listener and the admin listener, with graceful shutdown. The
 // `narwhal serve` and `narwhal demo` commands and the end-to-end tests all start Narwhal here.
 package node
 
@@ -18,6 +18,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel"
+
 	"github.com/narwhal-router/narwhal/actors"
 	"github.com/narwhal-router/narwhal/cluster"
 	"github.com/narwhal-router/narwhal/config"
@@ -25,6 +27,7 @@ import (
 	"github.com/narwhal-router/narwhal/transport/admin"
 	"github.com/narwhal-router/narwhal/transport/ingress"
 	"github.com/narwhal-router/narwhal/transport/telemetry"
+	"github.com/narwhal-router/narwhal/transport/tracing"
 )
 
 // Options adjust how a Server starts; the zero value listens where the configuration says.
@@ -46,6 +49,7 @@ type Server struct {
 	rt        config.Runtime
 	log       *slog.Logger
 	reporting *telemetry.Reporting
+	tracer    *tracing.Tracer // nil: tracing off
 	router    *actors.Router
 	peers     *cluster.Node // nil without a cluster
 	ingress   *ingress.Ingress
@@ -104,7 +108,17 @@ func Start(rt config.Runtime, opts Options) (_ *Server, err error) {
 		s.log.Warn("starting without every engine's model list", "error", err)
 	}
 
-	if s.ingress, err = ingress.NewIngress(rt.Server, rt.Request, s.router, s.router, s.reporting.Metrics); err != nil {
+	if s.tracer, err = tracing.New(rt.Tracing); err != nil {
+		return nil, err
+	}
+	cleanup = append(cleanup, s.shutdownTracer)
+	if rt.Tracing.Enabled {
+		log := s.log
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("trace export failed", "error", err.Error()) }))
+		s.log.Info("tracing requests", "otlp_endpoint", rt.Tracing.Endpoint, "protocol", rt.Tracing.Protocol,
+			"sample_ratio", rt.Tracing.SampleRatio)
+	}
+	if s.ingress, err = ingress.NewIngress(rt.Server, rt.Request, s.router, s.router, s.reporting.Metrics, s.tracer); err != nil {
 		return nil, err
 	}
 	cleanup = append(cleanup, s.ingress.Close)
@@ -200,12 +214,22 @@ func (s *Server) shutdown(ctx context.Context) error {
 	s.ingress.Close()
 	s.peers.Close() // leave the cluster before the engine actors stop
 	s.router.Close()
+	s.shutdownTracer() // every request has ended: its spans are queued
 	s.procs.Stop()
 	s.reporting.Close()
 	if errors.Is(err, context.DeadlineExceeded) {
 		return nil // the grace period ending is the designed path, not a failure
 	}
 	return err
+}
+
+// shutdownTracer exports the spans still queued, for up to tracing.ShutdownTimeout.
+func (s *Server) shutdownTracer() {
+	ctx, cancel := context.WithTimeout(context.Background(), tracing.ShutdownTimeout)
+	defer cancel()
+	if err := s.tracer.Shutdown(ctx); err != nil {
+		s.log.Warn("spans not exported at shutdown", "error", err.Error())
+	}
 }
 
 // sizeProcs applies server.procs: every CPU (the runtime's default), a fixed count, or a

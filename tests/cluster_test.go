@@ -221,15 +221,7 @@ func (n *narwhalNode) start() {
 	n.t.Cleanup(func() {
 		if cmd.ProcessState == nil {
 			cmd.Process.Signal(syscall.SIGCONT) // in case a test left it stopped
-			cmd.Process.Signal(syscall.SIGTERM)
-			done := make(chan struct{})
-			go func() { cmd.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(10 * time.Second):
-				cmd.Process.Kill()
-				<-done
-			}
+			stopProcess(cmd, 10*time.Second)
 		}
 		if n.t.Failed() {
 			n.t.Logf("%s log:\n%s", n.name, string(n.log.Bytes()))

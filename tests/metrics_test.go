@@ -140,12 +140,12 @@ func TestMetricsReportTheMeasurementContract(t *testing.T) {
 		within(t, "Server-Timing first_byte", fbMs, ttft+decodeTTFT, ttft+decodeTTFT+150)
 	}
 
-	const ok = "narwhal.requests.endpoint.completions.outcome.success.status.200"
+	const ok = "narwhal.requests.endpoint.completions.model.sim-model.outcome.success.status.200"
 	eventually(t, 3*time.Second, func() bool { return sink.sum(ok) == n }, func() string {
 		return fmt.Sprintf("statsd %s = %v, want %d", ok, sink.sum(ok), n)
 	})
-	ttfts := sink.values("narwhal.ttft_s.endpoint.completions", "ms")
-	fbs := sink.values("narwhal.first_byte_s.endpoint.completions", "ms")
+	ttfts := sink.values("narwhal.ttft_s.endpoint.completions.model.sim-model", "ms")
+	fbs := sink.values("narwhal.first_byte_s.endpoint.completions.model.sim-model", "ms")
 	if len(ttfts) != n || len(fbs) != n {
 		t.Fatalf("statsd timers: %d ttft, %d first_byte samples, want %d", len(ttfts), len(fbs), n)
 	}
@@ -156,8 +156,13 @@ func TestMetricsReportTheMeasurementContract(t *testing.T) {
 	if got := sink.sum("narwhal.relayed_tokens.endpoint.completions"); got != n*4 {
 		t.Errorf("relayed_tokens = %v, want %d", got, n*4)
 	}
-	if got := sink.sum("narwhal.output_tokens.endpoint.completions"); got != n*4 {
+	if got := sink.sum("narwhal.output_tokens.endpoint.completions.model.sim-model"); got != n*4 {
 		t.Errorf("output_tokens = %v, want %d", got, n*4)
+	}
+	// The prompt tokens are the engine's usage, as the access log has them too.
+	prompt := num(h.accessLines()[0]["prompt_tokens"])
+	if got := sink.sum("narwhal.prompt_tokens.endpoint.completions.model.sim-model"); prompt <= 0 || got != n*prompt {
+		t.Errorf("prompt_tokens = %v, want %d × the access log's %v", got, n, prompt)
 	}
 	if len(sink.values("narwhal.handoff_age_s.endpoint.completions", "ms")) != n {
 		t.Error("no handoff_age_s per request")
@@ -166,17 +171,17 @@ func TestMetricsReportTheMeasurementContract(t *testing.T) {
 	var scrape string
 	eventually(t, 3*time.Second, func() bool {
 		scrape = h.scrape()
-		return strings.Contains(scrape, `narwhal_requests_total{endpoint="completions",outcome="success",status="200"} 4`)
+		return strings.Contains(scrape, `narwhal_requests_total{endpoint="completions",model="sim-model",outcome="success",status="200"} 4`)
 	}, func() string {
 		return "Prometheus requests counter never reached 4:\n" + grep(scrape, "narwhal_requests_total")
 	})
-	count := promValue(t, scrape, `narwhal_ttft_seconds_count{endpoint="completions"}`)
-	sum := promValue(t, scrape, `narwhal_ttft_seconds_sum{endpoint="completions"}`)
+	count := promValue(t, scrape, `narwhal_ttft_seconds_count{endpoint="completions",model="sim-model"}`)
+	sum := promValue(t, scrape, `narwhal_ttft_seconds_sum{endpoint="completions",model="sim-model"}`)
 	if count != n {
 		t.Fatalf("ttft_s count %v", count)
 	}
 	within(t, "Prometheus mean ttft_s (ms)", sum/count*1000, ttft, ttft+150)
-	fbMean := promValue(t, scrape, `narwhal_first_byte_seconds_sum{endpoint="completions"}`) / n * 1000
+	fbMean := promValue(t, scrape, `narwhal_first_byte_seconds_sum{endpoint="completions",model="sim-model"}`) / n * 1000
 	within(t, "Prometheus mean first_byte_s (ms)", fbMean, ttft+decodeTTFT, ttft+decodeTTFT+150)
 }
 
@@ -197,12 +202,12 @@ func TestRetriedRequestTimingsIncludeTheFailedAttempt(t *testing.T) {
 	fmt.Sscanf(resp.Header.Get("Server-Timing"), "ttft;dur=%f, first_byte;dur=%f", &ttftMs, &fbMs)
 	within(t, "ttft of a retried request", ttftMs, 400, 600)
 	within(t, "first_byte of a retried request", fbMs, 450, 650)
-	eventually(t, 3*time.Second, func() bool { return len(sink.values("narwhal.ttft_s.endpoint.completions", "ms")) == 1 },
+	eventually(t, 3*time.Second, func() bool { return len(sink.values("narwhal.ttft_s.endpoint.completions.model.sim-model", "ms")) == 1 },
 		func() string { return "no ttft sample" })
-	within(t, "statsd ttft of a retried request", sink.values("narwhal.ttft_s.endpoint.completions", "ms")[0], 400, 600)
-	eventually(t, 3*time.Second, func() bool { return sink.sum("narwhal.attempts.endpoint.completions") == 2 },
+	within(t, "statsd ttft of a retried request", sink.values("narwhal.ttft_s.endpoint.completions.model.sim-model", "ms")[0], 400, 600)
+	eventually(t, 3*time.Second, func() bool { return sink.sum("narwhal.attempts.endpoint.completions.model.sim-model") == 2 },
 		func() string {
-			return fmt.Sprintf("attempts = %v, want 2", sink.sum("narwhal.attempts.endpoint.completions"))
+			return fmt.Sprintf("attempts = %v, want 2", sink.sum("narwhal.attempts.endpoint.completions.model.sim-model"))
 		})
 	if got := sink.sum("narwhal.retries.reason.first_token_timeout"); got != 1 {
 		t.Errorf("retries = %v", got)

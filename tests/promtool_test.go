@@ -2,10 +2,12 @@ package tests
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -36,17 +38,27 @@ func TestPrometheusScrapePassesPromtool(t *testing.T) {
 	}
 	h := start(t, setup{prefill: 1, decode: 1, engine: sim.Options{Tokens: 3}, config: retries(2)})
 	metricsTraffic(t, h)
+	// Besides the catalog's basics: the model label (a served model, and "other" for the 404),
+	// the token counters, each engine's state and the build. Values reach the scrape at the next
+	// flush (1 s), so the scrape is read until every one is there.
+	wants := []string{"narwhal_ttft_seconds_bucket{", "narwhal_total_seconds_bucket{", "narwhal_engine_faults_total{", "narwhal_retries_total{",
+		`narwhal_requests_total{endpoint="completions",model="sim-model",`, `narwhal_requests_total{endpoint="completions",model="other",outcome="rejected",status="404"} 1`,
+		`narwhal_prompt_tokens_total{endpoint="chat",model="sim-model"}`, `narwhal_output_tokens_total{endpoint="chat",model="sim-model"}`,
+		`narwhal_engine_state{engine="d0",state="admitted"} 1`, `narwhal_engine_state{engine="d0",state="ejected"} 0`,
+		`narwhal_build_info{goversion="` + runtime.Version() + `",revision="unknown",version="(devel)"} 1`}
 	var scrape string
+	var missing []string
 	eventually(t, 5*time.Second, func() bool {
-		scrape = h.scrape()
-		return strings.Contains(scrape, "narwhal_requests_total{") && strings.Contains(scrape, "narwhal_retries_total{")
-	}, func() string { return "the scrape never showed the requests and retries:\n" + grep(scrape, "narwhal_") })
-
-	for _, want := range []string{"narwhal_ttft_seconds_bucket{", "narwhal_total_seconds_bucket{", "narwhal_engine_faults_total{"} {
-		if !strings.Contains(scrape, want) {
-			t.Errorf("no %s series in the scrape", want)
+		scrape, missing = h.scrape(), nil
+		for _, want := range wants {
+			if !strings.Contains(scrape, want) {
+				missing = append(missing, want)
+			}
 		}
-	}
+		return len(missing) == 0
+	}, func() string {
+		return fmt.Sprintf("the scrape never showed %s:\n%s", strings.Join(missing, ", "), grep(scrape, "narwhal_"))
+	})
 	if strings.Contains(scrape, "tally") {
 		t.Errorf("library-internal series in the scrape:\n%s", grep(scrape, "tally"))
 	}

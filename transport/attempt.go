@@ -66,6 +66,36 @@ type Progress interface {
 	Leg(leg fault.Phase, attemptStart time.Time)
 }
 
+// Step is one step of an attempt, as an Observer hears it.
+type Step uint8
+
+// The steps of an attempt. A disaggregated attempt is prefill, handoff, decode; a same-worker
+// decode after a prefill leg has no handoff; a local decode is its decode alone; a passthrough
+// request its one leg.
+const (
+	StepPrefill     Step = iota // the prefill leg on the producer
+	StepHandoff                 // the handoff's checks: descriptor present, age, valid for the consumer
+	StepDecode                  // the decode leg on the consumer, up to its first generated token
+	StepPassthrough             // a passthrough request's one leg
+	StepCount
+)
+
+var stepNames = [StepCount]string{"prefill", "handoff", "decode", "passthrough"}
+
+func (s Step) String() string { return stepNames[s] }
+
+// Observer is what a Progress may also implement to hear each step of the attempt start and
+// end; tracing makes a span of each. StepStarted returns the W3C traceparent the step's engine
+// request carries instead of the client's ("" keeps the client's). StepEnded's f is the step's
+// fault, nil when it succeeded: for StepDecode that is the commit (the first token is in; the
+// stream goes on after Run returns). The calls of one step come from one goroutine, in order;
+// a concurrent connector's prefill and decode steps overlap. Run calls nothing when progress
+// is no Observer, so an attempt without one pays nothing for the hook.
+type Observer interface {
+	StepStarted(step Step, engine string) (traceParent string)
+	StepEnded(step Step, f *fault.Fault)
+}
+
 // Run carries out p for req: the prefill leg, the descriptor's checks (identity, connector,
 // endpoint, age), and the decode leg up to its first generated token, or a passthrough
 // request's one leg. The producer's connector plans the attempt first; a connector that plans
@@ -75,18 +105,22 @@ type Progress interface {
 func Run(ctx context.Context, p *Plan, req *Request, progress Progress) Outcome {
 	out := Outcome{CachedTokens: -1}
 	start := time.Now()
+	obs, _ := progress.(Observer)
 	switch {
 	case req.Body.Endpoint.Passthrough():
 		tell(progress, fault.PhaseDecode, start)
+		stepStarted(obs, StepPassthrough, p.Consumer.name, req)
 		ans, err := p.Consumer.Passthrough(ctx, req)
 		if err != nil {
 			out.Fault = faultOf(err, fault.PhaseDecode, p.Consumer.name)
+			stepEnded(obs, StepPassthrough, out.Fault)
 			return out
 		}
+		stepEnded(obs, StepPassthrough, nil)
 		out.Answer = &ans
 		return out
 	case p.Producer == nil:
-		return runLocal(ctx, p, req, start, progress, out)
+		return runLocal(ctx, p, req, start, progress, obs, out)
 	}
 	if p.Producer != p.Consumer && p.Consumer != nil {
 		req.Transfer = p.Producer.connector.Plan(kv.Attempt{
@@ -97,47 +131,41 @@ func Run(ctx context.Context, p *Plan, req *Request, progress Progress) Outcome 
 	tell(progress, fault.PhasePrefill, start)
 	p.bound(req, start)
 	if req.Transfer.Concurrent() {
-		return runConcurrent(ctx, p, req, start, progress, out)
+		return runConcurrent(ctx, p, req, start, progress, obs, out)
 	}
+	stepStarted(obs, StepPrefill, p.Producer.name, req)
 	res, err := p.Producer.Prefill(ctx, req)
 	if err != nil {
 		out.Fault = faultOf(err, fault.PhasePrefill, p.Producer.name)
+		stepEnded(obs, StepPrefill, out.Fault)
 		return out
 	}
+	stepEnded(obs, StepPrefill, nil)
 	out.PrefillDone = res.Completed
 	out.Descriptor = res.Descriptor()
 
-	switch {
-	case p.Producer == p.Consumer:
-		res = res.WithoutTransfer() // prefix caching or recompute on the same engine
+	if p.Producer == p.Consumer {
+		res = res.WithoutTransfer() // prefix caching or recompute on the same engine: no handoff
 		out.Descriptor = nil
-	case !res.HasDescriptor() && p.FailOnMissing:
-		out.Fault = &fault.Fault{Kind: fault.MissingDescriptor, Phase: fault.PhasePrefill, Engine: p.Producer.name,
-			Detail: "the producer returned no handoff descriptor"}
-		return out
-	case !res.HasDescriptor():
-		out.MissingDescriptor = true
-	}
-	now := time.Now()
-	out.HandoffAge = res.Age(now)
-	if p.MaxHandoffAge > 0 && out.HandoffAge > p.MaxHandoffAge {
-		out.Fault = &fault.Fault{Kind: fault.StaleHandoff, Phase: fault.PhasePrefill, Engine: p.Producer.name,
-			Detail: "the handoff is " + out.HandoffAge.Round(time.Millisecond).String() +
-				" old, older than handoff.max_age_s (" + p.MaxHandoffAge.String() + ")"}
+	} else if out.Fault = p.handoff(res, req, obs, &out); out.Fault != nil {
 		return out
 	}
 	if p.Consumer == nil {
 		return out // a producer probed on its own: the handoff is what it had to make
 	}
 
+	now := time.Now()
 	out.DecodeStarted = now
 	tell(progress, fault.PhaseDecode, start)
 	p.bound(req, now)
-	stream, err := p.Consumer.Decode(ctx, res, req)
+	stepStarted(obs, StepDecode, p.Consumer.name, req)
+	stream, err := p.Consumer.decode(ctx, res, req)
 	if err != nil {
 		out.Fault = faultOf(err, fault.PhaseDecode, p.Consumer.name)
+		stepEnded(obs, StepDecode, out.Fault)
 		return out
 	}
+	stepEnded(obs, StepDecode, nil)
 	out.Stream = stream
 	if res.HasDescriptor() || p.Producer == p.Consumer {
 		out.CachedTokens = res.CachedTokens // the prompt was computed by the prefill leg
@@ -152,23 +180,73 @@ func (p *Plan) bound(req *Request, legStart time.Time) {
 	}
 }
 
+// handoff checks the producer's handoff res before its decode (the handoff step): a missing
+// descriptor (a fault under handoff.on_missing: fail, else noted in out), the handoff's age, and
+// the descriptor's validity for the consumer (identity, connector, KV endpoint).
+func (p *Plan) handoff(res PrefillResult, req *Request, obs Observer, out *Outcome) *fault.Fault {
+	stepStarted(obs, StepHandoff, p.Producer.name, nil)
+	f := p.checkHandoff(res, req, out)
+	stepEnded(obs, StepHandoff, f)
+	return f
+}
+
+func (p *Plan) checkHandoff(res PrefillResult, req *Request, out *Outcome) *fault.Fault {
+	switch {
+	case !res.HasDescriptor() && p.FailOnMissing:
+		return &fault.Fault{Kind: fault.MissingDescriptor, Phase: fault.PhasePrefill, Engine: p.Producer.name,
+			Detail: "the producer returned no handoff descriptor"}
+	case !res.HasDescriptor():
+		out.MissingDescriptor = true
+	}
+	out.HandoffAge = res.Age(time.Now())
+	if p.MaxHandoffAge > 0 && out.HandoffAge > p.MaxHandoffAge {
+		return &fault.Fault{Kind: fault.StaleHandoff, Phase: fault.PhasePrefill, Engine: p.Producer.name,
+			Detail: "the handoff is " + out.HandoffAge.Round(time.Millisecond).String() +
+				" old, older than handoff.max_age_s (" + p.MaxHandoffAge.String() + ")"}
+	}
+	if p.Consumer == nil {
+		return nil
+	}
+	return p.Consumer.validateHandoff(res, req)
+}
+
 func tell(p Progress, leg fault.Phase, attemptStart time.Time) {
 	if p != nil {
 		p.Leg(leg, attemptStart)
 	}
 }
 
+// stepStarted tells obs that step starts on engine, and gives req (nil: the step sends no
+// engine request) the traceparent obs asks for.
+func stepStarted(obs Observer, step Step, engine string, req *Request) {
+	if obs == nil {
+		return
+	}
+	if tp := obs.StepStarted(step, engine); tp != "" && req != nil {
+		req.TraceParent = tp
+	}
+}
+
+func stepEnded(obs Observer, step Step, f *fault.Fault) {
+	if obs != nil {
+		obs.StepEnded(step, f)
+	}
+}
+
 // runLocal runs a same-worker decode without a prefill leg: the consumer computes the prompt
 // and streams; the prompt counts as done when the first token is in.
-func runLocal(ctx context.Context, p *Plan, req *Request, start time.Time, progress Progress, out Outcome) Outcome {
+func runLocal(ctx context.Context, p *Plan, req *Request, start time.Time, progress Progress, obs Observer, out Outcome) Outcome {
 	tell(progress, fault.PhaseDecode, start)
 	out.DecodeStarted = start
 	p.bound(req, start)
+	stepStarted(obs, StepDecode, p.Consumer.name, req)
 	stream, err := p.Consumer.Decode(ctx, PrefillResult{Started: start}, req)
 	if err != nil {
 		out.Fault = faultOf(err, fault.PhaseDecode, p.Consumer.name)
+		stepEnded(obs, StepDecode, out.Fault)
 		return out
 	}
+	stepEnded(obs, StepDecode, nil)
 	out.PrefillDone = stream.FirstTokenAt
 	out.Stream = stream
 	return out
@@ -179,11 +257,28 @@ func runLocal(ctx context.Context, p *Plan, req *Request, start time.Time, progr
 // prefill has answered. Either leg's failure fails the attempt and cancels the other leg: a
 // decode without its prefill waits for a KV cache that will never come, and a prefill without
 // its decode pins blocks nobody will read. The fault reported is the leg that failed first.
-func runConcurrent(ctx context.Context, p *Plan, req *Request, start time.Time, progress Progress, out Outcome) Outcome {
+func runConcurrent(ctx context.Context, p *Plan, req *Request, start time.Time, progress Progress, obs Observer, out Outcome) Outcome {
+	// The handoff is planned up front: its checks come before either leg starts.
+	stepStarted(obs, StepHandoff, p.Producer.name, nil)
 	res, err := planned(p.Producer, req, start)
+	if err == nil {
+		if f := p.Consumer.validateHandoff(res, req); f != nil {
+			err = f
+		}
+	}
 	if err != nil {
 		out.Fault = faultOf(err, fault.PhasePrefill, p.Producer.name)
+		stepEnded(obs, StepHandoff, out.Fault)
 		return out
+	}
+	stepEnded(obs, StepHandoff, nil)
+	// The prefill leg runs on a goroutine of its own while the decode runs here: with an
+	// observer that traces, it gets a request of its own carrying its own traceparent.
+	preq := req
+	if obs != nil {
+		cp := *req
+		preq = &cp
+		stepStarted(obs, StepPrefill, p.Producer.name, preq)
 	}
 	// Both contexts end with ctx at the latest (the request's end cancels it), so neither
 	// outlives the request even when the attempt succeeds.
@@ -197,16 +292,20 @@ func runConcurrent(ctx context.Context, p *Plan, req *Request, start time.Time, 
 	var first atomic.Int32 // which leg failed first: 0 neither, 1 prefill, 2 decode
 	done := make(chan prefilled, 1)
 	go func() {
-		r, err := p.Producer.Prefill(prefillCtx, req)
+		r, err := p.Producer.Prefill(prefillCtx, preq)
 		if err != nil {
 			first.CompareAndSwap(0, 1)
 			cancelDecode(errPrefillFailed)
+			stepEnded(obs, StepPrefill, faultOf(err, fault.PhasePrefill, p.Producer.name))
+		} else {
+			stepEnded(obs, StepPrefill, nil)
 		}
 		done <- prefilled{r, err}
 	}()
 	out.DecodeStarted = time.Now()
 	tell(progress, fault.PhaseDecode, start)
-	stream, derr := p.Consumer.Decode(decodeCtx, res, req)
+	stepStarted(obs, StepDecode, p.Consumer.name, req)
+	stream, derr := p.Consumer.decode(decodeCtx, res, req)
 	if derr != nil {
 		first.CompareAndSwap(0, 2)
 		cancelPrefill(errDecodeFailed)
@@ -217,12 +316,15 @@ func runConcurrent(ctx context.Context, p *Plan, req *Request, start time.Time, 
 			stream.Close()
 		}
 		out.Fault = faultOf(pre.err, fault.PhasePrefill, p.Producer.name)
+		stepEnded(obs, StepDecode, fault.FromContext(decodeCtx, p.Consumer.name, fault.PhaseDecode)) // cancelled with errPrefillFailed
 		return out
 	}
 	if derr != nil {
 		out.Fault = faultOf(derr, fault.PhaseDecode, p.Consumer.name)
+		stepEnded(obs, StepDecode, out.Fault)
 		return out
 	}
+	stepEnded(obs, StepDecode, nil)
 	out.PrefillDone = pre.res.Completed
 	out.Stream = stream
 	out.CachedTokens = pre.res.CachedTokens

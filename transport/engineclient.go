@@ -158,15 +158,32 @@ func (c *EngineClient) Prefill(ctx context.Context, req *Request) (PrefillResult
 // wait for that token share engine.first_token_timeout_s. A result without a descriptor (see
 // PrefillResult.WithoutTransfer) decodes with no transfer parameters at all.
 func (c *EngineClient) Decode(ctx context.Context, res PrefillResult, req *Request) (*DecodeStream, error) {
+	if f := c.validateHandoff(res, req); f != nil {
+		return nil, f
+	}
+	return c.decode(ctx, res, req)
+}
+
+// validateHandoff checks res's descriptor for this engine as its consumer (none: nothing to
+// check); a rejection is the producer's fault.
+func (c *EngineClient) validateHandoff(res PrefillResult, req *Request) *fault.Fault {
+	if res.descriptor == nil {
+		return nil
+	}
+	pair := kv.Pair{Producer: res.producerKV, Consumer: c.kv, Endpoint: req.Body.Endpoint}
+	if rej := kv.ValidateDescriptor(res.connector, res.descriptor, pair); rej != nil {
+		f := c.descriptorFault(rej)
+		f.Engine = res.Producer
+		return f
+	}
+	return nil
+}
+
+// decode is Decode for a handoff already validated (validateHandoff).
+func (c *EngineClient) decode(ctx context.Context, res PrefillResult, req *Request) (*DecodeStream, error) {
 	start := time.Now()
 	var params []byte
 	if res.descriptor != nil {
-		pair := kv.Pair{Producer: res.producerKV, Consumer: c.kv, Endpoint: req.Body.Endpoint}
-		if rej := kv.ValidateDescriptor(res.connector, res.descriptor, pair); rej != nil {
-			f := c.descriptorFault(rej)
-			f.Engine = res.Producer
-			return nil, f
-		}
 		params = res.descriptor.Raw()
 	}
 	deadline, byRequest := earliest(start.Add(c.timeouts.FirstToken), req.Deadline)

@@ -14,6 +14,9 @@ type Env struct {
 	// Baseline is a second router binary (an older build) that the overhead scenario runs as
 	// its own arm beside Narwhal; "" runs none.
 	Baseline string
+	// BaselineTraced says the baseline is Narwhal itself with tracing on (bench -traced): the
+	// overhead scenario then measures what tracing costs.
+	BaselineTraced bool
 	// Self is this binary, re-executed as `<self> loadgen` for the load generator.
 	Self string
 	// Dir is the scenario's output directory (logs, configuration, profiles).

@@ -12,14 +12,20 @@ import (
 	"github.com/narwhal-router/narwhal/bench/loadgen"
 )
 
-func TestRouterConfigIsAValidNarwhalConfiguration(t *testing.T) {
+// testRouterConfig is the default configuration in front of one producer and one consumer.
+func testRouterConfig() RouterConfig {
 	c := DefaultRouterConfig()
 	c.Listen, c.AdminListen = "127.0.0.1:18000", "127.0.0.1:18001"
-	c.MaxAttempts, c.PrefillTimeoutS, c.ExposeRoutingHeaders = 3, 0.5, true
 	c.Engines = []loadgen.Engine{
 		{Name: "p0", Role: "prefill", URL: "http://127.0.0.1:9000", EngineID: "id-p0", KVEndpoint: "127.0.0.1:9100"},
 		{Name: "d0", Role: "decode", URL: "http://127.0.0.1:9001", EngineID: "id-d0", KVEndpoint: "127.0.0.1:9101"},
 	}
+	return c
+}
+
+func TestRouterConfigIsAValidNarwhalConfiguration(t *testing.T) {
+	c := testRouterConfig()
+	c.MaxAttempts, c.PrefillTimeoutS, c.ExposeRoutingHeaders = 3, 0.5, true
 	cfg, err := c.Write(t.TempDir() + "/router.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -28,6 +34,27 @@ func TestRouterConfigIsAValidNarwhalConfiguration(t *testing.T) {
 		cfg.Log.AccessLog || cfg.Metrics.Statsd != nil || len(cfg.Engines) != 2 ||
 		cfg.Engines[0].KV.EngineID != "id-p0" || cfg.Engines[1].KV.Endpoint != "127.0.0.1:9101" {
 		t.Fatalf("%+v", cfg)
+	}
+}
+
+// A traced arm's configuration turns tracing on, every request, to the sink; the default one
+// leaves it off.
+func TestRouterConfigTracesOnlyWhenAsked(t *testing.T) {
+	c := testRouterConfig()
+	off, err := c.Write(t.TempDir() + "/router.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if off.Tracing.OTLPEndpoint != "" {
+		t.Fatalf("tracing on by default: %+v", off.Tracing)
+	}
+	c.TracingEndpoint = "http://127.0.0.1:4318"
+	on, err := c.Write(t.TempDir() + "/router.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if on.Tracing.OTLPEndpoint != c.TracingEndpoint || on.Tracing.Protocol != "http" || on.Tracing.SampleRatio != 1 {
+		t.Fatalf("traced arm: %+v", on.Tracing)
 	}
 }
 

@@ -19,6 +19,9 @@ type RigOptions struct {
 	// Baseline, when set, is a second router binary started as the "baseline" process with
 	// the same configuration (its own ports) in front of the same fleet: the A/B arm.
 	Baseline string
+	// BaselineTraced turns tracing on for the baseline router alone, exporting every request's
+	// spans to a TraceSink the rig starts: the A/B of tracing off and on.
+	BaselineTraced bool
 }
 
 // Rig is a fleet, a router in front of it and a load generator, each its own process.
@@ -29,7 +32,9 @@ type Rig struct {
 	Peer   *Peer // nil unless RigOptions.Peer
 	// Baseline is the second router, nil unless RigOptions.Baseline.
 	Baseline *Router
-	Gen      *Loadgen
+	// Traces receives the baseline's spans, nil unless RigOptions.BaselineTraced.
+	Traces *TraceSink
+	Gen    *Loadgen
 }
 
 // StartRig starts the processes in order (fleet, router, the peer and the baseline router
@@ -61,8 +66,15 @@ func StartRig(env Env, o RigOptions) (_ *Rig, err error) {
 	}
 	if o.Baseline != "" {
 		// The configuration the router got (StartRouterAs picks its own ports): the two builds
-		// differ in their code only.
-		if r.Baseline, err = StartRouterAs(env, "baseline", o.Baseline, rc); err != nil {
+		// differ in their code only, or in tracing alone.
+		bc := rc
+		if o.BaselineTraced {
+			if r.Traces, err = StartTraceSink(); err != nil {
+				return nil, err
+			}
+			bc.TracingEndpoint = r.Traces.Endpoint()
+		}
+		if r.Baseline, err = StartRouterAs(env, "baseline", o.Baseline, bc); err != nil {
 			return nil, fmt.Errorf("baseline router: %w", err)
 		}
 		setup.Baseline = r.Baseline.Addr
@@ -87,6 +99,9 @@ func (r *Rig) Close() {
 	}
 	if r.Peer != nil {
 		r.Peer.Proc.Stop(5 * time.Second)
+	}
+	if r.Traces != nil {
+		r.Traces.Close()
 	}
 	if r.Fleet != nil {
 		r.Fleet.Proc.Stop(5 * time.Second)

@@ -38,6 +38,10 @@ type RouterConfig struct {
 	Placement        string
 	ScrapeIntervalS  float64
 	PrefixBlockWords int
+
+	// TracingEndpoint, when set, turns tracing on: every request traced (sample_ratio 1) and
+	// exported over OTLP/HTTP to it (a TraceSink).
+	TracingEndpoint string
 }
 
 // DefaultRouterConfig is the benchmark's baseline: the documented defaults, no engine cap,
@@ -91,6 +95,9 @@ engines:
     max_inflight: {{$.MaxInflight}}
     models: ["` + Model + `"]
     kv: {connector: nixl, engine_id: "{{.EngineID}}", endpoint: "{{.KVEndpoint}}"}
+{{- end}}
+{{- if .TracingEndpoint}}
+tracing: {otlp_endpoint: "{{.TracingEndpoint}}", protocol: http, sample_ratio: 1}
 {{- end}}
 log:
   level: warn

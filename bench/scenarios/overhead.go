@@ -35,10 +35,11 @@ func Overhead(env harness.Env) (*report.Section, error) {
 		return nil, fmt.Errorf("measure the loopback floor: %w", err)
 	}
 	rig, err := harness.StartRig(env, harness.RigOptions{
-		Fleet:    harness.FleetOptions{Prefill: 2, Decode: 2, TTFT: 20 * time.Millisecond, ITL: 5 * time.Millisecond, Tokens: 64},
-		Router:   harness.DefaultRouterConfig(),
-		Peer:     true,
-		Baseline: env.Baseline,
+		Fleet:          harness.FleetOptions{Prefill: 2, Decode: 2, TTFT: 20 * time.Millisecond, ITL: 5 * time.Millisecond, Tokens: 64},
+		Router:         harness.DefaultRouterConfig(),
+		Peer:           true,
+		Baseline:       env.Baseline,
+		BaselineTraced: env.BaselineTraced,
 	})
 	if err != nil {
 		return nil, err
@@ -96,7 +97,7 @@ func Overhead(env harness.Env) (*report.Section, error) {
 		bw := all[loadgen.Baseline]
 		ba := compare(&dw.Result, &bw.Result)
 		base = &build{cpuPer32Tok: pointOf(bw, bw.Baseline).usPerRequest, addedP50: ba.addedP50, addedP99: ba.addedP99}
-		sideArm(sec, env.Baseline+", the same configuration on its own ports", ba, bw)
+		sideArm(sec, baselineLabel(env), ba, bw)
 		sec.Printf("router / baseline in these windows: CPU per request %s; first_byte, router − baseline: p50 %s ms, p99 %s ms",
 			ratio(routedCPUPerReq, base.cpuPer32Tok), report.Signed(loadgen.Ms(a.rFB.P50-ba.rFB.P50)), report.Signed(loadgen.Ms(a.rFB.P99-ba.rFB.P99)))
 	}
@@ -195,6 +196,11 @@ func Overhead(env harness.Env) (*report.Section, error) {
 		sec.Printf("+ %s per token. Router / baseline: CPU %s per request, %s per token; allocations %s per request.",
 			report.Num(base.allocTok), ratio(perReq, base.cpuReq), ratio(perTok, base.cpuTok), ratio(allocReq, base.allocReq))
 	}
+	if rig.Traces != nil {
+		exports, spans, bad := rig.Traces.Received()
+		sec.Printf("tracing (the baseline arm): %s spans in %s OTLP/HTTP exports reached the sink (%s not decodable).",
+			report.Num(float64(spans)), report.Num(float64(exports)), report.Num(float64(bad)))
+	}
 	for k, v := range baselineFigures(build{cpuReq: perReq, cpuTok: perTok, allocReq: allocReq, allocTok: allocTok}, base) {
 		sec.Figure(k, v)
 	}
@@ -285,3 +291,11 @@ func Overhead(env harness.Env) (*report.Section, error) {
 }
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+// baselineLabel describes the baseline arm: an older build, or this one with tracing on.
+func baselineLabel(env harness.Env) string {
+	if env.BaselineTraced {
+		return env.Baseline + " with tracing on (every request, OTLP/HTTP to a sink in the bench), the same configuration otherwise"
+	}
+	return env.Baseline + ", the same configuration on its own ports"
+}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/narwhal-router/narwhal/transport"
 	"github.com/narwhal-router/narwhal/transport/fault"
+	"github.com/narwhal-router/narwhal/transport/tracing"
 )
 
 // Attempt is one attempt of a client request as its supervisor planned it: its number, the
@@ -14,6 +15,9 @@ type Attempt struct {
 	N                int
 	BackendRequestID string
 	Plan             transport.Plan
+	// Decision and Reason are the attempt's disaggregation decision and the rule that made it
+	// ("" for a passthrough request), for its trace.
+	Decision, Reason string
 }
 
 // Run carries out a on the exchange (ingress does for each attempt its supervisor plans; tests
@@ -23,17 +27,52 @@ type Attempt struct {
 // goroutine of its own while this one waits; the hand-back is cheap, the waiting goroutine runs
 // next on the same P.
 func (x *Exchange) Run(a *Attempt) transport.Outcome {
+	// Only a traced request hands the runner an Observer: an untraced one pays nothing for it.
+	var progress transport.Progress = x
+	if x.trace != nil {
+		p := tracing.Plan{N: a.N, BackendRequestID: a.BackendRequestID, Consumer: a.Plan.Consumer.Name(),
+			Decision: a.Decision, Reason: a.Reason}
+		if a.Plan.Producer != nil {
+			p.Producer = a.Plan.Producer.Name()
+		}
+		x.trace.StartAttempt(p)
+		progress = tracedExchange{x}
+	}
 	done := make(chan transport.Outcome, 1)
 	go func() {
-		out := transport.Run(x.ctx, &a.Plan, x.EngineRequest(a.BackendRequestID), x)
+		out := transport.Run(x.ctx, &a.Plan, x.EngineRequest(a.BackendRequestID), progress)
 		x.setProgress(0, false)
 		done <- out
 	}()
 	out := <-done
+	x.trace.AttemptEnded(&out)
 	if out.Stream != nil {
 		x.cachedTokens = out.CachedTokens
 	}
 	return out
+}
+
+// tracedExchange is a traced request's Progress: the exchange's, and the trace's Observer.
+type tracedExchange struct{ *Exchange }
+
+func (t tracedExchange) StepStarted(step transport.Step, engine string) string {
+	return t.trace.StepStarted(step, engine)
+}
+
+func (t tracedExchange) StepEnded(step transport.Step, f *fault.Fault) { t.trace.StepEnded(step, f) }
+
+// endTrace ends the request's trace (nothing when it is not traced) with the status the client
+// got and, for a committed response, how it ended.
+func (x *Exchange) endTrace(status int, end *StreamFinished) {
+	if x.trace == nil {
+		return
+	}
+	f := tracing.Finish{Status: status, ClientGone: status == 0} // 0: the client hung up before any answer
+	if end != nil {
+		f.Fault, f.ClientGone = end.Fault, f.ClientGone || end.ClientGone
+		f.PromptTokens, f.OutputTokens, f.CachedTokens = end.PromptTokens, end.OutputTokens, end.CachedTokens
+	}
+	x.trace.End(f)
 }
 
 // Leg implements transport.Progress: where the running attempt stands, for dumps.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/narwhal-router/narwhal/transport"
 	"github.com/narwhal-router/narwhal/transport/fault"
+	"github.com/narwhal-router/narwhal/transport/tracing"
 	"github.com/narwhal-router/narwhal/transport/wire"
 )
 
@@ -27,6 +28,9 @@ type Exchange struct {
 
 	// Handle is the dispatcher's reference to the request's supervisor.
 	Handle any
+
+	// trace is the request's trace; nil when tracing is off.
+	trace *tracing.Request
 
 	ctx      context.Context
 	cancel   context.CancelCauseFunc
@@ -157,7 +161,22 @@ type StreamFinished struct {
 	ClientGone bool
 	// OutputTokens is the completion token count (from usage, else counted events).
 	OutputTokens int
-	Ended        time.Time
+	// PromptTokens and CachedTokens are the prompt's tokens and the cached part of them, as
+	// the client was told (cached after the correction, wire/usage.go); zero when the engine
+	// reported no usage.
+	PromptTokens, CachedTokens int
+	Ended                      time.Time
+}
+
+// countTokens takes the token counts of a committed attempt's usage into end: cached_tokens is
+// the committed attempt's true count when it corrects the engine's.
+func (x *Exchange) countTokens(end *StreamFinished, t wire.Tokens) {
+	end.OutputTokens = max(t.Completion, 0)
+	end.PromptTokens = max(t.Prompt, 0)
+	end.CachedTokens = max(t.Cached, 0)
+	if x.cachedTokens >= 0 {
+		end.CachedTokens = x.cachedTokens
+	}
 }
 
 // Dispatcher runs request supervisors; the actor system implements it.

@@ -18,6 +18,7 @@ import (
 	"github.com/narwhal-router/narwhal/transport"
 	"github.com/narwhal-router/narwhal/transport/fault"
 	"github.com/narwhal-router/narwhal/transport/telemetry"
+	"github.com/narwhal-router/narwhal/transport/tracing"
 	"github.com/narwhal-router/narwhal/transport/wire"
 )
 
@@ -34,6 +35,7 @@ type Ingress struct {
 	dispatcher Dispatcher
 	models     ModelLister
 	metrics    *telemetry.Metrics
+	tracer     *tracing.Tracer // nil: tracing off
 	gone       *goneWatcher
 	srv        *fasthttp.Server
 	deadline   time.Duration
@@ -41,14 +43,14 @@ type Ingress struct {
 }
 
 // NewIngress builds the listener from the server's and the requests' runtime settings; Serve
-// starts it.
-func NewIngress(srv config.ServerRuntime, req config.RequestRuntime, d Dispatcher, models ModelLister, m *telemetry.Metrics) (*Ingress, error) {
+// starts it. tracer traces every request it admits (nil: tracing off).
+func NewIngress(srv config.ServerRuntime, req config.RequestRuntime, d Dispatcher, models ModelLister, m *telemetry.Metrics, tracer *tracing.Tracer) (*Ingress, error) {
 	dispatcher := keyedDispatcher{d}
 	gone, err := newGoneWatcher(dispatcher.ClientGone)
 	if err != nil {
 		return nil, err
 	}
-	in := &Ingress{rt: srv, dispatcher: dispatcher, models: models, metrics: m, gone: gone,
+	in := &Ingress{rt: srv, dispatcher: dispatcher, models: models, metrics: m, tracer: tracer, gone: gone,
 		deadline: req.Deadline, keys: newKeyring(srv.APIKeys, srv.APIKeyMaxConcurrency)}
 	in.srv = &fasthttp.Server{
 		Name:               "narwhal",
@@ -188,6 +190,7 @@ func (in *Ingress) generate(ctx *fasthttp.RequestCtx, ep wire.Endpoint, slot int
 	x.keySlot.Store(int32(slot))
 	x.TraceParent = string(ctx.Request.Header.Peek("traceparent"))
 	x.TraceState = string(ctx.Request.Header.Peek("tracestate"))
+	x.trace = in.tracer.StartRequest(ep, id, body.Model, x.TraceParent, x.TraceState, arrival)
 	in.dispatcher.Dispatch(x)
 	watch := in.gone.watch(ctx.Conn(), x)
 
@@ -199,6 +202,7 @@ func (in *Ingress) generate(ctx *fasthttp.RequestCtx, ep wire.Endpoint, slot int
 		if a == nil {
 			watch.stop()
 			in.answer(ctx, cmd.Answer)
+			x.endTrace(cmd.Answer.Status, nil)
 			x.releaseKey()
 			return
 		}
@@ -304,7 +308,12 @@ func (in *Ingress) respondAssembled(ctx *fasthttp.RequestCtx, x *Exchange, s *tr
 		a.Add(ev.Data)
 	}
 	s.Close()
-	end.OutputTokens = wire.CompletionTokens(a.Usage(), events)
+	if t, ok := wire.UsageTokens(a.Usage()); ok {
+		x.countTokens(end, t)
+	}
+	if end.OutputTokens == 0 {
+		end.OutputTokens = events
+	}
 	if f := end.Fault; f != nil {
 		if f.Kind == fault.Canceled && errors.Is(f.Err, fault.ErrClientGone) {
 			end.ClientGone = true
@@ -326,6 +335,11 @@ func (in *Ingress) respondAssembled(ctx *fasthttp.RequestCtx, x *Exchange, s *tr
 	}
 	end.Ended = time.Now()
 	in.dispatcher.Finished(x, end)
+	status := ctx.Response.StatusCode()
+	if end.ClientGone {
+		status = 0
+	}
+	x.endTrace(status, end)
 }
 
 // requestDeadline is arrival + request.deadline_s, which X-Narwhal-Deadline-S may only shorten.

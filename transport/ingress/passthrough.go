@@ -38,7 +38,12 @@ func (in *Ingress) respondPassthrough(ctx *fasthttp.RequestCtx, x *Exchange, ans
 		ctx.Response.Header.SetContentType(ans.ContentType)
 	}
 	ctx.SetBody(ans.Body)
-	in.dispatcher.Finished(x, &StreamFinished{Ended: time.Now()})
+	end := &StreamFinished{Ended: time.Now()}
+	if t, ok := wire.TokensOf(ans.Body); ok { // embeddings, score and rerank report usage
+		x.countTokens(end, t)
+	}
+	in.dispatcher.Finished(x, end)
+	x.endTrace(fasthttp.StatusOK, end)
 }
 
 // retrieveModel answers GET /v1/models/{id}: the model object, or 404 in the OpenAI envelope.

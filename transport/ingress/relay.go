@@ -142,11 +142,12 @@ func (r *relay) WriteTo(w io.Writer) (int64, error) {
 			lastToken = now
 			r.events++
 		case wire.EventDone: // a Responses stream's last event carries its usage
-			if n, ok := wire.ResponsesOutputTokens(ev.Data); ok {
-				r.end.OutputTokens = n
+			if t, ok := wire.TokensOf(ev.Data); ok {
+				r.x.countTokens(&r.end, t)
 			}
 		case wire.EventUsage:
-			r.end.OutputTokens = wire.OutputTokensOf(ev.Data, 0)
+			t, _ := wire.TokensOf(ev.Data)
+			r.x.countTokens(&r.end, t)
 			if !includeUsage {
 				continue
 			}
@@ -214,6 +215,11 @@ func (r *relay) Close() error {
 		r.s.Close()
 		r.end.Ended = time.Now()
 		r.in.dispatcher.Finished(r.x, &r.end)
+		status := fasthttp.StatusOK
+		if r.end.ClientGone {
+			status = 0
+		}
+		r.x.endTrace(status, &r.end)
 	})
 	return nil
 }

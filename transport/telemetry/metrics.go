@@ -6,9 +6,12 @@ package telemetry
 import (
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/uber-go/tally/v4"
+
+	"github.com/narwhal-router/narwhal/buildinfo"
 )
 
 // Metrics records Narwhal's metrics into a tally scope. Instruments are created once per tag
@@ -20,8 +23,13 @@ type Metrics struct {
 	counters map[instrumentKey]tally.Counter
 	timers   map[instrumentKey]tally.Timer
 	gauges   map[instrumentKey]tally.Gauge
+	sets     map[setKey]*requestSet
 
 	tokenGap tally.Histogram
+
+	// models is the model label's values (ServeModels); modelsMu serializes its writers.
+	models   atomic.Pointer[map[string]string]
+	modelsMu sync.Mutex
 }
 
 // New records into scope (tally.NoopScope for none).
@@ -31,6 +39,7 @@ func New(scope tally.Scope) *Metrics {
 		counters: map[instrumentKey]tally.Counter{},
 		timers:   map[instrumentKey]tally.Timer{},
 		gauges:   map[instrumentKey]tally.Gauge{},
+		sets:     map[setKey]*requestSet{},
 		tokenGap: scope.Histogram("inter_token_gap_s", gapBuckets),
 	}
 }
@@ -45,17 +54,17 @@ var (
 	gapBuckets = tally.DurationBuckets{time.Millisecond, 2 * time.Millisecond, 5 * time.Millisecond, 10 * time.Millisecond, 20 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond, 500 * time.Millisecond, time.Second, 5 * time.Second}
 )
 
-// instrumentKey identifies one instrument: a name and up to three tag key/value pairs. It is a
+// instrumentKey identifies one instrument: a name and up to four tag key/value pairs. It is a
 // comparable value, so looking an instrument up allocates nothing.
 type instrumentKey struct {
 	name string
-	kv   [6]string
+	kv   [8]string
 }
 
 func key(name string, kv ...string) instrumentKey {
 	k := instrumentKey{name: name}
 	if len(kv) > len(k.kv) {
-		panic("telemetry: " + name + " has more than three tags")
+		panic("telemetry: " + name + " has more than four tags")
 	}
 	copy(k.kv[:], kv)
 	return k
@@ -69,65 +78,85 @@ func tags(kv []string) map[string]string {
 	return t
 }
 
+// cached returns the instrument m[k], made by mk and kept on first use. Reads take mu's read
+// lock only, so recording an already-made instrument is a map lookup.
+func cached[K comparable, V any](mu *sync.RWMutex, m map[K]V, k K, mk func() V) V {
+	mu.RLock()
+	v, ok := m[k]
+	mu.RUnlock()
+	if ok {
+		return v
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if v, ok = m[k]; !ok {
+		v = mk()
+		m[k] = v
+	}
+	return v
+}
+
 // counter returns the counter name{kv...}; kv alternates tag keys and values, and one metric
 // name always uses the same keys (Prometheus requires it).
 func (m *Metrics) counter(name string, kv ...string) tally.Counter {
-	k := key(name, kv...)
-	m.mu.RLock()
-	c, ok := m.counters[k]
-	m.mu.RUnlock()
-	if ok {
-		return c
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if c, ok = m.counters[k]; !ok {
-		c = m.scope.Tagged(tags(kv)).Counter(name)
-		m.counters[k] = c
-	}
-	return c
+	return cached(&m.mu, m.counters, key(name, kv...), func() tally.Counter { return m.scope.Tagged(tags(kv)).Counter(name) })
 }
 
 // timer returns a latency timer: statsd gets every sample (it computes percentiles), Prometheus
 // a histogram in seconds.
 func (m *Metrics) timer(name string, kv ...string) tally.Timer {
-	k := key(name, kv...)
-	m.mu.RLock()
-	h, ok := m.timers[k]
-	m.mu.RUnlock()
-	if ok {
-		return h
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if h, ok = m.timers[k]; !ok {
-		h = m.scope.Tagged(tags(kv)).Timer(name)
-		m.timers[k] = h
-	}
-	return h
+	return cached(&m.mu, m.timers, key(name, kv...), func() tally.Timer { return m.scope.Tagged(tags(kv)).Timer(name) })
 }
 
 func (m *Metrics) gauge(name string, kv ...string) tally.Gauge {
-	k := key(name, kv...)
-	m.mu.RLock()
-	g, ok := m.gauges[k]
-	m.mu.RUnlock()
-	if ok {
-		return g
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if g, ok = m.gauges[k]; !ok {
-		g = m.scope.Tagged(tags(kv)).Gauge(name)
-		m.gauges[k] = g
-	}
-	return g
+	return cached(&m.mu, m.gauges, key(name, kv...), func() tally.Gauge { return m.scope.Tagged(tags(kv)).Gauge(name) })
 }
 
-// Rejected counts a request refused before it reached a supervisor (bad input).
+// The model label of the request metrics is bounded: each model the fleet serves (ServeModels)
+// is a value of its own, up to MaxModelLabels of them; anything else — a model the fleet does
+// not serve, a request that named none, models past the bound — is counted as OtherModel. A
+// client cannot grow the number of series by inventing model names.
+const (
+	MaxModelLabels = 32
+	OtherModel     = "other"
+)
+
+// ServeModels adds models to the values the model label may take (the router calls it with
+// the fleet's models at start and whenever an engine lists its models). Values are never
+// removed, so a series does not vanish while Prometheus still scrapes it.
+func (m *Metrics) ServeModels(models []string) {
+	m.modelsMu.Lock()
+	defer m.modelsMu.Unlock()
+	cur := m.models.Load()
+	next := map[string]string{}
+	if cur != nil {
+		for k, v := range *cur {
+			next[k] = v
+		}
+	}
+	for _, name := range models {
+		if _, ok := next[name]; !ok && len(next) < MaxModelLabels && name != "" {
+			next[name] = name
+		}
+	}
+	m.models.Store(&next)
+}
+
+// modelLabel is the model label's value for a request that named model.
+func (m *Metrics) modelLabel(model string) string {
+	if p := m.models.Load(); p != nil {
+		if v, ok := (*p)[model]; ok {
+			return v
+		}
+	}
+	return OtherModel
+}
+
+// Rejected counts a request refused before it reached a supervisor (bad input): its model is
+// not known (OtherModel).
 func (m *Metrics) Rejected(endpoint string, status int, d time.Duration) {
-	m.counter("requests", "endpoint", endpoint, "status", strconv.Itoa(status), "outcome", "rejected").Inc(1)
-	m.timer("total_s", "endpoint", endpoint, "outcome", "rejected").Record(d)
+	m.counter("requests", "endpoint", endpoint, "model", OtherModel, "status", strconv.Itoa(status), "outcome", "rejected").Inc(1)
+	m.timer("total_s", "endpoint", endpoint, "model", OtherModel, "outcome", "rejected").Record(d)
 }
 
 // TokenGap records the time between two relayed token events.
@@ -142,32 +171,98 @@ func (m *Metrics) TokensRelayed(endpoint string, n int) {
 
 // Request is everything recorded about one finished request.
 type Request struct {
-	Endpoint   string
-	Status     int
-	Outcome    string
-	Attempts   int
-	TTFT       time.Duration // zero: no prefill completed
-	FirstByte  time.Duration // zero: no token arrived
-	Total      time.Duration
-	OutputToks int
+	Endpoint string
+	// Model is the model the request named; its label is bounded (ServeModels).
+	Model     string
+	Status    int
+	Outcome   string
+	Attempts  int
+	TTFT      time.Duration // zero: no prefill completed
+	FirstByte time.Duration // zero: no token arrived
+	Total     time.Duration
+	// Token counts from the engine's usage, as the client was told them (cached after the
+	// router's correction, see transport/wire/usage.go); zero when unknown.
+	OutputToks, PromptToks, CachedToks int
 }
 
 // RequestDone records a request's single outcome and its measurement contract.
 func (m *Metrics) RequestDone(r Request) {
-	m.counter("requests", "endpoint", r.Endpoint, "status", strconv.Itoa(r.Status), "outcome", r.Outcome).Inc(1)
-	m.timer("total_s", "endpoint", r.Endpoint, "outcome", r.Outcome).Record(r.Total)
+	set := m.requestSet(r.Endpoint, m.modelLabel(r.Model))
+	o := set.outcome(m, r.Status, r.Outcome)
+	o.requests.Inc(1)
+	o.total.Record(r.Total)
 	if r.TTFT > 0 {
-		m.timer("ttft_s", "endpoint", r.Endpoint).Record(r.TTFT)
+		set.ttft.Record(r.TTFT)
 	}
 	if r.FirstByte > 0 {
-		m.timer("first_byte_s", "endpoint", r.Endpoint).Record(r.FirstByte)
+		set.firstByte.Record(r.FirstByte)
 	}
 	if r.Attempts > 0 {
-		m.counter("attempts", "endpoint", r.Endpoint).Inc(int64(r.Attempts))
+		set.attempts.Inc(int64(r.Attempts))
 	}
 	if r.OutputToks > 0 {
-		m.counter("output_tokens", "endpoint", r.Endpoint).Inc(int64(r.OutputToks))
+		set.output.Inc(int64(r.OutputToks))
 	}
+	if r.PromptToks > 0 {
+		set.prompt.Inc(int64(r.PromptToks))
+	}
+	if r.CachedToks > 0 {
+		set.cached.Inc(int64(r.CachedToks))
+	}
+}
+
+// requestSet is the request metrics' instruments for one endpoint and model label, made once,
+// so that recording a request is two lookups (the set, then its status and outcome) rather than
+// one per metric.
+type requestSet struct {
+	endpoint, model                  string
+	ttft, firstByte                  tally.Timer
+	attempts, output, prompt, cached tally.Counter
+
+	mu        sync.RWMutex
+	byOutcome map[outcomeKey]outcomeInstruments
+}
+
+type (
+	setKey     struct{ endpoint, model string }
+	outcomeKey struct {
+		status  int
+		outcome string
+	}
+	outcomeInstruments struct {
+		requests tally.Counter
+		total    tally.Timer
+	}
+)
+
+func (m *Metrics) requestSet(endpoint, model string) *requestSet {
+	// Made outside m.mu: its instruments take that lock themselves.
+	k := setKey{endpoint, model}
+	m.mu.RLock()
+	set, ok := m.sets[k]
+	m.mu.RUnlock()
+	if ok {
+		return set
+	}
+	set = &requestSet{endpoint: endpoint, model: model, byOutcome: map[outcomeKey]outcomeInstruments{},
+		ttft:      m.timer("ttft_s", "endpoint", endpoint, "model", model),
+		firstByte: m.timer("first_byte_s", "endpoint", endpoint, "model", model),
+		attempts:  m.counter("attempts", "endpoint", endpoint, "model", model),
+		output:    m.counter("output_tokens", "endpoint", endpoint, "model", model),
+		prompt:    m.counter("prompt_tokens", "endpoint", endpoint, "model", model),
+		cached:    m.counter("cached_prompt_tokens", "endpoint", endpoint, "model", model),
+	}
+	return cached(&m.mu, m.sets, k, func() *requestSet { return set })
+}
+
+func (s *requestSet) outcome(m *Metrics, status int, outcome string) outcomeInstruments {
+	return cached(&s.mu, s.byOutcome, outcomeKey{status, outcome}, func() outcomeInstruments {
+		// Made under s.mu: m.counter and m.timer take m.mu, and nothing takes s.mu under m.mu.
+		return outcomeInstruments{
+			requests: m.counter("requests", "endpoint", s.endpoint, "model", s.model, "status", strconv.Itoa(status), "outcome", outcome),
+			total:    m.timer("total_s", "endpoint", s.endpoint, "model", s.model, "outcome", outcome),
+		}
+	})
 }
 
 // HandoffAge records the age of a handoff when its decode leg starts.
@@ -208,6 +303,12 @@ func (m *Metrics) ClientDisconnect(phase string) {
 // QueueDepth reports how many requests wait for capacity.
 func (m *Metrics) QueueDepth(n int) { m.gauge("queue_depth").Update(float64(n)) }
 
+// BuildInfo reports the running build's identity as build_info{version,revision,goversion} = 1
+// (the Prometheus convention: join on it to label any series with the version).
+func (m *Metrics) BuildInfo(b buildinfo.Info) {
+	m.gauge("build_info", "version", b.Version, "revision", b.Revision, "goversion", b.GoVersion).Update(1)
+}
+
 // RuntimeProcs records how many CPUs the Go scheduler runs the router on (server.procs).
 func (m *Metrics) RuntimeProcs(n int) { m.gauge("runtime_procs").Update(float64(n)) }
 
@@ -215,6 +316,19 @@ func (m *Metrics) RuntimeProcs(n int) { m.gauge("runtime_procs").Update(float64(
 func (m *Metrics) EngineInflight(engine string, prefill, decode int) {
 	m.gauge("engine_inflight", "engine", engine, "phase", "prefill").Update(float64(prefill))
 	m.gauge("engine_inflight", "engine", engine, "phase", "decode").Update(float64(decode))
+}
+
+// EngineState reports where an engine stands with the router: engine_state{engine,state} is 1
+// for its current state and 0 for every other of states, so a graph of the series that are 1
+// shows each engine's state over time and a sum by state counts the engines in each.
+func (m *Metrics) EngineState(engine, current string, states []string) {
+	for _, st := range states {
+		v := 0.0
+		if st == current {
+			v = 1
+		}
+		m.gauge("engine_state", "engine", engine, "state", st).Update(v)
+	}
 }
 
 // BreakerTransition counts an engine's breaker moving between states.

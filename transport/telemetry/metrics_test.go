@@ -1,6 +1,7 @@
 package telemetry
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
@@ -10,23 +11,76 @@ import (
 func TestRequestDoneRecordsTheContract(t *testing.T) {
 	scope := tally.NewTestScope("", nil)
 	m := New(scope)
-	m.RequestDone(Request{Endpoint: "chat", Status: 200, Outcome: "success", Attempts: 2,
-		TTFT: 120 * time.Millisecond, FirstByte: 250 * time.Millisecond, Total: time.Second, OutputToks: 7})
-	m.RequestDone(Request{Endpoint: "chat", Status: 503, Outcome: "rejected", Total: time.Millisecond})
+	m.ServeModels([]string{"m1"})
+	m.RequestDone(Request{Endpoint: "chat", Model: "m1", Status: 200, Outcome: "success", Attempts: 2,
+		TTFT: 120 * time.Millisecond, FirstByte: 250 * time.Millisecond, Total: time.Second, OutputToks: 7, PromptToks: 30, CachedToks: 16})
+	m.RequestDone(Request{Endpoint: "chat", Model: "m1", Status: 503, Outcome: "rejected", Total: time.Millisecond})
 	snap := scope.Snapshot()
 	counters := snap.Counters()
-	if c := counters["requests+endpoint=chat,outcome=success,status=200"]; c == nil || c.Value() != 1 {
-		t.Fatalf("requests counter: %v", counters)
-	}
-	if c := counters["attempts+endpoint=chat"]; c == nil || c.Value() != 2 {
-		t.Fatalf("attempts: %v", c)
+	for name, want := range map[string]int64{
+		"requests+endpoint=chat,model=m1,outcome=success,status=200":  1,
+		"requests+endpoint=chat,model=m1,outcome=rejected,status=503": 1,
+		"attempts+endpoint=chat,model=m1":                             2,
+		"output_tokens+endpoint=chat,model=m1":                        7,
+		"prompt_tokens+endpoint=chat,model=m1":                        30,
+		"cached_prompt_tokens+endpoint=chat,model=m1":                 16,
+	} {
+		if c := counters[name]; c == nil || c.Value() != want {
+			t.Errorf("%s: %v, want %d", name, c, want)
+		}
 	}
 	timers := snap.Timers()
-	if tm := timers["ttft_s+endpoint=chat"]; tm == nil || len(tm.Values()) != 1 || tm.Values()[0] != 120*time.Millisecond {
+	if tm := timers["ttft_s+endpoint=chat,model=m1"]; tm == nil || len(tm.Values()) != 1 || tm.Values()[0] != 120*time.Millisecond {
 		t.Fatalf("ttft_s: %v", tm)
 	}
-	if tm := timers["first_byte_s+endpoint=chat"]; tm == nil || len(tm.Values()) != 1 {
+	if tm := timers["first_byte_s+endpoint=chat,model=m1"]; tm == nil || len(tm.Values()) != 1 {
 		t.Fatal("a rejected request must not record first_byte_s")
+	}
+}
+
+// The model label takes the values the fleet serves, up to MaxModelLabels; a model the fleet
+// does not serve, a request without one and models past the bound are all "other".
+func TestModelLabelIsBounded(t *testing.T) {
+	scope := tally.NewTestScope("", nil)
+	m := New(scope)
+	var served []string
+	for i := range MaxModelLabels + 5 {
+		served = append(served, "model-"+strconv.Itoa(i))
+	}
+	m.ServeModels(served[:3])
+	m.ServeModels(served) // grows up to the bound, keeps what it had
+	for _, name := range append([]string{"", "invented-by-a-client"}, served...) {
+		m.RequestDone(Request{Endpoint: "chat", Model: name, Status: 200, Outcome: "success"})
+	}
+	values := map[string]int64{}
+	for _, c := range scope.Snapshot().Counters() {
+		if c.Name() == "requests" {
+			values[c.Tags()["model"]] += c.Value()
+		}
+	}
+	if len(values) != MaxModelLabels+1 {
+		t.Fatalf("%d model label values, want %d served + other: %v", len(values), MaxModelLabels, values)
+	}
+	if values[OtherModel] != 2+5 || values["model-0"] != 1 || values["model-"+strconv.Itoa(MaxModelLabels-1)] != 1 {
+		t.Fatalf("model label values: %v", values)
+	}
+}
+
+func TestEngineStateIsOneForTheCurrentState(t *testing.T) {
+	scope := tally.NewTestScope("", nil)
+	m := New(scope)
+	states := []string{"admitted", "quarantined", "ejected", "probing"}
+	m.EngineState("d0", "admitted", states)
+	m.EngineState("d0", "ejected", states)
+	gauges := scope.Snapshot().Gauges()
+	for _, st := range states {
+		want := 0.0
+		if st == "ejected" {
+			want = 1
+		}
+		if g := gauges["engine_state+engine=d0,state="+st]; g == nil || g.Value() != want {
+			t.Errorf("engine_state{engine=d0,state=%s}: %v, want %v", st, g, want)
+		}
 	}
 }
 
@@ -39,8 +93,9 @@ func TestStatsdNameFlattensTagsInKeyOrder(t *testing.T) {
 
 func BenchmarkRequestDone(b *testing.B) {
 	m := New(tally.NewTestScope("", nil))
-	r := Request{Endpoint: "chat", Status: 200, Outcome: "success", Attempts: 1,
-		TTFT: 10 * time.Millisecond, FirstByte: 20 * time.Millisecond, Total: time.Second, OutputToks: 32}
+	m.ServeModels([]string{"m1"})
+	r := Request{Endpoint: "chat", Model: "m1", Status: 200, Outcome: "success", Attempts: 1,
+		TTFT: 10 * time.Millisecond, FirstByte: 20 * time.Millisecond, Total: time.Second, OutputToks: 32, PromptToks: 100, CachedToks: 64}
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
 		m.RequestDone(r)

@@ -14,6 +14,7 @@ import (
 	"github.com/uber-go/tally/v4"
 	tallyprom "github.com/uber-go/tally/v4/prometheus"
 
+	"github.com/narwhal-router/narwhal/buildinfo"
 	"github.com/narwhal-router/narwhal/config"
 )
 
@@ -54,6 +55,18 @@ func PrometheusName(name, kind string) string {
 	return PrometheusPrefix + name
 }
 
+// sanitizeOptions keep Prometheus's rules for metric names and label names, and every printable
+// ASCII character in label values: a model (meta-llama/Llama-3.1-8B-Instruct), an engine name
+// (prefill-0) or a version (v1.2.3-dirty) reads on /metrics as configured (the Prometheus client
+// escapes quotes and backslashes). statsd flattens values into names with its own, stricter
+// rule (StatsdName).
+var sanitizeOptions = tally.SanitizeOptions{
+	NameCharacters:       tallyprom.DefaultSanitizerOpts.NameCharacters,
+	KeyCharacters:        tallyprom.DefaultSanitizerOpts.KeyCharacters,
+	ValueCharacters:      tally.ValidCharacters{Ranges: []tally.SanitizeRange{{' ', '~'}}},
+	ReplacementCharacter: tally.DefaultReplacementCharacter,
+}
+
 // secondsBuckets are the Prometheus buckets for latency timers, in seconds.
 var secondsBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
 
@@ -84,12 +97,14 @@ func NewReporting(cfg config.MetricsRuntime) (*Reporting, error) {
 	scope, closer := tally.NewRootScope(tally.ScopeOptions{
 		CachedReporter:  rep,
 		Separator:       tallyprom.DefaultSeparator,
-		SanitizeOptions: &tallyprom.DefaultSanitizerOpts,
+		SanitizeOptions: &sanitizeOptions,
 		// tally's own cardinality gauges carry the library version in their names: a dashboard
 		// over them would break on an upgrade, and they are not Narwhal's to report.
 		OmitCardinalityMetrics: true,
 	}, interval)
-	return &Reporting{Metrics: New(scope), Prometheus: pr.HTTPHandler(), closer: closer, statter: rep.statter}, nil
+	m := New(scope)
+	m.BuildInfo(buildinfo.Get())
+	return &Reporting{Metrics: m, Prometheus: pr.HTTPHandler(), closer: closer, statter: rep.statter}, nil
 }
 
 // Close reports what is pending and closes the statsd client.

@@ -47,7 +47,7 @@ func FuzzEventReader(f *testing.F) {
 				t.Fatalf("%q: Classify %d and ClassifyFast %d disagree on [DONE] or an error", data, k, fast)
 			}
 			_ = ParseStreamError(data)
-			_ = UsageOf(data)
+			_, _ = TokensOf(data)
 		}
 	})
 }

@@ -185,25 +185,3 @@ func (a *Assembler) addResponses(data []byte) {
 type errNoResponse struct{}
 
 func (errNoResponse) Error() string { return "the stream ended without a final response object" }
-
-// ResponsesOutputTokens reads usage.output_tokens from a Responses stream's final event
-// (response.completed or response.incomplete); ok is false for any other data.
-func ResponsesOutputTokens(data []byte) (int, bool) {
-	// The relay asks about every stream's last event, which for the completions APIs is
-	// [DONE]: that is no JSON object, and failing to decode it would cost a parse error's
-	// allocations per request.
-	if i := SkipSpace(data, 0); i >= len(data) || data[i] != '{' {
-		return 0, false
-	}
-	var ev struct {
-		Response struct {
-			Usage struct {
-				OutputTokens *int `json:"output_tokens"`
-			} `json:"usage"`
-		} `json:"response"`
-	}
-	if json.Unmarshal(data, &ev) != nil || ev.Response.Usage.OutputTokens == nil {
-		return 0, false
-	}
-	return *ev.Response.Usage.OutputTokens, true
-}

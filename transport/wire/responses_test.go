@@ -66,22 +66,7 @@ func TestResponsesEventClassification(t *testing.T) {
 	if se.Status != 500 || se.Message != "x" || !strings.Contains(string(se.Body), `"code":"server_error"`) {
 		t.Errorf("response.failed: %+v %s", se, se.Body)
 	}
-	if n, ok := ResponsesOutputTokens([]byte(`{"type":"response.completed","response":{"usage":{"output_tokens":3}}}`)); !ok || n != 3 {
-		t.Errorf("output tokens %d %v", n, ok)
-	}
-}
-
-// The relay asks every stream's last event for a Responses usage; [DONE] (the completions APIs'
-// last event) is answered without decoding, so it costs nothing per request.
-func TestResponsesOutputTokensOfDone(t *testing.T) {
-	if n, ok := ResponsesOutputTokens([]byte("[DONE]")); ok {
-		t.Fatalf("[DONE] read as a Responses usage of %d tokens", n)
-	}
-	if n, ok := ResponsesOutputTokens([]byte(` {"type":"response.completed","response":{"usage":{"output_tokens":7}}}`)); !ok || n != 7 {
-		t.Fatalf("a completed response: %d, %v; want 7 tokens", n, ok)
-	}
-	done := []byte("[DONE]")
-	if allocs := testing.AllocsPerRun(100, func() { ResponsesOutputTokens(done) }); allocs != 0 {
-		t.Fatalf("[DONE] costs %.0f allocations", allocs)
+	if u, ok := TokensOf([]byte(`{"type":"response.completed","response":{"usage":{"output_tokens":3}}}`)); !ok || u.Completion != 3 {
+		t.Errorf("output tokens %+v %v", u, ok)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"errors"
 	"io"
-	"strconv"
 
 	"github.com/goccy/go-json"
 )
@@ -193,60 +192,4 @@ func ParseStreamError(data []byte) StreamError {
 		se.Message = "engine reported an error inside the stream"
 	}
 	return se
-}
-
-// UsageOf returns the usage object of an event's data, if it has one.
-func UsageOf(data []byte) json.RawMessage {
-	var c struct {
-		Usage json.RawMessage `json:"usage"`
-	}
-	_ = json.Unmarshal(data, &c)
-	return c.Usage
-}
-
-// OutputTokensOf reads an event's usage.completion_tokens (or usage.output_tokens, the
-// Responses API's name), or returns fallback: what UsageOf and CompletionTokens read together,
-// scanned in place without decoding or allocating (the relay asks once per stream).
-func OutputTokensOf(data []byte, fallback int) int {
-	var top, inner [16]Field
-	fields, err := ScanObject(data, top[:0])
-	if err != nil {
-		return fallback
-	}
-	usage, ok := Member(data, fields, "usage")
-	if !ok {
-		return fallback
-	}
-	if fields, err = ScanObject(usage, inner[:0]); err != nil {
-		return fallback
-	}
-	for _, key := range [...]string{"completion_tokens", "output_tokens"} {
-		if v, ok := Member(usage, fields, key); ok {
-			if n, err := strconv.Atoi(string(v)); err == nil {
-				return n
-			}
-		}
-	}
-	return fallback
-}
-
-// CompletionTokens reads completion_tokens from a usage object, or returns fallback.
-func CompletionTokens(usage json.RawMessage, fallback int) int {
-	if len(usage) == 0 {
-		return fallback
-	}
-	var u struct {
-		CompletionTokens *int `json:"completion_tokens"`
-		OutputTokens     *int `json:"output_tokens"` // the Responses API's name
-	}
-	if err := json.Unmarshal(usage, &u); err != nil {
-		return fallback
-	}
-	switch {
-	case u.CompletionTokens != nil:
-		return *u.CompletionTokens
-	case u.OutputTokens != nil:
-		return *u.OutputTokens
-	}
-	return fallback
 }

@@ -79,3 +79,68 @@ func CorrectCachedTokens(dst, b []byte, cached int) ([]byte, bool) {
 	dst = append(dst, v...)
 	return append(dst, b[q:]...), true
 }
+
+// Tokens is what an engine's usage object counts: the prompt (input) tokens, the completion
+// (output) tokens and the cached part of the prompt, each -1 when the object does not say.
+type Tokens struct {
+	Prompt, Completion, Cached int
+}
+
+// TokensOf reads the usage of an event's data or a response body, scanned in place without
+// decoding or allocating: its top-level "usage" object (the completions APIs' usage chunk and
+// bodies, embeddings) or its "response"."usage" (a Responses stream's final event). ok is
+// false when it carries no usage object.
+func TokensOf(data []byte) (t Tokens, ok bool) {
+	var top, inner [16]Field
+	fields, err := ScanObject(data, top[:0])
+	if err != nil {
+		return Tokens{-1, -1, -1}, false
+	}
+	usage, ok := Member(data, fields, "usage")
+	if !ok {
+		resp, found := Member(data, fields, "response")
+		if !found {
+			return Tokens{-1, -1, -1}, false
+		}
+		if fields, err = ScanObject(resp, inner[:0]); err != nil {
+			return Tokens{-1, -1, -1}, false
+		}
+		if usage, ok = Member(resp, fields, "usage"); !ok {
+			return Tokens{-1, -1, -1}, false
+		}
+	}
+	return UsageTokens(usage)
+}
+
+// UsageTokens reads a usage object itself (what an assembler keeps): prompt_tokens or the
+// Responses API's input_tokens, completion_tokens or output_tokens, and the cached_tokens of
+// prompt_tokens_details or input_tokens_details. ok is false when usage is not an object.
+func UsageTokens(usage []byte) (Tokens, bool) {
+	t := Tokens{-1, -1, -1}
+	var fields, details [16]Field
+	fs, err := ScanObject(usage, fields[:0])
+	if err != nil {
+		return t, false
+	}
+	count := func(obj []byte, fs []Field, keys ...string) int {
+		for _, k := range keys {
+			if v, ok := Member(obj, fs, k); ok {
+				if n, err := strconv.Atoi(string(v)); err == nil && n >= 0 {
+					return n
+				}
+			}
+		}
+		return -1
+	}
+	t.Prompt = count(usage, fs, "prompt_tokens", "input_tokens")
+	t.Completion = count(usage, fs, "completion_tokens", "output_tokens")
+	for _, k := range [...]string{"prompt_tokens_details", "input_tokens_details"} {
+		if d, ok := Member(usage, fs, k); ok {
+			if ds, err := ScanObject(d, details[:0]); err == nil {
+				t.Cached = count(d, ds, "cached_tokens")
+				break
+			}
+		}
+	}
+	return t, true
+}

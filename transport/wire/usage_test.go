@@ -1,6 +1,9 @@
 package wire
 
-import "testing"
+import (
+	"encoding/json"
+	"testing"
+)
 
 func TestCorrectCachedTokens(t *testing.T) {
 	cases := []struct {
@@ -63,31 +66,88 @@ func TestPromptEstimateAndBlocks(t *testing.T) {
 	}
 }
 
-// The relay's count of output tokens agrees with decoding the usage chunk, and costs nothing.
-func TestOutputTokensOf(t *testing.T) {
-	for _, c := range []struct {
-		data string
-		want int
-	}{
-		{`{"id":"c","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":3,"total_tokens":8}}`, 3},
-		{`{"usage":{"output_tokens":4}}`, 4},
-		{`{"usage":{"completion_tokens":null,"output_tokens":6}}`, 6},
-		{`{"usage":{"completion_tokens":2},"usage":{"completion_tokens":9}}`, 9}, // the last one, as a JSON parser reads it
-		{`{"usage":null}`, -1},
-		{`{"choices":[]}`, -1},
-		{`[DONE]`, -1},
-		{`{"usage":{"completion_tokens":"x"}}`, -1},
-		{`{"usage":`, -1},
-	} {
-		if got := OutputTokensOf([]byte(c.data), -1); got != c.want {
-			t.Errorf("%s: %d, want %d", c.data, got, c.want)
+// decodedTokens is TokensOf's oracle: the same counts read by decoding the JSON.
+func decodedTokens(data string) (Tokens, bool) {
+	type details struct {
+		Cached *int `json:"cached_tokens"`
+	}
+	var raw struct {
+		Usage    json.RawMessage `json:"usage"`
+		Response struct {
+			Usage json.RawMessage `json:"usage"`
+		} `json:"response"`
+	}
+	if json.Unmarshal([]byte(data), &raw) != nil {
+		return Tokens{-1, -1, -1}, false
+	}
+	u := raw.Usage
+	if u == nil {
+		u = raw.Response.Usage
+	}
+	var v struct {
+		Prompt        *int     `json:"prompt_tokens"`
+		Input         *int     `json:"input_tokens"`
+		Completion    *int     `json:"completion_tokens"`
+		Output        *int     `json:"output_tokens"`
+		PromptDetails *details `json:"prompt_tokens_details"`
+		InputDetails  *details `json:"input_tokens_details"`
+	}
+	if u == nil || json.Unmarshal(u, &v) != nil || string(u) == "null" {
+		return Tokens{-1, -1, -1}, false
+	}
+	first := func(ps ...*int) int {
+		for _, p := range ps {
+			if p != nil {
+				return *p
+			}
 		}
-		if want := CompletionTokens(UsageOf([]byte(c.data)), -1); want != c.want {
-			t.Errorf("%s: the decoding reader says %d, the test %d", c.data, want, c.want)
+		return -1
+	}
+	var cached []*int
+	for _, d := range []*details{v.PromptDetails, v.InputDetails} {
+		if d != nil {
+			cached = append(cached, d.Cached)
 		}
 	}
-	data := []byte(`{"id":"c","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":3,"total_tokens":8}}`)
-	if allocs := testing.AllocsPerRun(100, func() { OutputTokensOf(data, 0) }); allocs != 0 {
-		t.Fatalf("%.0f allocations", allocs)
+	return Tokens{Prompt: first(v.Prompt, v.Input), Completion: first(v.Completion, v.Output), Cached: first(cached...)}, true
+}
+
+// The relay's token counts agree with decoding the usage, and cost nothing per stream.
+func TestTokensOf(t *testing.T) {
+	for _, c := range []struct {
+		data string
+		want Tokens
+		ok   bool
+	}{
+		{`{"id":"c","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":3,"total_tokens":8}}`, Tokens{5, 3, -1}, true},
+		{`{"usage":{"prompt_tokens":9,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":8}}}`, Tokens{9, 3, 8}, true},
+		{`{"usage":{"prompt_tokens":9,"prompt_tokens_details":null}}`, Tokens{9, -1, -1}, true},
+		{`{"usage":{"input_tokens":6,"output_tokens":4,"input_tokens_details":{"cached_tokens":2}}}`, Tokens{6, 4, 2}, true},
+		{`{"type":"response.completed","response":{"id":"r","usage":{"input_tokens":6,"output_tokens":7}}}`, Tokens{6, 7, -1}, true},
+		{`{"usage":{"completion_tokens":null,"output_tokens":6}}`, Tokens{-1, 6, -1}, true},
+		{`{"usage":{"completion_tokens":2},"usage":{"completion_tokens":9}}`, Tokens{-1, 9, -1}, true},        // the last one, as a JSON parser reads it
+		{`{"object":"list","data":[],"usage":{"prompt_tokens":4,"total_tokens":4}}`, Tokens{4, -1, -1}, true}, // embeddings
+		{`{"usage":null}`, Tokens{-1, -1, -1}, false},
+		{`{"choices":[]}`, Tokens{-1, -1, -1}, false},
+		{`[DONE]`, Tokens{-1, -1, -1}, false},
+		{`{"usage":{"completion_tokens":"x"}}`, Tokens{-1, -1, -1}, true},
+		{`{"usage":`, Tokens{-1, -1, -1}, false},
+	} {
+		got, ok := TokensOf([]byte(c.data))
+		if got != c.want || ok != c.ok {
+			t.Errorf("%s: %+v %v, want %+v %v", c.data, got, ok, c.want, c.ok)
+		}
+		if want, wantOK := decodedTokens(c.data); wantOK && (want != c.want || !c.ok) {
+			t.Errorf("%s: the decoding reader says %+v, the test %+v", c.data, want, c.want)
+		}
+	}
+	for _, data := range [][]byte{
+		[]byte(`{"id":"c","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":4}}}`),
+		[]byte("[DONE]"),
+		[]byte(`{"type":"response.completed","response":{"usage":{"input_tokens":6,"output_tokens":7}}}`),
+	} {
+		if allocs := testing.AllocsPerRun(100, func() { TokensOf(data) }); allocs != 0 {
+			t.Fatalf("%s: %.0f allocations", data, allocs)
+		}
 	}
 }

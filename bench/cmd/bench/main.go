@@ -51,6 +51,7 @@ func run() int {
 	list := flag.String("scenarios", os.Getenv("BENCH_SCENARIOS"), "comma-separated scenarios to run (default: all: overhead, saturation, streams, faults)")
 	narwhal := flag.String("narwhal", "bin/narwhal", "the router binary (make build puts it there)")
 	baseline := flag.String("baseline", os.Getenv("BENCH_BASELINE"), "a second router binary, e.g. built from an older commit, run by the overhead scenario as a fourth arm beside -narwhal (A/B in the same windows)")
+	traced := flag.Bool("traced", os.Getenv("BENCH_TRACED") != "", "run -narwhal itself as the overhead scenario's baseline arm with tracing on (every request exported over OTLP/HTTP to a sink in the bench): the cost of tracing, off against on, in the same windows (BENCH_TRACED=1)")
 	out := flag.String("out", "bench/out", "directory for logs, generated configurations and profiles")
 	profile := flag.Bool("profile", true, "capture router CPU/heap profiles in extra windows (figures are measured without them)")
 	quick := flag.Bool("quick", false, "shorten every window (a smoke run; figures are rough)")
@@ -80,6 +81,13 @@ func run() int {
 		return 2
 	}
 	var baseBin string
+	if *traced {
+		if *baseline != "" {
+			fmt.Fprintln(os.Stderr, "bench: -traced runs -narwhal as the baseline arm with tracing on; it cannot be combined with -baseline")
+			return 2
+		}
+		*baseline = *narwhal
+	}
 	if *baseline != "" {
 		if baseBin, err = filepath.Abs(*baseline); err == nil {
 			_, err = os.Stat(baseBin)
@@ -122,7 +130,11 @@ func run() int {
 		if baseRev != "" {
 			built = " (commit " + baseRev + ")"
 		}
-		fmt.Printf("baseline router %s%s beside it in the overhead scenario: the same configuration, its own process\n", *baseline, built)
+		if *traced {
+			fmt.Printf("baseline router %s%s beside it in the overhead scenario: the same binary and configuration with tracing on\n", *baseline, built)
+		} else {
+			fmt.Printf("baseline router %s%s beside it in the overhead scenario: the same configuration, its own process\n", *baseline, built)
+		}
 	}
 	if len(routerEnv) > 0 {
 		fmt.Printf("router environment: %s\n", strings.Join(routerEnv, " "))
@@ -138,7 +150,7 @@ func run() int {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			return 1
 		}
-		env := harness.Env{Narwhal: bin, Baseline: baseBin, Self: self, Dir: dir, Profile: *profile, Quick: *quick, RouterEnv: routerEnv, Trace: *tracePath}
+		env := harness.Env{Narwhal: bin, Baseline: baseBin, BaselineTraced: *traced, Self: self, Dir: dir, Profile: *profile, Quick: *quick, RouterEnv: routerEnv, Trace: *tracePath}
 		harness.Logf("scenario %s: starting (logs in %s)", sc.Name, dir)
 		t0, load0 := time.Now(), scenarios.LoadAverage()
 		sec, err := sc.Run(env)
