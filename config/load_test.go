@@ -2,6 +2,7 @@ package config
 
 import (
 	"os"
+	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
@@ -196,6 +197,11 @@ func TestExampleConfigParses(t *testing.T) {
 	t.Setenv("NARWHAL_ADMIN_TOKEN", "t")
 	t.Setenv("ENGINE_P0_KEY", "k")
 	t.Setenv("NARWHAL_API_KEY", "client-key")
+	keys := filepath.Join(t.TempDir(), "keys")
+	if err := os.WriteFile(keys, []byte("file-key\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("NARWHAL_API_KEYS_FILE", keys)
 	if cfg, err = Load("../docs/narwhal.example.yaml"); err != nil {
 		t.Fatal(err)
 	}
