@@ -398,7 +398,7 @@ func demoNodes(base config.Config, n int, fleet *sim.Fleet) error {
 %s
 Eject an engine on one node and watch it leave placement on all of them:
 
-  curl -X POST 'http://%s/engines/d0/eject?reason=demo'
+  curl -X POST -H 'X-Narwhal-Admin: 1' 'http://%s/engines/d0/eject?reason=demo'
   curl -s http://%s/engines | grep -A3 '"d0"'
 
 Stall a node with kill -STOP <pid> (kill -CONT to resume) and watch /cluster on the others.

@@ -40,7 +40,7 @@ type Config struct {
 type Server struct {
 	Listen               string  `yaml:"listen"`
 	AdminListen          string  `yaml:"admin_listen"`
-	AdminToken           string  `yaml:"admin_token"`
+	AdminToken           string  `yaml:"admin_token,omitempty"`
 	MaxBodyBytes         int     `yaml:"max_body_bytes"`
 	ExposeRoutingHeaders bool    `yaml:"expose_routing_headers"`
 	ShutdownGraceS       Seconds `yaml:"shutdown_grace_s"`
@@ -55,7 +55,7 @@ type Server struct {
 	// APIKeys are the client API keys (Authorization: Bearer); none configured means no
 	// authentication. APIKeysFile names a file of more keys, one a line ('#' comments).
 	APIKeys     []string `yaml:"api_keys"`
-	APIKeysFile string   `yaml:"api_keys_file"`
+	APIKeysFile string   `yaml:"api_keys_file,omitempty"`
 	// APIKeyMaxConcurrency bounds each key's requests in flight (0: unbounded); one more is
 	// answered 429 with Retry-After.
 	APIKeyMaxConcurrency int `yaml:"api_key_max_concurrency"`
@@ -245,7 +245,7 @@ type Engine struct {
 	// together); 0 means no cap.
 	MaxInflight int      `yaml:"max_inflight"`
 	Models      []string `yaml:"models"`
-	APIKey      string   `yaml:"api_key"`
+	APIKey      string   `yaml:"api_key,omitempty"`
 	KV          KV       `yaml:"kv"`
 }
 

@@ -132,7 +132,7 @@ func Start(rt config.Runtime, opts Options) (_ *Server, err error) {
 		}
 	}()
 	if s.adminLn != nil {
-		s.admin = &http.Server{Handler: admin.Handler(adminFleet{s.router}, s.reporting.Prometheus, rt.Admin.Token),
+		s.admin = &http.Server{Handler: admin.Handler(adminFleet{s.router}, s.reporting.Prometheus, rt.Admin.Token, s.adminLn.Addr().String()),
 			ReadHeaderTimeout: 10 * time.Second, IdleTimeout: rt.Admin.IdleTimeout}
 		go func() {
 			if err := s.admin.Serve(s.adminLn); !errors.Is(err, http.ErrServerClosed) {
