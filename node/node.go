@@ -104,7 +104,7 @@ func Start(rt config.Runtime, opts Options) (_ *Server, err error) {
 		s.log.Warn("starting without every engine's model list", "error", err)
 	}
 
-	if s.ingress, err = ingress.NewIngress(rt.Server, rt.Request, s.router, s.router, s.reporting.Metrics); err != nil {
+	if s.ingress, err = ingress.NewIngress(rt.Server, rt.Request, s.router, s.router, s.reporting.Metrics, ingress.Options{Logger: s.log}); err != nil {
 		return nil, err
 	}
 	cleanup = append(cleanup, s.ingress.Close)

@@ -32,7 +32,12 @@ import (
 
 // narwhalBinary is the binary the cluster tests run, built once per test binary into a
 // directory TestMain removes (removeNarwhalBinary).
+// NARWHAL_TEST_BINARY names another build to run instead (an older one, to measure a change
+// against it).
 var narwhalBinary = sync.OnceValues(func() (string, error) {
+	if bin := os.Getenv("NARWHAL_TEST_BINARY"); bin != "" {
+		return bin, nil
+	}
 	dir, err := os.MkdirTemp("", "narwhal-e2e-")
 	if err != nil {
 		return "", err
@@ -121,7 +126,9 @@ type narwhalNode struct {
 	api    string
 	admin  string
 	cmd    *exec.Cmd
-	log    *syncBuffer
+	log    *syncBuffer // stderr: the process log
+	out    *syncBuffer // stdout: the access log
+	env    []string    // added to the environment
 	client *http.Client
 	// cutFile partitions the node from the other nodes while it exists (the cluster's test
 	// fault hook, cluster.FaultFileEnv); its clients and the engines still reach it.
@@ -208,10 +215,13 @@ func startCluster(t *testing.T, s clusterSetup) *narwhalCluster {
 }
 
 func (n *narwhalNode) start() {
-	n.log = &syncBuffer{}
+	n.log, n.out = &syncBuffer{}, &syncBuffer{}
 	n.cmd = exec.Command(n.bin, "serve", "--config", n.cfg, "--skip-preflight")
-	n.cmd.Env = append(os.Environ(), cluster.FaultFileEnv+"="+n.cutFile)
-	n.cmd.Stdout = io.Discard
+	n.cmd.Env = append(os.Environ(), n.env...)
+	if n.cutFile != "" {
+		n.cmd.Env = append(n.cmd.Env, cluster.FaultFileEnv+"="+n.cutFile)
+	}
+	n.cmd.Stdout = n.out
 	n.cmd.Stderr = n.log
 	if err := n.cmd.Start(); err != nil {
 		n.t.Errorf("start %s: %v", n.name, err) // may run on a goroutine of its own: no Fatal
@@ -328,7 +338,7 @@ func (n *narwhalNode) post(path, body string) (int, string) {
 
 func (n *narwhalNode) adminPost(path string) {
 	n.t.Helper()
-	resp, err := n.client.Post(n.admin+path, "", nil)
+	resp, err := n.client.Post(n.admin+path, "application/json", nil)
 	if err != nil {
 		n.t.Fatalf("%s POST %s: %v", n.name, path, err)
 	}

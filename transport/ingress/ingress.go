@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"strconv"
 	"strings"
@@ -40,9 +41,18 @@ type Ingress struct {
 	keys       *keyring
 }
 
+// Options are an Ingress's collaborators beyond the router.
+type Options struct {
+	// Logger receives the client connections' errors (connlog.go); nil: discarded.
+	Logger *slog.Logger
+}
+
 // NewIngress builds the listener from the server's and the requests' runtime settings; Serve
 // starts it.
-func NewIngress(srv config.ServerRuntime, req config.RequestRuntime, d Dispatcher, models ModelLister, m *telemetry.Metrics) (*Ingress, error) {
+func NewIngress(srv config.ServerRuntime, req config.RequestRuntime, d Dispatcher, models ModelLister, m *telemetry.Metrics, opts Options) (*Ingress, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
 	dispatcher := keyedDispatcher{d}
 	gone, err := newGoneWatcher(dispatcher.ClientGone)
 	if err != nil {
@@ -54,6 +64,7 @@ func NewIngress(srv config.ServerRuntime, req config.RequestRuntime, d Dispatche
 		Name:               "narwhal",
 		Handler:            in.handle,
 		ErrorHandler:       in.handleTransportError,
+		Logger:             &connLog{log: opts.Logger.With("component", "ingress")},
 		MaxRequestBodySize: srv.MaxBodyBytes,
 		ReadTimeout:        srv.HeaderTimeout,
 		IdleTimeout:        srv.IdleTimeout,
