@@ -262,6 +262,11 @@ type KV struct {
 	// transfer: CIDRs (10.0.0.0/8) or exact host:port entries. Unset, the KV host must be the
 	// producer's own host (from its url).
 	AllowedEndpoints []string `yaml:"allowed_endpoints"`
+	// AllowedPorts are the ports an unpinned producer's descriptor may name on its own host (or
+	// on a host an allowed_endpoints CIDR covers): "5600" or "5600-5663" entries; none: the
+	// range vLLM's NIXL connector listens on (transport/kv DefaultAllowedPorts). The router's
+	// own listener ports are never allowed there.
+	AllowedPorts []string `yaml:"allowed_ports"`
 }
 
 // Metrics configures the tally reporters.

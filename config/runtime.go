@@ -291,12 +291,14 @@ func Provision(c Config, connectors kv.Registry) (Runtime, error) {
 		rt.Metrics.Statsd = &StatsdRuntime{Address: s.Address, Prefix: s.Prefix, FlushInterval: s.FlushIntervalS.Duration()}
 	}
 	var errs []error
+	reserved := c.reservedPorts()
 	for _, e := range c.Engines {
 		spec, err := ProvisionEngine(e, connectors)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
+		spec.KV.ReservedPorts = reserved
 		rt.Engines = append(rt.Engines, spec)
 	}
 	if len(errs) > 0 { // unreachable after Validate; kept so that a gap between the two says so
@@ -329,13 +331,17 @@ func ProvisionEngine(e Engine, connectors kv.Registry) (EngineSpec, error) {
 	if len(modes) == 0 {
 		modes = []string{"pull"}
 	}
+	ports, err := parsePorts(e.KV.AllowedPorts)
+	if err != nil {
+		return EngineSpec{}, fmt.Errorf("engine %s: kv.allowed_ports%w", e.Name, err)
+	}
 	return EngineSpec{
 		Name: e.Name, URL: e.URL, Base: u.Scheme + "://" + u.Host, Addr: addr, TLS: u.Scheme == "https",
 		Role: e.Role, MaxInflight: e.MaxInflight, Models: append([]string(nil), e.Models...), APIKey: e.APIKey,
 		Connector: conn,
 		KV: kv.Side{
 			Engine: e.Name, Connector: conn.Name(), EngineID: e.KV.EngineID, Endpoint: e.KV.Endpoint,
-			TransferModes: modes, Host: u.Hostname(), AllowedEndpoints: e.KV.AllowedEndpoints,
+			TransferModes: modes, Host: u.Hostname(), AllowedEndpoints: e.KV.AllowedEndpoints, AllowedPorts: ports,
 		},
 	}, nil
 }

@@ -50,3 +50,37 @@ func TestEmptySecretsFailClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// engines[].kv.allowed_ports: ports and ranges, never one of the router's own listeners.
+func TestAllowedPorts(t *testing.T) {
+	doc := func(ports string) string {
+		return "server: {listen: \":8000\", admin_listen: \"127.0.0.1:8001\"}\nengines:\n  - {name: p0, url: \"http://10.0.0.5:8100\", role: prefill, kv: {allowed_ports: " + ports + "}}\n  - {name: d0, url: \"http://127.0.0.1:8200\", role: decode}\n"
+	}
+	for ports, want := range map[string]string{
+		`["7000-7010", "7100"]`: "",
+		`["5600-9000"]`:         "engines[0].kv.allowed_ports: 5600-9000 includes 8000, the port of server.listen",
+		`["8001"]`:              "includes 8001, the port of server.admin_listen",
+		`["9-1"]`:               `engines[0].kv.allowed_ports: [0] "9-1" is not allowed; want a port (5600) or a range`,
+		`["70000"]`:             "is not allowed",
+		`["x"]`:                 "is not allowed",
+	} {
+		cfg, err := Parse([]byte(doc(ports)), noEnv)
+		if want == "" {
+			if err != nil {
+				t.Fatalf("%s: %v", ports, err)
+			}
+			rt, err := Provision(cfg, kv.Builtin())
+			if err != nil {
+				t.Fatal(err)
+			}
+			side := rt.Engines[0].KV
+			if len(side.AllowedPorts) != 2 || side.AllowedPorts[0] != (kv.PortRange{Lo: 7000, Hi: 7010}) || len(side.ReservedPorts) != 2 {
+				t.Fatalf("%s: provisioned %+v", ports, side)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: got %v, want %q", ports, err, want)
+		}
+	}
+}

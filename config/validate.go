@@ -287,6 +287,7 @@ func (c *Config) validateEngines(ck *checker) {
 				ck.port(fmt.Sprintf("%s.kv.allowed_endpoints[%d]", p, j), a, port, false)
 			}
 		}
+		ck.checkAllowedPorts(c, i, e)
 		for j, m := range e.KV.TransferModes {
 			ck.oneOf(fmt.Sprintf("%s.kv.transfer_modes[%d]", p, j), m, "pull", "push")
 		}

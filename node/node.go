@@ -265,7 +265,7 @@ func (u unknownEngine) Unwrap() []error { return []error{u.error, admin.ErrUnkno
 func warnUnconstrainedProducers(log *slog.Logger, engines []config.EngineSpec) {
 	for _, e := range engines {
 		if e.Role.CanPrefill() && e.KV.Endpoint == "" && len(e.KV.AllowedEndpoints) == 0 {
-			log.Warn("producer's KV endpoint is not pinned: its descriptors may name only its own host; "+
+			log.Warn("producer's KV endpoint is not pinned: its descriptors may name only its own host, on kv.allowed_ports; "+
 				"set engines[].kv.endpoint or kv.allowed_endpoints", "engine", e.Name, "url", e.URL)
 		}
 	}

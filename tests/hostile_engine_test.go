@@ -397,7 +397,11 @@ func TestHostileProducerCannotRedirectConsumers(t *testing.T) {
 		"the admin port on another loopback address": descriptor("127.0.0.2", adminPort, ""),
 		"a host with a path":                         descriptor("127.0.0.1/debug", adminPort, ""),
 		"another host":                               descriptor("10.1.2.3", 5600, ""),
-		"a protocol flip":                            descriptor("127.0.0.1", 5600, `,"do_remote_decode":true`),
+		// Its own host (the router's too, here) only on the NIXL ports (issue 26, item 6).
+		"its own host, the router's admin port":  descriptor("127.0.0.1", adminPort, ""),
+		"its own host, the router's client port": descriptor("127.0.0.1", strings.TrimPrefix(h.base, "http://127.0.0.1:"), ""),
+		"its own host, another local service":    descriptor("127.0.0.1", 6379, ""),
+		"a protocol flip":                        descriptor("127.0.0.1", 5600, `,"do_remote_decode":true`),
 	}
 	for name, desc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -23,8 +23,10 @@ type contractSide struct {
 	Endpoint  string `json:"endpoint"`
 	// The KV endpoint policy's inputs (a case without a host: no same-host check).
 	Host             string   `json:"host"`
-	AllowedEndpoints []string `json:"allowed_endpoints"`
-	TransferModes    []string `json:"transfer_modes"`
+	AllowedEndpoints []string       `json:"allowed_endpoints"`
+	AllowedPorts     []kv.PortRange `json:"allowed_ports"`
+	ReservedPorts    []int          `json:"reserved_ports"`
+	TransferModes    []string       `json:"transfer_modes"`
 }
 
 func (s contractSide) with(t *testing.T, override json.RawMessage) kv.Side {
