@@ -432,7 +432,7 @@ func run(rt config.Runtime, log *slog.Logger, started func(*node.Server)) error 
 	signals := make(chan os.Signal, 4)
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1)
 	defer signal.Stop(signals)
-	srv, err := node.Start(rt, node.Options{Logger: log, AccessLog: os.Stdout, SizeProcs: true})
+	srv, err := node.Start(rt, node.Options{Logger: log, AccessLog: os.Stdout, SizeProcs: true, SetMemoryLimit: true})
 	if err != nil {
 		return err
 	}

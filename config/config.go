@@ -66,6 +66,9 @@ type Server struct {
 	ClientWriteTimeoutS Seconds `yaml:"client_write_timeout_s"`
 	// MaxResponseBytes bounds the decode event data a non-streaming response is assembled from.
 	MaxResponseBytes int `yaml:"max_response_bytes"`
+	// MaxBufferedBytes bounds the client bodies and whole answers the process holds at once
+	// (0: derived from the memory limit, config/budget.go).
+	MaxBufferedBytes int64 `yaml:"max_buffered_bytes"`
 
 	// ExposeEngineErrors relays an engine's in-stream error message to clients; off, they get
 	// its status, type and code with a generic message (engine text can name internal hosts).

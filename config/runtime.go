@@ -47,6 +47,10 @@ type ServerRuntime struct {
 	ClientWriteTimeout   time.Duration
 	MaxResponseBytes     int
 	ExposeEngineErrors   bool
+	// MaxBufferedBytes is the memory budget (server.max_buffered_bytes, or the value derived
+	// from the memory limit); BufferBudgetSource says which.
+	MaxBufferedBytes   int64
+	BufferBudgetSource string
 	// APIKeys are server.api_keys followed by the keys of server.api_keys_file, read once here;
 	// none means no client authentication. APIKeyMaxConcurrency bounds one key's requests in
 	// flight (0: unbounded).
@@ -232,6 +236,7 @@ func Provision(c Config, connectors kv.Registry) (Runtime, error) {
 		return Runtime{}, err
 	}
 	fixed, auto, _ := c.Server.ProcsPolicy() // validated
+	budget, budgetSource := c.Server.bufferBudget()
 	rt := Runtime{
 		Server: ServerRuntime{
 			Listen:               c.Server.Listen,
@@ -244,6 +249,8 @@ func Provision(c Config, connectors kv.Registry) (Runtime, error) {
 			ClientWriteTimeout:   c.Server.ClientWriteTimeoutS.Duration(),
 			MaxResponseBytes:     c.Server.MaxResponseBytes,
 			ExposeEngineErrors:   c.Server.ExposeEngineErrors,
+			MaxBufferedBytes:     budget,
+			BufferBudgetSource:   budgetSource,
 			APIKeys:              keys,
 			APIKeyMaxConcurrency: c.Server.APIKeyMaxConcurrency,
 			Procs:                Procs{Fixed: fixed, Auto: auto},

@@ -161,6 +161,7 @@ func (c *Config) check(ck *checker) {
 	if v := c.Server.MaxResponseBytes; v < 1 || v > 1<<30 {
 		ck.fail("server.max_response_bytes", "%d is not allowed; want a byte count from 1 to 1073741824", v)
 	}
+	ck.checkBudget(c.Server)
 	if _, _, err := c.Server.ProcsPolicy(); err != nil {
 		ck.fail("server.procs", "%v", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,6 +25,7 @@ import (
 	"github.com/narwhal-router/narwhal/node/procs"
 	"github.com/narwhal-router/narwhal/transport/admin"
 	"github.com/narwhal-router/narwhal/transport/ingress"
+	"github.com/narwhal-router/narwhal/transport/memory"
 	"github.com/narwhal-router/narwhal/transport/telemetry"
 )
 
@@ -39,6 +41,10 @@ type Options struct {
 	// SizeProcs applies server.procs to the process (GOMAXPROCS). Only the process that owns
 	// the scheduler sets it — `narwhal serve`, not a test binary hosting a router.
 	SizeProcs bool
+	// SetMemoryLimit sets the Go runtime's soft memory limit from the memory budget (unless
+	// GOMEMLIMIT is set), so that garbage a burst leaves is collected before the process
+	// outgrows the budget by much. Only the process that owns the runtime sets it.
+	SetMemoryLimit bool
 }
 
 // Server is one running Narwhal.
@@ -58,6 +64,7 @@ type Server struct {
 	stopOnce  sync.Once
 	stopErr   error
 	procs     *procs.Controller // nil unless server.procs is auto and SizeProcs is set
+	budget    *memory.Budget    // server.max_buffered_bytes
 }
 
 // Start builds everything from rt (config.Provision made it, with the connector registry the
@@ -104,7 +111,22 @@ func Start(rt config.Runtime, opts Options) (_ *Server, err error) {
 		s.log.Warn("starting without every engine's model list", "error", err)
 	}
 
-	if s.ingress, err = ingress.NewIngress(rt.Server, rt.Request, s.router, s.router, s.reporting.Metrics, ingress.Options{Logger: s.log}); err != nil {
+	metrics := s.reporting.Metrics
+	s.budget = memory.New(rt.Server.MaxBufferedBytes, memory.Options{Report: metrics.BufferedBytes})
+	if opts.SetMemoryLimit && os.Getenv("GOMEMLIMIT") == "" {
+		// The budget and room for everything else the router holds (connections, streams,
+		// actors): garbage a burst leaves (answers read in part, then refused) is collected
+		// before it takes the process much past the budget. Bodies and answers are pointer-free
+		// memory, so a collection near the limit costs little: there is nothing in them to scan.
+		limit := rt.Server.MaxBufferedBytes + 64<<20
+		debug.SetMemoryLimit(limit)
+		s.log.Info("Go soft memory limit set from the memory budget", "limit_bytes", limit)
+	}
+	cleanup = append(cleanup, s.budget.Close)
+	s.log.Info("memory budget for request bodies and whole answers", "max_buffered_bytes", rt.Server.MaxBufferedBytes,
+		"from", rt.Server.BufferBudgetSource)
+	if s.ingress, err = ingress.NewIngress(rt.Server, rt.Request, s.router, s.router, metrics,
+		ingress.Options{Logger: s.log, Budget: s.budget}); err != nil {
 		return nil, err
 	}
 	cleanup = append(cleanup, s.ingress.Close)
@@ -201,6 +223,7 @@ func (s *Server) shutdown(ctx context.Context) error {
 	s.peers.Close() // leave the cluster before the engine actors stop
 	s.router.Close()
 	s.procs.Stop()
+	s.budget.Close()
 	s.reporting.Close()
 	if errors.Is(err, context.DeadlineExceeded) {
 		return nil // the grace period ending is the designed path, not a failure

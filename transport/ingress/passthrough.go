@@ -1,12 +1,14 @@
 package ingress
 
 import (
+	"io"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
 	"github.com/narwhal-router/narwhal/transport"
 	"github.com/narwhal-router/narwhal/transport/fault"
+	"github.com/narwhal-router/narwhal/transport/memory"
 	"github.com/narwhal-router/narwhal/transport/wire"
 )
 
@@ -31,14 +33,67 @@ func (in *Ingress) parseBody(ep wire.Endpoint, raw []byte) (*wire.ClientBody, er
 }
 
 // respondPassthrough answers with a committed passthrough attempt's answer: the engine's 200,
-// its body and content type as sent.
+// its body and content type as sent, and no other header of the engine's (the router's own
+// are x-request-id, Server-Timing and, when on, the routing headers). The body is the buffer
+// the answer was read into, sent without a copy; its reservation is freed once it is written
+// (or the connection is gone).
 func (in *Ingress) respondPassthrough(ctx *fasthttp.RequestCtx, x *Exchange, ans *transport.PassthroughResponse) {
 	ctx.SetStatusCode(fasthttp.StatusOK)
-	if ans.ContentType != "" {
-		ctx.Response.Header.SetContentType(ans.ContentType)
-	}
-	ctx.SetBody(ans.Body)
+	ctx.Response.Header.SetContentType(ans.ContentType)
+	sendHeld(ctx, ans.Body, ans.Hold)
 	in.dispatcher.Finished(x, &StreamFinished{Ended: time.Now()})
+}
+
+// sendHeld makes chunks (in order) the response body, written from them, and frees hold once
+// fasthttp has written it or dropped the response (it closes a body stream either way).
+func sendHeld(ctx *fasthttp.RequestCtx, chunks [][]byte, hold memory.Hold) {
+	n := 0
+	for _, c := range chunks {
+		n += len(c)
+	}
+	ctx.Response.SetBodyStream(&heldBody{rest: chunks, hold: hold}, n)
+}
+
+// heldBody is a response body the memory budget holds until it is written.
+type heldBody struct {
+	rest [][]byte
+	hold memory.Hold
+}
+
+func (h *heldBody) Read(p []byte) (int, error) {
+	n := 0
+	for n < len(p) && len(h.rest) > 0 {
+		c := copy(p[n:], h.rest[0])
+		n += c
+		if h.rest[0] = h.rest[0][c:]; len(h.rest[0]) == 0 {
+			h.rest = h.rest[1:]
+		}
+	}
+	if n == 0 && len(h.rest) == 0 {
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+// WriteTo writes the rest a piece a write: fasthttp's copy then needs no buffer of its own.
+func (h *heldBody) WriteTo(w io.Writer) (int64, error) {
+	var total int64
+	for len(h.rest) > 0 {
+		n, err := w.Write(h.rest[0])
+		total += int64(n)
+		if err != nil {
+			h.rest[0] = h.rest[0][n:]
+			return total, err
+		}
+		h.rest = h.rest[1:]
+	}
+	return total, nil
+}
+
+func (h *heldBody) Close() error {
+	h.rest = nil
+	h.hold.Free()
+	return nil
 }
 
 // retrieveModel answers GET /v1/models/{id}: the model object, or 404 in the OpenAI envelope.

@@ -22,7 +22,7 @@ type contractSide struct {
 	EngineID  string `json:"engine_id"`
 	Endpoint  string `json:"endpoint"`
 	// The KV endpoint policy's inputs (a case without a host: no same-host check).
-	Host             string   `json:"host"`
+	Host             string         `json:"host"`
 	AllowedEndpoints []string       `json:"allowed_endpoints"`
 	AllowedPorts     []kv.PortRange `json:"allowed_ports"`
 	ReservedPorts    []int          `json:"reserved_ports"`
