@@ -20,7 +20,7 @@ test: ## everything CI runs: format, vet, race tests, allocation budgets (withou
 	@failed=""; \
 	$(MAKE) --no-print-directory fmt-check || failed="$$failed fmt-check"; \
 	$(MAKE) --no-print-directory vet || failed="$$failed vet"; \
-	$(GO) test -race -count=1 -timeout 12m ./... || failed="$$failed go-test"; \
+	$(GO) test -race -count=1 -timeout 12m -tags clusterfaults ./... || failed="$$failed go-test"; \
 	$(GO) test -count=1 -run 'Allocat' ./transport/ingress/ ./transport/wire/ ./transport/kv/ ./actors/ || failed="$$failed alloc-budgets"; \
 	$(MAKE) --no-print-directory fuzz || failed="$$failed fuzz"; \
 	if command -v python3 >/dev/null; then $(MAKE) --no-print-directory python-test || failed="$$failed python-test"; \

@@ -31,6 +31,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/narwhal-router/narwhal/bench/sim"
+	"github.com/narwhal-router/narwhal/cluster/certs"
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/node"
 	"github.com/narwhal-router/narwhal/transport/admin"
@@ -54,7 +55,7 @@ func rootCommand() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.SetVersionTemplate("{{.Version}}\n")
-	root.AddCommand(serveCommand(), preflightCommand(), dumpCommand(), demoCommand(), versionCommand(), sim.Command())
+	root.AddCommand(serveCommand(), preflightCommand(), dumpCommand(), demoCommand(), versionCommand(), sim.Command(), clusterCommand())
 	noStrayArguments(root)
 	return root
 }
@@ -226,6 +227,34 @@ func dumpCommand() *cobra.Command {
 	cmd.Flags().StringVar(&addr, "admin", "127.0.0.1:8001", "admin listener address")
 	cmd.Flags().StringVar(&format, "format", "text", "text or json")
 	cmd.Flags().StringVar(&token, "token", os.Getenv("NARWHAL_ADMIN_TOKEN"), "admin bearer token (default $NARWHAL_ADMIN_TOKEN)")
+	return cmd
+}
+
+// clusterCommand groups the cluster's tools: `narwhal cluster certs`.
+func clusterCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "cluster", Short: "Cluster tools"}
+	var out string
+	var nodes, hosts []string
+	certsCmd := &cobra.Command{
+		Use:   "certs",
+		Short: "Make a CA and node certificates for cluster.tls (a test cluster, or one without a CA of its own)",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			files, err := certs.Write(out, nodes, hosts)
+			if err != nil {
+				return err
+			}
+			for _, name := range nodes {
+				f := files[name]
+				fmt.Fprintf(cmd.OutOrStdout(), "%s:\n  tls: {cert_file: %s, key_file: %s, ca_file: %s}\n", name, f.Cert, f.Key, f.CA)
+			}
+			return nil
+		},
+	}
+	certsCmd.Flags().StringVar(&out, "out", "", "directory to write ca.pem, ca-key.pem and <node>.pem, <node>-key.pem into")
+	certsCmd.Flags().StringSliceVar(&nodes, "nodes", []string{"node-0", "node-1", "node-2"}, "node names, one certificate each")
+	certsCmd.Flags().StringSliceVar(&hosts, "host", nil, "host names or addresses to put in the certificates (localhost and 127.0.0.1 always are)")
+	_ = certsCmd.MarkFlagRequired("out")
+	cmd.AddCommand(certsCmd)
 	return cmd
 }
 

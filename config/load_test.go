@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/narwhal-router/narwhal/cluster/certs"
 	"github.com/narwhal-router/narwhal/transport/kv"
 )
 
@@ -202,6 +203,13 @@ func TestExampleConfigParses(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("NARWHAL_API_KEYS_FILE", keys)
+	files, err := certs.Write(t.TempDir(), []string{"router-a"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("NARWHAL_CLUSTER_CERT", files["router-a"].Cert)
+	t.Setenv("NARWHAL_CLUSTER_KEY", files["router-a"].Key)
+	t.Setenv("NARWHAL_CLUSTER_CA", files["router-a"].CA)
 	if cfg, err = Load("../docs/narwhal.example.yaml"); err != nil {
 		t.Fatal(err)
 	}

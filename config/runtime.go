@@ -214,6 +214,8 @@ type ClusterRuntime struct {
 	SuspectAfter      time.Duration
 	VerdictTTL        time.Duration
 	RepublishInterval time.Duration
+	// TLS are the cluster's credentials (cluster.tls); nil: none, allowed on loopback only.
+	TLS *ClusterCredentials
 }
 
 // EtcdRuntime is cluster.etcd.
@@ -370,7 +372,12 @@ func (t EngineTimeouts) provision(maxResponse int) EngineTimings {
 }
 
 func (c Cluster) provision() ClusterRuntime {
+	var creds *ClusterCredentials
+	if c.TLS.set() {
+		creds, _ = c.TLS.load() // validated
+	}
 	return ClusterRuntime{
+		TLS:     creds,
 		Enabled: c.Enabled, Name: c.Name, Node: c.node(), Bind: c.Bind, Advertise: c.advertiseAddr(),
 		Provider: c.Provider, Seeds: append([]string(nil), c.Seeds...),
 		Etcd: EtcdRuntime{Endpoints: append([]string(nil), c.Etcd.Endpoints...), Prefix: c.Etcd.Prefix,

@@ -21,6 +21,7 @@ import (
 
 	"github.com/narwhal-router/narwhal/bench/sim"
 	"github.com/narwhal-router/narwhal/cluster"
+	"github.com/narwhal-router/narwhal/cluster/certs"
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/messages"
 	"github.com/narwhal-router/narwhal/transport/kv"
@@ -30,31 +31,46 @@ import (
 // breakers' verdicts through the cluster (SPEC §15). Each node is a real process: a stall is a
 // SIGSTOP, a crash a SIGKILL.
 
-// narwhalBinary is the binary the cluster tests run, built once per test binary into a
-// directory TestMain removes (removeNarwhalBinary).
-// NARWHAL_TEST_BINARY names another build to run instead (an older one, to measure a change
-// against it).
+// narwhalBinary is the binary the end-to-end tests run: built once per test binary, with the
+// clusterfaults tag (the cluster's partition hook, cluster.FaultFileEnv), into a directory
+// TestMain removes (removeNarwhalBinary). NARWHAL_TEST_BINARY names another build to run
+// instead (an older one, to measure a change against it).
 var narwhalBinary = sync.OnceValues(func() (string, error) {
 	if bin := os.Getenv("NARWHAL_TEST_BINARY"); bin != "" {
 		return bin, nil
 	}
+	return goBuild("narwhal-faults", "-tags", "clusterfaults")
+})
+
+// productBinary is the binary `make build` produces: no build tag.
+var productBinary = sync.OnceValues(func() (string, error) { return goBuild("narwhal") })
+
+var binDir = sync.OnceValues(func() (string, error) {
 	dir, err := os.MkdirTemp("", "narwhal-e2e-")
+	if err == nil {
+		binDirMade.Store(&dir)
+	}
+	return dir, err
+})
+
+var binDirMade atomic.Pointer[string]
+
+func goBuild(name string, flags ...string) (string, error) {
+	dir, err := binDir()
 	if err != nil {
 		return "", err
 	}
-	binDir.Store(&dir)
-	bin := filepath.Join(dir, "narwhal")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/narwhal-router/narwhal").CombinedOutput(); err != nil {
+	bin := filepath.Join(dir, name)
+	args := append(append([]string{"build"}, flags...), "-o", bin, "github.com/narwhal-router/narwhal")
+	if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build: %v\n%s", err, out)
 	}
 	return bin, nil
-})
+}
 
-var binDir atomic.Pointer[string]
-
-// removeNarwhalBinary deletes what narwhalBinary built, if anything.
+// removeNarwhalBinary deletes what narwhalBinary and productBinary built, if anything.
 func removeNarwhalBinary(int) {
-	if d := binDir.Load(); d != nil {
+	if d := binDirMade.Load(); d != nil {
 		os.RemoveAll(*d)
 	}
 }
@@ -137,6 +153,11 @@ type narwhalNode struct {
 
 type clusterSetup struct {
 	nodes int
+	// bin is the binary the nodes run; "": narwhalBinary (with the partition hook).
+	bin string
+	// insecure runs the cluster without cluster.tls (loopback allows it); by default every
+	// node has a certificate of the cluster's own CA.
+	insecure bool
 	// config adjusts every node's configuration (after the defaults below).
 	config func(*config.Config)
 	// provider: "" for the static seed list, else etcd with these endpoints.
@@ -151,7 +172,10 @@ type narwhalCluster struct {
 
 func startCluster(t *testing.T, s clusterSetup) *narwhalCluster {
 	t.Helper()
-	bin := buildNarwhal(t)
+	bin := s.bin
+	if bin == "" {
+		bin = buildNarwhal(t)
+	}
 	fleet, err := sim.StartFleet(sim.FleetOptions{Prefill: 2, Decode: 2, Engine: sim.Options{Tokens: 2, Models: []string{"sim-model"}}})
 	if err != nil {
 		t.Fatal(err)
@@ -164,6 +188,14 @@ func startCluster(t *testing.T, s clusterSetup) *narwhalCluster {
 	}
 	prefix := fmt.Sprintf("/narwhal-e2e-%d", time.Now().UnixNano())
 	dir := t.TempDir()
+	var names []string
+	for i := range s.nodes {
+		names = append(names, fmt.Sprintf("node-%d", i))
+	}
+	creds, err := certs.Write(filepath.Join(dir, "certs"), names, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for i := range s.nodes {
 		cfg := config.Default()
 		cfg.Engines = fleetEngines(fleet)
@@ -179,6 +211,10 @@ func startCluster(t *testing.T, s clusterSetup) *narwhalCluster {
 		cl.Enabled, cl.Name, cl.NodeName, cl.Bind, cl.Seeds = true, "e2e", fmt.Sprintf("node-%d", i), seeds[i], seeds
 		cl.GossipIntervalS, cl.HeartbeatIntervalS, cl.SuspectAfterS = 0.1, 0.1, 0.8
 		cl.VerdictTTLS, cl.RepublishIntervalS = 2, 0.3
+		if !s.insecure {
+			f := creds[cl.NodeName]
+			cl.TLS = config.ClusterTLS{CertFile: f.Cert, KeyFile: f.Key, CAFile: f.CA}
+		}
 		if len(s.etcd) > 0 {
 			cl.Provider, cl.Seeds = config.ProviderEtcd, nil
 			cl.Etcd.Endpoints, cl.Etcd.Prefix = s.etcd, prefix
@@ -250,6 +286,9 @@ func (n *narwhalNode) start() {
 // cut partitions the node from the other nodes (on) or heals the partition.
 func (n *narwhalNode) cut(on bool) {
 	n.t.Helper()
+	if os.Getenv("NARWHAL_TEST_BINARY") != "" {
+		n.t.Skip("the partition hook needs the binary built with -tags clusterfaults")
+	}
 	var err error
 	if on {
 		err = os.WriteFile(n.cutFile, nil, 0o600)

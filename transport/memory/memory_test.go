@@ -68,7 +68,10 @@ func TestReadWithinBudget(t *testing.T) {
 		t.Fatalf("over the limit: %v", err)
 	}
 	for _, read := range []func() (int, Hold, error){
-		func() (int, Hold, error) { got, h, err := Read(strings.NewReader(body), -1, 8<<20, b); return len(got), h, err },
+		func() (int, Hold, error) {
+			got, h, err := Read(strings.NewReader(body), -1, 8<<20, b)
+			return len(got), h, err
+		},
 		func() (int, Hold, error) {
 			chunks, h, err := ReadChunks(strings.NewReader(body), -1, 8<<20, b)
 			n := 0
