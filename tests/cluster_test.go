@@ -168,6 +168,7 @@ type narwhalCluster struct {
 	t     *testing.T
 	fleet *sim.Fleet
 	nodes []*narwhalNode
+	seeds []string // the nodes' cluster addresses
 }
 
 func startCluster(t *testing.T, s clusterSetup) *narwhalCluster {
@@ -186,6 +187,7 @@ func startCluster(t *testing.T, s clusterSetup) *narwhalCluster {
 	for range s.nodes {
 		seeds = append(seeds, freeClusterAddr(t))
 	}
+	c.seeds = seeds
 	prefix := fmt.Sprintf("/narwhal-e2e-%d", time.Now().UnixNano())
 	dir := t.TempDir()
 	var names []string
