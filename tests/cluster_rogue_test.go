@@ -2,6 +2,9 @@ package tests
 
 import (
 	"fmt"
+	"io"
+	"os"
+	"strconv"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -127,4 +130,79 @@ func TestProductBinaryIgnoresTheFaultHook(t *testing.T) {
 		}, func() string { return fmt.Sprintf("%s: %+v", n.name, n.status().Members) })
 	}
 	checkFleetWideEjection(t, c, "d0")
+}
+
+// goroutines counts the process's goroutines from its profile, less protoactor's log-throttle
+// timers (each lives its 60 s period after a throttled message, then ends).
+func (n *narwhalNode) goroutines() int {
+	n.t.Helper()
+	resp, err := n.client.Get(n.admin + "/debug/pprof/goroutine?debug=1")
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	total := 0
+	for _, g := range strings.Split(string(b), "\n\n")[1:] {
+		if strings.Contains(g, "protoactor-go") && strings.Contains(g, "/actor/throttler.go") {
+			continue
+		}
+		var k int
+		fmt.Sscanf(g, "%d @", &k)
+		total += k
+	}
+	return total
+}
+
+// 40 partition flaps of one node leave its peer's memory and goroutines where they were, give
+// or take protoactor's log-throttle timers (issue 26, item 5: a peer grew from 33 to 173 MiB and
+// kept gRPC goroutines).
+func TestPartitionFlapsLeaveThePeerAsItWas(t *testing.T) {
+	c := startCluster(t, clusterSetup{nodes: 2, config: func(cfg *config.Config) {
+		cfg.Cluster.HeartbeatIntervalS, cfg.Cluster.SuspectAfterS = 0.1, 0.6
+	}})
+	a, b := c.nodes[0], c.nodes[1]
+	flap := func() {
+		t.Helper()
+		gen := b.status().Generation
+		b.cut(true)
+		c.waitMembers(1, 5*time.Second, a)
+		b.cut(false)
+		eventually(t, 20*time.Second, func() bool {
+			st := b.status()
+			if st.Generation <= gen {
+				return false
+			}
+			for _, m := range a.status().Members {
+				if m.MemberID == st.MemberID && m.LastGossip != nil {
+					return true
+				}
+			}
+			return false
+		}, func() string { return fmt.Sprintf("a has no gossip from b's new incarnation: %+v", a.status()) })
+	}
+	flap() // warm up: pools, the first connections of a second incarnation
+	rss, goroutines := a.rss(), a.goroutines()
+	flaps := 40
+	if n, err := strconv.Atoi(os.Getenv("NARWHAL_TEST_FLAPS")); err == nil {
+		flaps = n
+	}
+	start := time.Now()
+	for range flaps {
+		flap()
+	}
+	// Let connections still closing finish (a bounded wait for a count to come back).
+	eventually(t, 30*time.Second, func() bool { return a.goroutines() <= goroutines+4 }, func() string {
+		resp, _ := a.client.Get(a.admin + "/debug/pprof/goroutine?debug=1")
+		prof, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return fmt.Sprintf("peer goroutines %d → %d after %d flaps (protoactor's log-throttle timers aside):\n%s", goroutines, a.goroutines(), flaps, prof)
+	})
+	grown := a.rss() - rss
+	t.Logf("%d flaps in %s: peer RSS %s → %s, goroutines %d → %d (log-throttle timers aside)",
+		flaps, time.Since(start).Round(time.Second), mib(rss), mib(a.rss()), goroutines, a.goroutines())
+	if grown > 24<<20 {
+		t.Fatalf("the peer's RSS grew %s over %d flaps", mib(grown), flaps)
+	}
+	noFailures(t, a, 3)
 }
