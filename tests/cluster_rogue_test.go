@@ -201,7 +201,10 @@ func TestPartitionFlapsLeaveThePeerAsItWas(t *testing.T) {
 	grown := a.rss() - rss
 	t.Logf("%d flaps in %s: peer RSS %s → %s, goroutines %d → %d (log-throttle timers aside)",
 		flaps, time.Since(start).Round(time.Second), mib(rss), mib(a.rss()), goroutines, a.goroutines())
-	if grown > 24<<20 {
+	// protoactor's log-throttle timers hold each replaced incarnation's actor system (about
+	// 3 MB) for their 60 s period: the flaps of the last minute may still be held. The leak this
+	// guards against grew the peer by 140 MiB over 40 flaps.
+	if grown > 48<<20 {
 		t.Fatalf("the peer's RSS grew %s over %d flaps", mib(grown), flaps)
 	}
 	noFailures(t, a, 3)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -71,15 +72,21 @@ func TestMalformedRequestsNeverLogTheKey(t *testing.T) {
 		"key in the request line":  "POST /v1/completions?key=" + clientKey + " HTTP/1.1 junk\r\nHost: x\r\n\r\n",
 		"a well-formed request ok": fmt.Sprintf("POST /v1/completions HTTP/1.1\r\nHost: x\r\n%sContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", auth, len(body), body),
 	}
+	rss, goroutines := n.rss(), n.goroutines()
 	for name, req := range shapes {
 		status := rawExchange(t, addr, req)
+		t.Logf("%s: %q", name, status)
 		switch {
 		case name == "a well-formed request ok":
 			if !strings.HasPrefix(status, "HTTP/1.1 200") {
 				t.Errorf("%s: %q", name, status)
 			}
-		case strings.HasPrefix(status, "HTTP/1.1 2"):
-			t.Errorf("%s was served: %q", name, status)
+		case name == "header line too large":
+			if !strings.HasPrefix(status, "HTTP/1.1 431") {
+				t.Errorf("%s: %q, want 431", name, status)
+			}
+		case status != "" && !strings.HasPrefix(status, "HTTP/1.1 400"):
+			t.Errorf("%s: %q, want 400 or a closed connection", name, status)
 		}
 	}
 	// A flood of malformed requests is logged a bounded number of times.
@@ -88,6 +95,16 @@ func TestMalformedRequestsNeverLogTheKey(t *testing.T) {
 	}
 	eventually(t, 5*time.Second, func() bool { return bytes.Contains(n.log.Bytes(), []byte("client connection failed")) },
 		func() string { return "no connection error logged:\n" + string(n.log.Bytes()) })
+	eventually(t, 10*time.Second, func() bool { return n.goroutines() <= goroutines+2 },
+		func() string { return fmt.Sprintf("goroutines %d → %d after the malformed requests", goroutines, n.goroutines()) })
+	if grown := n.rss() - rss; grown > 20<<20 {
+		t.Fatalf("RSS grew %s over the malformed requests", mib(grown))
+	}
+	for name, state := range n.engineStates() {
+		if state != "admitted" {
+			t.Fatalf("malformed requests moved %s to %s", name, state)
+		}
+	}
 	n.stop()
 	streams := map[string][]byte{"stderr": n.log.Bytes(), "stdout": n.out.Bytes()}
 	for name, b := range streams {
@@ -117,5 +134,86 @@ func TestMalformedRequestsNeverLogTheKey(t *testing.T) {
 	}
 	if lines == 0 || lines > 10 {
 		t.Fatalf("%d connection error lines for %d malformed requests, want 1..10 (rate limited)", lines, 60+len(shapes)-1)
+	}
+}
+
+// The memory budget answers before the body is read: a request whose Content-Length does not
+// fit what is left gets 503 with Retry-After, and one larger than the whole budget 413, once
+// its headers and the first 8 KiB of its body are in (fasthttp reads that much before any
+// handler runs) — the client has not sent the rest (issue 26, item 1).
+func TestBudgetAnswersBeforeTheBodyIsRead(t *testing.T) {
+	prefill := newHeldEngine(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"id":"cmpl-1","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":"x","finish_reason":"length"}]}`))
+	})
+	decode := newHeldEngine(t, func(w http.ResponseWriter, r *http.Request) {
+		finish(w, strings.ReplaceAll(hostileToken, "sim-model", "m")+"data: [DONE]\n\n")
+	})
+	decode.free()
+	cfg := memoryConfig(prefill.srv.URL, decode.srv.URL)
+	cfg.Server.MaxBufferedBytes, cfg.Server.MaxBodyBytes = 64<<20, 128<<20
+	n := routerProcess(t, cfg)
+	addr := strings.TrimPrefix(n.api, "http://")
+	// One request of 40 MiB, held by the slow prefill, takes most of the budget.
+	held := make(chan int, 1)
+	go func() {
+		body := `{"model":"m","max_tokens":2,"prompt":"` + strings.Repeat("a", 40<<20) + `"}`
+		resp, err := http.Post(n.api+"/v1/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			held <- 0
+			return
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		held <- resp.StatusCode
+	}()
+	eventually(t, 20*time.Second, func() bool { return prefill.arrived.Load() == 1 }, func() string { return "the first request never reached the prefill" })
+	headersOnly := func(length int) (string, string) { // and the first 8 KiB of the body
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		fmt.Fprintf(c, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", length,
+			strings.Repeat(" ", min(length, 8<<10)))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("no answer to headers alone (Content-Length %d): %v", length, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		return resp.Status + " Retry-After=" + resp.Header.Get("Retry-After"), string(b)
+	}
+	if status, body := headersOnly(40 << 20); !strings.HasPrefix(status, "503") || !strings.Contains(status, "Retry-After=1") || !strings.Contains(body, "buffer_full") {
+		t.Fatalf("a body that does not fit what is left: %s %s", status, body)
+	}
+	if status, body := headersOnly(100 << 20); !strings.HasPrefix(status, "413") || !strings.Contains(body, "server.max_buffered_bytes") {
+		t.Fatalf("a body larger than the whole budget: %s %s", status, body)
+	}
+	prefill.free()
+	if s := <-held; s != 200 {
+		t.Fatalf("the held request: %d", s)
+	}
+	// Its reservation given back, the same 40 MiB fits again.
+	resp, err := http.Post(n.api+"/v1/completions", "application/json",
+		strings.NewReader(`{"model":"m","max_tokens":2,"prompt":"`+strings.Repeat("b", 40<<20)+`"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("40 MiB once the budget is free: %d", resp.StatusCode)
+	}
+	m := n.metrics()
+	for _, want := range []string{`narwhal_buffer_refusals_total{reason="budget"} 1`, `narwhal_buffer_refusals_total{reason="too_large"} 1`} {
+		if !strings.Contains(m, want) {
+			t.Fatalf("metrics lack %s:\n%s", want, grepLines(m, "buffer"))
+		}
+	}
+	for name, state := range n.engineStates() {
+		if state != "admitted" {
+			t.Fatalf("the refusals moved %s to %s", name, state)
+		}
 	}
 }
