@@ -142,14 +142,7 @@ func TestMalformedRequestsNeverLogTheKey(t *testing.T) {
 // its headers and the first 8 KiB of its body are in (fasthttp reads that much before any
 // handler runs) — the client has not sent the rest (issue 26, item 1).
 func TestBudgetAnswersBeforeTheBodyIsRead(t *testing.T) {
-	prefill := newHeldEngine(t, func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		w.Write([]byte(`{"id":"cmpl-1","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":"x","finish_reason":"length"}]}`))
-	})
-	decode := newHeldEngine(t, func(w http.ResponseWriter, r *http.Request) {
-		finish(w, strings.ReplaceAll(hostileToken, "sim-model", "m")+"data: [DONE]\n\n")
-	})
-	decode.free()
+	prefill, decode := slowPrefill(t)
 	cfg := memoryConfig(prefill.srv.URL, decode.srv.URL)
 	cfg.Server.MaxBufferedBytes, cfg.Server.MaxBodyBytes = 64<<20, 128<<20
 	n := routerProcess(t, cfg)

@@ -120,15 +120,22 @@ func (n *narwhalNode) engineStates() map[string]string {
 // 100 concurrent 8 MiB requests held by a slow prefill: those the budget has room for are held,
 // the rest get 503 with Retry-After before their bodies are read; peak RSS stays under the
 // budget plus 100 MiB, and returns once they end.
-func TestMemoryBudgetHoldsBodiesHeldByASlowPrefill(t *testing.T) {
-	prefill := newHeldEngine(t, func(w http.ResponseWriter, r *http.Request) {
+// slowPrefill is a producer that holds every prefill until freed, and a consumer that answers
+// at once (no descriptor: the consumer decodes without a transfer).
+func slowPrefill(t *testing.T) (prefill, decode *heldEngine) {
+	prefill = newHeldEngine(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write([]byte(`{"id":"cmpl-1","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":"x","finish_reason":"length"}]}`))
 	})
-	decode := newHeldEngine(t, func(w http.ResponseWriter, r *http.Request) {
+	decode = newHeldEngine(t, func(w http.ResponseWriter, r *http.Request) {
 		finish(w, strings.ReplaceAll(hostileToken, "sim-model", "m")+"data: [DONE]\n\n")
 	})
 	decode.free()
+	return prefill, decode
+}
+
+func TestMemoryBudgetHoldsBodiesHeldByASlowPrefill(t *testing.T) {
+	prefill, decode := slowPrefill(t)
 	n := routerProcess(t, memoryConfig(prefill.srv.URL, decode.srv.URL))
 	base := n.rss()
 

@@ -117,15 +117,9 @@ func (c *EngineClient) Prefill(ctx context.Context, req *Request) (PrefillResult
 		params = c.connector.Plan(kv.Attempt{Pair: kv.Pair{Producer: c.kv, Endpoint: req.Body.Endpoint},
 			BackendRequestID: req.BackendRequestID}).Prefill
 	}
-	var byRef *wire.LegBody
-	if len(req.Body.Raw()) >= largeBody {
-		byRef = req.Body.PrefillLegBody(params)
-		c.prepare(hreq, req, nil)
-	} else {
-		buf := bytebufferpool.Get()
+	byRef, buf := c.legBody(hreq, req, fault.PhasePrefill, params)
+	if buf != nil {
 		defer bytebufferpool.Put(buf)
-		buf.B = req.Body.AppendPrefillBody(buf.B[:0], params)
-		c.prepare(hreq, req, buf.B)
 	}
 
 	resp := fasthttp.AcquireResponse()
@@ -192,15 +186,9 @@ func (c *EngineClient) Decode(ctx context.Context, res PrefillResult, req *Reque
 
 	hreq := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(hreq)
-	var byRef *wire.LegBody
-	if len(req.Body.Raw()) >= largeBody {
-		byRef = req.Body.DecodeLegBody(params)
-		c.prepare(hreq, req, nil)
-	} else {
-		buf := bytebufferpool.Get()
+	byRef, buf := c.legBody(hreq, req, fault.PhaseDecode, params)
+	if buf != nil {
 		defer bytebufferpool.Put(buf)
-		buf.B = req.Body.AppendDecodeBody(buf.B[:0], params)
-		c.prepare(hreq, req, buf.B)
 	}
 
 	resp := fasthttp.AcquireResponse()
@@ -252,6 +240,29 @@ func planned(producer *EngineClient, req *Request, start time.Time) (PrefillResu
 
 func (c *EngineClient) firstTokenDetail() string {
 	return fmt.Sprintf("no token from the decode engine within %s", c.timeouts.FirstToken)
+}
+
+// legBody prepares hreq for one leg with its rewritten body: for a small client body, rewritten
+// into buf, a pooled buffer the caller puts back; for a large one (largeBody), sent by reference
+// (byRef, which openLeg writes on each try) so that the client's bytes are not copied.
+func (c *EngineClient) legBody(hreq *fasthttp.Request, req *Request, leg fault.Phase, params []byte) (byRef *wire.LegBody, buf *bytebufferpool.ByteBuffer) {
+	if len(req.Body.Raw()) >= largeBody {
+		if leg == fault.PhasePrefill {
+			byRef = req.Body.PrefillLegBody(params)
+		} else {
+			byRef = req.Body.DecodeLegBody(params)
+		}
+		c.prepare(hreq, req, nil)
+		return byRef, nil
+	}
+	buf = bytebufferpool.Get()
+	if leg == fault.PhasePrefill {
+		buf.B = req.Body.AppendPrefillBody(buf.B[:0], params)
+	} else {
+		buf.B = req.Body.AppendDecodeBody(buf.B[:0], params)
+	}
+	c.prepare(hreq, req, buf.B)
+	return nil, buf
 }
 
 // prepare fills the request line and the allowlisted headers; no client header reaches an engine

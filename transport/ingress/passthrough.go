@@ -1,7 +1,6 @@
 package ingress
 
 import (
-	"io"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -47,51 +46,18 @@ func (in *Ingress) respondPassthrough(ctx *fasthttp.RequestCtx, x *Exchange, ans
 // sendHeld makes chunks (in order) the response body, written from them, and frees hold once
 // fasthttp has written it or dropped the response (it closes a body stream either way).
 func sendHeld(ctx *fasthttp.RequestCtx, chunks [][]byte, hold memory.Hold) {
-	n := 0
-	for _, c := range chunks {
-		n += len(c)
-	}
-	ctx.Response.SetBodyStream(&heldBody{rest: chunks, hold: hold}, n)
+	body := wire.LegBodyOf(chunks)
+	ctx.Response.SetBodyStream(&heldBody{LegBodyReader: body.Reader(), hold: hold}, body.Len())
 }
 
-// heldBody is a response body the memory budget holds until it is written.
+// heldBody is a response body the memory budget holds until it is written. Its reader is an
+// io.WriterTo: fasthttp's copy then writes each piece at once, with no buffer of its own.
 type heldBody struct {
-	rest [][]byte
+	*wire.LegBodyReader
 	hold memory.Hold
 }
 
-func (h *heldBody) Read(p []byte) (int, error) {
-	n := 0
-	for n < len(p) && len(h.rest) > 0 {
-		c := copy(p[n:], h.rest[0])
-		n += c
-		if h.rest[0] = h.rest[0][c:]; len(h.rest[0]) == 0 {
-			h.rest = h.rest[1:]
-		}
-	}
-	if n == 0 && len(h.rest) == 0 {
-		return 0, io.EOF
-	}
-	return n, nil
-}
-
-// WriteTo writes the rest a piece a write: fasthttp's copy then needs no buffer of its own.
-func (h *heldBody) WriteTo(w io.Writer) (int64, error) {
-	var total int64
-	for len(h.rest) > 0 {
-		n, err := w.Write(h.rest[0])
-		total += int64(n)
-		if err != nil {
-			h.rest[0] = h.rest[0][n:]
-			return total, err
-		}
-		h.rest = h.rest[1:]
-	}
-	return total, nil
-}
-
 func (h *heldBody) Close() error {
-	h.rest = nil
 	h.hold.Free()
 	return nil
 }

@@ -47,8 +47,14 @@ func segmentObject(data []byte, fields []Field, edits []Edit) *LegBody {
 	})
 	scratch = append(scratch, '}')
 	flush()
-	for _, s := range lb.segs {
-		lb.n += len(s)
+	return LegBodyOf(lb.segs)
+}
+
+// LegBodyOf is a body made of chunks, in order (referenced, not copied).
+func LegBodyOf(chunks [][]byte) *LegBody {
+	lb := &LegBody{segs: chunks}
+	for _, c := range chunks {
+		lb.n += len(c)
 	}
 	return lb
 }
