@@ -287,6 +287,16 @@ func TestHostileDecodeEngine(t *testing.T) {
 		{name: "tokens without end for a non-streaming client", serve: func(w http.ResponseWriter, r *http.Request) bool {
 			return flood(w, r, bytes.Repeat([]byte(hostileToken), 256))
 		}, status: 502, code: "response_too_large", cutOff: true},
+		// Asked for Accept-Encoding: identity, it compresses anyway: relaying the bytes without
+		// their encoding would hand the client garbage (issue 26, item 7).
+		{name: "a gzip-encoded stream", stream: true, serve: func(w http.ResponseWriter, r *http.Request) bool {
+			if r.Header.Get("Accept-Encoding") != "identity" {
+				http.Error(w, "not asked for identity", http.StatusTeapot)
+				return false
+			}
+			w.Header().Set("Content-Encoding", "gzip")
+			return finish(w, "\x1f\x8b\x08\x00\x00\x00\x00\x00compressed")
+		}, status: 502, code: "bad_response"},
 		{name: "comments flooded after the first token", stream: true, serve: func(w http.ResponseWriter, r *http.Request) bool {
 			sse(w)
 			w.Write([]byte(hostileToken))
