@@ -96,7 +96,9 @@ func TestMalformedRequestsNeverLogTheKey(t *testing.T) {
 	eventually(t, 5*time.Second, func() bool { return bytes.Contains(n.log.Bytes(), []byte("client connection failed")) },
 		func() string { return "no connection error logged:\n" + string(n.log.Bytes()) })
 	eventually(t, 10*time.Second, func() bool { return n.goroutines() <= goroutines+2 },
-		func() string { return fmt.Sprintf("goroutines %d → %d after the malformed requests", goroutines, n.goroutines()) })
+		func() string {
+			return fmt.Sprintf("goroutines %d → %d after the malformed requests", goroutines, n.goroutines())
+		})
 	if grown := n.rss() - rss; grown > 20<<20 {
 		t.Fatalf("RSS grew %s over the malformed requests", mib(grown))
 	}
