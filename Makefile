@@ -50,10 +50,10 @@ test: ## everything CI runs: format, vet, race tests, allocation budgets (withou
 	if command -v npm >/dev/null; then $(MAKE) --no-print-directory sdk-deps || failed="$$failed sdk-deps"; \
 	else echo "npm is not installed: the OpenAI SDK test will skip, and the summary fail naming it (Debian: apt-get install npm)"; fi; \
 	if $(GO) build -o $(REPORT)/testreport ./tests/testreport; then \
-		{ $(GO) test -race -count=1 -timeout 12m -json $(TEST_PACKAGES); echo $$? > $(REPORT)/go-test.rc; } | \
+		{ $(GO) test -race -count=1 -timeout 12m -tags clusterfaults -json $(TEST_PACKAGES); echo $$? > $(REPORT)/go-test.rc; } | \
 			$(REPORT)/testreport go -skips $(REPORT)/go.skips || failed="$$failed go-test"; \
 		[ "$$(cat $(REPORT)/go-test.rc)" = 0 ] || case "$$failed" in *go-test*) ;; *) failed="$$failed go-test";; esac; \
-	else $(GO) test -race -count=1 -timeout 12m $(TEST_PACKAGES) || failed="$$failed go-test"; failed="$$failed testreport"; fi; \
+	else $(GO) test -race -count=1 -timeout 12m -tags clusterfaults $(TEST_PACKAGES) || failed="$$failed go-test"; failed="$$failed testreport"; fi; \
 	$(GO) test -count=1 -run 'Allocat' ./transport/ingress/ ./transport/wire/ ./transport/kv/ ./actors/ || failed="$$failed alloc-budgets"; \
 	$(MAKE) --no-print-directory fuzz || failed="$$failed fuzz"; \
 	if command -v python3 >/dev/null; then $(MAKE) --no-print-directory python-test PYTHON_SKIPS=$(REPORT)/python.skips || failed="$$failed python-test"; \

@@ -31,6 +31,7 @@ import (
 
 	"github.com/narwhal-router/narwhal/bench/sim"
 	"github.com/narwhal-router/narwhal/buildinfo"
+	"github.com/narwhal-router/narwhal/cluster/certs"
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/node"
 	"github.com/narwhal-router/narwhal/transport/admin"
@@ -54,7 +55,7 @@ func rootCommand() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.SetVersionTemplate("{{.Version}}\n")
-	root.AddCommand(serveCommand(), preflightCommand(), dumpCommand(), demoCommand(), versionCommand(), sim.Command())
+	root.AddCommand(serveCommand(), preflightCommand(), dumpCommand(), demoCommand(), versionCommand(), sim.Command(), clusterCommand())
 	noStrayArguments(root)
 	return root
 }
@@ -210,6 +211,34 @@ func dumpCommand() *cobra.Command {
 	cmd.Flags().StringVar(&addr, "admin", "127.0.0.1:8001", "admin listener address")
 	cmd.Flags().StringVar(&format, "format", "text", "text or json")
 	cmd.Flags().StringVar(&token, "token", os.Getenv("NARWHAL_ADMIN_TOKEN"), "admin bearer token (default $NARWHAL_ADMIN_TOKEN)")
+	return cmd
+}
+
+// clusterCommand groups the cluster's tools: `narwhal cluster certs`.
+func clusterCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "cluster", Short: "Cluster tools"}
+	var out string
+	var nodes, hosts []string
+	certsCmd := &cobra.Command{
+		Use:   "certs",
+		Short: "Make a CA and node certificates for cluster.tls (a test cluster, or one without a CA of its own)",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			files, err := certs.Write(out, nodes, hosts)
+			if err != nil {
+				return err
+			}
+			for _, name := range nodes {
+				f := files[name]
+				fmt.Fprintf(cmd.OutOrStdout(), "%s:\n  tls: {cert_file: %s, key_file: %s, ca_file: %s}\n", name, f.Cert, f.Key, f.CA)
+			}
+			return nil
+		},
+	}
+	certsCmd.Flags().StringVar(&out, "out", "", "directory to write ca.pem, ca-key.pem and <node>.pem, <node>-key.pem into")
+	certsCmd.Flags().StringSliceVar(&nodes, "nodes", []string{"node-0", "node-1", "node-2"}, "node names, one certificate each")
+	certsCmd.Flags().StringSliceVar(&hosts, "host", nil, "host names or addresses to put in the certificates (localhost and 127.0.0.1 always are)")
+	_ = certsCmd.MarkFlagRequired("out")
+	cmd.AddCommand(certsCmd)
 	return cmd
 }
 
@@ -387,7 +416,7 @@ func demoNodes(base config.Config, n int, fleet *sim.Fleet) error {
 %s
 Eject an engine on one node and watch it leave placement on all of them:
 
-  curl -X POST 'http://%s/engines/d0/eject?reason=demo'
+  curl -X POST -H 'X-Narwhal-Admin: 1' 'http://%s/engines/d0/eject?reason=demo'
   curl -s http://%s/engines | grep -A3 '"d0"'
 
 Stall a node with kill -STOP <pid> (kill -CONT to resume) and watch /cluster on the others.
@@ -421,7 +450,7 @@ func run(rt config.Runtime, log *slog.Logger, started func(*node.Server)) error 
 	signals := make(chan os.Signal, 4)
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1)
 	defer signal.Stop(signals)
-	srv, err := node.Start(rt, node.Options{Logger: log, AccessLog: os.Stdout, SizeProcs: true})
+	srv, err := node.Start(rt, node.Options{Logger: log, AccessLog: os.Stdout, SizeProcs: true, SetMemoryLimit: true})
 	if err != nil {
 		return err
 	}

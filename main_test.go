@@ -322,3 +322,29 @@ func TestDemoPrintsWhereEverythingListens(t *testing.T) {
 		t.Fatal("narwhal demo did not stop within 20 s of SIGTERM")
 	}
 }
+
+// `narwhal cluster certs` makes what cluster.tls names, and `serve --check` takes it; a cluster
+// bound beyond loopback without it does not pass (issue 26, item 4).
+func TestClusterCertsMakeWhatServeAccepts(t *testing.T) {
+	dir := t.TempDir()
+	out, err := execute(t, "cluster", "certs", "--out", filepath.Join(dir, "certs"), "--nodes", "a,b", "--host", "10.0.0.1")
+	if err != nil || !strings.Contains(out, "a:\n  tls: {cert_file: ") || !strings.Contains(out, "b-key.pem") {
+		t.Fatalf("cluster certs: %q, %v", out, err)
+	}
+	if st, err := os.Stat(filepath.Join(dir, "certs", "a-key.pem")); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("a's key: %v, %v", st, err)
+	}
+	engines := "engines:\n  - {name: p0, url: \"http://10.0.0.1:8000\", role: prefill}\n  - {name: d0, url: \"http://10.0.0.2:8000\", role: decode}\n"
+	c := filepath.Join(dir, "certs")
+	withTLS := filepath.Join(dir, "tls.yaml")
+	os.WriteFile(withTLS, []byte("cluster: {enabled: true, bind: \"0.0.0.0:7946\", advertise: \"10.0.0.1:7946\", tls: {cert_file: "+
+		filepath.Join(c, "a.pem")+", key_file: "+filepath.Join(c, "a-key.pem")+", ca_file: "+filepath.Join(c, "ca.pem")+"}}\n"+engines), 0o644)
+	if out, err := execute(t, "serve", "--check", "--config", withTLS); err != nil || !strings.Contains(out, "configuration valid") {
+		t.Fatalf("with the certificates: %q, %v", out, err)
+	}
+	without := filepath.Join(dir, "plain.yaml")
+	os.WriteFile(without, []byte("cluster: {enabled: true, bind: \"0.0.0.0:7946\", advertise: \"10.0.0.1:7946\"}\n"+engines), 0o644)
+	if _, err := execute(t, "serve", "--check", "--config", without); err == nil || !strings.Contains(err.Error(), "cluster.tls: required") {
+		t.Fatalf("beyond loopback without credentials: %v", err)
+	}
+}

@@ -41,7 +41,7 @@ func TestDialPeerRetriesAConnectionResetBeforeTheServerSpoke(t *testing.T) {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c, err := dialPeer(ctx, ln.Addr().String())
+	c, err := dialPeer(ctx, ln.Addr().String(), nil)
 	if err != nil {
 		t.Fatalf("dialPeer: %v", err)
 	}
@@ -62,7 +62,7 @@ func TestDialPeerGivesUpAtTheCallersDeadline(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	if c, err := dialPeer(ctx, addr); err == nil {
+	if c, err := dialPeer(ctx, addr, nil); err == nil {
 		c.Close()
 		t.Fatal("dialPeer connected to a port nobody listens on")
 	}

@@ -1,3 +1,5 @@
+//go:build clusterfaults
+
 package cluster
 
 import (
@@ -12,12 +14,9 @@ import (
 	"google.golang.org/grpc/credentials"
 )
 
-// FaultFileEnv names the test hook that partitions a node without root: when the variable is
-// set, the node behaves as if the network to its peers were cut for as long as the file it
-// names exists — heartbeats are dropped both ways, every cluster connection (both directions)
-// is closed and new ones fail. Unset (production), none of this is installed: no file is
-// watched and connections are not wrapped.
-const FaultFileEnv = "NARWHAL_CLUSTER_FAULT_FILE"
+// FaultHookCompiled says this build has the partition hook (FaultFileEnv): only builds with
+// the clusterfaults tag, which the tests set, have it.
+const FaultHookCompiled = true
 
 // errPartitioned is what a cut connection reports.
 var errPartitioned = errors.New("cluster network cut (test fault hook " + FaultFileEnv + ")")
@@ -122,16 +121,25 @@ func (c *faultConn) Close() error {
 	return c.Conn.Close()
 }
 
-// dialer is protoactor's dialer for peers, with the hook's wrapping when it is enabled.
-func (f *faults) dialer() func(context.Context, string) (net.Conn, error) {
+// serverCreds wraps the credentials of protoactor's gRPC server so that a cut closes its
+// connections too.
+func (f *faults) serverCreds(c credentials.TransportCredentials) credentials.TransportCredentials {
 	if f == nil {
-		return dialPeer
+		return c
+	}
+	return faultCreds{c, f}
+}
+
+// dialer is protoactor's dialer for peers, with the hook's wrapping when it is enabled.
+func (f *faults) dialer(dial func(context.Context, string) (net.Conn, error)) func(context.Context, string) (net.Conn, error) {
+	if f == nil {
+		return dial
 	}
 	return func(ctx context.Context, addr string) (net.Conn, error) {
 		if f.partitioned() {
 			return nil, errPartitioned
 		}
-		c, err := dialPeer(ctx, addr)
+		c, err := dial(ctx, addr)
 		if err != nil {
 			return nil, err
 		}
@@ -139,14 +147,14 @@ func (f *faults) dialer() func(context.Context, string) (net.Conn, error) {
 	}
 }
 
-// serverCreds wraps each accepted connection of protoactor's gRPC server (no TLS, as without
-// the hook) so that a cut closes it too.
-type serverCreds struct {
+// faultCreds wraps each accepted connection of protoactor's gRPC server, after its own
+// handshake, so that a cut closes it too.
+type faultCreds struct {
 	credentials.TransportCredentials
 	f *faults
 }
 
-func (s serverCreds) ServerHandshake(c net.Conn) (net.Conn, credentials.AuthInfo, error) {
+func (s faultCreds) ServerHandshake(c net.Conn) (net.Conn, credentials.AuthInfo, error) {
 	c, info, err := s.TransportCredentials.ServerHandshake(c)
 	if err != nil {
 		return nil, nil, err
@@ -158,6 +166,6 @@ func (s serverCreds) ServerHandshake(c net.Conn) (net.Conn, credentials.AuthInfo
 	return fc, info, nil
 }
 
-func (s serverCreds) Clone() credentials.TransportCredentials {
-	return serverCreds{s.TransportCredentials.Clone(), s.f}
+func (s faultCreds) Clone() credentials.TransportCredentials {
+	return faultCreds{s.TransportCredentials.Clone(), s.f}
 }

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -23,7 +24,6 @@ import (
 	"github.com/asynkron/protoactor-go/remote"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/narwhal-router/narwhal/config"
 )
@@ -53,6 +53,10 @@ type Node struct {
 	board *board
 	// faults is the test hook that cuts this node off (FaultFileEnv); nil in production.
 	faults *faults
+	// rejected counts heartbeats refused as unauthenticated or replayed (cluster.tls).
+	rejected atomic.Int64
+	// tls is the dialer's side of the cluster's mutual TLS; nil without cluster.tls.
+	tls *tls.Config
 
 	push     chan struct{} // a local verdict to send now
 	rejoiner chan rejoinRequest
@@ -159,6 +163,7 @@ func Start(cfg config.ClusterRuntime, opts Options) (*Node, error) {
 		board: newBoard(cfg.Node, cfg.VerdictTTL),
 		push:  make(chan struct{}, 1), rejoiner: make(chan rejoinRequest, 1), done: make(chan struct{}),
 		lastGossip: map[string]time.Time{}, epoch: time.Now(), faults: startFaults()}
+	n.tls = n.clientTLS()
 	if n.log == nil {
 		n.log = slog.New(slog.DiscardHandler)
 	}
@@ -229,13 +234,12 @@ func (n *Node) join() (err error) {
 		inc.static = newStaticProvider(n)
 		inc.provider = inc.static
 	}
+	serverCreds, dialCreds := n.credentials()
 	ropts := []remote.ConfigOption{remote.WithAdvertisedHost(n.cfg.Advertise),
 		// The default pre-allocates a million-slot queue per peer (~16 MiB).
 		remote.WithEndpointWriterQueueSize(4096), remote.WithEndpointManagerQueueSize(4096),
-		remote.WithDialOptions(grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithContextDialer(inc.dialer(n, n.faults.dialer())))}
-	if n.faults != nil {
-		ropts = append(ropts, remote.WithServerOptions(grpc.Creds(serverCreds{insecure.NewCredentials(), n.faults})))
-	}
+		remote.WithDialOptions(grpc.WithTransportCredentials(dialCreds), grpc.WithContextDialer(inc.dialer(n, n.faults.dialer(n.dialPeer)))),
+		remote.WithServerOptions(grpc.Creds(n.faults.serverCreds(serverCreds)))}
 	rc := remote.Configure(host, port, ropts...)
 	cc := cluster.Configure(n.cfg.Name, inc.provider, disthash.New(), rc,
 		cluster.WithHeartbeatExpiration(max(20*time.Second, 4*n.cfg.SuspectAfter)))
@@ -347,12 +351,27 @@ const peerRedialWait = 2 * time.Second
 // old incarnation's listener as that closed — is retried every 20 ms for up to
 // peerRedialWait. protoactor's own retry, after a failed connection, waits 2 s: the wait a
 // rejoined node would otherwise have before it hears the verdicts it missed.
-func dialPeer(ctx context.Context, addr string) (net.Conn, error) {
+//
+// With cluster.tls the TLS handshake is made here, so that its answer is the server's first
+// word: the connection gRPC gets is already authenticated and encrypted (credentials).
+func dialPeer(ctx context.Context, addr string, tlsConfig *tls.Config) (net.Conn, error) {
 	deadline := time.Now().Add(peerRedialWait)
 	var d net.Dialer
 	for {
 		c, err := d.DialContext(ctx, "tcp", addr)
-		if err == nil {
+		if err == nil && tlsConfig != nil {
+			tc := tls.Client(c, tlsConfig)
+			hctx, cancel := context.WithDeadline(ctx, deadline)
+			if err = tc.HandshakeContext(hctx); err == nil {
+				cancel()
+				return tc, nil
+			}
+			cancel()
+			c.Close()
+			if !redialable(err) {
+				return nil, fmt.Errorf("TLS handshake with peer %s: %w", addr, err)
+			}
+		} else if err == nil {
 			if c, err = serverSpoke(c, deadline); err == nil {
 				return c, nil
 			}

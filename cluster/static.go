@@ -34,6 +34,10 @@ type staticProvider struct {
 	members map[string]bool
 	dropped map[string]bool
 
+	// seal and open sign and check heartbeats (auth.go); nil without cluster.tls.
+	seal *signer
+	open *verifier
+
 	done chan struct{}
 	wg   sync.WaitGroup
 }
@@ -46,10 +50,18 @@ type peer struct {
 	host     string
 	port     int
 	heard    time.Time
+	// stamp is the time stamp of the last signed heartbeat taken from this address: an older
+	// one is a replay.
+	stamp int64
 }
 
 func newStaticProvider(n *Node) *staticProvider {
-	return &staticProvider{n: n, addr: n.cfg.Advertise, peers: map[string]*peer{}, members: map[string]bool{}, dropped: map[string]bool{}, seeds: n.cfg.Seeds, done: make(chan struct{})}
+	p := &staticProvider{n: n, addr: n.cfg.Advertise, peers: map[string]*peer{}, members: map[string]bool{}, dropped: map[string]bool{}, seeds: n.cfg.Seeds, done: make(chan struct{})}
+	if c := n.cfg.TLS; c != nil {
+		p.seal = &signer{creds: c, name: n.cfg.Name, start: time.Now()}
+		p.open = &verifier{creds: c, name: n.cfg.Name}
+	}
+	return p
 }
 
 func (p *staticProvider) StartMember(c *cluster.Cluster) error {
@@ -102,7 +114,7 @@ func (p *staticProvider) Shutdown(bool) error {
 
 func (p *staticProvider) read() {
 	defer p.wg.Done()
-	buf := make([]byte, 2048)
+	buf := make([]byte, 16<<10) // a signed heartbeat carries its certificate
 	for {
 		n, from, err := p.conn.ReadFromUDP(buf)
 		if err != nil {
@@ -120,14 +132,21 @@ func (p *staticProvider) read() {
 		if p.n.faults.partitioned() {
 			continue // the test hook's partition
 		}
-		if proto.Unmarshal(buf[:n], &hb) != nil || hb.Cluster != p.n.cfg.Name || hb.MemberId == "" {
+		msg, stamp := buf[:n], int64(0)
+		if p.open != nil {
+			if msg, stamp, err = p.open.open(msg, time.Now()); err != nil {
+				p.n.rejected.Add(1)
+				continue // unsigned, signed by a certificate the CA did not sign, or stale
+			}
+		}
+		if proto.Unmarshal(msg, &hb) != nil || hb.Cluster != p.n.cfg.Name || hb.MemberId == "" {
 			continue // not one of ours: another cluster, or noise
 		}
-		p.heard(&hb, from)
+		p.heard(&hb, from, stamp)
 	}
 }
 
-func (p *staticProvider) heard(hb *Heartbeat, from *net.UDPAddr) {
+func (p *staticProvider) heard(hb *Heartbeat, from *net.UDPAddr, stamp int64) {
 	addr := net.JoinHostPort(hb.Host, strconv.Itoa(int(hb.Port)))
 	if addr == p.addr {
 		return
@@ -137,6 +156,14 @@ func (p *staticProvider) heard(hb *Heartbeat, from *net.UDPAddr) {
 	if pe == nil {
 		pe = &peer{addr: addr}
 		p.peers[addr] = pe
+	}
+	if p.open != nil {
+		if stamp <= pe.stamp {
+			p.mu.Unlock()
+			p.n.rejected.Add(1)
+			return // a replay: not newer than what this address last said
+		}
+		pe.stamp = stamp
 	}
 	pe.udp, pe.node, pe.memberID, pe.host, pe.port, pe.heard = from, hb.Node, hb.MemberId, hb.Host, int(hb.Port), time.Now()
 	members := p.memberCountLocked()
@@ -225,6 +252,12 @@ func (p *staticProvider) beat() {
 			hb.BlockedId = pe.memberID
 		}
 		if b, err := proto.Marshal(hb); err == nil {
+			if p.seal != nil {
+				if b, err = p.seal.seal(b); err != nil {
+					p.n.log.Warn("cluster heartbeat not signed", "error", err)
+					continue
+				}
+			}
 			sends = append(sends, out{pe.udp, b})
 		}
 		if p.liveLocked(pe, now) {

@@ -25,6 +25,11 @@ type Status struct {
 	Members    []Member   `json:"members"`
 	Verdicts   []Verdict  `json:"verdicts"`
 	LastGossip *time.Time `json:"last_gossip"`
+	// Authenticated says the cluster runs with cluster.tls; RejectedHeartbeats counts the
+	// heartbeats it refused as unsigned, signed by a certificate the CA did not sign, stale or
+	// replayed.
+	Authenticated      bool  `json:"authenticated"`
+	RejectedHeartbeats int64 `json:"rejected_heartbeats"`
 }
 
 // Rejoin says when and why this node last took a new identity.
@@ -52,7 +57,8 @@ func (n *Node) Status() Status {
 	}
 	now := time.Now()
 	st := Status{Enabled: true, Cluster: n.cfg.Name, Node: n.name, Address: n.cfg.Advertise,
-		Provider: n.cfg.Provider, Verdicts: n.board.view(now), Members: []Member{}}
+		Provider: n.cfg.Provider, Verdicts: n.board.view(now), Members: []Member{},
+		Authenticated: n.cfg.TLS != nil, RejectedHeartbeats: n.rejected.Load()}
 	n.mu.Lock()
 	inc, members := n.inc, n.members
 	st.Generation, st.Stalls, st.JoinError = n.generation, n.stalls, n.startErr

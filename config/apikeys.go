@@ -18,6 +18,7 @@ func (s Server) ClientAPIKeys() ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server.api_keys_file: %w", err)
 	}
+	found := 0
 	for i, line := range strings.Split(string(b), "\n") {
 		line = strings.TrimSpace(line)
 		if line == "" || strings.HasPrefix(line, "#") {
@@ -27,6 +28,11 @@ func (s Server) ClientAPIKeys() ([]string, error) {
 			return nil, fmt.Errorf("server.api_keys_file: %s line %d: a key may not contain spaces", s.APIKeysFile, i+1)
 		}
 		keys = append(keys, line)
+		found++
+	}
+	if found == 0 {
+		// An empty file must not turn client authentication off (fail closed).
+		return nil, fmt.Errorf("server.api_keys_file: %s holds no key (only blank lines and comments); list at least one key, or leave the setting out", s.APIKeysFile)
 	}
 	return keys, nil
 }

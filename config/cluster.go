@@ -31,6 +31,8 @@ type Cluster struct {
 	VerdictTTLS Seconds `yaml:"verdict_ttl_s"`
 	// RepublishIntervalS re-sends this node's live verdicts (gossip is not acknowledged).
 	RepublishIntervalS Seconds `yaml:"republish_interval_s"`
+	// TLS are the cluster's credentials (clustertls.go); required to bind beyond loopback.
+	TLS ClusterTLS `yaml:"tls"`
 }
 
 // Etcd configures the etcd membership provider.
@@ -92,6 +94,7 @@ func (ck *checker) cluster(c Cluster) {
 		ck.fail("cluster.advertise", "required when cluster.bind (%q) has no specific host: peers need an address to reach this node", c.Bind)
 	}
 	ck.oneOf("cluster.provider", c.Provider, ProviderStatic, ProviderEtcd)
+	ck.checkClusterTLS(c)
 	switch c.Provider {
 	case ProviderStatic:
 		for i, s := range c.Seeds {

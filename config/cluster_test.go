@@ -1,8 +1,12 @@
 package config
 
 import (
+	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/narwhal-router/narwhal/cluster/certs"
+	"github.com/narwhal-router/narwhal/transport/kv"
 )
 
 func TestClusterIsOffByDefaultAndKeepsItsDefaults(t *testing.T) {
@@ -38,5 +42,49 @@ func TestClusterValuesSayWhatIsWrong(t *testing.T) {
 	// A mistake shows before the section is turned on.
 	if _, err := Parse([]byte("cluster: {enabled: false, provider: consul}\n"+minimal), noEnv); err == nil {
 		t.Fatal("a bad provider in a disabled cluster section passed")
+	}
+}
+
+// cluster.tls: the three files together, the certificate signed by the CA; and no cluster
+// listener beyond loopback without them (issue 26, item 4).
+func TestClusterCredentials(t *testing.T) {
+	dir := t.TempDir()
+	files, err := certs.Write(dir, []string{"a"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := certs.Write(t.TempDir(), []string{"rogue"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsDoc := func(bind, cert, key, ca string) string {
+		return fmt.Sprintf("cluster: {enabled: true, bind: %q, advertise: \"10.0.0.1:7946\", tls: {cert_file: %q, key_file: %q, ca_file: %q}}\n", bind, cert, key, ca) + minimal
+	}
+	a := files["a"]
+	for name, tc := range map[string]struct{ doc, want string }{
+		"beyond loopback without credentials": {"cluster: {enabled: true, bind: \"0.0.0.0:7946\", advertise: \"10.0.0.1:7946\"}\n" + minimal, "cluster.tls: required when cluster.bind (\"0.0.0.0:7946\") is reachable beyond this host"},
+		"a certificate another CA signed":     {tlsDoc("0.0.0.0:7946", other["rogue"].Cert, other["rogue"].Key, a.CA), "is not signed by ca_file"},
+		"a key that is not the certificate's": {tlsDoc("0.0.0.0:7946", a.Cert, other["rogue"].Key, a.CA), "cluster.tls: cert_file"},
+		"one file missing":                    {"cluster: {tls: {cert_file: " + a.Cert + "}}\n" + minimal, "needs all of cert_file, key_file and ca_file"},
+		"good":                                {tlsDoc("0.0.0.0:7946", a.Cert, a.Key, a.CA), ""},
+		"loopback without credentials":        {"cluster: {enabled: true, bind: \"127.0.0.1:7946\"}\n" + minimal, ""},
+	} {
+		cfg, err := Parse([]byte(tc.doc), noEnv)
+		if tc.want == "" {
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			rt, err := Provision(cfg, kv.Builtin())
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if (rt.Cluster.TLS != nil) != strings.Contains(tc.doc, "tls") {
+				t.Fatalf("%s: credentials %v", name, rt.Cluster.TLS)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: got %v, want %q", name, err, tc.want)
+		}
 	}
 }

@@ -41,7 +41,7 @@ type Config struct {
 type Server struct {
 	Listen               string  `yaml:"listen"`
 	AdminListen          string  `yaml:"admin_listen"`
-	AdminToken           string  `yaml:"admin_token"`
+	AdminToken           string  `yaml:"admin_token,omitempty"`
 	MaxBodyBytes         int     `yaml:"max_body_bytes"`
 	ExposeRoutingHeaders bool    `yaml:"expose_routing_headers"`
 	ShutdownGraceS       Seconds `yaml:"shutdown_grace_s"`
@@ -56,7 +56,7 @@ type Server struct {
 	// APIKeys are the client API keys (Authorization: Bearer); none configured means no
 	// authentication. APIKeysFile names a file of more keys, one a line ('#' comments).
 	APIKeys     []string `yaml:"api_keys"`
-	APIKeysFile string   `yaml:"api_keys_file"`
+	APIKeysFile string   `yaml:"api_keys_file,omitempty"`
 	// APIKeyMaxConcurrency bounds each key's requests in flight (0: unbounded); one more is
 	// answered 429 with Retry-After.
 	APIKeyMaxConcurrency int `yaml:"api_key_max_concurrency"`
@@ -67,6 +67,9 @@ type Server struct {
 	ClientWriteTimeoutS Seconds `yaml:"client_write_timeout_s"`
 	// MaxResponseBytes bounds the decode event data a non-streaming response is assembled from.
 	MaxResponseBytes int `yaml:"max_response_bytes"`
+	// MaxBufferedBytes bounds the client bodies and whole answers the process holds at once
+	// (0: derived from the memory limit, config/budget.go).
+	MaxBufferedBytes int64 `yaml:"max_buffered_bytes"`
 
 	// ExposeEngineErrors relays an engine's in-stream error message to clients; off, they get
 	// its status, type and code with a generic message (engine text can name internal hosts).
@@ -246,7 +249,7 @@ type Engine struct {
 	// together); 0 means no cap.
 	MaxInflight int      `yaml:"max_inflight"`
 	Models      []string `yaml:"models"`
-	APIKey      string   `yaml:"api_key"`
+	APIKey      string   `yaml:"api_key,omitempty"`
 	KV          KV       `yaml:"kv"`
 }
 
@@ -263,6 +266,11 @@ type KV struct {
 	// transfer: CIDRs (10.0.0.0/8) or exact host:port entries. Unset, the KV host must be the
 	// producer's own host (from its url).
 	AllowedEndpoints []string `yaml:"allowed_endpoints"`
+	// AllowedPorts are the ports an unpinned producer's descriptor may name on its own host (or
+	// on a host an allowed_endpoints CIDR covers): "5600" or "5600-5663" entries; none: the
+	// range vLLM's NIXL connector listens on (transport/kv DefaultAllowedPorts). The router's
+	// own listener ports are never allowed there.
+	AllowedPorts []string `yaml:"allowed_ports"`
 }
 
 // Metrics configures the tally reporters.

@@ -220,12 +220,9 @@ func describe(n *yaml.Node) string {
 func yamlFields(t reflect.Type) map[string]reflect.Type {
 	fields := make(map[string]reflect.Type, t.NumField())
 	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-		if name == "" || name == "-" {
-			continue
+		if name := yamlName(t.Field(i)); name != "" {
+			fields[name] = t.Field(i).Type
 		}
-		fields[name] = f.Type
 	}
 	return fields
 }

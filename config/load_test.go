@@ -3,12 +3,14 @@ package config
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/narwhal-router/narwhal/cluster/certs"
 	"github.com/narwhal-router/narwhal/transport/kv"
 )
 
@@ -197,6 +199,18 @@ func TestExampleConfigParses(t *testing.T) {
 	t.Setenv("NARWHAL_ADMIN_TOKEN", "t")
 	t.Setenv("ENGINE_P0_KEY", "k")
 	t.Setenv("NARWHAL_API_KEY", "client-key")
+	keys := filepath.Join(t.TempDir(), "keys")
+	if err := os.WriteFile(keys, []byte("file-key\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("NARWHAL_API_KEYS_FILE", keys)
+	files, err := certs.Write(t.TempDir(), []string{"router-a"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("NARWHAL_CLUSTER_CERT", files["router-a"].Cert)
+	t.Setenv("NARWHAL_CLUSTER_KEY", files["router-a"].Key)
+	t.Setenv("NARWHAL_CLUSTER_CA", files["router-a"].CA)
 	if cfg, err = Load("../docs/narwhal.example.yaml"); err != nil {
 		t.Fatal(err)
 	}
@@ -314,7 +328,7 @@ func TestCollidingListeners(t *testing.T) {
 		"server: {listen: \"a.internal:9000\", admin_listen: \"b.internal:9000\"}\n",
 		"server: {listen: \":8000\", admin_listen: \"\"}\n",     // no admin listener
 		"cluster: {enabled: false, bind: \"127.0.0.1:8000\"}\n", // the cluster is off: its port is not opened
-		fmt.Sprintf(clusterOn, "10.0.0.1:7946"),
+		"cluster: {enabled: true, bind: \"127.0.0.1:7946\"}\n", // a port of its own (on loopback: no TLS needed)
 	} {
 		if _, err := Parse([]byte(ok+minimal), noEnv); err != nil {
 			t.Errorf("%q refused: %v", ok, err)

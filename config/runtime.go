@@ -48,6 +48,10 @@ type ServerRuntime struct {
 	ClientWriteTimeout   time.Duration
 	MaxResponseBytes     int
 	ExposeEngineErrors   bool
+	// MaxBufferedBytes is the memory budget (server.max_buffered_bytes, or the value derived
+	// from the memory limit); BufferBudgetSource says which.
+	MaxBufferedBytes   int64
+	BufferBudgetSource string
 	// APIKeys are server.api_keys followed by the keys of server.api_keys_file, read once here;
 	// none means no client authentication. APIKeyMaxConcurrency bounds one key's requests in
 	// flight (0: unbounded).
@@ -227,6 +231,8 @@ type ClusterRuntime struct {
 	SuspectAfter      time.Duration
 	VerdictTTL        time.Duration
 	RepublishInterval time.Duration
+	// TLS are the cluster's credentials (cluster.tls); nil: none, allowed on loopback only.
+	TLS *ClusterCredentials
 }
 
 // EtcdRuntime is cluster.etcd.
@@ -249,6 +255,7 @@ func Provision(c Config, connectors kv.Registry) (Runtime, error) {
 		return Runtime{}, err
 	}
 	fixed, auto, _ := c.Server.ProcsPolicy() // validated
+	budget, budgetSource := c.Server.bufferBudget()
 	rt := Runtime{
 		Server: ServerRuntime{
 			Listen:               c.Server.Listen,
@@ -261,6 +268,8 @@ func Provision(c Config, connectors kv.Registry) (Runtime, error) {
 			ClientWriteTimeout:   c.Server.ClientWriteTimeoutS.Duration(),
 			MaxResponseBytes:     c.Server.MaxResponseBytes,
 			ExposeEngineErrors:   c.Server.ExposeEngineErrors,
+			MaxBufferedBytes:     budget,
+			BufferBudgetSource:   budgetSource,
 			APIKeys:              keys,
 			APIKeyMaxConcurrency: c.Server.APIKeyMaxConcurrency,
 			Procs:                Procs{Fixed: fixed, Auto: auto},
@@ -309,12 +318,14 @@ func Provision(c Config, connectors kv.Registry) (Runtime, error) {
 		rt.Metrics.Statsd = &StatsdRuntime{Address: s.Address, Prefix: s.Prefix, FlushInterval: s.FlushIntervalS.Duration()}
 	}
 	var errs []error
+	reserved := c.reservedPorts()
 	for _, e := range c.Engines {
 		spec, err := ProvisionEngine(e, connectors)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
+		spec.KV.ReservedPorts = reserved
 		rt.Engines = append(rt.Engines, spec)
 	}
 	if len(errs) > 0 { // unreachable after Validate; kept so that a gap between the two says so
@@ -347,13 +358,17 @@ func ProvisionEngine(e Engine, connectors kv.Registry) (EngineSpec, error) {
 	if len(modes) == 0 {
 		modes = []string{"pull"}
 	}
+	ports, err := parsePorts(e.KV.AllowedPorts)
+	if err != nil {
+		return EngineSpec{}, fmt.Errorf("engine %s: kv.allowed_ports%w", e.Name, err)
+	}
 	return EngineSpec{
 		Name: e.Name, URL: e.URL, Base: u.Scheme + "://" + u.Host, Addr: addr, TLS: u.Scheme == "https",
 		Role: e.Role, MaxInflight: e.MaxInflight, Models: append([]string(nil), e.Models...), APIKey: e.APIKey,
 		Connector: conn,
 		KV: kv.Side{
 			Engine: e.Name, Connector: conn.Name(), EngineID: e.KV.EngineID, Endpoint: e.KV.Endpoint,
-			TransferModes: modes, Host: u.Hostname(), AllowedEndpoints: e.KV.AllowedEndpoints,
+			TransferModes: modes, Host: u.Hostname(), AllowedEndpoints: e.KV.AllowedEndpoints, AllowedPorts: ports,
 		},
 	}, nil
 }
@@ -375,7 +390,12 @@ func (t EngineTimeouts) provision(maxResponse int) EngineTimings {
 }
 
 func (c Cluster) provision() ClusterRuntime {
+	var creds *ClusterCredentials
+	if c.TLS.set() {
+		creds, _ = c.TLS.load() // validated
+	}
 	return ClusterRuntime{
+		TLS:     creds,
 		Enabled: c.Enabled, Name: c.Name, Node: c.node(), Bind: c.Bind, Advertise: c.advertiseAddr(),
 		Provider: c.Provider, Seeds: append([]string(nil), c.Seeds...),
 		Etcd: EtcdRuntime{Endpoints: append([]string(nil), c.Etcd.Endpoints...), Prefix: c.Etcd.Prefix,

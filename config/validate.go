@@ -26,6 +26,9 @@ func (c *Config) Validate(connectors kv.Registry) error {
 type checker struct {
 	lines map[string]int
 	skip  map[string]bool // paths already reported by the parser
+	// failed are the paths reported so far, so that a general check (checkFinite) does not
+	// report again a value a key's own check refused.
+	failed map[string]bool
 	// connectors is the registry engines' connector names are checked against; nil while
 	// parsing, which cannot know the registry the file will run with (Provision checks them).
 	connectors *kv.Registry
@@ -37,6 +40,10 @@ func (ck *checker) fail(path, format string, args ...any) {
 	if ck.skipped(path) {
 		return
 	}
+	if ck.failed == nil {
+		ck.failed = map[string]bool{}
+	}
+	ck.failed[path] = true
 	msg := fmt.Sprintf(format, args...)
 	if line := ck.line(path); line > 0 {
 		ck.errs = append(ck.errs, fmt.Errorf("line %d: %s: %s", line, path, msg))
@@ -146,6 +153,7 @@ func (c *Config) check(ck *checker) {
 	ck.positive("server.idle_timeout_s", c.Server.IdleTimeoutS)
 	ck.positive("server.admin_idle_timeout_s", c.Server.AdminIdleTimeoutS)
 	ck.checkAPIKeys(c.Server)
+	ck.checkSecrets(c)
 	if v := c.Server.MaxHeaderBytes; v < 4096 || v > 1<<20 {
 		ck.fail("server.max_header_bytes", "%d is not allowed; want a byte count from 4096 to 1048576", v)
 	}
@@ -153,6 +161,7 @@ func (c *Config) check(ck *checker) {
 	if v := c.Server.MaxResponseBytes; v < 1 || v > 1<<30 {
 		ck.fail("server.max_response_bytes", "%d is not allowed; want a byte count from 1 to 1073741824", v)
 	}
+	ck.checkBudget(c.Server)
 	if _, _, err := c.Server.ProcsPolicy(); err != nil {
 		ck.fail("server.procs", "%v", err)
 	}
@@ -230,6 +239,7 @@ func (c *Config) check(ck *checker) {
 	}
 	ck.cluster(c.Cluster)
 	c.checkListeners(ck)
+	ck.checkFinite(c) // last: after every key's own check
 }
 
 func (c *Config) validateEngines(ck *checker) {
@@ -280,6 +290,7 @@ func (c *Config) validateEngines(ck *checker) {
 				ck.port(fmt.Sprintf("%s.kv.allowed_endpoints[%d]", p, j), a, port, false)
 			}
 		}
+		ck.checkAllowedPorts(c, i, e)
 		for j, m := range e.KV.TransferModes {
 			ck.oneOf(fmt.Sprintf("%s.kv.transfer_modes[%d]", p, j), m, "pull", "push")
 		}

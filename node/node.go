@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,6 +27,7 @@ import (
 	"github.com/narwhal-router/narwhal/node/procs"
 	"github.com/narwhal-router/narwhal/transport/admin"
 	"github.com/narwhal-router/narwhal/transport/ingress"
+	"github.com/narwhal-router/narwhal/transport/memory"
 	"github.com/narwhal-router/narwhal/transport/telemetry"
 	"github.com/narwhal-router/narwhal/transport/tracing"
 )
@@ -42,6 +44,10 @@ type Options struct {
 	// SizeProcs applies server.procs to the process (GOMAXPROCS). Only the process that owns
 	// the scheduler sets it — `narwhal serve`, not a test binary hosting a router.
 	SizeProcs bool
+	// SetMemoryLimit sets the Go runtime's soft memory limit from the memory budget (unless
+	// GOMEMLIMIT is set), so that garbage a burst leaves is collected before the process
+	// outgrows the budget by much. Only the process that owns the runtime sets it.
+	SetMemoryLimit bool
 }
 
 // Server is one running Narwhal.
@@ -62,6 +68,7 @@ type Server struct {
 	stopOnce  sync.Once
 	stopErr   error
 	procs     *procs.Controller // nil unless server.procs is auto and SizeProcs is set
+	budget    *memory.Budget    // server.max_buffered_bytes
 }
 
 // Start builds everything from rt (config.Provision made it, with the connector registry the
@@ -118,7 +125,22 @@ func Start(rt config.Runtime, opts Options) (_ *Server, err error) {
 		s.log.Info("tracing requests", "otlp_endpoint", rt.Tracing.Endpoint, "protocol", rt.Tracing.Protocol,
 			"sample_ratio", rt.Tracing.SampleRatio)
 	}
-	if s.ingress, err = ingress.NewIngress(rt.Server, rt.Request, s.router, s.router, s.reporting.Metrics, s.tracer); err != nil {
+	metrics := s.reporting.Metrics
+	s.budget = memory.New(rt.Server.MaxBufferedBytes, memory.Options{Report: metrics.BufferedBytes})
+	if opts.SetMemoryLimit && os.Getenv("GOMEMLIMIT") == "" {
+		// The budget and room for everything else the router holds (connections, streams,
+		// actors): garbage a burst leaves (answers read in part, then refused) is collected
+		// before it takes the process much past the budget. Bodies and answers are pointer-free
+		// memory, so a collection near the limit costs little: there is nothing in them to scan.
+		limit := rt.Server.MaxBufferedBytes + 64<<20
+		debug.SetMemoryLimit(limit)
+		s.log.Info("Go soft memory limit set from the memory budget", "limit_bytes", limit)
+	}
+	cleanup = append(cleanup, s.budget.Close)
+	s.log.Info("memory budget for request bodies and whole answers", "max_buffered_bytes", rt.Server.MaxBufferedBytes,
+		"from", rt.Server.BufferBudgetSource)
+	if s.ingress, err = ingress.NewIngress(rt.Server, rt.Request, s.router, s.router, metrics,
+		ingress.Options{Logger: s.log, Budget: s.budget, Tracer: s.tracer}); err != nil {
 		return nil, err
 	}
 	cleanup = append(cleanup, s.ingress.Close)
@@ -146,7 +168,7 @@ func Start(rt config.Runtime, opts Options) (_ *Server, err error) {
 		}
 	}()
 	if s.adminLn != nil {
-		s.admin = &http.Server{Handler: admin.Handler(adminFleet{s.router}, s.reporting.Prometheus, rt.Admin.Token),
+		s.admin = &http.Server{Handler: admin.Handler(adminFleet{s.router}, s.reporting.Prometheus, rt.Admin.Token, s.adminLn.Addr().String()),
 			ReadHeaderTimeout: 10 * time.Second, IdleTimeout: rt.Admin.IdleTimeout}
 		go func() {
 			if err := s.admin.Serve(s.adminLn); !errors.Is(err, http.ErrServerClosed) {
@@ -216,6 +238,7 @@ func (s *Server) shutdown(ctx context.Context) error {
 	s.router.Close()
 	s.shutdownTracer() // every request has ended: its spans are queued
 	s.procs.Stop()
+	s.budget.Close()
 	s.reporting.Close()
 	if errors.Is(err, context.DeadlineExceeded) {
 		return nil // the grace period ending is the designed path, not a failure
@@ -289,7 +312,7 @@ func (u unknownEngine) Unwrap() []error { return []error{u.error, admin.ErrUnkno
 func warnUnconstrainedProducers(log *slog.Logger, engines []config.EngineSpec) {
 	for _, e := range engines {
 		if e.Role.CanPrefill() && e.KV.Endpoint == "" && len(e.KV.AllowedEndpoints) == 0 {
-			log.Warn("producer's KV endpoint is not pinned: its descriptors may name only its own host; "+
+			log.Warn("producer's KV endpoint is not pinned: its descriptors may name only its own host, on kv.allowed_ports; "+
 				"set engines[].kv.endpoint or kv.allowed_endpoints", "engine", e.Name, "url", e.URL)
 		}
 	}

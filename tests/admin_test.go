@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/narwhal-router/narwhal/config"
+	"github.com/narwhal-router/narwhal/transport/admin"
 )
 
 // With server.admin_token set, every profile route answers 401 without it, whatever the
@@ -69,5 +70,88 @@ func TestAdminClosesIdleKeepAliveConnections(t *testing.T) {
 	}
 	if took := time.Since(answered); took < idle-50*time.Millisecond {
 		t.Fatalf("closed %v after the answer, before the %v idle timeout", took, idle)
+	}
+}
+
+// adminRequest sends one raw-ish admin request: method, path, Host and extra headers as given.
+func (h *harness) adminRequest(method, path, host string, headers ...string) int {
+	h.t.Helper()
+	req, err := http.NewRequest(method, h.admin+path, strings.NewReader("x"))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if host != "" {
+		req.Host = host
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := h.client.Do(req)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// Without server.admin_token (the default, on loopback) a browser cannot change anything: a
+// cross-site form POST (text/plain, foreign Origin), a DNS-rebinding page (Host: evil.example)
+// and a simple request without the admin header are refused, and no engine moves; the same
+// change from a script (JSON or X-Narwhal-Admin, Host naming the listener) goes through
+// (issue 26, item 3).
+func TestTokenlessAdminRefusesBrowserRequests(t *testing.T) {
+	h := start(t, setup{prefill: 1, decode: 1})
+	_, port, _ := strings.Cut(strings.TrimPrefix(h.admin, "http://"), ":")
+	for _, tc := range []struct {
+		name, host string
+		headers    []string
+		want       int
+	}{
+		{"cross-site form post", "", []string{"Content-Type", "text/plain", "Origin", "http://evil.example"}, 403},
+		{"dns rebinding", "evil.example:" + port, []string{"Content-Type", "text/plain", "Origin", "http://evil.example:" + port}, 421},
+		{"rebinding with json", "evil.example:" + port, []string{"Content-Type", "application/json"}, 421},
+		{"another port in Host", "127.0.0.1:1", []string{admin.AdminHeader, "1"}, 421},
+		{"urlencoded form", "", []string{"Content-Type", "application/x-www-form-urlencoded"}, 403},
+	} {
+		if code := h.adminRequest("POST", "/engines/d0/eject?reason=csrf", tc.host, tc.headers...); code != tc.want {
+			t.Errorf("%s: %d, want %d", tc.name, code, tc.want)
+		}
+	}
+	if code := h.adminRequest("GET", "/engines", "evil.example:"+port); code != 421 {
+		t.Errorf("a rebinding page reading /engines: %d, want 421", code)
+	}
+	for _, e := range h.engines() {
+		if e.State != "admitted" {
+			t.Fatalf("a refused request moved %s: %+v", e.Name, e)
+		}
+	}
+	if code := h.adminRequest("POST", "/engines/d0/eject?reason=script", "", "Content-Type", "application/json"); code != 200 {
+		t.Fatalf("a script's JSON POST: %d", code)
+	}
+	if code := h.adminRequest("POST", "/engines/d0/readmit?force=true", "localhost:"+port, admin.AdminHeader, "1"); code != 200 {
+		t.Fatalf("a script's POST with the admin header: %d", code)
+	}
+	if code := h.adminRequest("GET", "/engines", ""); code != 200 {
+		t.Fatalf("GET /engines by address: %d", code)
+	}
+}
+
+// The bearer scheme is case-insensitive on the admin listener as on the client API.
+func TestAdminBearerSchemeIsCaseInsensitive(t *testing.T) {
+	h := start(t, setup{prefill: 1, decode: 1, config: func(c *config.Config) { c.Server.AdminToken = "s3cret" }})
+	for _, scheme := range []string{"Bearer", "bearer", "BEARER", "bEaReR"} {
+		if code := h.adminRequest("GET", "/engines", "", "Authorization", scheme+" s3cret"); code != 200 {
+			t.Errorf("%s: %d, want 200", scheme, code)
+		}
+	}
+	for _, v := range []string{"bearer s3cre", "Basic s3cret", "s3cret", "bearers3cret"} {
+		if code := h.adminRequest("GET", "/engines", "", "Authorization", v); code != 401 {
+			t.Errorf("%q: %d, want 401", v, code)
+		}
+	}
+	// With a token, a browser cannot send the header: a tokened POST needs no other proof.
+	if code := h.adminRequest("POST", "/engines/d0/eject", "", "Authorization", "bearer s3cret"); code != 200 {
+		t.Fatalf("tokened eject: %d", code)
 	}
 }

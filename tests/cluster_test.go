@@ -21,6 +21,7 @@ import (
 
 	"github.com/narwhal-router/narwhal/bench/sim"
 	"github.com/narwhal-router/narwhal/cluster"
+	"github.com/narwhal-router/narwhal/cluster/certs"
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/messages"
 	"github.com/narwhal-router/narwhal/transport/kv"
@@ -30,26 +31,46 @@ import (
 // breakers' verdicts through the cluster. Each node is a real process: a stall is a
 // SIGSTOP, a crash a SIGKILL.
 
-// narwhalBinary is the binary the cluster tests run, built once per test binary into a
-// directory TestMain removes (removeNarwhalBinary).
+// narwhalBinary is the binary the end-to-end tests run: built once per test binary, with the
+// clusterfaults tag (the cluster's partition hook, cluster.FaultFileEnv), into a directory
+// TestMain removes (removeNarwhalBinary). NARWHAL_TEST_BINARY names another build to run
+// instead (an older one, to measure a change against it).
 var narwhalBinary = sync.OnceValues(func() (string, error) {
+	if bin := os.Getenv("NARWHAL_TEST_BINARY"); bin != "" {
+		return bin, nil
+	}
+	return goBuild("narwhal-faults", "-tags", "clusterfaults")
+})
+
+// productBinary is the binary `make build` produces: no build tag.
+var productBinary = sync.OnceValues(func() (string, error) { return goBuild("narwhal") })
+
+var binDir = sync.OnceValues(func() (string, error) {
 	dir, err := os.MkdirTemp("", "narwhal-e2e-")
+	if err == nil {
+		binDirMade.Store(&dir)
+	}
+	return dir, err
+})
+
+var binDirMade atomic.Pointer[string]
+
+func goBuild(name string, flags ...string) (string, error) {
+	dir, err := binDir()
 	if err != nil {
 		return "", err
 	}
-	binDir.Store(&dir)
-	bin := filepath.Join(dir, "narwhal")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/narwhal-router/narwhal").CombinedOutput(); err != nil {
+	bin := filepath.Join(dir, name)
+	args := append(append([]string{"build"}, flags...), "-o", bin, "github.com/narwhal-router/narwhal")
+	if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build: %v\n%s", err, out)
 	}
 	return bin, nil
-})
+}
 
-var binDir atomic.Pointer[string]
-
-// removeNarwhalBinary deletes what narwhalBinary built, if anything.
+// removeNarwhalBinary deletes what narwhalBinary and productBinary built, if anything.
 func removeNarwhalBinary(int) {
-	if d := binDir.Load(); d != nil {
+	if d := binDirMade.Load(); d != nil {
 		os.RemoveAll(*d)
 	}
 }
@@ -121,7 +142,9 @@ type narwhalNode struct {
 	api    string
 	admin  string
 	cmd    *exec.Cmd
-	log    *syncBuffer
+	log    *syncBuffer // stderr: the process log
+	out    *syncBuffer // stdout: the access log
+	env    []string    // added to the environment
 	client *http.Client
 	// cutFile partitions the node from the other nodes while it exists (the cluster's test
 	// fault hook, cluster.FaultFileEnv); its clients and the engines still reach it.
@@ -130,6 +153,11 @@ type narwhalNode struct {
 
 type clusterSetup struct {
 	nodes int
+	// bin is the binary the nodes run; "": narwhalBinary (with the partition hook).
+	bin string
+	// insecure runs the cluster without cluster.tls (loopback allows it); by default every
+	// node has a certificate of the cluster's own CA.
+	insecure bool
 	// config adjusts every node's configuration (after the defaults below).
 	config func(*config.Config)
 	// provider: "" for the static seed list, else etcd with these endpoints.
@@ -140,11 +168,15 @@ type narwhalCluster struct {
 	t     *testing.T
 	fleet *sim.Fleet
 	nodes []*narwhalNode
+	seeds []string // the nodes' cluster addresses
 }
 
 func startCluster(t *testing.T, s clusterSetup) *narwhalCluster {
 	t.Helper()
-	bin := buildNarwhal(t)
+	bin := s.bin
+	if bin == "" {
+		bin = buildNarwhal(t)
+	}
 	fleet, err := sim.StartFleet(sim.FleetOptions{Prefill: 2, Decode: 2, Engine: sim.Options{Tokens: 2, Models: []string{"sim-model"}}})
 	if err != nil {
 		t.Fatal(err)
@@ -155,8 +187,17 @@ func startCluster(t *testing.T, s clusterSetup) *narwhalCluster {
 	for range s.nodes {
 		seeds = append(seeds, freeClusterAddr(t))
 	}
+	c.seeds = seeds
 	prefix := fmt.Sprintf("/narwhal-e2e-%d", time.Now().UnixNano())
 	dir := t.TempDir()
+	var names []string
+	for i := range s.nodes {
+		names = append(names, fmt.Sprintf("node-%d", i))
+	}
+	creds, err := certs.Write(filepath.Join(dir, "certs"), names, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for i := range s.nodes {
 		cfg := config.Default()
 		cfg.Engines = fleetEngines(fleet)
@@ -172,6 +213,10 @@ func startCluster(t *testing.T, s clusterSetup) *narwhalCluster {
 		cl.Enabled, cl.Name, cl.NodeName, cl.Bind, cl.Seeds = true, "e2e", fmt.Sprintf("node-%d", i), seeds[i], seeds
 		cl.GossipIntervalS, cl.HeartbeatIntervalS, cl.SuspectAfterS = 0.1, 0.1, 0.8
 		cl.VerdictTTLS, cl.RepublishIntervalS = 2, 0.3
+		if !s.insecure {
+			f := creds[cl.NodeName]
+			cl.TLS = config.ClusterTLS{CertFile: f.Cert, KeyFile: f.Key, CAFile: f.CA}
+		}
 		if len(s.etcd) > 0 {
 			cl.Provider, cl.Seeds = config.ProviderEtcd, nil
 			cl.Etcd.Endpoints, cl.Etcd.Prefix = s.etcd, prefix
@@ -208,10 +253,13 @@ func startCluster(t *testing.T, s clusterSetup) *narwhalCluster {
 }
 
 func (n *narwhalNode) start() {
-	n.log = &syncBuffer{}
+	n.log, n.out = &syncBuffer{}, &syncBuffer{}
 	n.cmd = exec.Command(n.bin, "serve", "--config", n.cfg, "--skip-preflight")
-	n.cmd.Env = append(os.Environ(), cluster.FaultFileEnv+"="+n.cutFile)
-	n.cmd.Stdout = io.Discard
+	n.cmd.Env = append(os.Environ(), n.env...)
+	if n.cutFile != "" {
+		n.cmd.Env = append(n.cmd.Env, cluster.FaultFileEnv+"="+n.cutFile)
+	}
+	n.cmd.Stdout = n.out
 	n.cmd.Stderr = n.log
 	if err := n.cmd.Start(); err != nil {
 		n.t.Errorf("start %s: %v", n.name, err) // may run on a goroutine of its own: no Fatal
@@ -232,6 +280,9 @@ func (n *narwhalNode) start() {
 // cut partitions the node from the other nodes (on) or heals the partition.
 func (n *narwhalNode) cut(on bool) {
 	n.t.Helper()
+	if os.Getenv("NARWHAL_TEST_BINARY") != "" {
+		n.t.Skip("the partition hook needs the binary built with -tags clusterfaults")
+	}
 	var err error
 	if on {
 		err = os.WriteFile(n.cutFile, nil, 0o600)
@@ -320,7 +371,7 @@ func (n *narwhalNode) post(path, body string) (int, string) {
 
 func (n *narwhalNode) adminPost(path string) {
 	n.t.Helper()
-	resp, err := n.client.Post(n.admin+path, "", nil)
+	resp, err := n.client.Post(n.admin+path, "application/json", nil)
 	if err != nil {
 		n.t.Fatalf("%s POST %s: %v", n.name, path, err)
 	}

@@ -68,7 +68,10 @@ func TestMissingDescriptorFollowsOnMissing(t *testing.T) {
 func TestUnpinnedIdentityStillFailsWhenTheKVCannotBeRead(t *testing.T) {
 	h := start(t, setup{prefill: 1, decode: 1, engine: sim.Options{Tokens: 2}, config: func(c *config.Config) {
 		for i := range c.Engines {
+			// Unpinned; the simulator's side channel is on a free port, outside vLLM's range.
+			_, port, _ := strings.Cut(c.Engines[i].KV.Endpoint, ":")
 			c.Engines[i].KV.EngineID, c.Engines[i].KV.Endpoint = "", ""
+			c.Engines[i].KV.AllowedPorts = []string{port}
 		}
 	}})
 	// Not pinned, so the router cannot tell; the consumer fails to load the KV (HTTP 500).

@@ -19,6 +19,7 @@ import (
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/messages"
 	"github.com/narwhal-router/narwhal/node"
+	"github.com/narwhal-router/narwhal/transport/admin"
 	"github.com/narwhal-router/narwhal/transport/kv"
 )
 
@@ -304,6 +305,7 @@ func (h *harness) adminDo(method, path string) (int, []byte) {
 	if err != nil {
 		h.t.Fatal(err)
 	}
+	req.Header.Set(admin.AdminHeader, "1") // a tokenless change must show it is no browser's
 	resp, err := h.client.Do(req)
 	if err != nil {
 		h.t.Fatalf("%s %s: %v", method, path, err)

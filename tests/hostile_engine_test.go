@@ -291,6 +291,16 @@ func TestHostileDecodeEngine(t *testing.T) {
 		{name: "tokens without end for a non-streaming client", serve: func(w http.ResponseWriter, r *http.Request) bool {
 			return flood(w, r, bytes.Repeat([]byte(hostileToken), 256))
 		}, status: 502, code: "response_too_large", cutOff: true, bySize: true},
+		// Asked for Accept-Encoding: identity, it compresses anyway: relaying the bytes without
+		// their encoding would hand the client garbage (issue 26, item 7).
+		{name: "a gzip-encoded stream", stream: true, serve: func(w http.ResponseWriter, r *http.Request) bool {
+			if r.Header.Get("Accept-Encoding") != "identity" {
+				http.Error(w, "not asked for identity", http.StatusTeapot)
+				return false
+			}
+			w.Header().Set("Content-Encoding", "gzip")
+			return finish(w, "\x1f\x8b\x08\x00\x00\x00\x00\x00compressed")
+		}, status: 502, code: "bad_response"},
 		{name: "comments flooded after the first token", stream: true, serve: func(w http.ResponseWriter, r *http.Request) bool {
 			sse(w)
 			w.Write([]byte(hostileToken))
@@ -409,7 +419,11 @@ func TestHostileProducerCannotRedirectConsumers(t *testing.T) {
 		"the admin port on another loopback address": descriptor("127.0.0.2", adminPort, ""),
 		"a host with a path":                         descriptor("127.0.0.1/debug", adminPort, ""),
 		"another host":                               descriptor("10.1.2.3", 5600, ""),
-		"a protocol flip":                            descriptor("127.0.0.1", 5600, `,"do_remote_decode":true`),
+		// Its own host (the router's too, here) only on the NIXL ports (issue 26, item 6).
+		"its own host, the router's admin port":  descriptor("127.0.0.1", adminPort, ""),
+		"its own host, the router's client port": descriptor("127.0.0.1", strings.TrimPrefix(h.base, "http://127.0.0.1:"), ""),
+		"its own host, another local service":    descriptor("127.0.0.1", 6379, ""),
+		"a protocol flip":                        descriptor("127.0.0.1", 5600, `,"do_remote_decode":true`),
 	}
 	for name, desc := range cases {
 		t.Run(name, func(t *testing.T) {

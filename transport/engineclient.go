@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/transport/fault"
 	"github.com/narwhal-router/narwhal/transport/kv"
+	"github.com/narwhal-router/narwhal/transport/memory"
 	"github.com/narwhal-router/narwhal/transport/wire"
 )
 
@@ -45,7 +47,15 @@ type Request struct {
 	// for the pair (Run does). Zero: Prefill asks the producer's connector for a plan of its own,
 	// with no consumer, which only a sequential connector supports.
 	Transfer kv.Transfer
+	// Budget is the process's memory budget: a passthrough answer is reserved in it before it
+	// is read. Nil (probes, preflight): bounded by server.max_response_bytes alone.
+	Budget *memory.Budget
 }
+
+// largeBody is the client body size from which a leg's body is sent by reference
+// (wire.LegBody) rather than rewritten into a pooled buffer: a long prompt is then held once,
+// not once more per leg.
+const largeBody = 64 << 10
 
 // maxPrefillBody bounds a prefill response (one token plus the descriptor, or prompt logprobs).
 const maxPrefillBody = 16 << 20
@@ -102,24 +112,27 @@ func (c *EngineClient) Prefill(ctx context.Context, req *Request) (PrefillResult
 
 	hreq := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(hreq)
-	buf := bytebufferpool.Get()
-	defer bytebufferpool.Put(buf)
 	params := req.Transfer.Prefill
 	if params == nil {
 		params = c.connector.Plan(kv.Attempt{Pair: kv.Pair{Producer: c.kv, Endpoint: req.Body.Endpoint},
 			BackendRequestID: req.BackendRequestID}).Prefill
 	}
-	buf.B = req.Body.AppendPrefillBody(buf.B[:0], params)
-	c.prepare(hreq, req, buf.B)
+	byRef, buf := c.legBody(hreq, req, fault.PhasePrefill, params)
+	if buf != nil {
+		defer bytebufferpool.Put(buf)
+	}
 
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
-	lc, err := openLeg(ctx, c.hc, hreq, resp, deadline, c.timeouts.Connect, false, maxPrefillBody)
+	lc, err := openLeg(ctx, c.hc, hreq, byRef, resp, deadline, c.timeouts.Connect, false, maxPrefillBody)
 	if err != nil {
 		return PrefillResult{}, c.legFault(ctx, fault.PhasePrefill, err, byRequest, fault.Timeout,
 			fmt.Sprintf("prefill engine did not answer within %s", c.timeouts.Prefill))
 	}
 	defer lc.close()
+	if f := c.encodingFault(fault.PhasePrefill, resp); f != nil {
+		return PrefillResult{}, f
+	}
 	if f := c.statusFault(fault.PhasePrefill, resp.StatusCode(), resp.Body(), resp); f != nil {
 		return PrefillResult{}, f
 	}
@@ -190,18 +203,22 @@ func (c *EngineClient) decode(ctx context.Context, res PrefillResult, req *Reque
 
 	hreq := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(hreq)
-	buf := bytebufferpool.Get()
-	defer bytebufferpool.Put(buf)
-	buf.B = req.Body.AppendDecodeBody(buf.B[:0], params)
-	c.prepare(hreq, req, buf.B)
+	byRef, buf := c.legBody(hreq, req, fault.PhaseDecode, params)
+	if buf != nil {
+		defer bytebufferpool.Put(buf)
+	}
 
 	resp := fasthttp.AcquireResponse()
-	lc, err := openLeg(ctx, c.hc, hreq, resp, deadline, c.timeouts.Connect, true, 0)
+	lc, err := openLeg(ctx, c.hc, hreq, byRef, resp, deadline, c.timeouts.Connect, true, 0)
 	if err != nil {
 		fasthttp.ReleaseResponse(resp)
 		return nil, c.legFault(ctx, fault.PhaseDecode, err, byRequest, fault.FirstTokenTimeout, c.firstTokenDetail())
 	}
 	s := newDecodeStream(ctx, c, lc, resp, req.Deadline)
+	if f := c.encodingFault(fault.PhaseDecode, resp); f != nil {
+		s.Close()
+		return nil, f
+	}
 	if status := resp.StatusCode(); status != fasthttp.StatusOK {
 		body, _ := s.readAll(maxErrorBody)
 		f := c.statusFault(fault.PhaseDecode, status, body, resp)
@@ -242,12 +259,39 @@ func (c *EngineClient) firstTokenDetail() string {
 	return fmt.Sprintf("no token from the decode engine within %s", c.timeouts.FirstToken)
 }
 
+// legBody prepares hreq for one leg with its rewritten body: for a small client body, rewritten
+// into buf, a pooled buffer the caller puts back; for a large one (largeBody), sent by reference
+// (byRef, which openLeg writes on each try) so that the client's bytes are not copied.
+func (c *EngineClient) legBody(hreq *fasthttp.Request, req *Request, leg fault.Phase, params []byte) (byRef *wire.LegBody, buf *bytebufferpool.ByteBuffer) {
+	if len(req.Body.Raw()) >= largeBody {
+		if leg == fault.PhasePrefill {
+			byRef = req.Body.PrefillLegBody(params)
+		} else {
+			byRef = req.Body.DecodeLegBody(params)
+		}
+		c.prepare(hreq, req, nil)
+		return byRef, nil
+	}
+	buf = bytebufferpool.Get()
+	if leg == fault.PhasePrefill {
+		buf.B = req.Body.AppendPrefillBody(buf.B[:0], params)
+	} else {
+		buf.B = req.Body.AppendDecodeBody(buf.B[:0], params)
+	}
+	c.prepare(hreq, req, buf.B)
+	return nil, buf
+}
+
 // prepare fills the request line and the allowlisted headers; no client header reaches an engine
 // unless it is listed here.
 func (c *EngineClient) prepare(hreq *fasthttp.Request, req *Request, body []byte) {
 	hreq.Header.SetMethod(fasthttp.MethodPost)
 	hreq.SetRequestURI(c.urls[req.Body.Endpoint])
 	hreq.Header.SetContentType("application/json")
+	// The router relays and reads engine bodies as sent: a compressed one would reach a client
+	// without its Content-Encoding, or fail to parse. Engines are asked for none
+	// (encodingFault refuses one that compresses anyway).
+	hreq.Header.Set("Accept-Encoding", "identity")
 	hreq.Header.Set("X-Request-Id", req.BackendRequestID)
 	if req.TraceParent != "" {
 		hreq.Header.Set("traceparent", req.TraceParent)
@@ -258,7 +302,27 @@ func (c *EngineClient) prepare(hreq *fasthttp.Request, req *Request, body []byte
 	if c.auth != "" {
 		hreq.Header.Set("Authorization", c.auth)
 	}
-	hreq.SetBodyRaw(body)
+	if body != nil {
+		hreq.SetBodyRaw(body)
+	}
+}
+
+// encodingFault refuses an engine answer with a Content-Encoding other than identity: the
+// router asked for none, and can neither read nor relay a compressed body as sent.
+func (c *EngineClient) encodingFault(leg fault.Phase, resp *fasthttp.Response) *fault.Fault {
+	ce := resp.Header.ContentEncoding()
+	if len(ce) == 0 || strings.EqualFold(strings.TrimSpace(string(ce)), "identity") {
+		return nil
+	}
+	return c.fault(leg, fault.BadResponse, "engine answered with Content-Encoding "+strconv.Quote(excerptText(ce))+", though asked for identity", nil)
+}
+
+// excerptText is at most 32 bytes of an engine's header, for a message.
+func excerptText(b []byte) string {
+	if len(b) > 32 {
+		b = b[:32]
+	}
+	return strings.ToValidUTF8(string(b), "?")
 }
 
 // legFault turns an error from opening or reading a leg into a Fault. A cancelled context wins

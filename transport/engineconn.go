@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/narwhal-router/narwhal/transport/wire"
 )
 
 // legConn is one HTTP exchange with an engine that can be aborted at any moment — while the
@@ -36,7 +38,10 @@ type legConn struct {
 // openLeg sends req and reads the response header (and, unless stream is set, the whole body,
 // bounded by maxBody). The deadline bounds the connect, the write and the header read; the caller
 // moves it for the body. On error nothing needs releasing.
-func openLeg(ctx context.Context, hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response,
+//
+// byRef, when set, is the request's body sent by reference (wire.LegBody): each try writes it
+// afresh, as a resend on another connection must.
+func openLeg(ctx context.Context, hc *fasthttp.HostClient, req *fasthttp.Request, byRef *wire.LegBody, resp *fasthttp.Response,
 	deadline time.Time, connectTimeout time.Duration, stream bool, maxBody int) (*legConn, error) {
 	for try := 0; ; try++ {
 		if err := ctx.Err(); err != nil {
@@ -45,6 +50,9 @@ func openLeg(ctx context.Context, hc *fasthttp.HostClient, req *fasthttp.Request
 		left := time.Until(deadline)
 		if left <= 0 {
 			return nil, fasthttp.ErrTimeout
+		}
+		if byRef != nil {
+			req.SetBodyStream(byRef.Reader(), byRef.Len())
 		}
 		lc, unsent, err := tryLeg(ctx, hc, req, resp, deadline, min(left, connectTimeout), stream, maxBody)
 		if err == nil {

@@ -40,7 +40,7 @@ func sendLeg(hc *fasthttp.HostClient) (int, error) {
 	req.SetBodyString(`{}`)
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
-	lc, err := openLeg(context.Background(), hc, req, resp, time.Now().Add(5*time.Second), time.Second, false, 1<<20)
+	lc, err := openLeg(context.Background(), hc, req, nil, resp, time.Now().Add(5*time.Second), time.Second, false, 1<<20)
 	if err != nil {
 		return 0, err
 	}

@@ -66,7 +66,7 @@ func (c *EngineClient) get(ctx context.Context, path string) ([]byte, error) {
 	}
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
-	lc, err := openLeg(ctx, c.hc, req, resp, deadline, c.timeouts.Connect, false, 1<<20)
+	lc, err := openLeg(ctx, c.hc, req, nil, resp, deadline, c.timeouts.Connect, false, 1<<20)
 	if err != nil {
 		return nil, fmt.Errorf("engine %s: GET %s: %w", c.name, path, err)
 	}

@@ -29,7 +29,9 @@ func ExampleEngineClient() {
 	// built from its engine's piece.
 	cfg := config.Default()
 	cfg.Engines = []config.Engine{
-		{Name: "p0", URL: fleet.Engine("p0").URL(), Role: config.RolePrefill},
+		// The producer's KV side channel pinned, as an operator would (the simulator's is on a
+		// free port, outside the NIXL range an unpinned producer may name).
+		{Name: "p0", URL: fleet.Engine("p0").URL(), Role: config.RolePrefill, KV: config.KV{Endpoint: fleet.Engine("p0").KVEndpoint()}},
 		{Name: "d0", URL: fleet.Engine("d0").URL(), Role: config.RoleDecode},
 	}
 	rt, err := config.Provision(cfg, kv.Builtin())

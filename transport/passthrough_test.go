@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/narwhal-router/narwhal/config"
@@ -54,8 +55,8 @@ func TestPassthroughAnswerIsBoundedByMaxResponseBytes(t *testing.T) {
 	bounded := client(t, limit)
 	for _, framing := range []string{"length", "chunked"} {
 		resp, err := ask(bounded, framing, limit)
-		if err != nil || len(resp.Body) != limit {
-			t.Fatalf("%s answer of exactly server.max_response_bytes: %d bytes, %v", framing, len(resp.Body), err)
+		if err != nil || answerLen(resp) != limit {
+			t.Fatalf("%s answer of exactly server.max_response_bytes: %d bytes, %v", framing, answerLen(resp), err)
 		}
 		_, err = ask(bounded, framing, limit+1)
 		var f *fault.Fault
@@ -72,12 +73,62 @@ func TestPassthroughAnswerIsBoundedByMaxResponseBytes(t *testing.T) {
 				framing, f.Retriable(), f.CountsAgainstEngine(), f.ClientStatus())
 		}
 		// The client stays usable: the oversized answer's connection was not pooled half read.
-		if resp, err := ask(bounded, framing, 10); err != nil || len(resp.Body) != 10 {
-			t.Fatalf("%s answer after an oversized one: %d bytes, %v", framing, len(resp.Body), err)
+		if resp, err := ask(bounded, framing, 10); err != nil || answerLen(resp) != 10 {
+			t.Fatalf("%s answer after an oversized one: %d bytes, %v", framing, answerLen(resp), err)
 		}
 	}
 	// The bound is the configured one, not a fixed one: a larger bound admits the same answer.
-	if resp, err := ask(client(t, 2*limit), "chunked", limit+1); err != nil || len(resp.Body) != limit+1 {
-		t.Fatalf("with a bound of %d: %d bytes, %v", 2*limit, len(resp.Body), err)
+	if resp, err := ask(client(t, 2*limit), "chunked", limit+1); err != nil || answerLen(resp) != limit+1 {
+		t.Fatalf("with a bound of %d: %d bytes, %v", 2*limit, answerLen(resp), err)
+	}
+}
+
+func answerLen(r transport.PassthroughResponse) int {
+	n := 0
+	for _, c := range r.Body {
+		n += len(c)
+	}
+	return n
+}
+
+// Engines are asked for no compression; an answer compressed anyway, or a passthrough answer
+// that is not JSON (an HTML error page behind a 200), is a bad_response, never relayed
+// (issue 26, item 7).
+func TestEngineAnswersMustBeIdentityAndJSON(t *testing.T) {
+	var acceptEncoding atomic.Value
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		acceptEncoding.Store(r.Header.Get("Accept-Encoding"))
+		switch r.Header.Get("X-Request-Id") {
+		case "gzip":
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Content-Encoding", "gzip")
+			w.Write([]byte("\x1f\x8b\x08\x00junk"))
+		case "html":
+			w.Header().Set("Content-Type", "text/html; charset=utf-8")
+			w.Write([]byte("<html>proxy error</html>"))
+		default:
+			w.Header().Set("Content-Type", "application/json; charset=utf-8")
+			w.Write([]byte(`{"data":[]}`))
+		}
+	}))
+	defer srv.Close()
+	c := transport.ClientFor(t, config.Engine{Name: "e0", URL: srv.URL, Role: config.RoleDecode}, nil)
+	body, err := wire.ParsePassthroughBody(wire.EndpointEmbeddings, []byte(`{"model":"m","input":"hi"}`), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]string{"gzip": `Content-Encoding "gzip"`, "html": `"text/html; charset=utf-8", not application/json`} {
+		_, err := c.Passthrough(context.Background(), &transport.Request{Body: body, BackendRequestID: id})
+		var f *fault.Fault
+		if !errors.As(err, &f) || f.Kind != fault.BadResponse || !strings.Contains(f.Detail, want) || f.ClientStatus() != 502 {
+			t.Fatalf("%s: %v, want a bad_response naming %s", id, err, want)
+		}
+	}
+	resp, err := c.Passthrough(context.Background(), &transport.Request{Body: body, BackendRequestID: "ok"})
+	if err != nil || resp.ContentType != "application/json; charset=utf-8" || answerLen(resp) != len(`{"data":[]}`) {
+		t.Fatalf("a JSON answer: %+v, %v", resp, err)
+	}
+	if got := acceptEncoding.Load(); got != "identity" {
+		t.Fatalf("the engine was asked with Accept-Encoding %q, want identity", got)
 	}
 }

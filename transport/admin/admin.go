@@ -1,12 +1,12 @@
 // Package admin is Narwhal's operator listener: health and readiness, engine breaker state and
 // manual eject/readmit, the live supervisor-tree dump, Prometheus metrics and pprof. It listens
 // on loopback by default and, with server.admin_token set, requires that bearer token on every
-// route but /healthz and /readyz (which orchestrators probe without credentials).
+// route but /healthz and /readyz (which orchestrators probe without credentials); without a
+// token it keeps browsers out (guard.go).
 package admin
 
 import (
 	"context"
-	"crypto/subtle"
 	"errors"
 	"net/http"
 	"net/http/pprof"
@@ -45,12 +45,14 @@ type Tree interface {
 // ErrUnknownEngine is wrapped by a Fleet's answer for an engine name that is not configured.
 var ErrUnknownEngine = errors.New("no such engine")
 
-// Handler serves the admin routes for router; prom serves /metrics (nil: 404).
+// Handler serves the admin routes for router on the listener at addr; prom serves /metrics
+// (nil: 404).
 //
-// Only /healthz and /readyz are served without the token: they are the sole routes of the
+// Only /healthz and /readyz are served without the guard: they are the sole routes of the
 // outer mux, and everything else — the engine routes, the tree, /metrics and every
-// /debug/pprof/ route — is reachable only through the token check when a token is set.
-func Handler(router Fleet, prom http.Handler, token string) http.Handler {
+// /debug/pprof/ route — is reachable only through it: the token when one is set, else the
+// loopback, Host and non-simple-request rules (guard.go).
+func Handler(router Fleet, prom http.Handler, token, addr string) http.Handler {
 	open := http.NewServeMux()
 	open.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Write([]byte("ok\n"))
@@ -63,7 +65,11 @@ func Handler(router Fleet, prom http.Handler, token string) http.Handler {
 		w.Write([]byte("ready\n"))
 	})
 	mux := http.NewServeMux()
-	open.Handle("/", requireToken(mux, token))
+	g := guard{port: portOf(addr)}
+	if token != "" {
+		g.want = []byte("Bearer " + token)
+	}
+	open.Handle("/", g.wrap(mux))
 	mux.HandleFunc("GET /engines", func(w http.ResponseWriter, r *http.Request) {
 		engines, err := router.Engines(askContext(r))
 		if err != nil {
@@ -105,23 +111,6 @@ func Handler(router Fleet, prom http.Handler, token string) http.Handler {
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	return open
-}
-
-// requireToken lets a request through to next only with `Authorization: Bearer <token>`; an
-// empty token lets everything through.
-func requireToken(next http.Handler, token string) http.Handler {
-	if token == "" {
-		return next
-	}
-	want := []byte("Bearer " + token)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="narwhal-admin"`)
-			http.Error(w, "missing or wrong bearer token (send Authorization: Bearer <server.admin_token>; narwhal dump takes --token or $NARWHAL_ADMIN_TOKEN)", http.StatusUnauthorized)
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
 }
 
 func askContext(r *http.Request) context.Context {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/narwhal-router/narwhal/transport"
 	"github.com/narwhal-router/narwhal/transport/fault"
+	"github.com/narwhal-router/narwhal/transport/memory"
 	"github.com/narwhal-router/narwhal/transport/tracing"
 	"github.com/narwhal-router/narwhal/transport/wire"
 )
@@ -49,6 +50,9 @@ type Exchange struct {
 	// keys and keySlot are the API key slot the request holds (auth.go), given back when it ends.
 	keys    *keyring
 	keySlot atomic.Int32
+	// budget is the process's memory budget: what the attempt reads whole (a passthrough
+	// answer) is reserved in it.
+	budget *memory.Budget
 }
 
 // NewExchange prepares an exchange; ingress calls it, tests may too.
@@ -88,7 +92,7 @@ func (x *Exchange) Await() Command { return <-x.commands }
 // EngineRequest is the engine request of one attempt.
 func (x *Exchange) EngineRequest(backendRequestID string) *transport.Request {
 	return &transport.Request{Body: x.Body, BackendRequestID: backendRequestID, Deadline: x.Deadline,
-		TraceParent: x.TraceParent, TraceState: x.TraceState}
+		TraceParent: x.TraceParent, TraceState: x.TraceState, Budget: x.budget}
 }
 
 // setProgress records the leg the running attempt is on; idle when no attempt runs.

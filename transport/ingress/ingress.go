@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"strconv"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/transport"
 	"github.com/narwhal-router/narwhal/transport/fault"
+	"github.com/narwhal-router/narwhal/transport/memory"
 	"github.com/narwhal-router/narwhal/transport/telemetry"
 	"github.com/narwhal-router/narwhal/transport/tracing"
 	"github.com/narwhal-router/narwhal/transport/wire"
@@ -40,25 +42,42 @@ type Ingress struct {
 	srv        *fasthttp.Server
 	deadline   time.Duration
 	keys       *keyring
+	budget     *memory.Budget
+}
+
+// Options are an Ingress's collaborators beyond the router.
+type Options struct {
+	// Logger receives the client connections' errors (connlog.go); nil: discarded.
+	Logger *slog.Logger
+	// Budget is the process's memory budget (server.max_buffered_bytes); nil bounds nothing.
+	Budget *memory.Budget
+	// Tracer traces every request the listener admits; nil: tracing off.
+	Tracer *tracing.Tracer
 }
 
 // NewIngress builds the listener from the server's and the requests' runtime settings; Serve
-// starts it. tracer traces every request it admits (nil: tracing off).
-func NewIngress(srv config.ServerRuntime, req config.RequestRuntime, d Dispatcher, models ModelLister, m *telemetry.Metrics, tracer *tracing.Tracer) (*Ingress, error) {
+// starts it.
+func NewIngress(srv config.ServerRuntime, req config.RequestRuntime, d Dispatcher, models ModelLister, m *telemetry.Metrics, opts Options) (*Ingress, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
 	dispatcher := keyedDispatcher{d}
 	gone, err := newGoneWatcher(dispatcher.ClientGone)
 	if err != nil {
 		return nil, err
 	}
-	in := &Ingress{rt: srv, dispatcher: dispatcher, models: models, metrics: m, tracer: tracer, gone: gone,
-		deadline: req.Deadline, keys: newKeyring(srv.APIKeys, srv.APIKeyMaxConcurrency)}
+	in := &Ingress{rt: srv, dispatcher: dispatcher, models: models, metrics: m, tracer: opts.Tracer, gone: gone,
+		deadline: req.Deadline, keys: newKeyring(srv.APIKeys, srv.APIKeyMaxConcurrency), budget: opts.Budget}
 	in.srv = &fasthttp.Server{
 		Name:               "narwhal",
 		Handler:            in.handle,
 		ErrorHandler:       in.handleTransportError,
+		Logger:             &connLog{log: opts.Logger.With("component", "ingress")},
 		MaxRequestBodySize: srv.MaxBodyBytes,
-		ReadTimeout:        srv.HeaderTimeout,
-		IdleTimeout:        srv.IdleTimeout,
+		// Bodies are read by the handler (body.go), after the memory budget has room for them.
+		StreamRequestBody: true,
+		ReadTimeout:       srv.HeaderTimeout,
+		IdleTimeout:       srv.IdleTimeout,
 		// The read buffer bounds the request line and headers (431 past it). ReduceMemoryUsage
 		// hands it back to the pool once a request is read, so a streaming response (and an idle
 		// keep-alive connection) holds none: a larger header allowance costs no per-stream memory.
@@ -172,8 +191,14 @@ func (in *Ingress) generate(ctx *fasthttp.RequestCtx, ep wire.Endpoint, slot int
 		in.reject(ctx, ep, arrival, fasthttp.StatusBadRequest, fault.ErrorBody{Message: err.Error(), Type: fault.ErrorType(400), Code: "invalid_deadline"})
 		return
 	}
-	body, err := in.parseBody(ep, ctx.PostBody())
+	raw, hold, ok := in.readBody(ctx, ep, arrival)
+	if !ok {
+		in.keys.release(slot)
+		return
+	}
+	body, err := in.parseBody(ep, raw)
 	if err != nil {
+		hold.Free()
 		in.keys.release(slot)
 		var bre *wire.BadRequestError
 		errors.As(err, &bre)
@@ -186,6 +211,7 @@ func (in *Ingress) generate(ctx *fasthttp.RequestCtx, ep wire.Endpoint, slot int
 	}
 
 	x := NewExchange(id, body, arrival, deadline)
+	x.budget = in.budget
 	x.keys = in.keys
 	x.keySlot.Store(int32(slot))
 	x.TraceParent = string(ctx.Request.Header.Peek("traceparent"))
@@ -200,6 +226,7 @@ func (in *Ingress) generate(ctx *fasthttp.RequestCtx, ep wire.Endpoint, slot int
 		cmd := x.Await()
 		a := cmd.Attempt
 		if a == nil {
+			hold.Free()
 			watch.stop()
 			in.answer(ctx, cmd.Answer)
 			x.endTrace(cmd.Answer.Status, nil)
@@ -207,6 +234,9 @@ func (in *Ingress) generate(ctx *fasthttp.RequestCtx, ep wire.Endpoint, slot int
 			return
 		}
 		out := x.Run(a)
+		if out.Fault != nil && errors.Is(out.Fault.Err, memory.ErrNoRoom) {
+			in.metrics.BufferRefused("answer")
+		}
 		in.dispatcher.AttemptEnded(x, a.Report(&out))
 		if !out.Committed() {
 			continue
@@ -220,6 +250,7 @@ func (in *Ingress) generate(ctx *fasthttp.RequestCtx, ep wire.Endpoint, slot int
 		// The client's body is not read again (no retry after commit): hand its buffer back
 		// instead of keeping it for the whole stream.
 		body.Release()
+		hold.Free()
 		ctx.Request.ResetBody()
 		if out.Answer != nil {
 			watch.stop()
@@ -283,6 +314,10 @@ func (in *Ingress) respondAssembled(ctx *fasthttp.RequestCtx, x *Exchange, s *tr
 	a := wire.NewAssembler(x.Body.Endpoint)
 	end := &StreamFinished{}
 	events, assembled := 0, 0
+	// What is assembled is held in the memory budget (reserved in steps as it grows) until
+	// the response is written.
+	var hold memory.Hold
+	defer func() { hold.Free() }()
 	for {
 		ev, err := s.Next()
 		if err != nil {
@@ -300,6 +335,12 @@ func (in *Ingress) respondAssembled(ctx *fasthttp.RequestCtx, x *Exchange, s *tr
 		if assembled += len(ev.Data); assembled > in.rt.MaxResponseBytes {
 			end.Fault = &fault.Fault{Kind: fault.ResponseTooLarge, Phase: fault.PhaseDecode, Engine: s.Engine(),
 				Detail: "decode stream is larger than server.max_response_bytes (" + strconv.Itoa(in.rt.MaxResponseBytes) + " bytes)"}
+			break
+		}
+		if int64(assembled) > hold.Size() && !hold.Grow(in.budget, max(64<<10, int64(assembled)-hold.Size())) {
+			in.metrics.BufferRefused("answer")
+			end.Fault = &fault.Fault{Kind: fault.Overloaded, Phase: fault.PhaseDecode, Engine: s.Engine(),
+				Detail: "the router's memory budget (server.max_buffered_bytes) has no room for the response"}
 			break
 		}
 		if ev.Kind == wire.EventUsage {
@@ -331,7 +372,8 @@ func (in *Ingress) respondAssembled(ctx *fasthttp.RequestCtx, x *Exchange, s *tr
 	} else {
 		ctx.SetStatusCode(fasthttp.StatusOK)
 		ctx.SetContentType("application/json")
-		ctx.SetBody(out)
+		sendHeld(ctx, [][]byte{out}, hold) // frees the hold once written
+		hold = memory.Hold{}
 	}
 	end.Ended = time.Now()
 	in.dispatcher.Finished(x, end)

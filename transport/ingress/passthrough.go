@@ -7,6 +7,7 @@ import (
 
 	"github.com/narwhal-router/narwhal/transport"
 	"github.com/narwhal-router/narwhal/transport/fault"
+	"github.com/narwhal-router/narwhal/transport/memory"
 	"github.com/narwhal-router/narwhal/transport/wire"
 )
 
@@ -31,19 +32,44 @@ func (in *Ingress) parseBody(ep wire.Endpoint, raw []byte) (*wire.ClientBody, er
 }
 
 // respondPassthrough answers with a committed passthrough attempt's answer: the engine's 200,
-// its body and content type as sent.
+// its body and content type as sent, and no other header of the engine's (the router's own
+// are x-request-id, Server-Timing and, when on, the routing headers). The body is the buffer
+// the answer was read into, sent without a copy; its reservation is freed once it is written
+// (or the connection is gone).
 func (in *Ingress) respondPassthrough(ctx *fasthttp.RequestCtx, x *Exchange, ans *transport.PassthroughResponse) {
 	ctx.SetStatusCode(fasthttp.StatusOK)
-	if ans.ContentType != "" {
-		ctx.Response.Header.SetContentType(ans.ContentType)
-	}
-	ctx.SetBody(ans.Body)
+	ctx.Response.Header.SetContentType(ans.ContentType)
 	end := &StreamFinished{Ended: time.Now()}
-	if t, ok := wire.TokensOf(ans.Body); ok { // embeddings, score and rerank report usage
-		x.countTokens(end, t)
+	// Embeddings, score and rerank report usage. An answer the engine sent chunked is held in
+	// pieces, and its usage is not counted: reading it would mean joining the pieces, which the
+	// memory budget exists to avoid.
+	if len(ans.Body) == 1 {
+		if t, ok := wire.TokensOf(ans.Body[0]); ok {
+			x.countTokens(end, t)
+		}
 	}
+	sendHeld(ctx, ans.Body, ans.Hold)
 	in.dispatcher.Finished(x, end)
 	x.endTrace(fasthttp.StatusOK, end)
+}
+
+// sendHeld makes chunks (in order) the response body, written from them, and frees hold once
+// fasthttp has written it or dropped the response (it closes a body stream either way).
+func sendHeld(ctx *fasthttp.RequestCtx, chunks [][]byte, hold memory.Hold) {
+	body := wire.LegBodyOf(chunks)
+	ctx.Response.SetBodyStream(&heldBody{LegBodyReader: body.Reader(), hold: hold}, body.Len())
+}
+
+// heldBody is a response body the memory budget holds until it is written. Its reader is an
+// io.WriterTo: fasthttp's copy then writes each piece at once, with no buffer of its own.
+type heldBody struct {
+	*wire.LegBodyReader
+	hold memory.Hold
+}
+
+func (h *heldBody) Close() error {
+	h.hold.Free()
+	return nil
 }
 
 // retrieveModel answers GET /v1/models/{id}: the model object, or 404 in the OpenAI envelope.

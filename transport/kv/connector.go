@@ -62,6 +62,11 @@ type Side struct {
 	// unless AllowedEndpoints (CIDRs, host:port entries) says where else it may point.
 	Host             string
 	AllowedEndpoints []string
+	// AllowedPorts are the ports an unpinned producer's descriptor may name on its own host or
+	// on a host an AllowedEndpoints CIDR covers; none: DefaultAllowedPorts. ReservedPorts (the
+	// router's own listeners) are never allowed there, whatever AllowedPorts says.
+	AllowedPorts  []PortRange
+	ReservedPorts []int
 	// TransferModes lists the transfer_mode values the engine accepts as a consumer.
 	TransferModes []string
 }
@@ -80,6 +85,9 @@ const (
 	ReasonMalformedBlockIDs     = "malformed_block_ids"
 	ReasonConnectorMismatch     = "connector_mismatch"
 	ReasonEndpointMismatch      = "endpoint_mismatch"
+	// ReasonDescriptorTooLarge is a descriptor past the 1 MiB bound: neither a connector
+	// mismatch nor malformed, just more than any connector sends.
+	ReasonDescriptorTooLarge = "descriptor_too_large"
 )
 
 // Rejection is why a descriptor may not reach the consumer.

@@ -22,9 +22,11 @@ type contractSide struct {
 	EngineID  string `json:"engine_id"`
 	Endpoint  string `json:"endpoint"`
 	// The KV endpoint policy's inputs (a case without a host: no same-host check).
-	Host             string   `json:"host"`
-	AllowedEndpoints []string `json:"allowed_endpoints"`
-	TransferModes    []string `json:"transfer_modes"`
+	Host             string         `json:"host"`
+	AllowedEndpoints []string       `json:"allowed_endpoints"`
+	AllowedPorts     []kv.PortRange `json:"allowed_ports"`
+	ReservedPorts    []int          `json:"reserved_ports"`
+	TransferModes    []string       `json:"transfer_modes"`
 }
 
 func (s contractSide) with(t *testing.T, override json.RawMessage) kv.Side {

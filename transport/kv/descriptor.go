@@ -26,7 +26,7 @@ const maxDescriptorBytes = 1 << 20
 // it is one: anything else, invalid JSON included, is rejected. raw is referenced, not copied.
 func ParseDescriptor(raw []byte, ep wire.Endpoint) (*Descriptor, *Rejection) {
 	if len(raw) > maxDescriptorBytes {
-		return nil, Reject(ReasonConnectorMismatch, "descriptor is %d bytes, more than the 1 MiB any connector sends", len(raw))
+		return nil, Reject(ReasonDescriptorTooLarge, "descriptor is %d bytes, more than the 1 MiB any connector sends", len(raw))
 	}
 	fields, err := wire.ScanObject(raw, make([]wire.Field, 0, 16))
 	if err != nil {

@@ -15,9 +15,15 @@ import (
 //
 //  1. a pinned endpoint (engines[].kv.endpoint): the descriptor must name exactly it;
 //  2. an allowlist (engines[].kv.allowed_endpoints: CIDRs, exact host:port entries): the
-//     descriptor's endpoint must match one entry;
-//  3. otherwise the KV host must be the producer's own host, as written in its url, and must not
-//     be a link-local, metadata, unspecified or multicast address.
+//     descriptor's endpoint must match one entry; a CIDR entry admits its hosts on the allowed
+//     ports only (below);
+//  3. otherwise the KV host must be the producer's own host, as written in its url, on an
+//     allowed port, and must not be a link-local, metadata, unspecified or multicast address.
+//
+// The allowed ports (engines[].kv.allowed_ports) default to the range vLLM's NIXL connector
+// listens on, and never include a port of the router's own listeners: a producer on the
+// router's host must not be able to send consumers to its admin listener, nor to any other
+// local service, by naming its own host.
 //
 // Link-local and metadata addresses pass only when the operator named them (a pin, or an
 // allowlist entry that covers them). The host must always be a bare host name or IP address.
@@ -55,7 +61,7 @@ func checkEndpoint(host string, port int64, p Side) *Rejection {
 		for _, a := range p.AllowedEndpoints {
 			if pre, err := netip.ParsePrefix(a); err == nil {
 				if isIP && pre.Contains(ip) {
-					return nil
+					return p.checkPort(gotB, port)
 				}
 			} else if strings.EqualFold(a, got) {
 				return nil
@@ -72,10 +78,53 @@ func checkEndpoint(host string, port int64, p Side) *Rejection {
 	}
 	pip, pIsIP := parseHost(p.Host)
 	if strings.EqualFold(host, p.Host) || (isIP && pIsIP && ip == pip) {
-		return nil
+		return p.checkPort(gotB, port)
 	}
 	return Reject(ReasonEndpointMismatch, "descriptor names KV host %s, not producer %s's own host %s (pin kv.endpoint or set kv.allowed_endpoints to allow others)",
 		excerpt([]byte(host)), p.Engine, p.Host)
+}
+
+// PortRange is an inclusive range of ports.
+type PortRange struct{ Lo, Hi int }
+
+// DefaultAllowedPorts is where vLLM's NIXL connector listens for its side channel: from
+// VLLM_NIXL_SIDE_CHANNEL_PORT (5600 unless set) up, one port per data-parallel rank (older
+// releases: one per rank × tensor-parallel size, and one per tensor-parallel worker), so 64
+// ports cover every deployment of up to 64 ranks. An engine that sets another base port
+// configures engines[].kv.allowed_ports (or pins kv.endpoint).
+var DefaultAllowedPorts = []PortRange{{Lo: 5600, Hi: 5663}}
+
+// checkPort applies the port rule of the same-host and CIDR cases to the endpoint got.
+func (p Side) checkPort(got []byte, port int64) *Rejection {
+	if slices.Contains(p.ReservedPorts, int(port)) {
+		return Reject(ReasonEndpointMismatch, "descriptor names KV endpoint %s, a port of the router's own listeners (pin kv.endpoint to allow a port)", string(got))
+	}
+	ranges := p.AllowedPorts
+	if len(ranges) == 0 {
+		ranges = DefaultAllowedPorts
+	}
+	for _, r := range ranges {
+		if int64(r.Lo) <= port && port <= int64(r.Hi) {
+			return nil
+		}
+	}
+	return Reject(ReasonEndpointMismatch, "descriptor names KV endpoint %s, on a port producer %s's kv.allowed_ports do not include (%s)",
+		string(got), p.Engine, FormatPorts(ranges))
+}
+
+// FormatPorts writes ranges as kv.allowed_ports does: "5600-5663, 7000".
+func FormatPorts(ranges []PortRange) string {
+	var b strings.Builder
+	for i, r := range ranges {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(strconv.Itoa(r.Lo))
+		if r.Hi != r.Lo {
+			b.WriteString("-" + strconv.Itoa(r.Hi))
+		}
+	}
+	return b.String()
 }
 
 // appendHostPort appends what net.JoinHostPort(host, port) returns.

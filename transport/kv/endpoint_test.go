@@ -15,6 +15,8 @@ func TestKVEndpointPolicy(t *testing.T) {
 	own := func(p *Pair) { p.Producer.Host = "10.0.0.5" }
 	allow := func(list ...string) func(*Pair) { return func(p *Pair) { p.Producer.AllowedEndpoints = list } }
 	pin := func(ep string) func(*Pair) { return func(p *Pair) { p.Producer.Endpoint = ep } }
+	ports := func(r ...PortRange) func(*Pair) { return func(p *Pair) { p.Producer.AllowedPorts = r } }
+	reserved := func(list ...int) func(*Pair) { return func(p *Pair) { p.Producer.ReservedPorts = list } }
 	at := func(host, port string) string {
 		return strings.Replace(with("remote_port", port), `"10.0.0.5"`, host, 1)
 	}
@@ -46,6 +48,18 @@ func TestKVEndpointPolicy(t *testing.T) {
 		{"pin mismatch", goodDesc, pair(own, pin("10.0.0.5:5601")), true},
 		{"ipv6 own host", at(`"fd00::5"`, "5600"), pair(func(p *Pair) { p.Producer.Host = "fd00:0::5" }), false},
 		{"ipv6 link-local", at(`"fe80::1"`, "5600"), pair(func(p *Pair) { p.Producer.Host = "fe80::1" }), true},
+		// The port rule (issue 26, item 6): the own host and CIDR entries only on the allowed
+		// ports (by default vLLM's NIXL range), never on the router's own listeners.
+		{"own host, the last default port", at(`"10.0.0.5"`, "5663"), pair(own), false},
+		{"own host, another service's port", at(`"10.0.0.5"`, "6379"), pair(own), true},
+		{"own host, the admin port", at(`"10.0.0.5"`, "8001"), pair(own), true},
+		{"own host, a port allowed by configuration", at(`"10.0.0.5"`, "7001"), pair(own, ports(PortRange{7000, 7010})), false},
+		{"own host, the default range once others are configured", goodDesc, pair(own, ports(PortRange{7000, 7010})), true},
+		{"own host, a reserved port inside the allowed range", at(`"10.0.0.5"`, "7001"), pair(own, ports(PortRange{7000, 7010}), reserved(7001)), true},
+		{"allowlist CIDR, another service's port", at(`"10.1.2.3"`, "22"), pair(own, allow("10.1.0.0/16")), true},
+		{"allowlist CIDR, a reserved port", at(`"10.1.2.3"`, "5601"), pair(own, allow("10.1.0.0/16"), reserved(5601)), true},
+		{"allowlist host:port names any port", at(`"kv-gw.internal"`, "6379"), pair(own, allow("kv-gw.internal:6379")), false},
+		{"pin names any port", at(`"10.0.0.5"`, "8001"), pair(own, pin("10.0.0.5:8001"), reserved(8001)), false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -83,5 +97,25 @@ func TestAppendHostPortIsJoinHostPort(t *testing.T) {
 				t.Errorf("%q %d: %q, want %q", h, p, got, want)
 			}
 		}
+	}
+}
+
+// A descriptor past the 1 MiB bound has its own reason, not connector_mismatch (issue 26,
+// item 7); one just within it is judged on its content.
+func TestOversizeDescriptorHasItsOwnReason(t *testing.T) {
+	pad := func(n int) []byte {
+		d := []byte(goodDesc)
+		filler := `,"x":"` + strings.Repeat("a", n-len(d)-len(`,"x":""`)) + `"`
+		return append(d[:len(d)-1:len(d)-1], append([]byte(filler), '}')...)
+	}
+	if _, rej := ParseDescriptor(pad(maxDescriptorBytes+1), wire.EndpointCompletions); rej == nil || rej.Reason != ReasonDescriptorTooLarge {
+		t.Fatalf("1 MiB + 1: %v, want %s", rej, ReasonDescriptorTooLarge)
+	}
+	d := pad(maxDescriptorBytes)
+	if len(d) != maxDescriptorBytes {
+		t.Fatalf("padding made %d bytes", len(d))
+	}
+	if _, rej := ParseDescriptor(d, wire.EndpointCompletions); rej != nil {
+		t.Fatalf("exactly 1 MiB: %v", rej)
 	}
 }

@@ -387,3 +387,14 @@ func (m *Metrics) EngineLoad(engine string, running, waiting int, kvUsage float6
 	m.gauge("engine_scraped_waiting", "engine", engine).Update(float64(waiting))
 	m.gauge("engine_scraped_kv_usage", "engine", engine).Update(kvUsage)
 }
+
+// BufferedBytes is what the memory budget (server.max_buffered_bytes) holds: client bodies and
+// whole answers.
+func (m *Metrics) BufferedBytes(n int64) { m.gauge("buffered_bytes").Update(float64(n)) }
+
+// BufferRefused counts requests the memory budget refused: reason budget (503 before the body
+// was read), too_large (413: the body alone exceeds the budget) or answer (503: an answer that
+// did not fit).
+func (m *Metrics) BufferRefused(reason string) {
+	m.counter("buffer_refusals", "reason", reason).Inc(1)
+}

@@ -214,10 +214,44 @@ var (
 // AppendPrefillBody appends the producer's body: the client body with stream off, no
 // stream_options, one output token, no minimum, and kvParams as kv_transfer_params.
 func (b *ClientBody) AppendPrefillBody(dst, kvParams []byte) []byte {
+	e, n := b.prefillEdits(kvParams)
+	return RewriteObject(dst, b.raw, b.fields, e[:n])
+}
+
+// PrefillLegBody is AppendPrefillBody's bytes as a LegBody, the client's bytes referenced.
+func (b *ClientBody) PrefillLegBody(kvParams []byte) *LegBody {
+	e, n := b.prefillEdits(kvParams)
+	return segmentObject(b.raw, b.fields, e[:n])
+}
+
+// AppendDecodeBody appends the consumer's body: the client body, streaming with usage, and
+// kvParams as kv_transfer_params; nil kvParams removes the key, client-sent or not.
+func (b *ClientBody) AppendDecodeBody(dst, kvParams []byte) []byte {
+	e, n := b.decodeEdits(kvParams)
+	return RewriteObject(dst, b.raw, b.fields, e[:n])
+}
+
+// DecodeLegBody is AppendDecodeBody's bytes as a LegBody, the client's bytes referenced.
+func (b *ClientBody) DecodeLegBody(kvParams []byte) *LegBody {
+	e, n := b.decodeEdits(kvParams)
+	return segmentObject(b.raw, b.fields, e[:n])
+}
+
+// legEdits holds a leg's edits by value, so that building a leg body allocates none.
+type legEdits = [8]Edit
+
+func (b *ClientBody) prefillEdits(kvParams []byte) (legEdits, int) {
 	if b.Endpoint == EndpointResponses {
-		return b.appendResponsesPrefill(dst, kvParams)
+		return legEdits{
+			{Key: "max_output_tokens", Value: jsonOne},
+			{Key: "min_tokens"},
+			{Key: "stream", Value: jsonFalse},
+			{Key: "stream_options"},
+			{Key: "store", Value: jsonFalse},
+			{Key: "kv_transfer_params", Value: kvParams},
+		}, 6
 	}
-	return RewriteObject(dst, b.raw, b.fields, []Edit{
+	return legEdits{
 		{Key: "max_tokens", Value: jsonOne},
 		{Key: "max_completion_tokens", Value: jsonOne, OnlyIfPresent: true},
 		{Key: "min_tokens"},
@@ -225,14 +259,16 @@ func (b *ClientBody) AppendPrefillBody(dst, kvParams []byte) []byte {
 		{Key: "stream", Value: jsonFalse},
 		{Key: "stream_options"},
 		{Key: "kv_transfer_params", Value: kvParams},
-	})
+	}, 7
 }
 
-// AppendDecodeBody appends the consumer's body: the client body, streaming with
-// usage, and kvParams as kv_transfer_params; nil kvParams removes the key, client-sent or not.
-func (b *ClientBody) AppendDecodeBody(dst, kvParams []byte) []byte {
+func (b *ClientBody) decodeEdits(kvParams []byte) (legEdits, int) {
 	if b.Endpoint == EndpointResponses {
-		return b.appendResponsesDecode(dst, kvParams)
+		return legEdits{
+			{Key: "stream", Value: jsonTrue},
+			{Key: "store", Value: jsonFalse},
+			{Key: "kv_transfer_params", Value: kvParams},
+		}, 3
 	}
 	streamOptions := usageOnly
 	if b.streamOptions != nil && !b.IncludeUsage {
@@ -240,11 +276,11 @@ func (b *ClientBody) AppendDecodeBody(dst, kvParams []byte) []byte {
 	} else if b.streamOptions != nil {
 		streamOptions = b.streamOptions
 	}
-	return RewriteObject(dst, b.raw, b.fields, []Edit{
+	return legEdits{
 		{Key: "stream", Value: jsonTrue},
 		{Key: "stream_options", Value: streamOptions},
 		{Key: "kv_transfer_params", Value: kvParams},
-	})
+	}, 3
 }
 
 // withIncludeUsage returns the client's stream_options with include_usage forced on, keeping any

@@ -104,12 +104,21 @@ type Edit struct {
 // position (its last occurrence; earlier duplicates are dropped), absent keys are appended in
 // Edit order, and every other member is copied byte for byte.
 func RewriteObject(dst, data []byte, fields []Field, edits []Edit) []byte {
+	dst = append(dst, '{')
+	first := true
+	rewriteMembers(data, fields, edits, func(rawKey []byte, key string, value []byte) {
+		dst = appendMember(dst, &first, rawKey, key, value)
+	})
+	return append(dst, '}')
+}
+
+// rewriteMembers calls emit for each member of the rewritten object, in order: a member kept
+// (its key as sent, rawKey, and its value) or one an edit adds (rawKey nil, key unquoted).
+func rewriteMembers(data []byte, fields []Field, edits []Edit, emit func(rawKey []byte, key string, value []byte)) {
 	var done [8]bool // which edits were applied in place
 	if len(edits) > len(done) {
 		panic("wire: RewriteObject supports at most 8 edits")
 	}
-	dst = append(dst, '{')
-	first := true
 	for fi, f := range fields {
 		raw := data[f.keyStart:f.keyEnd]
 		ei := -1
@@ -120,22 +129,21 @@ func RewriteObject(dst, data []byte, fields []Field, edits []Edit) []byte {
 			}
 		}
 		if ei < 0 {
-			dst = appendMember(dst, &first, raw, "", data[f.valStart:f.valEnd])
+			emit(raw, "", data[f.valStart:f.valEnd])
 			continue
 		}
 		if edits[ei].Value == nil || laterDuplicate(data, fields[fi+1:], edits[ei].Key) {
 			continue
 		}
-		dst = appendMember(dst, &first, raw, "", edits[ei].Value)
+		emit(raw, "", edits[ei].Value)
 		done[ei] = true
 	}
 	for j, e := range edits {
 		if done[j] || e.Value == nil || e.OnlyIfPresent {
 			continue
 		}
-		dst = appendMember(dst, &first, nil, e.Key, e.Value)
+		emit(nil, e.Key, e.Value)
 	}
-	return append(dst, '}')
 }
 
 func laterDuplicate(data []byte, rest []Field, key string) bool {

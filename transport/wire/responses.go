@@ -53,25 +53,6 @@ func (b *ClientBody) checkResponses() *BadRequestError {
 	return nil
 }
 
-func (b *ClientBody) appendResponsesPrefill(dst, kvParams []byte) []byte {
-	return RewriteObject(dst, b.raw, b.fields, []Edit{
-		{Key: "max_output_tokens", Value: jsonOne},
-		{Key: "min_tokens"},
-		{Key: "stream", Value: jsonFalse},
-		{Key: "stream_options"},
-		{Key: "store", Value: jsonFalse},
-		{Key: "kv_transfer_params", Value: kvParams},
-	})
-}
-
-func (b *ClientBody) appendResponsesDecode(dst, kvParams []byte) []byte {
-	return RewriteObject(dst, b.raw, b.fields, []Edit{
-		{Key: "stream", Value: jsonTrue},
-		{Key: "store", Value: jsonFalse},
-		{Key: "kv_transfer_params", Value: kvParams},
-	})
-}
-
 // classifyResponses says what a Responses stream event of the given type (decoded) carries;
 // delta is the event's "delta" member as sent.
 func classifyResponses(typ, delta []byte) EventKind {

@@ -1,0 +1,92 @@
+package tests
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/narwhal-router/narwhal/config"
+	"github.com/narwhal-router/narwhal/transport/kv"
+)
+
+// routerProcess starts one real `narwhal serve` process (the binary the cluster tests build)
+// with cfg, its listeners on free loopback ports, and waits until it is ready. Memory figures
+// (rss, peakRSS) are the process's own, read from /proc.
+func routerProcess(t *testing.T, cfg config.Config, env ...string) *narwhalNode {
+	t.Helper()
+	bin := buildNarwhal(t)
+	if cfg.Server.Listen == config.Default().Server.Listen {
+		cfg.Server.Listen = freeTCPAddr(t)
+	}
+	if cfg.Server.AdminListen == config.Default().Server.AdminListen {
+		cfg.Server.AdminListen = freeTCPAddr(t)
+	}
+	if err := cfg.Validate(kv.Builtin()); err != nil {
+		t.Fatal(err)
+	}
+	b, err := yaml.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "narwhal.yaml")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n := &narwhalNode{t: t, name: "router", bin: bin, cfg: path, env: env,
+		api: "http://" + cfg.Server.Listen, admin: "http://" + cfg.Server.AdminListen, client: &http.Client{Timeout: 60 * time.Second}}
+	n.start()
+	n.waitReady()
+	return n
+}
+
+// procStatus reads a field of /proc/<pid>/status in bytes (VmRSS, VmHWM: kB in the file).
+func procStatus(t *testing.T, pid int, field string) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatalf("/proc/%d/status has no %s", pid, field)
+	return 0
+}
+
+// rss is the process's resident set now; peakRSS its high-water mark since it started.
+func (n *narwhalNode) rss() int64     { return procStatus(n.t, n.cmd.Process.Pid, "VmRSS") }
+func (n *narwhalNode) peakRSS() int64 { return procStatus(n.t, n.cmd.Process.Pid, "VmHWM") }
+
+func mib(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
+
+// stop ends the process as SIGTERM does and waits for it, so its output is complete.
+func (n *narwhalNode) stop() {
+	n.t.Helper()
+	n.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { n.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		n.cmd.Process.Kill()
+		<-done
+		n.t.Fatal("the router did not stop within 15s of SIGTERM")
+	}
+}
