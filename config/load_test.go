@@ -328,7 +328,7 @@ func TestCollidingListeners(t *testing.T) {
 		"server: {listen: \"a.internal:9000\", admin_listen: \"b.internal:9000\"}\n",
 		"server: {listen: \":8000\", admin_listen: \"\"}\n",     // no admin listener
 		"cluster: {enabled: false, bind: \"127.0.0.1:8000\"}\n", // the cluster is off: its port is not opened
-		"cluster: {enabled: true, bind: \"127.0.0.1:7946\"}\n", // a port of its own (on loopback: no TLS needed)
+		"cluster: {enabled: true, bind: \"127.0.0.1:7946\"}\n",  // a port of its own (on loopback: no TLS needed)
 	} {
 		if _, err := Parse([]byte(ok+minimal), noEnv); err != nil {
 			t.Errorf("%q refused: %v", ok, err)
