@@ -30,6 +30,7 @@ type Config struct {
 	Metrics        Metrics         `yaml:"metrics"`
 	Log            Log             `yaml:"log"`
 	Cluster        Cluster         `yaml:"cluster"`
+	Discovery      Discovery       `yaml:"discovery"`
 
 	// lines maps each key path the file set to its line (Parse fills it), so that problems
 	// found later (Provision) still name their line.
@@ -338,6 +339,7 @@ func Default() Config {
 		Preflight: Preflight{Concurrency: 4},
 		Log:       Log{Level: "info", Format: "json", AccessLog: true, AccessLogFlushS: 0.2},
 		Cluster:   defaultCluster(),
+		Discovery: defaultDiscovery(),
 	}
 }
 
