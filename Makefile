@@ -6,7 +6,7 @@ BIN       ?= bin/narwhal
 # (golang/go#75804, fixed in Go 1.27); a count has no deadline to race. About 5 s each here.
 FUZZTIME  ?= 30000x
 
-.PHONY: run build test fuzz vet lint fmt-check bench bench-cluster clean
+.PHONY: run build test fuzz vet lint fmt-check bench bench-cluster clean kube-apiserver
 
 run: build ## run the router in front of an embedded simulated fleet
 	./$(BIN) demo
@@ -60,6 +60,19 @@ bench: build ## router overhead against the direct arm; BENCH_BASELINE=<binary> 
 
 bench-cluster: build ## idle cost and verdict convergence of a 3-node cluster (see bench/README.md)
 	$(GO) run ./bench/cmd/clusterbench -narwhal $(BIN)
+
+# The Kubernetes API server the Kubernetes discovery tests run against (with Debian's etcd), built
+# once per machine from the module proxy into a cache outside the repository (about 3 minutes on
+# 2 cores), from tools/kube-apiserver, a module of its own: the router's go.mod never requires
+# k8s.io/kubernetes. The tests find it at $(KUBE_APISERVER) (or $$NARWHAL_KUBE_APISERVER).
+KUBE_VERSION   := v1.35.4
+KUBE_APISERVER ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/narwhal/kube-apiserver-$(KUBE_VERSION)
+kube-apiserver: ## build the tests' Kubernetes API server once per machine (cached outside the repo)
+	@if [ -x "$(KUBE_APISERVER)" ]; then echo "$(KUBE_APISERVER) is built"; else \
+	mkdir -p "$(dir $(KUBE_APISERVER))" && cd tools/kube-apiserver && \
+	$(GO) build -trimpath -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION)" \
+		-o "$(KUBE_APISERVER).tmp" k8s.io/kubernetes/cmd/kube-apiserver && \
+	mv "$(KUBE_APISERVER).tmp" "$(KUBE_APISERVER)" && echo "built $(KUBE_APISERVER)"; fi
 
 clean:
 	rm -rf bin
