@@ -25,9 +25,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
@@ -51,7 +51,8 @@ const namespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 // Source watches the pods of every configured role.
 type Source struct {
 	cfg       config.KubernetesRuntime
-	client    kubernetes.Interface
+	client    *rest.RESTClient
+	params    runtime.ParameterCodec
 	conns     *connections
 	namespace string
 	selectors []string
@@ -73,11 +74,19 @@ func New(cfg config.KubernetesRuntime, retryInitial, retryMax time.Duration, log
 	rc.ContentType = "application/vnd.kubernetes.protobuf"
 	conns := &connections{open: map[*trackedConn]struct{}{}}
 	rc.Dial = conns.dial
-	client, err := kubernetes.NewForConfig(rc)
+	// A REST client that knows pods alone: client-go's typed clients would link in every API
+	// group Kubernetes has.
+	scheme := runtime.NewScheme()
+	if err := corev1.AddToScheme(scheme); err != nil {
+		return nil, fmt.Errorf("discovery.kubernetes: %w", err)
+	}
+	rc.APIPath, rc.GroupVersion = "/api", &corev1.SchemeGroupVersion
+	rc.NegotiatedSerializer = serializer.NewCodecFactory(scheme).WithoutConversion()
+	client, err := rest.RESTClientFor(rc)
 	if err != nil {
 		return nil, fmt.Errorf("discovery.kubernetes: %w", err)
 	}
-	s := &Source{cfg: cfg, client: client, conns: conns, namespace: namespace, retry: discovery.Backoff{Initial: retryInitial, Max: retryMax},
+	s := &Source{cfg: cfg, client: client, params: runtime.NewParameterCodec(scheme), conns: conns, namespace: namespace, retry: discovery.Backoff{Initial: retryInitial, Max: retryMax},
 		log: log.With("source", "kubernetes", "namespace", namespace), warned: map[types.UID]string{}}
 	for i, r := range cfg.Roles {
 		sel, err := labels.Parse(r.Selector)
@@ -218,21 +227,26 @@ func (s *Source) session(ctx context.Context, report func(discovery.Report)) err
 // call the API server refused or did not answer: the informer alone retries a refused watch in
 // silence.
 func (s *Source) listWatch(sel string, fail func(error)) *cache.ListWatch {
-	pods := s.client.CoreV1().Pods(s.namespace)
+	pods := func(o metav1.ListOptions) *rest.Request {
+		o.LabelSelector = sel
+		return s.client.Get().Namespace(s.namespace).Resource("pods").VersionedParams(&o, s.params)
+	}
 	return &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.LabelSelector = sel
-			lctx, cancel := context.WithTimeout(ctx, listTimeout)
-			defer cancel()
-			list, err := pods.List(lctx, o)
+			list := &corev1.PodList{}
+			err := pods(o).Timeout(listTimeout).Do(ctx).Into(list)
 			if err != nil {
 				fail(fmt.Errorf("list pods (%s) in %s: %w", sel, s.namespace, err))
 			}
 			return list, err
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.LabelSelector = sel
-			w, err := pods.Watch(ctx, o)
+			o.Watch = true
+			req := pods(o)
+			if o.TimeoutSeconds != nil {
+				req = req.Timeout(time.Duration(*o.TimeoutSeconds) * time.Second)
+			}
+			w, err := req.Watch(ctx)
 			if err != nil {
 				fail(fmt.Errorf("watch pods (%s) in %s: %w", sel, s.namespace, err))
 			}
