@@ -2,6 +2,7 @@ package discovery
 
 import (
 	"context"
+	"log/slog"
 	"reflect"
 	"slices"
 	"strings"
@@ -30,6 +31,24 @@ func (b *Backoff) Next() time.Duration {
 
 // Reset makes the next failure wait Initial again.
 func (b *Backoff) Reset() { b.next = 0 }
+
+// Retry runs session until ctx ends. Each time it fails, the error is logged and reported (the
+// source's last set stands) and session runs again after b's next wait; a session resets b
+// once it has reported a set. It is the loop of a source that watches something it connects to.
+func Retry(ctx context.Context, b *Backoff, log *slog.Logger, report func(Report), session func() error) {
+	for {
+		err := session()
+		if ctx.Err() != nil {
+			return
+		}
+		wait := b.Next()
+		log.Warn("engine source failing; keeping the engines it last reported", "err", err, "retry_in", wait)
+		report(Report{Err: err})
+		if !Sleep(ctx, wait) {
+			return
+		}
+	}
+}
 
 // Sleep waits for d, or until ctx ends; it reports whether the wait ran out (false: ctx ended).
 func Sleep(ctx context.Context, d time.Duration) bool {

@@ -59,9 +59,9 @@ func (s *Source) Run(ctx context.Context, report func(discovery.Report)) {
 		}
 		wait := s.cfg.Interval
 		if err != nil {
-			s.log.Warn("DNS engine source failing; keeping the engines it last reported", "err", err)
-			report(discovery.Report{Err: err})
 			wait = s.retry.Next()
+			s.log.Warn("engine source failing; keeping the engines it last reported", "err", err, "retry_in", wait)
+			report(discovery.Report{Err: err})
 		} else {
 			s.retry.Reset()
 			if len(engines) == 0 && !empty {

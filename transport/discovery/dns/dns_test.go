@@ -116,23 +116,18 @@ func (s *server) known(name string) bool {
 }
 
 // set replaces the records of one name and type; none removes them.
-func (s *server) set(name string, qtype uint16, rrs ...string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	key := strings.ToLower(dns.Fqdn(name)) + " " + dns.TypeToString[qtype]
-	delete(s.records, key)
-	for _, r := range rrs {
-		s.records[key] = append(s.records[key], mustRR(r))
-	}
-}
+func (s *server) set(name string, qtype uint16, rrs ...string) { s.put(s.records, name, qtype, rrs) }
 
-func (s *server) setExtra(name string, qtype uint16, rrs ...string) {
+// setExtra replaces the additional section of the answer for one name and type.
+func (s *server) setExtra(name string, qtype uint16, rrs ...string) { s.put(s.extra, name, qtype, rrs) }
+
+func (s *server) put(section map[string][]dns.RR, name string, qtype uint16, rrs []string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	key := strings.ToLower(dns.Fqdn(name)) + " " + dns.TypeToString[qtype]
-	delete(s.extra, key)
+	delete(section, key)
 	for _, r := range rrs {
-		s.extra[key] = append(s.extra[key], mustRR(r))
+		section[key] = append(section[key], mustRR(r))
 	}
 }
 

@@ -57,17 +57,7 @@ func (s *Source) Name() string { return "etcd " + s.cfg.Prefix }
 // Run reports the prefix's engines until ctx ends.
 func (s *Source) Run(ctx context.Context, report func(discovery.Report)) {
 	report = discovery.Changes(report)
-	for {
-		err := s.session(ctx, report)
-		if ctx.Err() != nil {
-			return
-		}
-		s.log.Warn("etcd engine source failing; keeping the engines it last reported", "err", err)
-		report(discovery.Report{Err: err})
-		if !discovery.Sleep(ctx, s.retry.Next()) {
-			return
-		}
-	}
+	discovery.Retry(ctx, &s.retry, s.log, report, func() error { return s.session(ctx, report) })
 }
 
 // errResync says the watch cannot resume where it was; the prefix is read again.

@@ -1,12 +1,10 @@
 package etcd
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,25 +17,7 @@ import (
 
 const prefix = "/narwhal/engines/"
 
-// logBuffer collects what the source logs, for the tests that check what an operator reads.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func newSource(endpoint string, log *logBuffer) *Source {
+func newSource(endpoint string, log *sourcetest.LogBuffer) *Source {
 	cfg := config.EtcdSourceRuntime{Endpoints: []string{endpoint}, Prefix: prefix,
 		DialTimeout: time.Second, RequestTimeout: 500 * time.Millisecond, CheckInterval: 200 * time.Millisecond}
 	return New(cfg, 100*time.Millisecond, 400*time.Millisecond, slog.New(slog.NewTextHandler(log, nil)))
@@ -81,7 +61,7 @@ func TestSourceFollowsRegistrations(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var log logBuffer
+	var log sourcetest.LogBuffer
 	rec := sourcetest.Start(t, newSource(e.URL, &log))
 	rec.WaitNames(t, 5*time.Second) // nothing registered yet: an empty set, not silence
 
@@ -147,7 +127,7 @@ func TestSourceReportsAnOutageAndRecovers(t *testing.T) {
 	c := client(t, e.URL)
 	put(t, c, prefix+"d1", `{"url": "http://10.0.0.1:8000", "role": "decode"}`)
 	put(t, c, prefix+"p1", `{"url": "http://10.0.0.2:8000", "role": "prefill"}`)
-	var log logBuffer
+	var log sourcetest.LogBuffer
 	rec := sourcetest.Start(t, newSource(e.URL, &log))
 	rec.WaitNames(t, 5*time.Second, "d1", "p1")
 
@@ -162,7 +142,7 @@ func TestSourceReportsAnOutageAndRecovers(t *testing.T) {
 	rec.WaitNames(t, 15*time.Second, "d1", "p1")
 	put(t, c, prefix+"d2", `{"url": "http://10.0.0.3:8000", "role": "decode"}`)
 	rec.WaitNames(t, 10*time.Second, "d1", "d2", "p1")
-	if !strings.Contains(log.String(), "etcd engine source failing") {
+	if !strings.Contains(log.String(), "engine source failing") {
 		t.Errorf("the outage is not in the log:\n%s", log.String())
 	}
 }
@@ -170,7 +150,7 @@ func TestSourceReportsAnOutageAndRecovers(t *testing.T) {
 // An etcd that never answers is an error report within the dial timeout, and the source still
 // stops at once, leaving no goroutine behind.
 func TestSourceUnreachableAtStart(t *testing.T) {
-	var log logBuffer
+	var log sourcetest.LogBuffer
 	rec := sourcetest.Start(t, newSource(fmt.Sprintf("http://127.0.0.1:%d", sourcetest.FreePort(t)), &log))
 	rep := rec.WaitErr(t, 5*time.Second, "connect to etcd")
 	t.Logf("reported: %v", rep.Err)

@@ -12,10 +12,8 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
-	"sync"
 	"testing"
 	"time"
 
@@ -74,37 +72,13 @@ func apiServerBinary(t *testing.T) string {
 // apiServer is a real Kubernetes API server (no controller manager, no kubelet) on a free
 // loopback port, over a real etcd, authorizing with RBAC; a test may stop and start it again.
 type apiServer struct {
+	*sourcetest.Process
 	URL    string
 	CAFile string
 	// Admin is a client in system:masters; its connections are the test's own.
 	Admin     *kubernetes.Clientset
 	adminHTTP *http.Client
-
-	t     *testing.T
-	bin   string
-	args  []string
-	token string
-	logs  syncBuffer
-
-	mu  sync.Mutex
-	cmd *exec.Cmd
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	t         *testing.T
 }
 
 func startAPIServer(t *testing.T) *apiServer {
@@ -122,8 +96,22 @@ func startAPIServer(t *testing.T) *apiServer {
 	tokens := filepath.Join(dir, "tokens.csv")
 	write(t, tokens, []byte(token+",admin,admin,system:masters\n"))
 	port := sourcetest.FreePort(t)
-	a := &apiServer{URL: fmt.Sprintf("https://127.0.0.1:%d", port), CAFile: filepath.Join(dir, "certs", "apiserver.crt"), t: t, bin: bin, token: token,
-		args: []string{
+	url := fmt.Sprintf("https://127.0.0.1:%d", port)
+	// The readiness probe skips verification: the serving certificate appears with the server.
+	probe := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true,
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	ready := func() bool {
+		req, _ := http.NewRequest(http.MethodGet, url+"/readyz", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := probe.Do(req)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}
+	a := &apiServer{URL: url, CAFile: filepath.Join(dir, "certs", "apiserver.crt"), t: t,
+		Process: sourcetest.NewProcess(t, "kube-apiserver", bin, []string{
 			"--etcd-servers=" + etcd.URL,
 			fmt.Sprintf("--secure-port=%d", port), "--bind-address=127.0.0.1",
 			"--cert-dir=" + filepath.Join(dir, "certs"), // self-signed serving certificates, kept for a restart
@@ -132,9 +120,8 @@ func startAPIServer(t *testing.T) *apiServer {
 			"--token-auth-file=" + tokens, "--authorization-mode=RBAC",
 			"--service-cluster-ip-range=10.0.0.0/24",
 			"--enable-priority-and-fairness=false", "--profiling=false",
-		}}
+		}, ready)}
 	a.Start()
-	t.Cleanup(a.Stop)
 	rc := &rest.Config{Host: a.URL, BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAFile: a.CAFile}}
 	if a.adminHTTP, err = rest.HTTPClientFor(rc); err != nil {
 		t.Fatal(err)
@@ -158,54 +145,6 @@ func randomHex(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return hex.EncodeToString(b)
-}
-
-// Start runs the server (again) and waits until /readyz says ready (about 2 s).
-func (a *apiServer) Start() {
-	a.t.Helper()
-	a.mu.Lock()
-	cmd := exec.Command(a.bin, a.args...)
-	cmd.Stdout, cmd.Stderr = &a.logs, &a.logs
-	if err := cmd.Start(); err != nil {
-		a.mu.Unlock()
-		a.t.Fatalf("start kube-apiserver: %v", err)
-	}
-	a.cmd = cmd
-	a.mu.Unlock()
-	// The probe skips verification: the serving certificate appears with the server.
-	probe := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true,
-		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
-	ready := func() bool {
-		req, _ := http.NewRequest(http.MethodGet, a.URL+"/readyz", nil)
-		req.Header.Set("Authorization", "Bearer "+a.token)
-		resp, err := probe.Do(req)
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}
-	begin := time.Now()
-	defer func() { a.t.Logf("kube-apiserver ready after %v", time.Since(begin).Round(time.Millisecond)) }()
-	deadline := time.Now().Add(60 * time.Second)
-	for !ready() {
-		if time.Now().After(deadline) {
-			a.t.Fatalf("kube-apiserver not ready within 60 s:\n%s", a.logs.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// Stop kills the server, as a crash would, and waits for it to exit.
-func (a *apiServer) Stop() {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.cmd == nil {
-		return
-	}
-	a.cmd.Process.Kill()
-	a.cmd.Wait()
-	a.cmd = nil
 }
 
 // namespace creates a namespace with its default ServiceAccount (which the ServiceAccount

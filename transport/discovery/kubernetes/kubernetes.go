@@ -137,17 +137,7 @@ func (s *Source) Name() string { return "kubernetes " + s.namespace }
 func (s *Source) Run(ctx context.Context, report func(discovery.Report)) {
 	report = discovery.Changes(report)
 	ctx = klog.NewContext(ctx, logr.FromSlogHandler(s.log.Handler()))
-	for {
-		err := s.session(ctx, report)
-		if ctx.Err() != nil {
-			return
-		}
-		s.log.Warn("Kubernetes engine source failing; keeping the engines it last reported", "err", err)
-		report(discovery.Report{Err: err})
-		if !discovery.Sleep(ctx, s.retry.Next()) {
-			return
-		}
-	}
+	discovery.Retry(ctx, &s.retry, s.log, report, func() error { return s.session(ctx, report) })
 }
 
 // session runs one informer per role until the API server fails or ctx ends.

@@ -31,7 +31,7 @@ func runtimeFor(kubeconfig string) config.KubernetesRuntime {
 		}}
 }
 
-func newSource(t *testing.T, cfg config.KubernetesRuntime, log *syncBuffer) *Source {
+func newSource(t *testing.T, cfg config.KubernetesRuntime, log *sourcetest.LogBuffer) *Source {
 	t.Helper()
 	s, err := New(cfg, 100*time.Millisecond, 500*time.Millisecond, slog.New(slog.NewTextHandler(log, nil)))
 	if err != nil {
@@ -108,7 +108,7 @@ func TestPodsBecomeEngines(t *testing.T) {
 	a := startAPIServer(t)
 	a.namespace(ns)
 	kubeconfig := a.applyRBAC(ns)
-	var log syncBuffer
+	var log sourcetest.LogBuffer
 	rec := sourcetest.Start(t, newSource(t, runtimeFor(kubeconfig), &log))
 	rec.WaitNames(t, 10*time.Second) // no pods yet: an empty set, reported
 
@@ -188,7 +188,7 @@ func TestAPIServerOutage(t *testing.T) {
 	kubeconfig := a.applyRBAC(ns)
 	cfg := runtimeFor(kubeconfig)
 	cfg.Roles[0].PortName = "vllm" // the pods' ports are named http and metrics
-	var log syncBuffer
+	var log sourcetest.LogBuffer
 	rec := sourcetest.Start(t, newSource(t, cfg, &log))
 	rec.WaitNames(t, 10*time.Second)
 	pa := a.ready(a.pod("p-a", prefill, nil), "10.1.0.1", true)

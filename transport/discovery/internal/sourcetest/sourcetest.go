@@ -4,6 +4,7 @@
 package sourcetest
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -209,17 +210,88 @@ func FreePort(t *testing.T) int {
 	return 0
 }
 
+// Process is a server the test runs, stops (as a crash would) and starts again with the same
+// arguments; what it prints is kept for failure messages.
+type Process struct {
+	Logs LogBuffer
+
+	t    *testing.T
+	name string
+	bin  string
+	args []string
+	// ready says the server serves; Start waits up to a minute for it.
+	ready func() bool
+
+	mu  sync.Mutex
+	cmd *exec.Cmd
+}
+
+// NewProcess describes a server; Start runs it, and it is stopped when the test ends.
+func NewProcess(t *testing.T, name, bin string, args []string, ready func() bool) *Process {
+	p := &Process{t: t, name: name, bin: bin, args: args, ready: ready}
+	t.Cleanup(p.Stop)
+	return p
+}
+
+// Start runs the server (again) and waits until it is ready.
+func (p *Process) Start() {
+	p.t.Helper()
+	p.mu.Lock()
+	cmd := exec.Command(p.bin, p.args...)
+	cmd.Stdout, cmd.Stderr = &p.Logs, &p.Logs
+	if err := cmd.Start(); err != nil {
+		p.mu.Unlock()
+		p.t.Fatalf("start %s: %v", p.name, err)
+	}
+	p.cmd = cmd
+	p.mu.Unlock()
+	begin := time.Now()
+	deadline := begin.Add(time.Minute)
+	for !p.ready() {
+		if time.Now().After(deadline) {
+			p.t.Fatalf("%s not ready within a minute:\n%s", p.name, p.Logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	p.t.Logf("%s ready after %v", p.name, time.Since(begin).Round(time.Millisecond))
+}
+
+// Stop kills the server and waits for it to exit.
+func (p *Process) Stop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return
+	}
+	p.cmd.Process.Kill()
+	p.cmd.Wait()
+	p.cmd = nil
+}
+
+// LogBuffer collects what a server or a source logs, safe for concurrent writes.
+type LogBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *LogBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *LogBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
 // Etcd is a real etcd server (Debian's etcd-server package; .ci/run installs it) on loopback
 // ports of its own, with a data directory that outlives a Stop, so Start brings the same
 // store back.
 type Etcd struct {
-	URL  string
-	bin  string
-	args []string
-	t    *testing.T
-
-	mu  sync.Mutex
-	cmd *exec.Cmd
+	*Process
+	URL string
 }
 
 // StartEtcd starts an etcd for the test and stops it when the test ends. Without an etcd
@@ -236,46 +308,19 @@ func StartEtcd(t *testing.T) *Etcd {
 	}
 	client := fmt.Sprintf("http://127.0.0.1:%d", FreePort(t))
 	peer := fmt.Sprintf("http://127.0.0.1:%d", FreePort(t))
-	e := &Etcd{URL: client, bin: bin, t: t, args: []string{"--name", "default",
+	probe := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	e := &Etcd{URL: client, Process: NewProcess(t, "etcd", bin, []string{"--name", "default",
 		"--data-dir", filepath.Join(t.TempDir(), "data"),
 		"--listen-client-urls", client, "--advertise-client-urls", client,
 		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-		"--initial-cluster", "default=" + peer, "--log-level", "error"}}
-	e.Start()
-	t.Cleanup(e.Stop)
-	return e
-}
-
-// Start runs the server (again) and waits until it answers /health.
-func (e *Etcd) Start() {
-	e.t.Helper()
-	e.mu.Lock()
-	cmd := exec.Command(e.bin, e.args...)
-	if err := cmd.Start(); err != nil {
-		e.mu.Unlock()
-		e.t.Fatalf("start etcd: %v", err)
-	}
-	e.cmd = cmd
-	e.mu.Unlock()
-	client := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	WaitUntil(e.t, 20*time.Second, "etcd answers /health", func() bool {
-		resp, err := client.Get(e.URL + "/health")
+		"--initial-cluster", "default=" + peer, "--log-level", "error"}, func() bool {
+		resp, err := probe.Get(client + "/health")
 		if err != nil {
 			return false
 		}
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
-	})
-}
-
-// Stop kills the server (as a crash would) and waits for it to exit.
-func (e *Etcd) Stop() {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.cmd == nil {
-		return
-	}
-	e.cmd.Process.Kill()
-	e.cmd.Wait()
-	e.cmd = nil
+	})}
+	e.Start()
+	return e
 }
