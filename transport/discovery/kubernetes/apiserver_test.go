@@ -195,7 +195,14 @@ func (a *apiServer) applyRBAC(ns string) string {
 			a.t.Fatal(err)
 		}
 	}
-	tok, err := a.Admin.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, &authv1.TokenRequest{
+	return a.kubeconfig(ns, sa)
+}
+
+// kubeconfig writes a kubeconfig file that authenticates as the ServiceAccount sa of ns, with
+// ns as its context's namespace.
+func (a *apiServer) kubeconfig(ns, sa string) string {
+	a.t.Helper()
+	tok, err := a.Admin.CoreV1().ServiceAccounts(ns).CreateToken(context.Background(), sa, &authv1.TokenRequest{
 		Spec: authv1.TokenRequestSpec{ExpirationSeconds: ptr(int64(3600))}}, metav1.CreateOptions{})
 	if err != nil {
 		a.t.Fatal(err)

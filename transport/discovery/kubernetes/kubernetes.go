@@ -213,15 +213,23 @@ func (s *Source) session(ctx context.Context, report func(discovery.Report)) err
 	}
 }
 
+// podListWatch lists, then watches: it declines client-go's streamed lists (a watch that
+// begins with every object), which older API servers refuse, so that each call it makes is one
+// whose failure means the API server failed.
+type podListWatch struct{ *cache.ListWatch }
+
+// IsWatchListSemanticsUnSupported tells the reflector to list, then watch.
+func (podListWatch) IsWatchListSemanticsUnSupported() bool { return true }
+
 // listWatch lists and watches the namespace's pods that sel selects, telling fail of every
 // call the API server refused or did not answer: the informer alone retries a refused watch in
 // silence.
-func (s *Source) listWatch(sel string, fail func(error)) *cache.ListWatch {
+func (s *Source) listWatch(sel string, fail func(error)) podListWatch {
 	pods := func(o metav1.ListOptions) *rest.Request {
 		o.LabelSelector = sel
 		return s.client.Get().Namespace(s.namespace).Resource("pods").VersionedParams(&o, s.params)
 	}
-	return &cache.ListWatch{
+	return podListWatch{&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			list := &corev1.PodList{}
 			err := pods(o).Timeout(listTimeout).Do(ctx).Into(list)
@@ -242,7 +250,7 @@ func (s *Source) listWatch(sel string, fail func(error)) *cache.ListWatch {
 			}
 			return w, err
 		},
-	}
+	}}
 }
 
 // connections are the source's connections to the API server, which it closes when a session

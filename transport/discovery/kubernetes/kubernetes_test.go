@@ -180,16 +180,23 @@ func TestPodsBecomeEngines(t *testing.T) {
 	rec.Stop(t)
 }
 
-// A named port the pod lacks leaves it out; the API server going away is an error report (the
-// catalog keeps the last set) and, back, the set is reported again and followed.
+// A ServiceAccount without the Role is told so; a named port the pod lacks leaves it out; the
+// API server going away is an error report (the catalog keeps the last set) and, back, the set
+// is reported again and followed.
 func TestAPIServerOutage(t *testing.T) {
 	a := startAPIServer(t)
 	a.namespace(ns)
+	unbound := a.kubeconfig(ns, "default") // no RoleBinding names it
+	var denied sourcetest.LogBuffer
+	rec := sourcetest.Start(t, newSource(t, runtimeFor(unbound), &denied))
+	rec.WaitErr(t, 10*time.Second, `list pods (app=vllm,role=prefill) in llm: pods is forbidden: User "system:serviceaccount:llm:default" cannot list resource "pods"`)
+	rec.Stop(t)
+
 	kubeconfig := a.applyRBAC(ns)
 	cfg := runtimeFor(kubeconfig)
 	cfg.Roles[0].PortName = "vllm" // the pods' ports are named http and metrics
 	var log sourcetest.LogBuffer
-	rec := sourcetest.Start(t, newSource(t, cfg, &log))
+	rec = sourcetest.Start(t, newSource(t, cfg, &log))
 	rec.WaitNames(t, 10*time.Second)
 	pa := a.ready(a.pod("p-a", prefill, nil), "10.1.0.1", true)
 	da := a.ready(a.pod("d-a", decode, nil), "10.1.0.2", true)
