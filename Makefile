@@ -16,17 +16,18 @@ build:
 
 # Every step runs even when an earlier one failed, so one run reports everything it found; the
 # summary names the failed steps and the exit status is non-zero if any failed.
-test: ## everything CI runs: format, vet, race tests, allocation budgets (without -race: it defeats sync.Pool), fuzz smoke
+test: ## everything CI runs: format, vet, the tests' kube-apiserver (built once per machine), race tests, allocation budgets (without -race: it defeats sync.Pool), fuzz smoke
 	@failed=""; \
 	$(MAKE) --no-print-directory fmt-check || failed="$$failed fmt-check"; \
 	$(MAKE) --no-print-directory vet || failed="$$failed vet"; \
+	$(MAKE) --no-print-directory kube-apiserver || failed="$$failed kube-apiserver"; \
 	$(GO) test -race -count=1 -timeout 12m ./... || failed="$$failed go-test"; \
 	$(GO) test -count=1 -run 'Allocat' ./transport/ingress/ ./transport/wire/ ./transport/kv/ ./actors/ || failed="$$failed alloc-budgets"; \
 	$(MAKE) --no-print-directory fuzz || failed="$$failed fuzz"; \
 	if command -v python3 >/dev/null; then $(MAKE) --no-print-directory python-test || failed="$$failed python-test"; \
 	else echo "python3 not found: skipping the Python client's tests"; fi; \
 	if [ -n "$$failed" ]; then echo "make test: FAILED:$$failed"; exit 1; fi; \
-	echo "make test: all passed (fmt-check vet go-test alloc-budgets fuzz python-test)"
+	echo "make test: all passed (fmt-check vet kube-apiserver go-test alloc-budgets fuzz python-test)"
 
 fuzz: ## a few seconds of each fuzz target (each runs even if another failed)
 	@rc=0; \
