@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -175,5 +176,28 @@ func TestParseNamesTheKeyAndTheProblem(t *testing.T) {
 	e, err := Parse(prefix+"d9", prefix, []byte(`{"url": "http://10.0.0.9:8000", "role": "both", "kv": {"transfer_modes": ["push"]}}`))
 	if err != nil || e.Name != "d9" || e.Role != config.RoleBoth || e.KV.TransferModes[0] != "push" {
 		t.Fatalf("Parse = %+v, %v", e, err)
+	}
+}
+
+// A watch that would resume from a revision etcd has compacted away says so (errResync), and
+// the session then reads the prefix anew instead of missing the changes in between.
+func TestWatchFromACompactedRevisionResyncs(t *testing.T) {
+	e := sourcetest.StartEtcd(t)
+	c := client(t, e.URL)
+	put(t, c, prefix+"d1", `{"url": "http://10.0.0.1:8000", "role": "decode"}`)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := c.Put(ctx, prefix+"d1", `{"url": "http://10.0.0.2:8000", "role": "decode"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Compact(ctx, resp.Header.Revision); err != nil {
+		t.Fatal(err)
+	}
+	var log sourcetest.LogBuffer
+	s := newSource(e.URL, &log)
+	err = s.watch(ctx, c, nil, resp.Header.Revision-1, func(sourcetest.Report) {})
+	if !errors.Is(err, errResync) || !strings.Contains(err.Error(), "was compacted") {
+		t.Fatalf("watch from a compacted revision: %v", err)
 	}
 }
