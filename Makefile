@@ -26,7 +26,7 @@ CONTAINER_BUILD ?= $(firstword $(shell command -v podman buildah 2>/dev/null))
 IMAGE_CONTEXT   ?= bin/image
 CA_BUNDLE       ?= /etc/ssl/certs/ca-certificates.crt
 
-.PHONY: run build test fuzz vet lint fmt-check bench bench-cluster clean image image-package
+.PHONY: run build test fuzz vet lint fmt-check bench bench-cluster clean image image-package kube-apiserver
 
 run: build ## run the router in front of an embedded simulated fleet
 	./$(BIN) demo
@@ -43,10 +43,11 @@ build: ## the binary, stamped with VERSION, REVISION, DIRTY and BUILD_TIME
 REPORT := bin/test-report
 # The packages of the race-detector run (all of them; narrow it to iterate on a few).
 TEST_PACKAGES ?= ./...
-test: ## everything CI runs: format, vet, race tests, allocation budgets (without -race: it defeats sync.Pool), fuzz smoke, the Python client; skips counted
+test: ## everything CI runs: format, vet, the tests' kube-apiserver (built once per machine), race tests, allocation budgets (without -race: it defeats sync.Pool), fuzz smoke, the Python client; skips counted
 	@failed=""; mkdir -p $(REPORT); rm -f $(REPORT)/*.skips $(REPORT)/go-test.rc; \
 	$(MAKE) --no-print-directory fmt-check || failed="$$failed fmt-check"; \
 	$(MAKE) --no-print-directory vet || failed="$$failed vet"; \
+	$(MAKE) --no-print-directory kube-apiserver || failed="$$failed kube-apiserver"; \
 	if command -v npm >/dev/null; then $(MAKE) --no-print-directory sdk-deps || failed="$$failed sdk-deps"; \
 	else echo "npm is not installed: the OpenAI SDK test will skip, and the summary fail naming it (Debian: apt-get install npm)"; fi; \
 	if $(GO) build -o $(REPORT)/testreport ./tests/testreport; then \
@@ -61,7 +62,7 @@ test: ## everything CI runs: format, vet, race tests, allocation budgets (withou
 	[ ! -x $(REPORT)/testreport ] || $(REPORT)/testreport summary $(if $(ALLOW_MISSING),-allow-missing) $(REPORT)/go.skips $(REPORT)/python.skips || \
 		failed="$$failed missing-components"; \
 	if [ -n "$$failed" ]; then echo "make test: FAILED:$$failed"; exit 1; fi; \
-	echo "make test: all passed (fmt-check vet sdk-deps go-test alloc-budgets fuzz python-test; skips listed above)"
+	echo "make test: all passed (fmt-check vet kube-apiserver sdk-deps go-test alloc-budgets fuzz python-test; skips listed above)"
 
 # The official OpenAI JavaScript SDK tests/sdk_test.go drives Narwhal with, installed by npm from
 # its lock file (again whenever the lock file changes).
@@ -125,6 +126,19 @@ bench: build ## router overhead against the direct arm; BENCH_BASELINE=<binary> 
 
 bench-cluster: build ## idle cost and verdict convergence of a 3-node cluster (see bench/README.md)
 	$(GO) run ./bench/cmd/clusterbench -narwhal $(BIN)
+
+# The Kubernetes API server the Kubernetes discovery tests run against (with Debian's etcd), built
+# once per machine from the module proxy into a cache outside the repository (about 3 minutes on
+# 2 cores), from tools/kube-apiserver, a module of its own: the router's go.mod never requires
+# k8s.io/kubernetes. The tests find it at $(KUBE_APISERVER) (or $$NARWHAL_KUBE_APISERVER).
+KUBE_VERSION   := v1.35.4
+KUBE_APISERVER ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/narwhal/kube-apiserver-$(KUBE_VERSION)
+kube-apiserver: ## build the tests' Kubernetes API server once per machine (cached outside the repo)
+	@if [ -x "$(KUBE_APISERVER)" ]; then echo "$(KUBE_APISERVER) is built"; else \
+	mkdir -p "$(dir $(KUBE_APISERVER))" && cd tools/kube-apiserver && \
+	$(GO) build -trimpath -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION)" \
+		-o "$(KUBE_APISERVER).tmp" k8s.io/kubernetes/cmd/kube-apiserver && \
+	mv "$(KUBE_APISERVER).tmp" "$(KUBE_APISERVER)" && echo "built $(KUBE_APISERVER)"; fi
 
 clean:
 	rm -rf bin

@@ -31,6 +31,7 @@ type Config struct {
 	Tracing        Tracing         `yaml:"tracing"`
 	Log            Log             `yaml:"log"`
 	Cluster        Cluster         `yaml:"cluster"`
+	Discovery      Discovery       `yaml:"discovery"`
 
 	// lines maps each key path the file set to its line (Parse fills it), so that problems
 	// found later (Provision) still name their line.
@@ -377,6 +378,7 @@ func Default() Config {
 		Tracing:   Tracing{Protocol: TracingGRPC, SampleRatio: 1, ServiceName: "narwhal"},
 		Log:       Log{Level: "info", Format: "json", AccessLog: true, AccessLogFlushS: 0.2},
 		Cluster:   defaultCluster(),
+		Discovery: defaultDiscovery(),
 	}
 }
 

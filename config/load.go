@@ -51,6 +51,7 @@ func Parse(data []byte, lookupEnv func(string) (string, bool)) (Config, error) {
 	for i := range cfg.Engines {
 		cfg.Engines[i].applyDefaults()
 	}
+	cfg.Discovery.applyDefaults(func(path string) bool { _, ok := w.lines[path]; return ok })
 	ck := &checker{lines: w.lines, skip: w.bad}
 	if len(w.errs) > 0 {
 		cfg.check(ck)

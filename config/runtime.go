@@ -34,6 +34,8 @@ type Runtime struct {
 	Tracing TracingRuntime
 	Log     LogRuntime
 	Cluster ClusterRuntime
+	// Discovery is the engine sources to run beside Engines (discovery.*, config/discovery.go).
+	Discovery DiscoveryRuntime
 }
 
 // ServerRuntime is the client listener's provisioned settings (server.*).
@@ -307,7 +309,8 @@ func Provision(c Config, connectors kv.Registry) (Runtime, error) {
 		Preflight: PreflightRuntime{Concurrency: c.Preflight.Concurrency},
 		Log: LogRuntime{Level: logLevel(c.Log.Level), Format: c.Log.Format, AccessLog: c.Log.AccessLog,
 			AccessLogFlush: c.Log.AccessLogFlushS.Duration()},
-		Cluster: c.Cluster.provision(),
+		Cluster:   c.Cluster.provision(),
+		Discovery: c.Discovery.provision(),
 	}
 	if ec := c.EngineContract; ec != nil {
 		pinned := *ec

@@ -238,68 +238,96 @@ func (c *Config) check(ck *checker) {
 		ck.fail("log.access_log_flush_s", "must be a number of seconds greater than 0 and at most 10, got %v", float64(f))
 	}
 	ck.cluster(c.Cluster)
+	ck.discovery(c.Discovery)
 	c.checkListeners(ck)
 	ck.checkFinite(c) // last: after every key's own check
 }
 
 func (c *Config) validateEngines(ck *checker) {
-	if len(c.Engines) == 0 {
-		ck.fail("engines", "lists no engine; add at least one prefill-capable and one decode-capable engine")
+	dynamic := c.Discovery.configured()
+	if len(c.Engines) == 0 && !dynamic {
+		ck.fail("engines", "lists no engine; add at least one prefill-capable and one decode-capable engine, or configure a discovery source")
 		return
 	}
 	names := map[string]int{}
-	var canPrefill, canDecode bool
+	canPrefill, canDecode := c.Discovery.roles()
 	for i, e := range c.Engines {
 		p := fmt.Sprintf("engines[%d]", i)
-		if !engineName.MatchString(e.Name) {
-			ck.fail(p+".name", "%q is not a usable name (letters, digits, '_', '.', '-', up to 64, starting with a letter or digit)", e.Name)
-		} else if j, dup := names[e.Name]; dup {
+		if j, dup := names[e.Name]; dup && engineName.MatchString(e.Name) {
 			ck.fail(p+".name", "%q is already the name of engines[%d]; names must be unique", e.Name, j)
 		}
 		names[e.Name] = i
-		if u, err := url.Parse(e.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" ||
-			(u.Path != "" && u.Path != "/") || u.RawQuery != "" {
-			ck.fail(p+".url", "%q is not an engine base URL; write http://host:port or https://host:port (no path)", e.URL)
-		} else if port := u.Port(); port != "" {
-			ck.port(p+".url", e.URL, port, false)
-		}
-		ck.oneOf(p+".role", string(e.Role), string(RolePrefill), string(RoleDecode), string(RoleBoth))
+		ck.engine(p, e)
+		ck.checkAllowedPorts(c, i, e)
 		canPrefill = canPrefill || e.Role.CanPrefill()
 		canDecode = canDecode || e.Role.CanDecode()
-		if e.MaxInflight < 0 {
-			ck.fail(p+".max_inflight", "must be 0 (no cap) or more, got %d", e.MaxInflight)
-		}
-		for j, m := range e.Models {
-			if strings.TrimSpace(m) == "" {
-				ck.fail(fmt.Sprintf("%s.models[%d]", p, j), "is empty; write a model name as clients send it")
-			}
-		}
-		if e.KV.Connector != "" && ck.connectors != nil && !ck.connectors.Has(e.KV.Connector) {
-			ck.oneOf(p+".kv.connector", e.KV.Connector, ck.connectors.Names()...)
-		}
-		if e.KV.Endpoint != "" {
-			ck.hostPort(p+".kv.endpoint", e.KV.Endpoint, false)
-		}
-		for j, a := range e.KV.AllowedEndpoints {
-			if _, err := netip.ParsePrefix(a); err == nil {
-				continue
-			}
-			if h, port, err := net.SplitHostPort(a); err != nil || h == "" || strings.ContainsAny(h, "/@ ") {
-				ck.fail(fmt.Sprintf("%s.kv.allowed_endpoints[%d]", p, j), "%q is not allowed; want a CIDR (10.0.0.0/8) or a host:port", a)
-			} else {
-				ck.port(fmt.Sprintf("%s.kv.allowed_endpoints[%d]", p, j), a, port, false)
-			}
-		}
-		ck.checkAllowedPorts(c, i, e)
-		for j, m := range e.KV.TransferModes {
-			ck.oneOf(fmt.Sprintf("%s.kv.transfer_modes[%d]", p, j), m, "pull", "push")
-		}
+	}
+	also := ""
+	if dynamic {
+		also = " (in the list or in a discovery source)"
 	}
 	if !canPrefill {
-		ck.fail("engines", "no engine can run the prefill leg; give at least one the role prefill or both")
+		ck.fail("engines", "no engine can run the prefill leg; give at least one the role prefill or both%s", also)
 	}
 	if !canDecode {
-		ck.fail("engines", "no engine can run the decode leg; give at least one the role decode or both")
+		ck.fail("engines", "no engine can run the decode leg; give at least one the role decode or both%s", also)
+	}
+}
+
+// CheckEngine checks one engine as the engines list's entries are checked (name, url, role,
+// max_inflight, models, kv), for an engine that comes from elsewhere than the file, such as a
+// discovery source's registration. Its connector name is checked when the engine is
+// provisioned (ProvisionEngine), against the registry the router runs with.
+func CheckEngine(e Engine) error {
+	ck := &checker{}
+	ck.engine("", e)
+	return errors.Join(ck.errs...)
+}
+
+// engine checks one engine's own keys at path p.
+func (ck *checker) engine(p string, e Engine) {
+	if !engineName.MatchString(e.Name) {
+		ck.fail(joinPath(p, "name"), "%q is not a usable name (letters, digits, '_', '.', '-', up to 64, starting with a letter or digit)", e.Name)
+	}
+	if u, err := url.Parse(e.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" ||
+		(u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+		ck.fail(joinPath(p, "url"), "%q is not an engine base URL; write http://host:port or https://host:port (no path)", e.URL)
+	} else if port := u.Port(); port != "" {
+		ck.port(joinPath(p, "url"), e.URL, port, false)
+	}
+	ck.oneOf(joinPath(p, "role"), string(e.Role), string(RolePrefill), string(RoleDecode), string(RoleBoth))
+	if e.KV.Endpoint != "" {
+		ck.hostPort(joinPath(p, "kv.endpoint"), e.KV.Endpoint, false)
+	}
+	ck.engineFields(p, e)
+}
+
+// engineFields checks the keys an engine shares with a discovery source's template.
+func (ck *checker) engineFields(p string, e Engine) {
+	if e.MaxInflight < 0 {
+		ck.fail(joinPath(p, "max_inflight"), "must be 0 (no cap) or more, got %d", e.MaxInflight)
+	}
+	for j, m := range e.Models {
+		if strings.TrimSpace(m) == "" {
+			ck.fail(fmt.Sprintf("%s[%d]", joinPath(p, "models"), j), "is empty; write a model name as clients send it")
+		}
+	}
+	if e.KV.Connector != "" && ck.connectors != nil && !ck.connectors.Has(e.KV.Connector) {
+		ck.oneOf(joinPath(p, "kv.connector"), e.KV.Connector, ck.connectors.Names()...)
+	}
+	for j, a := range e.KV.AllowedEndpoints {
+		path := fmt.Sprintf("%s[%d]", joinPath(p, "kv.allowed_endpoints"), j)
+		if _, err := netip.ParsePrefix(a); err == nil {
+			continue
+		}
+		if h, port, err := net.SplitHostPort(a); err != nil || h == "" || strings.ContainsAny(h, "/@ ") {
+			ck.fail(path, "%q is not allowed; want a CIDR (10.0.0.0/8) or a host:port", a)
+		} else {
+			ck.port(path, a, port, false)
+		}
+	}
+	for j, m := range e.KV.TransferModes {
+		ck.oneOf(fmt.Sprintf("%s[%d]", joinPath(p, "kv.transfer_modes"), j), m, "pull", "push")
 	}
 }
 

@@ -387,3 +387,43 @@ func TestKubernetesManifests(t *testing.T) {
 		t.Errorf("the Service targets %v, not the http port", tp)
 	}
 }
+
+// The Deployment runs as rbac.yaml's ServiceAccount, which the RoleBinding gives the Role that
+// lets the Kubernetes engine source read pods (get, list, watch) and nothing more; the
+// ConfigMap's configuration uses that source. (transport/discovery/kubernetes applies rbac.yaml
+// to a real API server and runs the source with exactly these permissions.)
+func TestKubernetesRBACCoversDiscovery(t *testing.T) {
+	docs := manifests(t)
+	for _, kind := range []string{"ServiceAccount", "Role", "RoleBinding"} {
+		if docs[kind] == nil {
+			t.Fatalf("no %s in deploy/kubernetes", kind)
+		}
+	}
+	sa := at(t, docs["ServiceAccount"], "metadata", "name")
+	if got := at(t, docs["Deployment"], "spec", "template", "spec", "serviceAccountName"); got != sa {
+		t.Errorf("the Deployment runs as %v, not the ServiceAccount %v", got, sa)
+	}
+	rb := docs["RoleBinding"]
+	if at(t, rb, "roleRef", "kind") != "Role" || at(t, rb, "roleRef", "name") != at(t, docs["Role"], "metadata", "name") {
+		t.Errorf("the RoleBinding binds %v, not the Role", at(t, rb, "roleRef"))
+	}
+	if at(t, rb, "subjects", 0, "kind") != "ServiceAccount" || at(t, rb, "subjects", 0, "name") != sa {
+		t.Errorf("the RoleBinding's subject is %v, not the ServiceAccount", at(t, rb, "subjects", 0))
+	}
+	rules := at(t, docs["Role"], "rules").([]any)
+	if len(rules) != 1 {
+		t.Fatalf("the Role has %d rules, want the one on pods", len(rules))
+	}
+	got, _ := json.Marshal(rules[0])
+	if want := `{"apiGroups":[""],"resources":["pods"],"verbs":["get","list","watch"]}`; string(got) != want {
+		t.Errorf("the Role grants %s, want exactly %s", got, want)
+	}
+	text := at(t, docs["ConfigMap"], "data", "narwhal.yaml").(string)
+	cfg, err := config.Parse([]byte(text), func(string) (string, bool) { return "x", true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k := cfg.Discovery.Kubernetes; k == nil || len(k.Roles) == 0 {
+		t.Fatal("the ConfigMap's configuration has no Kubernetes discovery")
+	}
+}
