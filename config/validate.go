@@ -142,6 +142,9 @@ func (c *Config) check(ck *checker) {
 		ck.fail("server.max_body_bytes", "must be a byte count greater than 0, got %d", c.Server.MaxBodyBytes)
 	}
 	ck.nonNegative("server.shutdown_grace_s", c.Server.ShutdownGraceS)
+	if f := float64(c.Server.DrainDelayS); !finite(f) || f < 0 || f > maxDrainDelay {
+		ck.fail("server.drain_delay_s", "%v is not allowed; want a number of seconds from 0 (close the listener at once) to %d", f, maxDrainDelay)
+	}
 	ck.positive("server.header_timeout_s", c.Server.HeaderTimeoutS)
 	ck.positive("server.idle_timeout_s", c.Server.IdleTimeoutS)
 	ck.positive("server.admin_idle_timeout_s", c.Server.AdminIdleTimeoutS)
@@ -168,6 +171,7 @@ func (c *Config) check(ck *checker) {
 	ck.positive("engine.first_token_timeout_s", c.Engine.FirstTokenTimeoutS)
 	ck.nonNegative("engine.decode_read_timeout_s", c.Engine.DecodeReadTimeoutS)
 	ck.positive("engine.connect_timeout_s", c.Engine.ConnectTimeoutS)
+	ck.positive("engine.models_timeout_s", c.Engine.ModelsTimeoutS)
 	ck.positive("engine.idle_conn_timeout_s", c.Engine.IdleConnTimeoutS)
 	ck.positive("engine.passthrough_timeout_s", c.Engine.PassthroughTimeoutS)
 	if v := c.Engine.MaxHeldBytes; v < 1 || v > 1<<30 {
@@ -215,6 +219,7 @@ func (c *Config) check(ck *checker) {
 	if c.Preflight.Concurrency < 1 {
 		ck.fail("preflight.concurrency", "must be 1 or more, got %d", c.Preflight.Concurrency)
 	}
+	ck.oneOf("preflight.require", c.Preflight.Require, RequireNone, RequireAll)
 
 	c.validateEngines(ck)
 
@@ -239,48 +244,13 @@ func (c *Config) validateEngines(ck *checker) {
 	var canPrefill, canDecode bool
 	for i, e := range c.Engines {
 		p := fmt.Sprintf("engines[%d]", i)
-		if !engineName.MatchString(e.Name) {
-			ck.fail(p+".name", "%q is not a usable name (letters, digits, '_', '.', '-', up to 64, starting with a letter or digit)", e.Name)
-		} else if j, dup := names[e.Name]; dup {
+		if j, dup := names[e.Name]; dup && engineName.MatchString(e.Name) {
 			ck.fail(p+".name", "%q is already the name of engines[%d]; names must be unique", e.Name, j)
 		}
 		names[e.Name] = i
-		if u, err := url.Parse(e.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
-			(u.Path != "" && u.Path != "/") || u.RawQuery != "" {
-			ck.fail(p+".url", "%q is not an engine base URL; write http://host:port or https://host:port (no path)", e.URL)
-		} else if port := u.Port(); port != "" {
-			ck.port(p+".url", e.URL, port, false)
-		}
-		ck.oneOf(p+".role", string(e.Role), string(RolePrefill), string(RoleDecode), string(RoleBoth))
+		ck.engine(p+".", e)
 		canPrefill = canPrefill || e.Role.CanPrefill()
 		canDecode = canDecode || e.Role.CanDecode()
-		if e.MaxInflight < 0 {
-			ck.fail(p+".max_inflight", "must be 0 (no cap) or more, got %d", e.MaxInflight)
-		}
-		for j, m := range e.Models {
-			if strings.TrimSpace(m) == "" {
-				ck.fail(fmt.Sprintf("%s.models[%d]", p, j), "is empty; write a model name as clients send it")
-			}
-		}
-		if e.KV.Connector != "" && ck.connectors != nil && !ck.connectors.Has(e.KV.Connector) {
-			ck.oneOf(p+".kv.connector", e.KV.Connector, ck.connectors.Names()...)
-		}
-		if e.KV.Endpoint != "" {
-			ck.hostPort(p+".kv.endpoint", e.KV.Endpoint, false)
-		}
-		for j, a := range e.KV.AllowedEndpoints {
-			if _, err := netip.ParsePrefix(a); err == nil {
-				continue
-			}
-			if h, port, err := net.SplitHostPort(a); err != nil || h == "" || strings.ContainsAny(h, "/@ ") {
-				ck.fail(fmt.Sprintf("%s.kv.allowed_endpoints[%d]", p, j), "%q is not allowed; want a CIDR (10.0.0.0/8) or a host:port", a)
-			} else {
-				ck.port(fmt.Sprintf("%s.kv.allowed_endpoints[%d]", p, j), a, port, false)
-			}
-		}
-		for j, m := range e.KV.TransferModes {
-			ck.oneOf(fmt.Sprintf("%s.kv.transfer_modes[%d]", p, j), m, "pull", "push")
-		}
 	}
 	if !canPrefill {
 		ck.fail("engines", "no engine can run the prefill leg; give at least one the role prefill or both")
@@ -289,6 +259,53 @@ func (c *Config) validateEngines(ck *checker) {
 		ck.fail("engines", "no engine can run the decode leg; give at least one the role decode or both")
 	}
 }
+
+// engine records the problems of one engine; prefix starts every key path ("engines[3]." for
+// the file's list, "" for an engine on its own, as the admin API and discovery sources give one).
+func (ck *checker) engine(prefix string, e Engine) {
+	if !engineName.MatchString(e.Name) {
+		ck.fail(prefix+"name", "%q is not a usable name (letters, digits, '_', '.', '-', up to 64, starting with a letter or digit)", e.Name)
+	}
+	if u, err := url.Parse(e.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
+		(u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+		ck.fail(prefix+"url", "%q is not an engine base URL; write http://host:port or https://host:port (no path)", e.URL)
+	} else if port := u.Port(); port != "" {
+		ck.port(prefix+"url", e.URL, port, false)
+	}
+	ck.oneOf(prefix+"role", string(e.Role), string(RolePrefill), string(RoleDecode), string(RoleBoth))
+	if e.MaxInflight < 0 {
+		ck.fail(prefix+"max_inflight", "must be 0 (no cap) or more, got %d", e.MaxInflight)
+	}
+	for j, m := range e.Models {
+		if strings.TrimSpace(m) == "" {
+			ck.fail(fmt.Sprintf("%smodels[%d]", prefix, j), "is empty; write a model name as clients send it")
+		}
+	}
+	if e.KV.Connector != "" && ck.connectors != nil && !ck.connectors.Has(e.KV.Connector) {
+		ck.oneOf(prefix+"kv.connector", e.KV.Connector, ck.connectors.Names()...)
+	}
+	if e.KV.Endpoint != "" {
+		ck.hostPort(prefix+"kv.endpoint", e.KV.Endpoint, false)
+	}
+	for j, a := range e.KV.AllowedEndpoints {
+		if _, err := netip.ParsePrefix(a); err == nil {
+			continue
+		}
+		path := fmt.Sprintf("%skv.allowed_endpoints[%d]", prefix, j)
+		if h, port, err := net.SplitHostPort(a); err != nil || h == "" || strings.ContainsAny(h, "/@ ") {
+			ck.fail(path, "%q is not allowed; want a CIDR (10.0.0.0/8) or a host:port", a)
+		} else {
+			ck.port(path, a, port, false)
+		}
+	}
+	for j, m := range e.KV.TransferModes {
+		ck.oneOf(fmt.Sprintf("%skv.transfer_modes[%d]", prefix, j), m, "pull", "push")
+	}
+}
+
+// maxDrainDelay bounds server.drain_delay_s: load balancers notice a failing readiness check
+// within seconds; minutes would only delay every shutdown.
+const maxDrainDelay = 300
 
 func (c *Config) checkPlacement(ck *checker) {
 	d := c.Disaggregation
