@@ -10,6 +10,9 @@ import (
 
 // What the engine actors share with the other Narwhal nodes (package cluster) and how they
 // apply what the peers decided. The rules:
+//   - an engine is known by its name on every node: an engine a node adds takes the live
+//     verdict a peer published about it (adopt); a join check that passed is not shared (every
+//     node checks the engines it adds), one that failed is an ejection like any other;
 //   - every local breaker decision is published at once: quarantined, ejected (by failures or
 //     by an operator), probing, and admitted after a successful probe or an operator's readmit.
 //     A quarantine that simply ran out is not news: every node runs the same clock on it.
@@ -39,13 +42,26 @@ type peerState struct {
 type peerVerdict struct{ v cluster.Verdict }
 
 // PeerVerdict hands a peer's verdict to its engine actor. It is the cluster node's OnVerdict.
+// A verdict about an engine this node has not added (yet) is not lost: the cluster node keeps
+// the live verdicts, and an engine actor adopts the one about its engine when it starts.
 func (r *Router) PeerVerdict(v cluster.Verdict) {
-	e := r.fleet.engine(v.Engine)
+	e := r.fleet.load().engine(v.Engine)
 	if e == nil || e.pid == nil {
 		r.log.Debug("verdict about an engine this node does not have", "engine", v.Engine, "node", v.Node)
 		return
 	}
 	r.root.Send(e.pid, &peerVerdict{v})
+}
+
+// adopt applies, to an engine just added, the live verdict a peer published about it: the
+// engine's name is the same on every node, so what another node decided about it holds here
+// too (an ejected engine starts ejected, an admitted one admitted without a check of its own).
+func (a *engineActor) adopt(ctx actor.Context) {
+	v, ok := a.r.cluster.Verdict(a.st.spec.Name)
+	if !ok || v.Node == a.r.cluster.Name() {
+		return
+	}
+	a.applyPeer(ctx, v)
 }
 
 // Cluster is this node's cluster membership; nil when the cluster is off.
@@ -57,8 +73,14 @@ func (a *engineActor) share(from breakerState) {
 	if st.peer.applying {
 		return
 	}
-	now := time.Now()
 	b := &st.breaker
+	if from == joining && b.state == admitted && !st.peer.operator {
+		// A join check that passed is this node's own business: every node checks an engine it
+		// adds. It is not shared, and it does not outrank a peer's verdict this node has not
+		// heard yet (an ejection decided before the check is still applied when it arrives).
+		return
+	}
+	now := time.Now()
 	st.peer.decided, st.peer.by, st.peer.reason = now, "", ""
 	if a.r.cluster == nil {
 		return
@@ -75,6 +97,8 @@ func (a *engineActor) share(from breakerState) {
 			if b.cause != "" {
 				v.Reason += ": " + b.cause
 			}
+		case from == joining:
+			v.Reason = b.cause // the failed join check
 		case from == probing:
 			v.Reason = "probe did not pass"
 			if p := st.lastProbe; p != nil {
@@ -121,8 +145,9 @@ func (a *engineActor) applyPeer(ctx actor.Context, v cluster.Verdict) {
 	case cluster.StateEjected, cluster.StateProbing:
 		switch {
 		case v.Admin:
-			if prev == probing {
+			if prev == probing || prev == joining {
 				st.probeGen++ // our probe must not readmit the engine behind the operator's back
+				st.checking = false
 			}
 			b.ejectByAdmin(now, v.Reason)
 			if prev == ejected { // no transition, but the standing changed
@@ -131,7 +156,11 @@ func (a *engineActor) applyPeer(ctx actor.Context, v cluster.Verdict) {
 			}
 		case b.byAdmin:
 			// An operator's ejection holds until an operator's readmission.
-		case prev == admitted || prev == quarantined:
+		case prev == admitted || prev == quarantined || prev == joining:
+			if prev == joining {
+				st.probeGen++ // the peer's evidence stands for the join check in flight
+				st.checking = false
+			}
 			b.eject(now, "")
 			b.cause = v.Reason
 		}
@@ -150,7 +179,8 @@ func (a *engineActor) applyPeer(ctx actor.Context, v cluster.Verdict) {
 			return // an operator's ejection ends only with an operator's word
 		}
 		if prev != admitted {
-			st.probeGen++ // a probe of ours in flight is moot now
+			st.probeGen++ // a probe or join check of ours in flight is moot now
+			st.checking = false
 			b.probeSucceeded()
 			b.quarantineEnds = time.Time{}
 		}

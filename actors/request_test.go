@@ -35,6 +35,7 @@ func TestCrashedRequestSupervisorAnswersAndReleasesEverything(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
+	waitAdmitted(t, r)
 	fleet.Engine("p0").InjectFault("prefill.hang_headers", 1)
 
 	body, _ := wire.ParseClientBody(wire.EndpointCompletions, []byte(`{"model":"sim-model","prompt":"x"}`))
@@ -96,6 +97,7 @@ func TestCrashedRequestSupervisorWakesTheQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
+	waitAdmitted(t, r)
 	fleet.Engine("p0").InjectFault("prefill.hang_headers", 1)
 
 	body := func() *wire.ClientBody {

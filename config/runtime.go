@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"reflect"
 	"strconv"
 	"time"
 
@@ -34,6 +35,10 @@ type Runtime struct {
 	Log     LogRuntime
 	Cluster ClusterRuntime
 
+	// Connectors is the KV connector registry the runtime was provisioned with: engines found
+	// at run time (the admin API, discovery sources) are provisioned with it too.
+	Connectors kv.Registry
+
 	// file is the configuration this runtime was provisioned from: a reload compares the next
 	// file with it key by key (Changes), and the file source reports its engines (FileEngines).
 	file Config
@@ -51,11 +56,11 @@ func (rt Runtime) FileEngines() []Engine {
 
 // ServerRuntime is the client listener's provisioned settings (server.*).
 type ServerRuntime struct {
-	Listen               string
-	MaxBodyBytes         int
-	HeaderTimeout        time.Duration
-	IdleTimeout          time.Duration
-	ShutdownGrace        time.Duration
+	Listen        string
+	MaxBodyBytes  int
+	HeaderTimeout time.Duration
+	IdleTimeout   time.Duration
+	ShutdownGrace time.Duration
 	// DrainDelay is server.drain_delay_s: after SIGTERM, /readyz answers 503 and the listener
 	// keeps accepting this long before it closes.
 	DrainDelay           time.Duration
@@ -308,8 +313,9 @@ func Provision(c Config, connectors kv.Registry) (Runtime, error) {
 		Preflight: PreflightRuntime{Concurrency: c.Preflight.Concurrency, RequireAll: c.Preflight.Require == RequireAll},
 		Log: LogRuntime{Level: logLevel(c.Log.Level), Format: c.Log.Format, AccessLog: c.Log.AccessLog,
 			AccessLogFlush: c.Log.AccessLogFlushS.Duration()},
-		Cluster: c.Cluster.provision(),
-		file:    c.clone(),
+		Cluster:    c.Cluster.provision(),
+		Connectors: connectors,
+		file:       c.clone(),
 	}
 	if ec := c.EngineContract; ec != nil {
 		pinned := *ec
@@ -332,6 +338,16 @@ func Provision(c Config, connectors kv.Registry) (Runtime, error) {
 		return Runtime{}, errors.Join(errs...)
 	}
 	return rt, nil
+}
+
+// SameEngine reports whether two specs describe the same engine: equal in everything but their
+// Source (connectors compared by name). An engine whose spec changes otherwise is a new engine.
+func SameEngine(a, b EngineSpec) bool {
+	if (a.Connector == nil) != (b.Connector == nil) || (a.Connector != nil && a.Connector.Name() != b.Connector.Name()) {
+		return false
+	}
+	a.Source, b.Source, a.Connector, b.Connector = "", "", nil, nil
+	return reflect.DeepEqual(a, b)
 }
 
 // SourceFile is the Source of the configuration file's engines.

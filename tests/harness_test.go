@@ -30,6 +30,13 @@ type setup struct {
 	config func(*config.Config)
 	// connectors is the KV connector registry the router runs with; zero: kv.Builtin.
 	connectors kv.Registry
+	// noWait returns as soon as the router listens, without waiting for its engines to join
+	// (tests of the start itself).
+	noWait bool
+	// admit has the operator admit every engine once its join check ended, whatever it found
+	// (POST /engines/{name}/readmit?force=true): the tests of how requests meet an engine that
+	// fails every request — one that broke after it joined — put it in the fleet this way.
+	admit bool
 }
 
 // harness is a running router with its fleet. Everything stops when the test ends, and the
@@ -57,6 +64,7 @@ func start(t *testing.T, s setup) *harness {
 	}
 	cfg := config.Default()
 	cfg.Server.ShutdownGraceS = 2
+	cfg.Server.DrainDelayS = 0 // no load balancer to tell: shutdown tests stop at once
 	cfg.Engine.PrefillTimeoutS = 10
 	cfg.Engine.FirstTokenTimeoutS = 10
 	cfg.Engine.DecodeReadTimeoutS = 10
@@ -105,7 +113,54 @@ func start(t *testing.T, s setup) *harness {
 		srv.Shutdown(ctx)
 		fleet.Close()
 	})
+	if !s.noWait {
+		h.waitJoined(s.admit)
+	}
 	return h
+}
+
+// waitJoined waits, as a load balancer would, until the router is ready, and further until no
+// engine is joining any more (every test fleet's engines take part from its first request),
+// then clears what the join checks sent to the simulated engines — their recorded requests
+// and counters — so that a test sees its own traffic only.
+func (h *harness) waitJoined(admit bool) {
+	h.t.Helper()
+	var last string
+	eventually(h.t, 10*time.Second, func() bool {
+		for _, e := range h.engines() {
+			// The operator admits an engine once its check has run (one that cannot complete
+			// stays joining, retrying); otherwise every engine must be through joining.
+			if e.State == "joining" && (!admit || e.JoinCheck == nil) {
+				last = fmt.Sprintf("engine %s still joining: %+v", e.Name, e.JoinCheck)
+				return false
+			}
+		}
+		if admit {
+			for _, e := range h.engines() {
+				if e.State != "admitted" {
+					if code, body := h.adminDo("POST", "/engines/"+e.Name+"/readmit?force=true"); code != 200 {
+						h.t.Fatalf("forced readmission of %s: %d %s", e.Name, code, body)
+					}
+				}
+			}
+		}
+		ready, reason := h.srv.Router().Ready()
+		if !ready {
+			last = "not ready: " + reason
+			return false
+		}
+		for _, e := range h.fleet.Engines {
+			if e.Stats().InFlight != 0 {
+				last = "a join check still runs on " + e.Name()
+				return false
+			}
+		}
+		return true
+	}, func() string { return "the fleet did not join: " + last })
+	for _, e := range h.fleet.Engines {
+		e.ResetRecorded()
+		e.ResetCounters()
+	}
 }
 
 // fleetEngines configures a fleet the way an operator would: models listed, identities and

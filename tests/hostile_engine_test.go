@@ -299,7 +299,7 @@ func TestHostileDecodeEngine(t *testing.T) {
 		}, status: 200, committed: true, code: "deadline_exceeded", cutOff: true},
 	}
 	hostile := newHostileEngine(t)
-	h := start(t, setup{prefill: 1, decode: 1, engine: sim.Options{Tokens: 2}, config: configs(
+	h := start(t, setup{admit: true, prefill: 1, decode: 1, engine: sim.Options{Tokens: 2}, config: configs(
 		timeouts(2, 0.5, 0.3), deadline(1.5),
 		func(c *config.Config) {
 			c.Recovery.EjectAfter = 1000
@@ -376,7 +376,7 @@ func TestHostileDecodeEngine(t *testing.T) {
 // invalid_descriptor), and the consumer never receives a decode leg.
 func TestHostileProducerCannotRedirectConsumers(t *testing.T) {
 	hostile := newHostileEngine(t)
-	h := start(t, setup{prefill: 1, decode: 1, engine: sim.Options{Tokens: 2}, config: configs(
+	h := start(t, setup{admit: true, prefill: 1, decode: 1, engine: sim.Options{Tokens: 2}, config: configs(
 		func(c *config.Config) {
 			c.Recovery.EjectAfter = 1000
 			for i := range c.Engines {

@@ -44,7 +44,7 @@ func TestPrometheusScrapePassesPromtool(t *testing.T) {
 
 	for _, want := range []string{"narwhal_ttft_seconds_bucket{", "narwhal_total_seconds_bucket{", "narwhal_engine_faults_total{"} {
 		if !strings.Contains(scrape, want) {
-			t.Errorf("no %s series in the scrape", want)
+			t.Errorf("no %s series in the scrape:\n%s", want, grep(scrape, "narwhal_"))
 		}
 	}
 	if strings.Contains(scrape, "tally") {

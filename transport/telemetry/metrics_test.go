@@ -64,7 +64,6 @@ func TestPrometheusNamesFollowTheConventions(t *testing.T) {
 	}
 }
 
-
 // An engine that left the fleet leaves no series behind: its counters and gauges are deleted
 // from the Prometheus scrape, a late report for it (tally reports a gauge set while the engine
 // drained at its next flush) does not bring them back, and an engine added again under that

@@ -160,6 +160,15 @@ func (f *fanout) remember(engine string) {
 	f.mu.Unlock()
 }
 
+// export makes a new instrument's series, unless its engine is forgotten.
+func (f *fanout) export(engine string, create func()) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if !f.forgotten[engine] {
+		create()
+	}
+}
+
 // track records vec, whose label key names an engine, once.
 func (f *fanout) track(vec engineVec) {
 	f.mu.Lock()
@@ -242,6 +251,7 @@ func (f *fanout) AllocateCounter(name string, tags map[string]string) tally.Cach
 		vec, err := f.prom.RegisterCounter(pn, keysOf(tags), pn+" counter")
 		if err == nil {
 			f.track(engineVec{vec, key})
+			f.export(engine, func() { _, _ = vec.GetMetricWith(tags) }) // exported from now on, at 0, as tally's own
 			return &engineCount{f: f, vec: vec, labels: maps.Clone(tags), engine: engine, s: f.statter, sn: StatsdName(name, tags)}
 		}
 	}
@@ -254,6 +264,7 @@ func (f *fanout) AllocateGauge(name string, tags map[string]string) tally.Cached
 		vec, err := f.prom.RegisterGauge(pn, keysOf(tags), pn+" gauge")
 		if err == nil {
 			f.track(engineVec{vec, key})
+			f.export(engine, func() { _, _ = vec.GetMetricWith(tags) })
 			return &engineGauge{f: f, vec: vec, labels: maps.Clone(tags), engine: engine, g: gauge{s: f.statter, sn: StatsdName(name, tags)}}
 		}
 	}
