@@ -42,13 +42,15 @@ type setup struct {
 // harness is a running router with its fleet. Everything stops when the test ends, and the
 // test fails if a reservation was left behind.
 type harness struct {
-	t      *testing.T
-	fleet  *sim.Fleet
-	srv    *node.Server
-	base   string
-	admin  string
-	access *syncBuffer
-	client *http.Client
+	t     *testing.T
+	fleet *sim.Fleet
+	// engineOpts is the template the fleet's engines were started with.
+	engineOpts sim.Options
+	srv        *node.Server
+	base       string
+	admin      string
+	access     *syncBuffer
+	client     *http.Client
 	// stopped is set once the test shut the router down itself.
 	stopped bool
 }
@@ -101,7 +103,7 @@ func start(t *testing.T, s setup) *harness {
 		fleet.Close()
 		t.Fatal(err)
 	}
-	h := &harness{t: t, fleet: fleet, srv: srv, base: "http://" + srv.Addr(), admin: "http://" + srv.AdminAddr(),
+	h := &harness{t: t, fleet: fleet, engineOpts: s.engine, srv: srv, base: "http://" + srv.Addr(), admin: "http://" + srv.AdminAddr(),
 		access: access, client: &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
 	t.Cleanup(func() {
 		if !t.Failed() && !h.stopped {
