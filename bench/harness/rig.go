@@ -19,6 +19,9 @@ type RigOptions struct {
 	// Baseline, when set, is a second router binary started as the "baseline" process with
 	// the same configuration (its own ports) in front of the same fleet: the A/B arm.
 	Baseline string
+	// Listed picks the fleet's engines the router's configuration file lists (nil: all); the
+	// others can join it at run time (POST /engines), as the churn scenario has them do.
+	Listed func(all []loadgen.Engine) []loadgen.Engine
 }
 
 // Rig is a fleet, a router in front of it and a load generator, each its own process.
@@ -46,6 +49,9 @@ func StartRig(env Env, o RigOptions) (_ *Rig, err error) {
 	}
 	rc := o.Router
 	rc.Engines = r.Fleet.Engines
+	if o.Listed != nil {
+		rc.Engines = o.Listed(r.Fleet.Engines)
+	}
 	if r.Router, err = StartRouter(env, rc); err != nil {
 		return nil, err
 	}
