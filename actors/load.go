@@ -139,16 +139,6 @@ func (s *scraper) remove(v *engineView) {
 	}
 }
 
-// scrapers is the number of engines being scraped.
-func (s *scraper) scrapers() int {
-	if s == nil {
-		return 0
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.per)
-}
-
 func scrapeOnce(ctx context.Context, v *engineView, timeout time.Duration, m *telemetry.Metrics) {
 	sctx, cancel := context.WithTimeout(ctx, timeout)
 	l, err := v.client.Load(sctx)

@@ -70,11 +70,11 @@ func ParseEngine(data []byte) (Engine, error) {
 		return Engine{}, fmt.Errorf("not valid JSON or YAML: %w", err)
 	}
 	if doc.Kind == 0 || len(doc.Content) == 0 {
-		return Engine{}, errors.New("empty: want an engine, e.g. {\"name\": \"d4\", \"url\": \"http://10.0.0.24:8000\", \"role\": \"decode\"}")
+		return Engine{}, errors.New(`empty: want one engine with at least its name, url and role, as in {"name": "d4", "url": "http://10.0.0.24:8000", "role": "decode"} (JSON or YAML)`)
 	}
 	root := doc.Content[0]
 	if root.Kind != yaml.MappingNode {
-		return Engine{}, fmt.Errorf("%s is not an engine; want an object with the keys of an item of engines:", describe(root))
+		return Engine{}, fmt.Errorf("%s is not an engine; want an object with the keys of an item of the engines list", describe(root))
 	}
 	w := &walker{lines: map[string]int{}, bad: map[string]bool{},
 		lookupEnv: func(string) (string, bool) { return "", false }, noEnv: true}
