@@ -289,18 +289,11 @@ func (p *probe) check(ctx context.Context, model string) messages.Probe {
 	return p.result(probeInconclusive, "partner %s failed its leg: %v", p.partner().name, err)
 }
 
-// listModels asks the engine which models it serves.
+// listModels asks the engine which models it serves; none is an error.
 func listModels(ctx context.Context, c *transport.EngineClient) ([]string, error) {
-	info, err := c.Models(ctx)
-	if err == nil && len(info) == 0 {
+	ids, err := c.ModelIDs(ctx)
+	if err == nil && len(ids) == 0 {
 		err = errNoModels
 	}
-	if err != nil {
-		return nil, err
-	}
-	ids := make([]string, len(info))
-	for i, m := range info {
-		ids[i] = m.ID
-	}
-	return ids, nil
+	return ids, err
 }

@@ -354,20 +354,10 @@ func (h *harness) producedDescriptors() [][]byte {
 	return out
 }
 
-// adminDo sends a request to the admin listener and returns the status and body.
+// adminDo sends a request without a body to the admin listener and returns the status and body.
 func (h *harness) adminDo(method, path string) (int, []byte) {
 	h.t.Helper()
-	req, err := http.NewRequest(method, h.admin+path, nil)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	resp, err := h.client.Do(req)
-	if err != nil {
-		h.t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, b
+	return h.adminSend(method, path, "")
 }
 
 // engine returns the router's view of one engine.
