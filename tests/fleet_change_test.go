@@ -215,20 +215,33 @@ func TestRemovingAnEngineLetsItsStreamsFinish(t *testing.T) {
 	if code, body := h.adminSend("DELETE", "/engines/d1", ""); code != 200 || !strings.Contains(string(body), `"removing"`) {
 		t.Fatalf("DELETE /engines/d1: %d %s", code, body)
 	}
-	placed := d1.Stats().DecodeRequests
+	removed := time.Now() // the fleet placement reads has no d1 from here on
 	if e, ok := h.findEngine("d1"); !ok || e.State != "removing" || e.Reserved.Decode == 0 {
 		t.Fatalf("d1 right after its removal, %d streams on it: %+v (present %v)", inFlight, e, ok)
 	}
 	// Its streams end normally (the load checks every one), then it is gone.
 	eventually(t, 5*time.Second, func() bool { _, ok := h.findEngine("d1"); return !ok },
 		func() string { e, _ := h.findEngine("d1"); return fmt.Sprintf("d1 still there: %+v", e) })
+	placed := d1.Stats().DecodeRequests
 	load.waitServed(t, 12)
 	ok, failures := load.stop()
 	if len(failures) > 0 {
 		t.Fatalf("%d requests failed around the removal: %v", len(failures), failures[:min(5, len(failures))])
 	}
 	if n := d1.Stats().DecodeRequests - placed; n != 0 {
-		t.Fatalf("%d decode legs were placed on d1 after its removal", n)
+		t.Fatalf("%d decode legs reached d1 after it was gone", n)
+	}
+	// No request that arrived after the removal was placed on d1 (the access log's time minus
+	// its total is the arrival, a little late: the line is written just after the end).
+	for _, l := range h.accessLines() {
+		end, err := time.Parse(time.RFC3339Nano, str(l["ts"]))
+		if err != nil {
+			t.Fatalf("access line ts %v: %v", l["ts"], err)
+		}
+		arrived := end.Add(-time.Duration(num(l["total_s"]) * float64(time.Second)))
+		if l["consumer"] == "d1" && arrived.After(removed.Add(20*time.Millisecond)) {
+			t.Fatalf("a request that arrived %v after d1's removal was placed on it: %v", arrived.Sub(removed), l)
+		}
 	}
 	if st := d1.Stats(); st.Completed < inFlight || st.Aborted != 0 {
 		t.Fatalf("d1's streams: %+v, want the %d in flight completed and none aborted", st, inFlight)
