@@ -36,6 +36,9 @@ type peerState struct {
 	applying bool
 	// operator is set while an operator's eject or readmit is handled here.
 	operator bool
+	// takenOver says this node probes the engine although another node is its prober, which
+	// has said nothing of it (probesHere); a peer's verdict ends it.
+	takenOver bool
 }
 
 // peerVerdict carries a peer's verdict to the engine actor it is about.
@@ -188,6 +191,7 @@ func (a *engineActor) applyPeer(ctx actor.Context, v cluster.Verdict) {
 		return
 	}
 	st.peer.decided, st.peer.by, st.peer.reason = v.Decided, v.Node, v.Reason
+	st.peer.takenOver = false
 	a.r.metrics.ClusterVerdict(v.Engine, v.State, "applied")
 	if b.state != prev {
 		st.peer.applying = true
@@ -198,7 +202,28 @@ func (a *engineActor) applyPeer(ctx actor.Context, v cluster.Verdict) {
 }
 
 // probesHere reports whether this node runs the next probe of the engine: with peers, one node
-// probes an engine per interval (cluster.ShouldProbe); the others wait for its verdict.
+// probes an engine per interval (cluster.ShouldProbe); the others wait for its verdict. The
+// fleet is each node's own, though — an engine added through one node's admin API is that node's
+// alone — so the node the engine's name hashes to may not have it, and would never probe it.
+// When no peer has said anything of the engine for longer than a probe interval since this
+// node's own verdict, this node takes the probing over, until a peer speaks again.
 func (a *engineActor) probesHere() bool {
-	return a.r.cluster.ShouldProbe(a.st.spec.Name)
+	st := a.st
+	if a.r.cluster.ShouldProbe(st.spec.Name) {
+		return true
+	}
+	v, ok := a.r.cluster.Verdict(st.spec.Name)
+	switch {
+	case !ok:
+		return true
+	case v.Node != a.r.cluster.Name():
+		return false // the prober speaks
+	case st.peer.takenOver:
+		return true
+	case time.Since(v.Decided) > st.breaker.probeInterval*3/2:
+		a.r.log.Info("engine probed here: the node that would probe it has said nothing of it", "engine", st.spec.Name)
+		st.peer.takenOver = true
+		return true
+	}
+	return false
 }

@@ -195,3 +195,44 @@ func TestVerdictAboutAnEngineNotYetAddedAppliesWhenItIs(t *testing.T) {
 		t.Fatalf("node-1's /engines does not show d9's source: %s", raw)
 	}
 }
+
+// An engine only one node has (added through its admin API) is probed by that node even when
+// its name hashes to another node as its prober: the prober, which has never heard of it, says
+// nothing, and after an interval of silence the node that has it probes it itself. Four such
+// engines, failing at first, are each readmitted once they heal, whichever node their names
+// hash to.
+func TestAnEngineOnlyOneNodeHasIsProbedThere(t *testing.T) {
+	c := startCluster(t, clusterSetup{nodes: 2, config: func(cfg *config.Config) {
+		cfg.Recovery.ProbeIntervalS, cfg.Recovery.ProbeMaxIntervalS = 0.2, 0.4
+	}})
+	a := c.nodes[0]
+	var local []*sim.Engine
+	for i := range 4 {
+		e, err := sim.Start(sim.Options{Name: fmt.Sprintf("x%d", i), Role: sim.RoleDecode, Models: []string{"sim-model"}, Tokens: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer e.Close()
+		if err := e.InjectFault("any.status=500", 1_000_000); err != nil {
+			t.Fatal(err)
+		}
+		local = append(local, e)
+		resp, err := a.client.Post(a.admin+"/engines", "application/json", strings.NewReader(engineJSON(e)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusCreated {
+			t.Fatalf("POST /engines %s: %d", e.Name(), resp.StatusCode)
+		}
+	}
+	for _, e := range local {
+		a.watchState(e.Name(), "ejected", 5*time.Second)
+	}
+	for _, e := range local {
+		e.ClearFaults()
+	}
+	for _, e := range local {
+		a.watchState(e.Name(), "admitted", 5*time.Second)
+	}
+}
