@@ -2,10 +2,12 @@ package actors
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/narwhal-router/narwhal/bench/sim"
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/transport/kv"
 )
@@ -131,5 +133,38 @@ func TestSetEnginesDiffsByName(t *testing.T) {
 	e := describeEngine(t, r, "d0")
 	if e.MaxInflight != 7 || e.EjectedBy != "" || e.Source != "test" || e.JoinCheck == nil {
 		t.Fatalf("the changed d0: %+v, want a new engine (max_inflight 7, joined afresh, not ejected)", e)
+	}
+}
+
+// A consumer whose only producer fails its own join check is not left waiting for it: the
+// moment the producer is out, the consumer's check runs again, with a local decode (under auto a
+// request decodes alone when no producer is admitted), a minute's probe interval notwithstanding.
+func TestAConsumerDoesNotWaitForAProducerThatFailedToJoin(t *testing.T) {
+	fleet, err := sim.StartFleet(sim.FleetOptions{Prefill: 1, Decode: 1, Engine: sim.Options{Models: []string{"m"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fleet.Close()
+	if err := fleet.Engine("p0").InjectFault("any.status=500", 1000); err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Default()
+	cfg.Recovery.ProbeIntervalS, cfg.Recovery.ProbeMaxIntervalS = 60, 60
+	for _, e := range fleet.Engines {
+		cfg.Engines = append(cfg.Engines, config.Engine{Name: e.Name(), URL: e.URL(), Role: config.Role(e.Role()),
+			Models: e.Models(), KV: config.KV{Connector: kv.NIXL, TransferModes: []string{"pull"}}})
+	}
+	r := newRouter(t, cfg, Options{})
+	waitWithin(t, 3*time.Second, func() string { return fmt.Sprintf("d0: %+v", describeEngine(t, r, "d0")) }, func() bool {
+		return describeEngine(t, r, "d0").State == "admitted"
+	})
+	if j := describeEngine(t, r, "d0").JoinCheck; !strings.Contains(j.Reason, "local decode") {
+		t.Fatalf("d0 joined by %+v", j)
+	}
+	if p := describeEngine(t, r, "p0"); p.State != "ejected" || !strings.Contains(p.EjectReason, "join check failed") {
+		t.Fatalf("p0: %+v", p)
+	}
+	if ready, why := r.Ready(); !ready {
+		t.Fatalf("auto with a consumer admitted: not ready: %s", why)
 	}
 }

@@ -242,6 +242,7 @@ func (p *poolActor) add(spec config.EngineSpec) *engineState {
 		}
 	}
 	p.members[spec.Name] = st
+	p.breaker[spec.Name] = joining.String() // its first change, to whatever, may be what a joining consumer waits for
 	return st
 }
 
