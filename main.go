@@ -1,6 +1,6 @@
 // Command narwhal is a disaggregated prefill/decode router for vLLM-compatible engines.
 //
-//	narwhal serve --config narwhal.yaml      run the router (after a preflight)
+//	narwhal serve --config narwhal.yaml      run the router (SIGHUP reloads the file)
 //	narwhal serve --check --config FILE      validate the configuration and exit
 //	narwhal preflight --config narwhal.yaml  check every engine and KV transfer, print a matrix
 //	narwhal dump [--admin ADDR]              print the live supervisor tree
@@ -114,18 +114,21 @@ func serveCommand() *cobra.Command {
 				fmt.Fprintf(cmd.OutOrStdout(), "%s: configuration valid (%d engines)\n", path, len(rt.Engines))
 				return nil
 			}
-			log := newLogger(rt.Log, os.Stderr)
-			if !skipPreflight {
+			log, level := newLogger(rt.Log, os.Stderr)
+			// preflight.require: all is the strict start: the whole matrix, before listening.
+			// By default every engine joins on its own check instead, and serve listens at once.
+			if rt.Preflight.RequireAll && !skipPreflight {
 				// The matrix ends with its verdict ("preflight passed"): nothing more to say.
 				if err := runPreflight(rt, os.Stderr); err != nil {
-					return fmt.Errorf("%w (start anyway with --skip-preflight)", err)
+					return fmt.Errorf("%w (preflight.require: all; start anyway with --skip-preflight, or set preflight.require: none "+
+						"to start with the engines that pass their own checks)", err)
 				}
 			}
-			return run(rt, log, nil)
+			return run(rt, log, level, func() (config.Runtime, error) { return load(path) }, nil)
 		},
 	}
 	cmd.Flags().StringVarP(&path, "config", "c", "narwhal.yaml", "configuration file (YAML)")
-	cmd.Flags().BoolVar(&skipPreflight, "skip-preflight", false, "start without checking engines and KV transfers first")
+	cmd.Flags().BoolVar(&skipPreflight, "skip-preflight", false, "with preflight.require: all, start without running the preflight matrix first")
 	cmd.Flags().BoolVar(&check, "check", false, "validate the configuration (strict parsing, every value, every listener address bound once) and exit: 0 valid, 1 not")
 	cmd.Flags().BoolVar(&skipBindCheck, "skip-bind-check", false, "with --check: do not bind the listener addresses (to check a new file while the router holds them)")
 	return cmd
@@ -261,6 +264,7 @@ func demoCommand() *cobra.Command {
 			cfg.Server.Listen, cfg.Server.AdminListen = listen, adminListen
 			cfg.Log.Format = "text"
 			cfg.Server.ShutdownGraceS = 5
+			cfg.Server.DrainDelayS = 0 // no load balancer in front of a demo
 			for _, e := range fleet.Engines {
 				cfg.Engines = append(cfg.Engines, config.Engine{
 					Name: e.Name(), URL: e.URL(), Role: config.Role(e.Role()), Models: e.Models(),
@@ -275,7 +279,15 @@ func demoCommand() *cobra.Command {
 			if nodes > 1 {
 				return demoNodes(cfg, nodes, fleet)
 			}
-			return run(rt, newLogger(rt.Log, os.Stderr), func(s *node.Server) {
+			log, level := newLogger(rt.Log, os.Stderr)
+			return run(rt, log, level, nil, func(s *node.Server) {
+				// The banner's curls should work when it appears: wait (bounded) for the
+				// simulated engines' join checks, which take a few tens of milliseconds.
+				for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+					if ready, _ := s.Router().Ready(); ready {
+						break
+					}
+				}
 				printDemoBanner(os.Stdout, fleet, s.Addr(), s.AdminAddr())
 			})
 		},
@@ -393,7 +405,7 @@ func demoNodes(base config.Config, n int, fleet *sim.Fleet) error {
 		if err := os.WriteFile(path, b, 0o600); err != nil {
 			return err
 		}
-		c := exec.Command(self, "serve", "--config", path, "--skip-preflight")
+		c := exec.Command(self, "serve", "--config", path)
 		c.Stdout, c.Stderr = os.Stdout, os.Stderr
 		if err := c.Start(); err != nil {
 			return fmt.Errorf("start node %d: %w", i, err)
@@ -442,15 +454,18 @@ func mustShift(shift func(string, int) (string, error), addr string, by int) str
 	return s
 }
 
-// run serves until SIGTERM or SIGINT, then shuts down gracefully. SIGUSR1 writes the supervisor
-// tree to stderr.
-func run(rt config.Runtime, log *slog.Logger, started func(*node.Server)) error {
+// run serves until SIGTERM or SIGINT, then shuts down gracefully: /readyz turns 503 at once,
+// the listener keeps serving for server.drain_delay_s (a second SIGTERM or SIGINT ends that
+// delay), then in-flight requests get server.shutdown_grace_s. SIGHUP reloads the
+// configuration with reload (nil: nothing to reload); SIGUSR1 writes the supervisor tree to
+// stderr.
+func run(rt config.Runtime, log *slog.Logger, level *slog.LevelVar, reload func() (config.Runtime, error), started func(*node.Server)) error {
 	// Signals are caught before the listeners open: a SIGTERM that arrives as soon as Narwhal
 	// says it is listening is a graceful stop, not the default abrupt exit.
 	signals := make(chan os.Signal, 4)
-	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1)
+	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1, syscall.SIGHUP)
 	defer signal.Stop(signals)
-	srv, err := node.Start(rt, node.Options{Logger: log, AccessLog: os.Stdout, SizeProcs: true, SetMemoryLimit: true})
+	srv, err := node.Start(rt, node.Options{Logger: log, AccessLog: os.Stdout, SizeProcs: true, SetMemoryLimit: true, LogLevel: level})
 	if err != nil {
 		return err
 	}
@@ -468,18 +483,32 @@ func run(rt config.Runtime, log *slog.Logger, started func(*node.Server)) error 
 	if started != nil {
 		started(srv)
 	}
+	var stopped chan error // set once a shutdown began
 	for {
 		select {
 		case err := <-srv.Failed():
 			srv.Shutdown(context.Background())
 			return err
+		case err := <-stopped:
+			return err
 		case sig := <-signals:
-			if sig == syscall.SIGUSR1 {
+			switch {
+			case sig == syscall.SIGUSR1:
 				dumpTree(srv, os.Stderr)
-				continue
+			case sig == syscall.SIGHUP && reload == nil:
+				log.Warn("SIGHUP: no configuration file to reload")
+			case sig == syscall.SIGHUP:
+				log.Info("reloading the configuration", "signal", sig.String())
+				srv.Reload(reload) // logs what it applied or refused
+			case stopped != nil:
+				log.Info("second stop signal: ending the drain delay", "signal", sig.String())
+				srv.EndDrain()
+			default:
+				cur := srv.Runtime().Server
+				log.Info("shutting down", "signal", sig.String(), "drain_delay", cur.DrainDelay.String(), "grace", cur.ShutdownGrace.String())
+				stopped = make(chan error, 1)
+				go func() { stopped <- srv.Shutdown(context.Background()) }()
 			}
-			log.Info("shutting down", "signal", sig.String(), "grace", rt.Server.ShutdownGrace.String())
-			return srv.Shutdown(context.Background())
 		}
 	}
 }
@@ -505,10 +534,13 @@ func dumpTree(srv *node.Server, w io.Writer) {
 	fmt.Fprint(w, tree.Text())
 }
 
-func newLogger(c config.LogRuntime, w io.Writer) *slog.Logger {
-	opts := &slog.HandlerOptions{Level: c.Level}
+// newLogger is the process log at log.level, which a reload changes through the returned level.
+func newLogger(c config.LogRuntime, w io.Writer) (*slog.Logger, *slog.LevelVar) {
+	level := new(slog.LevelVar)
+	level.Set(c.Level)
+	opts := &slog.HandlerOptions{Level: level}
 	if c.Format == "text" {
-		return slog.New(slog.NewTextHandler(w, opts))
+		return slog.New(slog.NewTextHandler(w, opts)), level
 	}
-	return slog.New(slog.NewJSONHandler(w, opts))
+	return slog.New(slog.NewJSONHandler(w, opts)), level
 }

@@ -22,11 +22,16 @@ import (
 )
 
 // writeFleetConfig writes a configuration of the server keys given (the inside of its
-// {...}) and every engine of fleet (model m, KV identity pinned), and returns its path.
-func writeFleetConfig(t *testing.T, fleet *sim.Fleet, server string) string {
+// {...}), the extra top-level lines given, and every engine of fleet (model m, KV identity
+// pinned), and returns its path.
+func writeFleetConfig(t *testing.T, fleet *sim.Fleet, server string, extra ...string) string {
 	t.Helper()
 	var yaml strings.Builder
-	fmt.Fprintf(&yaml, "server: {%s}\nlog: {format: text}\nengines:\n", server)
+	fmt.Fprintf(&yaml, "server: {%s}\nlog: {format: text}\n", server)
+	for _, l := range extra {
+		yaml.WriteString(l + "\n")
+	}
+	yaml.WriteString("engines:\n")
 	for _, e := range fleet.Engines {
 		fmt.Fprintf(&yaml, "  - {name: %s, url: %q, role: %s, models: [m], kv: {engine_id: %q, endpoint: %q}}\n",
 			e.Name(), e.URL(), e.Role(), e.EngineID(), e.KVEndpoint())

@@ -166,9 +166,9 @@ func TestDumpExplainsHowToPassTheToken(t *testing.T) {
 }
 
 // TestServeStartsAsAnOperatorSeesIt runs `narwhal serve` as a process in front of a simulated
-// fleet: the preflight verdict is printed once, an admin listener open beyond loopback without
-// a token and a client listener open beyond loopback without API keys are warned about, and
-// SIGTERM stops it cleanly.
+// fleet with the strict start (preflight.require: all): the preflight verdict is printed once,
+// an admin listener open beyond loopback without a token and a client listener open beyond
+// loopback without API keys are warned about, and SIGTERM stops it cleanly.
 func TestServeStartsAsAnOperatorSeesIt(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a process")
@@ -178,7 +178,8 @@ func TestServeStartsAsAnOperatorSeesIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fleet.Close()
-	path := writeFleetConfig(t, fleet, "listen: \"0.0.0.0:0\", admin_listen: \"0.0.0.0:0\", shutdown_grace_s: 1")
+	path := writeFleetConfig(t, fleet, "listen: \"0.0.0.0:0\", admin_listen: \"0.0.0.0:0\", shutdown_grace_s: 1, drain_delay_s: 0",
+		"preflight: {require: all}")
 	cmd := exec.Command(os.Args[0], "serve", "--config", path)
 	cmd.Env = append(os.Environ(), "NARWHAL_TEST_MAIN=1")
 	stderr, err := cmd.StderrPipe()

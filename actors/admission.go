@@ -12,11 +12,11 @@ import (
 // await queues the request until an engine frees a slot, bounded by admission.queue_timeout_s
 // and the request deadline.
 func (s *requestSupervisor) await(ctx actor.Context) {
-	if s.env.rt.MaxQueue == 0 {
+	if s.set.request.MaxQueue == 0 {
 		s.reject(ctx, 503, "no engine has room for the request", "no_capacity")
 		return
 	}
-	wait := min(s.env.rt.QueueTimeout, time.Until(s.x.Deadline))
+	wait := min(s.set.request.QueueTimeout, time.Until(s.x.Deadline))
 	if wait <= 0 {
 		s.reject(ctx, 503, "no engine has room for the request", "no_capacity")
 		return

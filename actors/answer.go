@@ -12,11 +12,11 @@ import (
 func (s *requestSupervisor) respondFault(ctx actor.Context, f *fault.Fault) {
 	s.lastFault = f
 	status := f.ClientStatus()
-	a := ingress.Answer{Status: status, Body: fault.ClientBody(f, s.env.exposeEngineErrors), Timing: s.timing(), Routing: s.routing()}
+	a := ingress.Answer{Status: status, Body: fault.ClientBody(f, s.set.exposeEngineErrors), Timing: s.timing(), Routing: s.routing()}
 	if status == 503 {
 		a.RetryAfter = f.RetryAfter
 		if a.RetryAfter == "" {
-			a.RetryAfter = s.env.rt.RetryAfter
+			a.RetryAfter = s.set.request.RetryAfter
 		}
 	}
 	s.answer(a)
@@ -32,7 +32,7 @@ func (s *requestSupervisor) reject(ctx actor.Context, status int, message, code 
 	a := ingress.Answer{Status: status, Timing: s.timing(), Routing: s.routing(),
 		Body: fault.AppendErrorEnvelope(nil, fault.ErrorBody{Message: message, Code: code, Type: errorTypeFor(status)})}
 	if status == 503 {
-		a.RetryAfter = s.env.rt.RetryAfter
+		a.RetryAfter = s.set.request.RetryAfter
 		s.env.metrics.AdmissionRejected(code)
 	}
 	s.answer(a)

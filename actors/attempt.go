@@ -18,9 +18,10 @@ func (s *requestSupervisor) place(ctx actor.Context) {
 	}
 	s.stage = stagePlacing
 	model := s.x.Body.Model
-	f := s.env.fleet
+	f := s.env.fleet.load()
+	rules := &s.set.fleet
 	for s.x.Body.Endpoint.Passthrough() { // one engine and no prefill (ingress/passthrough.go)
-		cons, why := f.pick(fault.PhaseDecode, model, s.avoid, s.full, s.exclude)
+		cons, why := f.pick(rules, fault.PhaseDecode, model, s.avoid, s.full, s.exclude)
 		if cons == nil {
 			s.noPlacement(ctx, why, fault.PhaseDecode)
 			return
@@ -36,23 +37,23 @@ func (s *requestSupervisor) place(ctx actor.Context) {
 		return
 	}
 	if !s.prompted {
-		s.prompt, s.prompted = s.x.Body.Prompt(s.env.placement.BlockWords), true
+		s.prompt, s.prompted = s.x.Body.Prompt(s.set.fleet.BlockWords), true
 	}
 	blocks := s.prompt.Blocks
 	for {
-		c := f.pickFor(ask{phase: fault.PhaseDecode, model: model, avoid: s.avoid, full: s.full, exclude: s.exclude, blocks: blocks}, s.env.metrics)
+		c := f.pickFor(ask{phase: fault.PhaseDecode, model: model, avoid: s.avoid, full: s.full, exclude: s.exclude, blocks: blocks, rules: rules}, s.env.metrics)
 		if c.engine == nil {
 			s.noPlacement(ctx, c.why, fault.PhaseDecode)
 			return
 		}
 		cons := c.engine
-		s.decision, s.prefixMatch = s.decide(cons, c.match), c.match
+		s.decision, s.prefixMatch = s.decide(f, cons, c.match), c.match
 		var prod *engineView
 		if !s.decision.local {
 			p := f.pickFor(ask{phase: fault.PhasePrefill, model: model, avoid: append(s.avoid[:len(s.avoid):len(s.avoid)], cons.name),
-				full: s.full, exclude: s.exclude, blocks: blocks, tokens: s.prompt.Tokens}, s.env.metrics)
-			switch auto := s.env.placement.Disaggregation == config.DisaggAuto; {
-			case auto && p.engine == nil && p.why == noRoom && s.uncachedOn(c.match) <= s.env.placement.MaxLocalPrompt:
+				full: s.full, exclude: s.exclude, blocks: blocks, tokens: s.prompt.Tokens, rules: rules}, s.env.metrics)
+			switch auto := s.set.fleet.Disaggregation == config.DisaggAuto; {
+			case auto && p.engine == nil && p.why == noRoom && s.uncachedOn(c.match) <= s.set.fleet.MaxLocalPrompt:
 				// Every producer is full: the consumer computes a prompt it can afford rather
 				// than wait.
 				s.decision = decision{true, reasonPrefillSaturated}
@@ -104,8 +105,8 @@ func (s *requestSupervisor) sendAttempt() {
 	s.stage = stageRunning
 	a := &ingress.Attempt{N: s.attempt, BackendRequestID: s.backendID, Plan: transport.Plan{
 		Consumer:      s.consumer.client,
-		FailOnMissing: s.env.rt.FailOnMissing,
-		MaxHandoffAge: s.env.rt.MaxHandoffAge,
+		FailOnMissing: s.set.request.FailOnMissing,
+		MaxHandoffAge: s.set.request.MaxHandoffAge,
 	}}
 	if s.producer != nil {
 		a.Plan.Producer = s.producer.client

@@ -15,10 +15,11 @@ const (
 	quarantined                     // excluded until quarantineEnds, then admitted again
 	ejected                         // excluded until a probe succeeds
 	probing                         // excluded; a probe is in flight
+	joining                         // new to the fleet: excluded until its join check passes
 )
 
 // breakerStateNames names every state, in order (the engine_state gauge reports each).
-var breakerStateNames = [...]string{admitted: "admitted", quarantined: "quarantined", ejected: "ejected", probing: "probing"}
+var breakerStateNames = [...]string{admitted: "admitted", quarantined: "quarantined", ejected: "ejected", probing: "probing", joining: "joining"}
 
 func (s breakerState) String() string {
 	if int(s) < len(breakerStateNames) {
@@ -53,8 +54,27 @@ type breaker struct {
 	recent []string
 }
 
+// newBreaker is the breaker of an engine new to the fleet: joining, until its join check
+// admits it (joined) or ejects it (joinFailed).
 func newBreaker(cfg config.RecoveryRuntime) breaker {
-	return breaker{cfg: cfg, probeInterval: cfg.ProbeInterval}
+	return breaker{cfg: cfg, probeInterval: cfg.ProbeInterval, state: joining}
+}
+
+// joined admits a joining engine whose check passed.
+func (b *breaker) joined() { b.probeSucceeded() }
+
+// joinFailed ejects a joining engine whose check failed, for the cause given; it is probed
+// like any ejected engine.
+func (b *breaker) joinFailed(now time.Time, cause string) {
+	b.eject(now, "")
+	b.cause = cause
+}
+
+// reconfigure applies recovery settings changed by a reload: the next failure, quarantine and
+// probe use them; a probe already scheduled keeps its time.
+func (b *breaker) reconfigure(cfg config.RecoveryRuntime) {
+	b.cfg = cfg
+	b.probeInterval = min(max(b.probeInterval, cfg.ProbeInterval), cfg.ProbeMaxInterval)
 }
 
 func (b *breaker) placeable() bool { return b.state == admitted }
@@ -72,7 +92,7 @@ func (b *breaker) takesOut() bool {
 
 // note records what the failure about to be counted was, for the ejection's cause.
 func (b *breaker) note(what string) {
-	if b.state == ejected || b.state == probing {
+	if b.state == ejected || b.state == probing || b.state == joining {
 		return
 	}
 	if len(b.recent) >= max(b.cfg.EjectAfter, 1) {
@@ -84,7 +104,7 @@ func (b *breaker) note(what string) {
 // failure counts a failure that is the engine's fault. It reports whether the engine was just
 // ejected.
 func (b *breaker) failure(now time.Time, partner string) (ejectedNow bool) {
-	if b.state == ejected || b.state == probing {
+	if b.state == ejected || b.state == probing || b.state == joining {
 		return false
 	}
 	b.streak++

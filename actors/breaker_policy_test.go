@@ -12,7 +12,6 @@ import (
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/messages"
 	"github.com/narwhal-router/narwhal/transport/fault"
-	"github.com/narwhal-router/narwhal/transport/kv"
 )
 
 // logBuffer collects a router's log lines.
@@ -33,29 +32,17 @@ func (l *logBuffer) String() string {
 	return l.b.String()
 }
 
-// loggedRouter is a router over unreachable engines (p0, d0, d1) whose log goes to the
-// returned buffer.
+// loggedRouter is a router over a simulated fleet (p0, d0, d1), every engine admitted, whose
+// log goes to the returned buffer.
 func loggedRouter(t *testing.T, tweak func(*config.Recovery)) (*Router, *logBuffer) {
 	t.Helper()
-	cfg := config.Default()
-	cfg.Recovery.ProbeIntervalS, cfg.Recovery.ProbeMaxIntervalS = 60, 60
-	if tweak != nil {
-		tweak(&cfg.Recovery)
-	}
-	for _, e := range []config.Engine{
-		{Name: "p0", URL: "http://127.0.0.1:1", Role: config.RolePrefill, Models: []string{"m"}},
-		{Name: "d0", URL: "http://127.0.0.1:1", Role: config.RoleDecode, Models: []string{"m"}},
-		{Name: "d1", URL: "http://127.0.0.1:1", Role: config.RoleDecode, Models: []string{"m"}},
-	} {
-		e.KV = config.KV{Connector: kv.NIXL, TransferModes: []string{"pull"}}
-		cfg.Engines = append(cfg.Engines, e)
-	}
 	logs := &logBuffer{}
-	r, err := NewRouter(provision(t, cfg), Options{Logger: slog.New(slog.NewTextHandler(logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(r.Close)
+	r, _ := simRouter(t, 2, func(c *config.Config) {
+		c.Recovery.ProbeIntervalS, c.Recovery.ProbeMaxIntervalS = 60, 60
+		if tweak != nil {
+			tweak(&c.Recovery)
+		}
+	}, Options{Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	return r, logs
 }
 
@@ -80,7 +67,7 @@ func waitWithin(t *testing.T, within time.Duration, what func() string, cond fun
 // hungDecode is what a supervisor tells the engine's breaker of a decode leg (partnered with
 // p0) that timed out waiting for its first token.
 func hungDecode(r *Router, engine string) *messages.LegOutcome {
-	m, ok := r.env.breakerNews(legEnd{engine: r.fleet.engine(engine), phase: fault.PhaseDecode, partner: "p0",
+	m, ok := r.env.breakerNews(legEnd{engine: r.fleet.load().engine(engine), phase: fault.PhaseDecode, partner: "p0",
 		fault: &fault.Fault{Kind: fault.FirstTokenTimeout, Phase: fault.PhaseDecode, Engine: engine}}, false)
 	if !ok {
 		panic("a first-token timeout is news for the breaker")
@@ -113,14 +100,15 @@ func TestAdminEjectionSaysWhoAndWhy(t *testing.T) {
 		t.Fatalf("engine: %+v", e)
 	}
 	tree, err := r.Tree(ctx)
-	if err != nil || !strings.Contains(tree.Text(), `d0 [engine] role=decode state=ejected streak=0 reserved=prefill:0,decode:0 ejected_by=admin reason="disk swap"`) {
+	if err != nil || !strings.Contains(tree.Text(), `d0 [engine] role=decode state=ejected source=file streak=0 reserved=prefill:0,decode:0 ejected_by=admin reason="disk swap"`) {
 		t.Fatalf("tree: %v %s", err, tree.Text())
 	}
 	// The whole-wave policy leaves an operator's ejection alone: d1 failing too restarts nothing.
-	r.root.Send(r.fleet.engine("d1").pid, hungDecode(r, "d1"))
-	r.root.Send(r.fleet.engine("d1").pid, hungDecode(r, "d1"))
-	r.root.Send(r.fleet.engine("d1").pid, hungDecode(r, "d1"))
-	waitFor(t, "d1 not ejected", func() bool { return describeEngine(t, r, "d1").State != "admitted" })
+	r.root.Send(r.fleet.load().engine("d1").pid, hungDecode(r, "d1"))
+	r.root.Send(r.fleet.load().engine("d1").pid, hungDecode(r, "d1"))
+	r.root.Send(r.fleet.load().engine("d1").pid, hungDecode(r, "d1"))
+	// (d1 is probed back in at once — its simulator is healthy — so its ejection is read from the log.)
+	waitFor(t, "d1 not ejected", func() bool { return strings.Contains(logs.String(), "engine=d1 from=admitted to=ejected") })
 	if e := describeEngine(t, r, "d0"); e.Restarts != 0 || e.State != "ejected" {
 		t.Fatalf("the admin-ejected engine was restarted or probed: %+v", e)
 	}
@@ -139,8 +127,8 @@ func TestAdminEjectionSaysWhoAndWhy(t *testing.T) {
 func TestWholeWaveRestartIsLoggedWithItsEnginesAndFailures(t *testing.T) {
 	r, logs := loggedRouter(t, func(r *config.Recovery) { r.EjectAfter = 2 })
 	for _, name := range []string{"d0", "d1"} {
-		r.root.Send(r.fleet.engine(name).pid, hungDecode(r, name))
-		r.root.Send(r.fleet.engine(name).pid, hungDecode(r, name))
+		r.root.Send(r.fleet.load().engine(name).pid, hungDecode(r, name))
+		r.root.Send(r.fleet.load().engine(name).pid, hungDecode(r, name))
 	}
 	want := `msg="every engine of a role is ejected: restarting the wave and probing it" role=decode engines="[d0 d1]" ` +
 		`failures="[d0: first_token_timeout on the decode leg (partner p0); first_token_timeout on the decode leg (partner p0) ` +
@@ -155,7 +143,7 @@ func TestWholeWaveRestartIsLoggedWithItsEnginesAndFailures(t *testing.T) {
 // retrying after a failure can keep off an engine about to leave placement.
 func TestEnginePublishesTheConsequenceOfItsNextFailure(t *testing.T) {
 	r, _ := loggedRouter(t, func(r *config.Recovery) { r.EjectAfter = 3 })
-	d0 := r.fleet.engine("d0")
+	d0 := r.fleet.load().engine("d0")
 	if d0.takesOut.Load() {
 		t.Fatal("a fresh engine's next failure takes it out with eject_after 3")
 	}
@@ -176,13 +164,13 @@ func TestEnginePublishesTheConsequenceOfItsNextFailure(t *testing.T) {
 	}
 
 	q, _ := loggedRouter(t, func(r *config.Recovery) { r.FailureQuarantineS = 1 })
-	if !q.fleet.engine("d0").takesOut.Load() {
+	if !q.fleet.load().engine("d0").takesOut.Load() {
 		t.Fatal("with failure_quarantine_s every counted failure takes the engine out")
 	}
 }
 
 func TestBreakerAdminEjectionHoldsAndClears(t *testing.T) {
-	b := newBreaker(recoveryWith(t, nil))
+	b := admittedBreaker(recoveryWith(t, nil))
 	now := time.Now()
 	b.note("engine_status on the decode leg")
 	b.failure(now, "")

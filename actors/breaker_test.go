@@ -8,7 +8,7 @@ import (
 )
 
 func TestBreakerEjectsAtTheNthConsecutiveFailure(t *testing.T) {
-	b := newBreaker(recoveryWith(t, nil))
+	b := admittedBreaker(recoveryWith(t, nil))
 	now := time.Now()
 	for i := 1; i < 3; i++ {
 		if b.failure(now, "") || b.state != admitted || b.streak != i {
@@ -30,7 +30,7 @@ func TestBreakerEjectsAtTheNthConsecutiveFailure(t *testing.T) {
 }
 
 func TestBreakerQuarantineThenAdmits(t *testing.T) {
-	b := newBreaker(recoveryWith(t, func(r *config.Recovery) { r.FailureQuarantineS = 2 }))
+	b := admittedBreaker(recoveryWith(t, func(r *config.Recovery) { r.FailureQuarantineS = 2 }))
 	now := time.Now()
 	b.failure(now, "")
 	if b.state != quarantined || !b.quarantineEnds.Equal(now.Add(2*time.Second)) {
@@ -45,7 +45,7 @@ func TestBreakerQuarantineThenAdmits(t *testing.T) {
 }
 
 func TestBreakerProbeCadence(t *testing.T) {
-	b := newBreaker(recoveryWith(t, nil))
+	b := admittedBreaker(recoveryWith(t, nil))
 	now := time.Now()
 	b.eject(now, "")
 	var intervals []time.Duration
@@ -96,5 +96,36 @@ func TestRetryBudget(t *testing.T) {
 	now = now.Add(11 * time.Second) // the window slid past all of it
 	if !b.tryRetry() {
 		t.Fatal("the reserve did not come back")
+	}
+}
+
+// admittedBreaker is the breaker of an engine whose join check passed.
+func admittedBreaker(cfg config.RecoveryRuntime) breaker {
+	b := newBreaker(cfg)
+	b.joined()
+	return b
+}
+
+// A new engine's breaker is joining: out of placement, deaf to failures (none can reach it),
+// until its join check admits it or ejects it, after which it is probed like any other.
+func TestBreakerOfANewEngineJoinsFirst(t *testing.T) {
+	b := newBreaker(recoveryWith(t, nil))
+	now := time.Now()
+	if b.state != joining || b.placeable() || !b.takesOut() {
+		t.Fatalf("new breaker: %+v", b)
+	}
+	b.note("engine_status on the decode leg")
+	if b.failure(now, "") || b.state != joining || b.streak != 0 {
+		t.Fatalf("a failure moved a joining breaker: %+v", b)
+	}
+	b.joinFailed(now, "join check failed: connection refused")
+	if b.state != ejected || b.ejectedBy() != "breaker" || b.cause != "join check failed: connection refused" ||
+		!b.nextProbe.Equal(now.Add(b.cfg.ProbeInterval)) {
+		t.Fatalf("after a failed join check: %+v", b)
+	}
+	c := newBreaker(recoveryWith(t, nil))
+	c.joined()
+	if c.state != admitted || !c.placeable() {
+		t.Fatalf("after a passed join check: %+v", c)
 	}
 }

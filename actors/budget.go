@@ -12,6 +12,7 @@ import (
 // are always allowed, so a sick fleet is not hammered by a retry storm. It is shared by every
 // request supervisor; a mutex keeps it consistent (one lock per request and per retry).
 type retryBudget struct {
+	cfg     config.RetryBudgetRuntime
 	ratio   float64
 	reserve float64
 	now     func() time.Time
@@ -25,6 +26,7 @@ type retryBudget struct {
 func newRetryBudget(c config.RetryBudgetRuntime) *retryBudget {
 	n := max(int(c.Window/time.Second), 1)
 	return &retryBudget{
+		cfg:   c,
 		ratio: c.Ratio, reserve: c.MinPerS * float64(n), now: time.Now,
 		requests: make([]int64, n), retries: make([]int64, n), stamp: make([]int64, n),
 	}

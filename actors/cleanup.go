@@ -40,6 +40,9 @@ func (s *requestSupervisor) release(ctx actor.Context, phase fault.Phase, f *fau
 }
 
 func (s *requestSupervisor) reportSlots(e *engineView) {
+	if e.removed.Load() {
+		return // a leaving engine's gauge is forgotten, or is its successor's under the same name
+	}
 	p, d := e.reserved()
 	s.env.metrics.EngineInflight(e.name, p, d)
 }

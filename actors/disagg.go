@@ -55,8 +55,8 @@ func (s *requestSupervisor) countDecision() {
 // prefix index says served match of the prompt's leading blocks. The rules and their order are
 // docs/configuration.md's; the producer side (none other than cons can prefill) is decided
 // when the producer is picked.
-func (s *requestSupervisor) decide(cons *engineView, match int) decision {
-	fr := &s.env.placement
+func (s *requestSupervisor) decide(f *fleetSnapshot, cons *engineView, match int) decision {
+	fr := &s.set.fleet
 	p := &s.prompt
 	switch {
 	case p.N > 1:
@@ -72,7 +72,7 @@ func (s *requestSupervisor) decide(cons *engineView, match int) decision {
 	switch {
 	case rest < fr.MinPromptTokens:
 		return decision{true, reasonPrefixCached}
-	case rest <= fr.MaxLocalPrompt && s.prefillSaturated(cons):
+	case rest <= fr.MaxLocalPrompt && s.prefillSaturated(f, cons):
 		return decision{true, reasonPrefillSaturated}
 	}
 	return decision{false, reasonLongPrompt}
@@ -84,7 +84,7 @@ func (s *requestSupervisor) uncachedOn(match int) int {
 	if match == 0 || p.Words == 0 {
 		return p.Tokens
 	}
-	return uncached(p.Tokens, p.Words, match*s.env.placement.BlockWords)
+	return uncached(p.Tokens, p.Words, match*s.set.fleet.BlockWords)
 }
 
 // uncached scales the token estimate to the words past the cached ones.
@@ -97,11 +97,10 @@ func uncached(tokens, words, cachedWords int) int {
 
 // prefillSaturated says every admitted producer for the model (other than cons) is at least
 // disaggregation.prefill_saturation busy while cons is under disaggregation.decode_headroom.
-func (s *requestSupervisor) prefillSaturated(cons *engineView) bool {
-	fr := &s.env.placement
+func (s *requestSupervisor) prefillSaturated(f *fleetSnapshot, cons *engineView) bool {
+	fr := &s.set.fleet
 	now := time.Now()
-	f := s.env.fleet
-	if cons.busyness(now, f.stale) >= fr.DecodeHeadroom {
+	if cons.busyness(now, fr.ScrapeStale) >= fr.DecodeHeadroom {
 		return false
 	}
 	seen := false
@@ -110,7 +109,7 @@ func (s *requestSupervisor) prefillSaturated(cons *engineView) bool {
 			continue
 		}
 		seen = true
-		if v.busyness(now, f.stale) < fr.PrefillSaturation {
+		if v.busyness(now, fr.ScrapeStale) < fr.PrefillSaturation {
 			return false
 		}
 	}

@@ -15,14 +15,39 @@ import (
 // restarted actor (after a panic) carries on with the same breaker; the reservations live in
 // the view, where supervisors take them.
 type engineState struct {
-	spec    config.EngineSpec
-	view    *engineView
+	spec config.EngineSpec
+	view *engineView
+	// incarnation tells apart engines of one name: one removed and one added again under it
+	// (the pool numbers every engine it adds).
+	incarnation uint64
+	// source is where the engine was found (the pool updates it when another source takes the
+	// same engine over), shown in /engines.
+	source  string
 	breaker breaker
-	// lastProbe is the outcome of the newest probe.
+	// lastProbe is the outcome of the newest readmission probe; joinCheck of the newest join
+	// check (kept once the engine is admitted, for /engines).
 	lastProbe *messages.Probe
+	joinCheck *messages.Probe
 	restarts  int
-	// probeGen identifies the probe in flight; an outcome for another generation is stale.
+	// probeGen identifies the probe or join check in flight; an outcome for another
+	// generation is stale. checking says a join check is in flight.
 	probeGen int
+	checking bool
+	// nudged says a partner changed while the join check ran: an inconclusive outcome is
+	// retried at once.
+	nudged bool
+	// started is set once the actor first started: a cluster verdict about the engine is
+	// applied then, once (a restart keeps what was applied).
+	started bool
+	// leaving says the engine was removed from the fleet: it takes no new placement, and its
+	// actor stops once its reservations are back (or drainBy passes).
+	leaving bool
+	drainBy time.Time
+	// drained is set by the pool once the leaving engine's reservations are back; actorName is
+	// the actor's name under the pool (the engine's, or with a suffix while an earlier engine
+	// of the name drains).
+	drained   bool
+	actorName string
 	// peer is the cluster bookkeeping (peers.go); zero without a cluster.
 	peer peerState
 
@@ -33,10 +58,11 @@ type engineTimers struct {
 	quarantine *time.Timer
 	probe      *time.Timer
 	discovery  *time.Timer
+	drain      *time.Timer
 }
 
 func (t *engineTimers) stop() {
-	for _, tm := range []*time.Timer{t.quarantine, t.probe, t.discovery} {
+	for _, tm := range []*time.Timer{t.quarantine, t.probe, t.discovery, t.drain} {
 		if tm != nil {
 			tm.Stop()
 		}
@@ -50,28 +76,58 @@ type engineActor struct {
 	st *engineState
 }
 
-// Timer and probe messages, private to the engine actor.
+// Timer, probe and pool messages, private to the engine actors and their pool.
 type (
 	quarantineOver struct{}
 	probeDue       struct{}
 	probeFinished  struct {
 		gen     int
-		outcome messages.Probe
+		outcome probeOutcome
+	}
+	joinFinished struct {
+		gen     int
+		outcome probeOutcome
 	}
 	modelsFound struct {
 		models []string
 		err    error
 	}
+	discoverAgain struct{}
+	// partnerReady tells a joining engine that an engine it could check with changed (the
+	// pool sends it when an engine is admitted or leaves joining): an inconclusive check is
+	// tried again now rather than at the next probe interval.
+	partnerReady struct{}
+	// retire tells an engine it left the fleet; drainBy bounds the wait for its requests.
+	retire     struct{ drainBy time.Time }
+	drainCheck struct{}
+	// reconfigure carries recovery settings changed by a reload.
+	reconfigure struct{ recovery config.RecoveryRuntime }
+	// setSource says another source now reports the engine (same spec).
+	setSource struct{ source string }
 )
+
+// drainPoll is how often a leaving engine checks whether its last request has ended.
+const drainPoll = 20 * time.Millisecond
 
 func (a *engineActor) Receive(ctx actor.Context) {
 	st := a.st
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
-		if len(st.spec.Models) == 0 && st.view.models.Load() == nil {
-			a.discoverModels(ctx)
+		if !st.started {
+			st.started = true
+			a.adopt(ctx)
 		}
 		a.publish(ctx, false)
+		switch {
+		case st.leaving:
+			a.checkDrained(ctx)
+			return
+		case st.breaker.state == joining:
+			st.checking = false // a restart lost the check in flight: start another
+			a.join(ctx)
+		case st.view.models.Load() == nil && st.breaker.state == admitted:
+			a.discoverModels(ctx)
+		}
 		a.schedule(ctx)
 		a.r.metrics.EngineState(st.spec.Name, st.breaker.state.String(), breakerStateNames[:])
 	case *actor.Restarting:
@@ -81,28 +137,46 @@ func (a *engineActor) Receive(ctx actor.Context) {
 		st.timers.stop()
 
 	case *messages.LegOutcome:
-		a.legOutcome(ctx, m)
+		if !st.leaving { // a leaving engine's last streams say nothing about the name's next engine
+			a.legOutcome(ctx, m)
+		}
 
 	case quarantineOver:
 		if st.breaker.quarantineOver(time.Now()) {
 			a.transition(ctx, quarantined)
 		}
 	case probeDue, *messages.ProbeNow:
-		if a.probesHere() {
+		switch {
+		case st.leaving:
+		case st.breaker.state == joining:
+			a.join(ctx)
+		case a.probesHere():
 			a.startProbe(ctx)
-		} else if st.breaker.state == ejected { // a peer probes it this interval
+		case st.breaker.state == ejected: // a peer probes it this interval
 			st.breaker.nextProbe = time.Now().Add(st.breaker.probeInterval)
 			a.schedule(ctx)
 		}
+	case partnerReady:
+		if st.breaker.state == joining && !st.leaving {
+			st.nudged = st.checking
+			a.join(ctx)
+		}
 	case *peerVerdict:
-		a.applyPeer(ctx, m.v)
+		if !st.leaving {
+			a.applyPeer(ctx, m.v)
+		}
 	case probeFinished:
 		a.probeFinished(ctx, m)
+	case joinFinished:
+		a.joinFinished(ctx, m)
 	case modelsFound:
+		if st.leaving {
+			return
+		}
 		if m.err != nil {
 			a.r.log.Warn("engine model discovery failed; retrying", "engine", st.spec.Name, "error", m.err.Error())
 			self, root := ctx.Self(), a.r.root
-			st.timers.discovery = time.AfterFunc(a.r.rt.Recovery.ProbeInterval,
+			st.timers.discovery = time.AfterFunc(a.r.current().Recovery.ProbeInterval,
 				func() { root.Send(self, discoverAgain{}) })
 			return
 		}
@@ -111,25 +185,26 @@ func (a *engineActor) Receive(ctx actor.Context) {
 		a.r.metrics.ServeModels(ms)
 		a.publish(ctx, true)
 	case discoverAgain:
-		a.discoverModels(ctx)
+		if !st.leaving {
+			a.discoverModels(ctx)
+		}
 
 	case *messages.Eject:
-		prev := st.breaker.state
-		st.probeGen++ // a probe in flight must not readmit the engine behind the operator's back
-		st.breaker.ejectByAdmin(time.Now(), m.Reason)
-		if prev == st.breaker.state { // ejected before, by its failures: now the operator's
-			a.r.log.Info("engine breaker", "engine", st.spec.Name, "from", prev.String(), "to", st.breaker.state.String(),
-				"by", "admin", "reason", m.Reason)
-			a.publish(ctx, true)
-			a.share(prev) // no transition, but the operator's word is news to the peers
-		}
-		a.transition(ctx, prev)
-		a.schedule(ctx)
-		ctx.Respond(&messages.AdminDone{State: st.breaker.state.String()})
+		a.eject(ctx, m)
 	case *messages.Readmit:
 		a.readmit(ctx, m)
 	case *messages.Describe:
 		ctx.Respond(a.snapshot())
+
+	case retire:
+		a.leave(ctx, m)
+	case drainCheck:
+		a.checkDrained(ctx)
+	case reconfigure:
+		st.breaker.reconfigure(m.recovery)
+		st.view.takesOut.Store(st.breaker.takesOut())
+	case setSource:
+		st.source = m.source
 	}
 }
 
@@ -170,24 +245,32 @@ func (a *engineActor) transition(ctx actor.Context, from breakerState) {
 	a.r.log.Info("engine breaker", attrs...)
 	a.publish(ctx, true)
 	a.share(from)
+	if to == admitted && a.st.view.models.Load() == nil {
+		a.discoverModels(ctx) // admitted on a peer's word before its model list was known
+	}
 }
 
 // publish updates the view placement reads and tells the pool when waiting requests may now
 // find room here.
 func (a *engineActor) publish(ctx actor.Context, notify bool) {
 	st := a.st
-	st.view.placeable.Store(st.breaker.placeable())
+	st.view.placeable.Store(st.breaker.placeable() && !st.leaving)
+	st.view.state.Store(uint32(st.breaker.state))
 	st.view.streak.Store(int32(st.breaker.streak))
 	st.view.takesOut.Store(st.breaker.takesOut())
 	if notify && ctx.Parent() != nil {
-		ctx.Send(ctx.Parent(), &messages.EngineChanged{Engine: st.spec.Name, State: st.breaker.state.String(),
-			Placeable: st.breaker.placeable(), HasRoom: st.view.hasRoom(), ByAdmin: st.breaker.byAdmin, Cause: st.breaker.cause})
+		ctx.Send(ctx.Parent(), &messages.EngineChanged{Engine: st.spec.Name, Incarnation: st.incarnation,
+			State: st.breaker.state.String(), Placeable: st.view.placeable.Load(), HasRoom: st.view.hasRoom(),
+			ByAdmin: st.breaker.byAdmin, Cause: st.breaker.cause})
 	}
 }
 
 // schedule arms the timer the current state needs.
 func (a *engineActor) schedule(ctx actor.Context) {
 	st := a.st
+	if st.leaving {
+		return
+	}
 	self, root := ctx.Self(), a.r.root
 	switch st.breaker.state {
 	case quarantined:
@@ -206,6 +289,23 @@ func (a *engineActor) schedule(ctx actor.Context) {
 	}
 }
 
+func (a *engineActor) eject(ctx actor.Context, m *messages.Eject) {
+	st := a.st
+	prev := st.breaker.state
+	st.probeGen++ // a probe or join check in flight must not admit the engine behind the operator's back
+	st.checking = false
+	st.breaker.ejectByAdmin(time.Now(), m.Reason)
+	if prev == st.breaker.state { // ejected before, by its failures: now the operator's
+		a.r.log.Info("engine breaker", "engine", st.spec.Name, "from", prev.String(), "to", st.breaker.state.String(),
+			"by", "admin", "reason", m.Reason)
+		a.publish(ctx, true)
+		a.share(prev) // no transition, but the operator's word is news to the peers
+	}
+	a.transition(ctx, prev)
+	a.schedule(ctx)
+	ctx.Respond(&messages.AdminDone{State: st.breaker.state.String()})
+}
+
 func (a *engineActor) readmit(ctx actor.Context, m *messages.Readmit) {
 	st := a.st
 	prev := st.breaker.state
@@ -214,8 +314,9 @@ func (a *engineActor) readmit(ctx actor.Context, m *messages.Readmit) {
 	switch {
 	case m.Force || (prev == ejected && st.breaker.byAdmin):
 		// An operator's ejection ends with the operator's word; a forced readmission skips the
-		// probe an ejection by failures would need.
+		// probe (or join check) an ejection by failures (or a new engine) would need.
 		st.probeGen++ // any probe in flight is now stale
+		st.checking = false
 		st.breaker.probeSucceeded()
 		a.r.log.Info("engine readmitted by admin", "engine", st.spec.Name, "from", prev.String(), "force", m.Force)
 		a.transition(ctx, prev)
@@ -225,28 +326,57 @@ func (a *engineActor) readmit(ctx actor.Context, m *messages.Readmit) {
 		a.transition(ctx, prev)
 	case prev == ejected:
 		a.startProbe(ctx)
+	case prev == joining:
+		a.join(ctx)
 	}
 	ctx.Respond(&messages.AdminDone{State: st.breaker.state.String()})
 }
 
-type discoverAgain struct{}
+// leave takes the engine out of the fleet: no placement from now on (removed is what reserve
+// re-checks), nothing in flight of the breaker's matters, and the actor waits for the engine's
+// reservations to come back before its pool stops it.
+func (a *engineActor) leave(ctx actor.Context, m retire) {
+	st := a.st
+	if st.leaving {
+		return
+	}
+	st.leaving, st.drainBy = true, m.drainBy
+	st.view.removed.Store(true)
+	st.probeGen++
+	st.checking = false
+	st.timers.stop()
+	a.publish(ctx, false)
+	p, d := st.view.reserved()
+	a.r.log.Info("engine leaving the fleet", "engine", st.spec.Name, "source", st.source,
+		"reservations", p+d, "drain_by", m.drainBy.UTC().Format(time.RFC3339Nano))
+	a.checkDrained(ctx)
+}
 
-// discoverModels asks the engine which models it serves, when the configuration does not say.
-// Until it answers, the engine is not placed; failures retry at the probe interval.
+// checkDrained tells the pool once the leaving engine holds no reservation (or its drain bound
+// passed: a request still holding one has outlived its deadline), and looks again otherwise.
+func (a *engineActor) checkDrained(ctx actor.Context) {
+	st := a.st
+	if st.view.load() == 0 || !time.Now().Before(st.drainBy) {
+		if l := st.view.load(); l > 0 {
+			a.r.log.Warn("engine left the fleet with reservations still held past its drain bound", "engine", st.spec.Name, "reservations", l)
+		}
+		ctx.Send(ctx.Parent(), &engineDrained{st: st})
+		return
+	}
+	self, root := ctx.Self(), a.r.root
+	st.timers.drain = time.AfterFunc(drainPoll, func() { root.Send(self, drainCheck{}) })
+}
+
+// discoverModels asks an admitted engine which models it serves, when neither the
+// configuration nor its join check said (it was admitted on a peer's word). Until it answers,
+// the engine is not placed; failures retry at the probe interval.
 func (a *engineActor) discoverModels(ctx actor.Context) {
 	self, root, client := ctx.Self(), a.r.root, a.st.view.client
-	timeout := a.r.rt.Engine.FirstToken
+	timeout := a.r.rt.Engine.Models
 	go func() {
 		c, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
-		info, err := client.Models(c)
-		if err == nil && len(info) == 0 {
-			err = errNoModels
-		}
-		ids := make([]string, len(info))
-		for i, m := range info {
-			ids[i] = m.ID
-		}
+		ids, err := listModels(c, client)
 		root.Send(self, modelsFound{models: ids, err: err})
 	}()
 }
@@ -258,10 +388,14 @@ func (a *engineActor) snapshot() *messages.EngineState {
 	b := &st.breaker
 	s := &messages.EngineState{
 		Name: st.spec.Name, Role: string(st.spec.Role), State: b.state.String(), Streak: b.streak,
+		Source:      st.source,
 		Reserved:    reservedSlots(st.view),
-		MaxInflight: st.spec.MaxInflight, LastProbe: st.lastProbe, Restarts: st.restarts,
-		Readmission: a.r.rt.Recovery.Readmission, EjectedBy: b.ejectedBy(),
+		MaxInflight: st.spec.MaxInflight, LastProbe: st.lastProbe, JoinCheck: st.joinCheck, Restarts: st.restarts,
+		Readmission: a.r.current().Recovery.Readmission, EjectedBy: b.ejectedBy(),
 		DecidedBy: st.peer.by, PeerReason: st.peer.reason,
+	}
+	if st.leaving {
+		s.State = stateRemoving
 	}
 	if s.EjectedBy != "" {
 		s.EjectReason = b.cause
@@ -284,6 +418,10 @@ func (a *engineActor) snapshot() *messages.EngineState {
 	}
 	return s
 }
+
+// stateRemoving is the state /engines shows for an engine that left the fleet while its last
+// requests finish.
+const stateRemoving = "removing"
 
 func reservedSlots(v *engineView) messages.PhaseSlots {
 	p, d := v.reserved()

@@ -7,26 +7,13 @@ import (
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/messages"
 	"github.com/narwhal-router/narwhal/transport/fault"
-	"github.com/narwhal-router/narwhal/transport/kv"
 )
 
+// testRouter is a router over a simulated fleet, p0, d0, d1 and d2 (three consumers: two
+// ejected are no whole-wave restart), every engine admitted.
 func testRouter(t *testing.T) *Router {
 	t.Helper()
-	cfg := config.Default()
-	cfg.Recovery.ProbeIntervalS, cfg.Recovery.ProbeMaxIntervalS = 60, 60
-	for _, e := range []config.Engine{
-		{Name: "p0", URL: "http://127.0.0.1:1", Role: config.RolePrefill, Models: []string{"m"}},
-		{Name: "d0", URL: "http://127.0.0.1:1", Role: config.RoleDecode, Models: []string{"m"}},
-		{Name: "d1", URL: "http://127.0.0.1:1", Role: config.RoleDecode, Models: []string{"m"}}, // no whole-wave restart
-	} {
-		e.KV = config.KV{Connector: kv.NIXL, TransferModes: []string{"pull"}}
-		cfg.Engines = append(cfg.Engines, e)
-	}
-	r, err := NewRouter(provision(t, cfg), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(r.Close)
+	r, _ := simRouter(t, 3, func(c *config.Config) { c.Recovery.ProbeIntervalS, c.Recovery.ProbeMaxIntervalS = 60, 60 }, Options{})
 	return r
 }
 
@@ -49,7 +36,7 @@ func describeEngine(t *testing.T, r *Router, name string) messages.EngineState {
 // breaker comes through the restart unchanged (the reservations live in the view).
 func TestEngineActorRestartKeepsBreakerStateAndReservations(t *testing.T) {
 	r := testRouter(t)
-	d0 := r.fleet.engine("d0")
+	d0 := r.fleet.load().engine("d0")
 	if !d0.reserve(fault.PhaseDecode) {
 		t.Fatal("no decode slot on a fresh engine")
 	}

@@ -13,7 +13,7 @@ type guardianActor struct {
 func (g *guardianActor) Receive(ctx actor.Context) {
 	switch ctx.Message().(type) {
 	case *actor.Started:
-		props := actor.PropsFromProducer(func() actor.Actor { return &poolActor{r: g.r, states: g.r.states} },
+		props := actor.PropsFromProducer(func() actor.Actor { return &poolActor{r: g.r, poolState: g.r.pooled} },
 			actor.WithSupervisor(engineSupervision), inline)
 		pid, err := ctx.SpawnNamed(props, "engines")
 		if err != nil {

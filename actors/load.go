@@ -79,32 +79,64 @@ func (v *engineView) loadState(now time.Time, stale time.Duration, prefixBlocks 
 }
 
 // scraper reads every engine's /metrics on an interval, each engine on its own goroutine so
-// a slow engine delays nobody else's view; requests never wait for it. It stops with stop.
+// a slow engine delays nobody else's view; requests never wait for it. Engines are added as
+// they join the fleet and removed as they leave it; it stops with stop.
 type scraper struct {
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	ctx      context.Context
+	cancel   context.CancelFunc
+	interval time.Duration
+	timeout  func() time.Duration // placement.scrape_timeout_s as the last reload left it
+	m        *telemetry.Metrics
+	wg       sync.WaitGroup
+
+	mu  sync.Mutex
+	per map[*engineView]context.CancelFunc
 }
 
-func startScraper(engines []*engineView, interval, timeout time.Duration, m *telemetry.Metrics) *scraper {
+func startScraper(interval time.Duration, timeout func() time.Duration, m *telemetry.Metrics) *scraper {
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &scraper{cancel: cancel}
-	for _, v := range engines {
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			t := time.NewTicker(interval)
-			defer t.Stop()
-			for {
-				scrapeOnce(ctx, v, timeout, m)
-				select {
-				case <-ctx.Done():
-					return
-				case <-t.C:
-				}
-			}
-		}()
+	return &scraper{ctx: ctx, cancel: cancel, interval: interval, timeout: timeout, m: m, per: map[*engineView]context.CancelFunc{}}
+}
+
+// add starts scraping v (nothing when scraping is off).
+func (s *scraper) add(v *engineView) {
+	if s == nil {
+		return
 	}
-	return s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ctx.Err() != nil || s.per[v] != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(s.ctx)
+	s.per[v] = cancel
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		t := time.NewTicker(s.interval)
+		defer t.Stop()
+		for {
+			scrapeOnce(ctx, v, s.timeout(), s.m)
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+}
+
+// remove stops scraping v; its goroutine ends at once (a scrape in flight is cancelled).
+func (s *scraper) remove(v *engineView) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cancel := s.per[v]; cancel != nil {
+		cancel()
+		delete(s.per, v)
+	}
 }
 
 func scrapeOnce(ctx context.Context, v *engineView, timeout time.Duration, m *telemetry.Metrics) {
@@ -135,7 +167,9 @@ func (s *scraper) stop() {
 	if s == nil {
 		return
 	}
+	s.mu.Lock()
 	s.cancel()
+	s.mu.Unlock()
 	s.wg.Wait()
 }
 
@@ -143,8 +177,8 @@ func (s *scraper) stop() {
 func (r *Router) loadState(v *engineView) messages.LoadState {
 	per, _ := r.fleet.index.sizes()
 	n := 0
-	if v.idx < maxIndexed {
+	if v.idx >= 0 && v.idx < maxIndexed {
 		n = per[v.idx]
 	}
-	return v.loadState(time.Now(), r.fleet.stale, n)
+	return v.loadState(time.Now(), r.current().Fleet.ScrapeStale, n)
 }

@@ -10,6 +10,9 @@ import (
 
 // What the engine actors share with the other Narwhal nodes (package cluster) and how they
 // apply what the peers decided. The rules:
+//   - an engine is known by its name on every node: an engine a node adds takes the live
+//     verdict a peer published about it (adopt); a join check that passed is not shared (every
+//     node checks the engines it adds), one that failed is an ejection like any other;
 //   - every local breaker decision is published at once: quarantined, ejected (by failures or
 //     by an operator), probing, and admitted after a successful probe or an operator's readmit.
 //     A quarantine that simply ran out is not news: every node runs the same clock on it.
@@ -33,19 +36,35 @@ type peerState struct {
 	applying bool
 	// operator is set while an operator's eject or readmit is handled here.
 	operator bool
+	// takenOver says this node probes the engine although another node is its prober, which
+	// has said nothing of it (probesHere); a peer's verdict ends it.
+	takenOver bool
 }
 
 // peerVerdict carries a peer's verdict to the engine actor it is about.
 type peerVerdict struct{ v cluster.Verdict }
 
 // PeerVerdict hands a peer's verdict to its engine actor. It is the cluster node's OnVerdict.
+// A verdict about an engine this node has not added (yet) is not lost: the cluster node keeps
+// the live verdicts, and an engine actor adopts the one about its engine when it starts.
 func (r *Router) PeerVerdict(v cluster.Verdict) {
-	e := r.fleet.engine(v.Engine)
+	e := r.fleet.load().engine(v.Engine)
 	if e == nil || e.pid == nil {
 		r.log.Debug("verdict about an engine this node does not have", "engine", v.Engine, "node", v.Node)
 		return
 	}
 	r.root.Send(e.pid, &peerVerdict{v})
+}
+
+// adopt applies, to an engine just added, the live verdict a peer published about it: the
+// engine's name is the same on every node, so what another node decided about it holds here
+// too (an ejected engine starts ejected, an admitted one admitted without a check of its own).
+func (a *engineActor) adopt(ctx actor.Context) {
+	v, ok := a.r.cluster.Verdict(a.st.spec.Name)
+	if !ok || v.Node == a.r.cluster.Name() {
+		return
+	}
+	a.applyPeer(ctx, v)
 }
 
 // Cluster is this node's cluster membership; nil when the cluster is off.
@@ -57,8 +76,14 @@ func (a *engineActor) share(from breakerState) {
 	if st.peer.applying {
 		return
 	}
-	now := time.Now()
 	b := &st.breaker
+	if from == joining && b.state == admitted && !st.peer.operator {
+		// A join check that passed is this node's own business: every node checks an engine it
+		// adds. It is not shared, and it does not outrank a peer's verdict this node has not
+		// heard yet (an ejection decided before the check is still applied when it arrives).
+		return
+	}
+	now := time.Now()
 	st.peer.decided, st.peer.by, st.peer.reason = now, "", ""
 	if a.r.cluster == nil {
 		return
@@ -75,6 +100,8 @@ func (a *engineActor) share(from breakerState) {
 			if b.cause != "" {
 				v.Reason += ": " + b.cause
 			}
+		case from == joining:
+			v.Reason = b.cause // the failed join check
 		case from == probing:
 			v.Reason = "probe did not pass"
 			if p := st.lastProbe; p != nil {
@@ -121,8 +148,9 @@ func (a *engineActor) applyPeer(ctx actor.Context, v cluster.Verdict) {
 	case cluster.StateEjected, cluster.StateProbing:
 		switch {
 		case v.Admin:
-			if prev == probing {
+			if prev == probing || prev == joining {
 				st.probeGen++ // our probe must not readmit the engine behind the operator's back
+				st.checking = false
 			}
 			b.ejectByAdmin(now, v.Reason)
 			if prev == ejected { // no transition, but the standing changed
@@ -131,7 +159,11 @@ func (a *engineActor) applyPeer(ctx actor.Context, v cluster.Verdict) {
 			}
 		case b.byAdmin:
 			// An operator's ejection holds until an operator's readmission.
-		case prev == admitted || prev == quarantined:
+		case prev == admitted || prev == quarantined || prev == joining:
+			if prev == joining {
+				st.probeGen++ // the peer's evidence stands for the join check in flight
+				st.checking = false
+			}
 			b.eject(now, "")
 			b.cause = v.Reason
 		}
@@ -150,7 +182,8 @@ func (a *engineActor) applyPeer(ctx actor.Context, v cluster.Verdict) {
 			return // an operator's ejection ends only with an operator's word
 		}
 		if prev != admitted {
-			st.probeGen++ // a probe of ours in flight is moot now
+			st.probeGen++ // a probe or join check of ours in flight is moot now
+			st.checking = false
 			b.probeSucceeded()
 			b.quarantineEnds = time.Time{}
 		}
@@ -158,6 +191,7 @@ func (a *engineActor) applyPeer(ctx actor.Context, v cluster.Verdict) {
 		return
 	}
 	st.peer.decided, st.peer.by, st.peer.reason = v.Decided, v.Node, v.Reason
+	st.peer.takenOver = false
 	a.r.metrics.ClusterVerdict(v.Engine, v.State, "applied")
 	if b.state != prev {
 		st.peer.applying = true
@@ -168,7 +202,28 @@ func (a *engineActor) applyPeer(ctx actor.Context, v cluster.Verdict) {
 }
 
 // probesHere reports whether this node runs the next probe of the engine: with peers, one node
-// probes an engine per interval (cluster.ShouldProbe); the others wait for its verdict.
+// probes an engine per interval (cluster.ShouldProbe); the others wait for its verdict. The
+// fleet is each node's own, though — an engine added through one node's admin API is that node's
+// alone — so the node the engine's name hashes to may not have it, and would never probe it.
+// When no peer has said anything of the engine for longer than a probe interval since this
+// node's own verdict, this node takes the probing over, until a peer speaks again.
 func (a *engineActor) probesHere() bool {
-	return a.r.cluster.ShouldProbe(a.st.spec.Name)
+	st := a.st
+	if a.r.cluster.ShouldProbe(st.spec.Name) {
+		return true
+	}
+	v, ok := a.r.cluster.Verdict(st.spec.Name)
+	switch {
+	case !ok:
+		return true
+	case v.Node != a.r.cluster.Name():
+		return false // the prober speaks
+	case st.peer.takenOver:
+		return true
+	case time.Since(v.Decided) > st.breaker.probeInterval*3/2:
+		a.r.log.Info("engine probed here: the node that would probe it has said nothing of it", "engine", st.spec.Name)
+		st.peer.takenOver = true
+		return true
+	}
+	return false
 }

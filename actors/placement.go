@@ -21,7 +21,7 @@ import (
 // else here — placeability, the failure streak, the models — is written by the engine actor
 // alone and only read by others.
 type engineView struct {
-	idx         int // position in the configuration: the prefix index's bit
+	idx         int // the engine's prefix-index slot (its bit), -1 when it has none
 	name        string
 	role        config.Role
 	maxInflight int
@@ -30,8 +30,14 @@ type engineView struct {
 
 	models    atomic.Pointer[[]string]
 	slots     atomic.Uint64 // reservations held: prefill in the high 32 bits, decode in the low
-	placeable atomic.Bool   // admitted: neither quarantined nor ejected
-	streak    atomic.Int32  // the breaker's failure streak, so a success is reported only if it matters
+	placeable atomic.Bool   // admitted: neither joining, quarantined nor ejected
+	// state is the engine's lifecycle state as the engine actor publishes it (breakerState),
+	// for readiness's reasons.
+	state atomic.Uint32
+	// removed is set by the engine actor when the engine leaves the fleet: reserve refuses it
+	// from then on, even to a supervisor that picked the engine from an older snapshot.
+	removed atomic.Bool
+	streak  atomic.Int32 // the breaker's failure streak, so a success is reported only if it matters
 	// takesOut is the consequence of the next counted failure, as the engine actor publishes it:
 	// true when that failure quarantines or ejects the engine (breaker.takesOut).
 	takesOut atomic.Bool
@@ -72,9 +78,17 @@ func (v *engineView) reserve(phase fault.Phase) bool {
 			d++
 		}
 		if v.slots.CompareAndSwap(cur, packSlots(p, d)) {
-			return true
+			break
 		}
 	}
+	// The engine actor marks a leaving engine removed, then waits for its slots to reach zero;
+	// a slot is taken, then removed is read. Either this reads removed and gives the slot back,
+	// or the actor sees the slot and waits for it: no slot outlives the engine's drain.
+	if v.removed.Load() {
+		v.release(phase)
+		return false
+	}
+	return true
 }
 
 // release returns a slot taken with reserve, reporting whether the engine was full before.
@@ -125,19 +139,38 @@ func (v *engineView) canServe(p fault.Phase) bool {
 	return v.role.CanDecode()
 }
 
-// fleet is every configured engine, in configuration order. It never changes after start.
+// fleet is the engines placement may use, as an immutable snapshot swapped whole when the
+// fleet changes: a supervisor loads it once per placement and reads it without a lock, the
+// pool (the only writer) publishes a new one for every change. The prefix index and the round
+// robin positions outlive the snapshots.
 type fleet struct {
-	engines []*engineView
-	byName  map[string]*engineView
-
-	policy     string // placement.policy
-	loadFactor float64
-	stale      time.Duration // placement.scrape_stale_s
-	index      *prefixIndex
-	rr         [2]atomic.Uint64 // round robin position per phase
+	cur   atomic.Pointer[fleetSnapshot]
+	index *prefixIndex
+	rr    [2]atomic.Uint64 // round robin position per phase
 }
 
-func (f *fleet) engine(name string) *engineView { return f.byName[name] }
+// load is the fleet as it is now.
+func (f *fleet) load() *fleetSnapshot { return f.cur.Load() }
+
+// publish makes engines (in their sources' order) the fleet placement sees.
+func (f *fleet) publish(engines []*engineView) {
+	s := &fleetSnapshot{engines: engines, byName: make(map[string]*engineView, len(engines)), index: f.index, rr: &f.rr}
+	for _, v := range engines {
+		s.byName[v.name] = v
+	}
+	f.cur.Store(s)
+}
+
+// fleetSnapshot is the fleet at one moment: every engine added and not removed (joining,
+// admitted, out of placement), in their sources' order. It is never modified.
+type fleetSnapshot struct {
+	engines []*engineView
+	byName  map[string]*engineView
+	index   *prefixIndex
+	rr      *[2]atomic.Uint64
+}
+
+func (f *fleetSnapshot) engine(name string) *engineView { return f.byName[name] }
 
 // scarcity says why no candidate could be found, worst first.
 type scarcity uint8
@@ -161,6 +194,8 @@ type ask struct {
 	// the request's weight on a producer.
 	blocks []uint64
 	tokens int
+	// rules are the placement settings the request runs with (placement.*).
+	rules *config.FleetRuntime
 }
 
 // placed is a leg's placement: the engine, or why there is none; match is the number of the
@@ -172,8 +207,8 @@ type placed struct {
 }
 
 // pick chooses an engine for phase by power of two choices on load (pickFor without a prompt).
-func (f *fleet) pick(phase fault.Phase, model string, avoid, full, exclude []string) (*engineView, scarcity) {
-	p := f.pickFor(ask{phase: phase, model: model, avoid: avoid, full: full, exclude: exclude}, nil)
+func (f *fleetSnapshot) pick(rules *config.FleetRuntime, phase fault.Phase, model string, avoid, full, exclude []string) (*engineView, scarcity) {
+	p := f.pickFor(ask{phase: phase, model: model, avoid: avoid, full: full, exclude: exclude, rules: rules}, nil)
 	return p.engine, p.why
 }
 
@@ -184,7 +219,7 @@ func (f *fleet) pick(phase fault.Phase, model string, avoid, full, exclude []str
 //     longest prefix match, the lower load on a tie; with no match under the bound, p2c;
 //   - p2c: two random candidates, the less loaded wins, a tie goes to the first (random);
 //   - round_robin: the next candidate in configuration order.
-func (f *fleet) pickFor(a ask, m *telemetry.Metrics) placed {
+func (f *fleetSnapshot) pickFor(a ask, m *telemetry.Metrics) placed {
 	var buf [32]*engineView
 	cands := buf[:0]
 	var preferred [32]*engineView
@@ -217,7 +252,7 @@ func (f *fleet) pickFor(a ask, m *telemetry.Metrics) placed {
 		return placed{engine: cands[0], match: f.matchOf(cands[0], a.blocks)}
 	}
 	now := time.Now()
-	switch f.policy {
+	switch a.rules.Placement {
 	case config.PlaceRoundRobin:
 		v := cands[int(f.rr[a.phase].Add(1)%uint64(len(cands)))]
 		return placed{engine: v, match: f.matchOf(v, a.blocks)}
@@ -261,12 +296,12 @@ func (f *fleet) pickFor(a ask, m *telemetry.Metrics) placed {
 // requests are not counted twice: they are in the prompt tokens already, and counting each
 // scraped request at a's size would make a producer holding a few long prompts look lighter
 // than one holding many short ones, and draw every long prompt to it.
-func (f *fleet) loadFor(v *engineView, a ask, now time.Time) int {
+func (f *fleetSnapshot) loadFor(v *engineView, a ask, now time.Time) int {
 	if a.phase != fault.PhasePrefill {
-		return v.loadScore(now, f.stale)
+		return v.loadScore(now, a.rules.ScrapeStale)
 	}
 	n := int(v.prefillTokens.Load())
-	if l, ok := v.fresh(now, f.stale); ok {
+	if l, ok := v.fresh(now, a.rules.ScrapeStale); ok {
 		if other := l.Running + l.Waiting - v.load(); other > 0 {
 			n += other * max(1, a.tokens)
 		}
@@ -286,7 +321,7 @@ func (a ask) weight() int {
 // load_factor × (total load + this request) / candidates (consistent hashing with bounded
 // loads; for decodes, in whole requests, rounded up). When none does (a prefill heavier than
 // the bound allows anywhere), the least loaded alone is.
-func (f *fleet) underBound(cands, dst []*engineView, a ask, now time.Time) []*engineView {
+func (f *fleetSnapshot) underBound(cands, dst []*engineView, a ask, now time.Time) []*engineView {
 	var loads [32]int
 	ls := loads[:0]
 	total, w := 0, a.weight()
@@ -299,7 +334,7 @@ func (f *fleet) underBound(cands, dst []*engineView, a ask, now time.Time) []*en
 			least = i
 		}
 	}
-	limit := int(math.Ceil(f.loadFactor * float64(total+w) / float64(len(cands))))
+	limit := int(math.Ceil(a.rules.LoadFactor * float64(total+w) / float64(len(cands))))
 	for i, v := range cands {
 		if ls[i]+w <= limit {
 			dst = append(dst, v)
@@ -313,11 +348,11 @@ func (f *fleet) underBound(cands, dst []*engineView, a ask, now time.Time) []*en
 
 // longest returns the candidate with the longest match (at least one block), the less loaded
 // on a tie, or nil.
-func (f *fleet) longest(cands []*engineView, match *[maxIndexed]int, a ask, now time.Time) (*engineView, int) {
+func (f *fleetSnapshot) longest(cands []*engineView, match *[maxIndexed]int, a ask, now time.Time) (*engineView, int) {
 	var best *engineView
 	bestMatch, bestLoad := 0, 0
 	for _, v := range cands {
-		if v.idx >= maxIndexed {
+		if v.idx < 0 || v.idx >= maxIndexed {
 			continue
 		}
 		n := match[v.idx]
@@ -339,8 +374,8 @@ func countPrefix(m *telemetry.Metrics, phase fault.Phase, result string) {
 }
 
 // matchOf is how many of blocks the prefix index says v served.
-func (f *fleet) matchOf(v *engineView, blocks []uint64) int {
-	if f.index == nil || len(blocks) == 0 || v.idx >= maxIndexed {
+func (f *fleetSnapshot) matchOf(v *engineView, blocks []uint64) int {
+	if f.index == nil || len(blocks) == 0 || v.idx < 0 || v.idx >= maxIndexed {
 		return 0
 	}
 	var match [maxIndexed]int
@@ -348,18 +383,25 @@ func (f *fleet) matchOf(v *engineView, blocks []uint64) int {
 	return match[v.idx]
 }
 
-// anyAdmitted returns an admitted engine able to run phase, other than not, or nil.
-func (f *fleet) anyAdmitted(phase fault.Phase, not *engineView) *engineView {
+// anyAdmitted returns an admitted engine able to run phase, other than not, or nil; one that
+// serves model is preferred.
+func (f *fleetSnapshot) anyAdmitted(phase fault.Phase, not *engineView, model string) *engineView {
+	var other *engineView
 	for _, v := range f.engines {
 		if v != not && v.canServe(phase) && v.placeable.Load() {
-			return v
+			if model == "" || v.serves(model) {
+				return v
+			}
+			if other == nil {
+				other = v
+			}
 		}
 	}
-	return nil
+	return other
 }
 
 // Models is the union of the models the fleet's engines serve, for GET /v1/models.
-func (f *fleet) models() []string {
+func (f *fleetSnapshot) models() []string {
 	seen := map[string]bool{}
 	var out []string
 	for _, v := range f.engines {

@@ -9,6 +9,7 @@ import (
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/transport"
 	"github.com/narwhal-router/narwhal/transport/fault"
+	"github.com/narwhal-router/narwhal/transport/telemetry"
 )
 
 func view(name string, role config.Role, load int32, max int) *engineView {
@@ -20,13 +21,32 @@ func view(name string, role config.Role, load int32, max int) *engineView {
 	return v
 }
 
-func fleetOf(vs ...*engineView) *fleet {
-	f := &fleet{byName: map[string]*engineView{}}
-	for _, v := range vs {
-		f.engines = append(f.engines, v)
-		f.byName[v.name] = v
-	}
-	return f
+// fleetOf is a fleet snapshot of vs, placed by power of two choices (zero rules: no prefix
+// preference, fresh scrapes only when the test sets scrape_stale).
+func fleetOf(vs ...*engineView) *testFleet {
+	f := &fleet{index: newPrefixIndex(1 << 10)}
+	f.publish(vs)
+	return &testFleet{fleetSnapshot: f.load(), rules: &config.FleetRuntime{}}
+}
+
+// testFleet is a snapshot and the rules its placements use.
+type testFleet struct {
+	*fleetSnapshot
+	rules *config.FleetRuntime
+}
+
+func (f *testFleet) pick(phase fault.Phase, model string, avoid, full, exclude []string) (*engineView, scarcity) {
+	return f.fleetSnapshot.pick(f.rules, phase, model, avoid, full, exclude)
+}
+
+func (f *testFleet) pickFor(a ask, m *telemetry.Metrics) placed {
+	a.rules = f.rules
+	return f.fleetSnapshot.pickFor(a, m)
+}
+
+func (f *testFleet) loadFor(v *engineView, a ask, now time.Time) int {
+	a.rules = f.rules
+	return f.fleetSnapshot.loadFor(v, a, now)
 }
 
 func TestPickPrefersTheLessLoadedOfTwo(t *testing.T) {
@@ -67,7 +87,7 @@ func TestPickSaysWhyNothingWasFound(t *testing.T) {
 	ejectedView.placeable.Store(false)
 	cases := []struct {
 		name string
-		f    *fleet
+		f    *testFleet
 		want scarcity
 	}{
 		{"no engine serves the model", fleetOf(view("x", config.RolePrefill, 0, 0)), unknownModel},
@@ -144,7 +164,7 @@ func TestPrefillLoadCountsScrapedRequestsOnce(t *testing.T) {
 	few.prefillTokens.Store(3000)
 	scraped(few, 1, 0)
 	f := fleetOf(many, few)
-	f.stale = time.Minute
+	f.rules.ScrapeStale = time.Minute
 	a := ask{phase: fault.PhasePrefill, model: "m", tokens: 3000}
 	for i := 0; i < 20; i++ {
 		if p := f.pickFor(a, nil); p.engine != many {

@@ -1,19 +1,41 @@
 package actors
 
 import (
+	"strconv"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/messages"
+	"github.com/narwhal-router/narwhal/transport"
 	"github.com/narwhal-router/narwhal/transport/fault"
 )
 
 // poolActor is the parent of the engine actors and the admission queue: requests that found no
-// engine with room wait here, in arrival order, until an engine frees a slot.
+// engine with room wait here, in arrival order, until an engine frees a slot. It owns the
+// fleet's membership: it adds and removes engine actors as the desired set changes (setEngines)
+// and is the only writer of the fleet snapshot placement reads.
 type poolActor struct {
-	r       *Router
-	states  []*engineState
+	r *Router
+	*poolState
+}
+
+// poolState is what the pool owns. It lives outside the actor value, so that a restarted pool
+// carries on with the same fleet and queue (its engine actors are started again with their
+// own state).
+type poolState struct {
+	self    *actor.PID
+	initial []config.EngineSpec
+	started bool
+	// members are the engines of the fleet by name, in order; leaving are the removed ones
+	// whose last requests are still running.
+	members map[string]*engineState
+	order   []*engineState
+	leaving map[*engineState]bool
+	// incarnations numbers every engine added.
+	incarnations uint64
+
 	waiters []waiter
 	// breaker is each engine's last reported breaker state; inWave marks a role whose engines
 	// were all ejected and restarted together, until one of them is admitted again.
@@ -32,6 +54,15 @@ type waiter struct {
 // awaitReady is answered once the pool's engine actors exist.
 type awaitReady struct{}
 
+// setEngines makes specs the fleet (SetEngines); answered with true once applied.
+type setEngines struct{ specs []config.EngineSpec }
+
+// engineDrained is a leaving engine's word that its last reservation is back.
+type engineDrained struct{ st *engineState }
+
+// reconfigured tells the pool a reload changed the settings: the engine actors get theirs.
+type reconfigured struct{ recovery config.RecoveryRuntime }
+
 // engineSupervision restarts a crashed engine actor; its state lives outside the actor value,
 // so the breaker and the reservations survive the restart.
 var engineSupervision = actor.NewOneForOneStrategy(100, time.Minute, func(any) actor.Directive {
@@ -41,20 +72,43 @@ var engineSupervision = actor.NewOneForOneStrategy(100, time.Minute, func(any) a
 func (p *poolActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
-		p.breaker, p.byAdmin, p.cause = map[string]string{}, map[string]bool{}, map[string]string{}
-		for _, st := range p.states {
-			st := st
-			props := actor.PropsFromProducer(func() actor.Actor { return &engineActor{r: p.r, st: st} }, inline)
-			pid, err := ctx.SpawnNamed(props, st.spec.Name)
-			if err != nil {
-				panic(err) // names are unique by validation; a clash is a programming error
+		p.self = ctx.Self()
+		if p.started { // restarted after a crash: its children were stopped with it
+			for _, st := range p.order {
+				p.spawn(ctx, st)
 			}
-			st.view.pid = pid
+			for st := range p.leaving {
+				p.spawn(ctx, st)
+			}
+			return
 		}
+		p.started = true
+		p.members, p.leaving = map[string]*engineState{}, map[*engineState]bool{}
+		p.breaker, p.byAdmin, p.cause = map[string]string{}, map[string]bool{}, map[string]string{}
+		p.apply(ctx, p.initial)
+		p.initial = nil
 	case *awaitReady:
 		ctx.Respond(true)
+	case *setEngines:
+		p.apply(ctx, m.specs)
+		ctx.Respond(true)
+	case *engineDrained:
+		if p.leaving[m.st] {
+			m.st.drained = true
+			ctx.Stop(m.st.view.pid)
+		}
+	case *actor.Terminated:
+		for st := range p.leaving {
+			if st.drained && st.view.pid.Equal(m.Who) { // not a child stopped by the pool's own restart
+				p.gone(st)
+			}
+		}
+	case *reconfigured:
+		for _, st := range p.order {
+			ctx.Send(st.view.pid, reconfigure{m.recovery})
+		}
 	case *messages.AwaitCapacity:
-		if len(p.waiters) >= p.r.rt.Request.MaxQueue {
+		if len(p.waiters) >= p.r.env.current().request.MaxQueue {
 			ctx.Respond(&messages.QueueFull{})
 			return
 		}
@@ -74,15 +128,204 @@ func (p *poolActor) Receive(ctx actor.Context) {
 		}
 		p.depthChanged()
 	case *messages.CapacityFreed:
-		if v := p.r.fleet.engine(m.Engine); v != nil && v.placeable.Load() {
+		if v := p.r.fleet.load().engine(m.Engine); v != nil && v.placeable.Load() {
 			p.wake(ctx, v)
 		}
 	case *messages.EngineChanged:
+		st := p.members[m.Engine]
+		if st == nil || st.incarnation != m.Incarnation {
+			return // a removed engine's last word: the fleet has no such engine now
+		}
+		prev := p.breaker[m.Engine]
 		p.breaker[m.Engine], p.byAdmin[m.Engine], p.cause[m.Engine] = m.State, m.ByAdmin, m.Cause
 		if m.Placeable && m.HasRoom {
-			p.wake(ctx, p.r.fleet.engine(m.Engine))
+			p.wake(ctx, st.view)
+		}
+		if prev == joining.String() || m.Placeable {
+			p.nudgeJoining(ctx, st)
 		}
 		p.checkWaves(ctx)
+		p.countStates()
+	}
+}
+
+// apply makes specs (each with its source) the fleet: an engine whose name is new is added, one
+// whose name is gone is removed, and one whose spec changed (URL, role, KV identity, models,
+// connector, anything but its source) is removed and added again, with a fresh breaker. An
+// added engine joins: it is placed once its join check passes. A removed engine takes no new
+// placement; its requests finish within their deadline, then its actor stops and its prefix
+// index bit, scraper and metric series go (gone).
+func (p *poolActor) apply(ctx actor.Context, specs []config.EngineSpec) {
+	want := make(map[string]config.EngineSpec, len(specs))
+	order := make([]string, 0, len(specs))
+	for _, s := range specs {
+		if _, dup := want[s.Name]; dup {
+			p.r.log.Error("the desired fleet names an engine twice; keeping the first", "engine", s.Name)
+			continue
+		}
+		want[s.Name] = s
+		order = append(order, s.Name)
+	}
+	var removed, added []string
+	for _, st := range p.order {
+		s, keep := want[st.spec.Name]
+		switch {
+		case !keep:
+			removed = append(removed, st.spec.Name)
+			p.remove(ctx, st, "no source reports it")
+		case !config.SameEngine(st.spec, s):
+			removed = append(removed, st.spec.Name)
+			p.remove(ctx, st, "its configuration changed: it is added again as a new engine")
+		case st.source != s.Source:
+			p.r.log.Info("engine now reported by another source", "engine", s.Name, "from", st.source, "to", s.Source)
+			st.source = s.Source
+			ctx.Send(st.view.pid, setSource{s.Source})
+		}
+	}
+	next := make([]*engineState, 0, len(order))
+	var joined []*engineState
+	for _, name := range order {
+		st := p.members[name]
+		if st == nil {
+			st = p.add(want[name])
+			joined = append(joined, st)
+			added = append(added, name)
+		}
+		next = append(next, st)
+	}
+	p.order = next
+	// The new engines are in the fleet before their actors start: a join check plans with the
+	// fleet it is part of (a consumer waits for a producer joining beside it).
+	p.publish()
+	for _, st := range joined {
+		p.spawn(ctx, st)
+		p.r.scraper.add(st.view)
+	}
+	if len(added)+len(removed) > 0 {
+		p.r.log.Info("fleet changed", "added", added, "removed", removed, "engines", len(next))
+	}
+	if len(removed) > 0 {
+		p.wakeAll(ctx) // a queued request may have lost the only engines of its model: let it re-place
+		p.checkWaves(ctx)
+	}
+	p.countStates()
+}
+
+// add makes a member of spec, joining; its actor is started by apply.
+func (p *poolActor) add(spec config.EngineSpec) *engineState {
+	r := p.r
+	p.incarnations++
+	v := &engineView{idx: r.fleet.index.takeSlot(), name: spec.Name, role: spec.Role, maxInflight: spec.MaxInflight,
+		client: transport.NewEngineClient(spec, r.rt.Engine)}
+	if len(spec.Models) > 0 {
+		ms := append([]string(nil), spec.Models...)
+		v.models.Store(&ms)
+	}
+	v.state.Store(uint32(joining))
+	st := &engineState{spec: spec, view: v, incarnation: p.incarnations, source: spec.Source,
+		breaker: newBreaker(r.current().Recovery)}
+	if v.idx < 0 {
+		r.log.Warn("engine placed without prefix preference: every prefix-index slot is held", "engine", spec.Name, "slots", maxIndexed)
+	}
+	if spec.Role.CanPrefill() && spec.KV.Endpoint == "" && len(spec.KV.AllowedEndpoints) == 0 {
+		// Its descriptors may only point consumers at its own host (transport/kv's endpoint
+		// policy), but an operator should know the endpoint is not pinned.
+		r.log.Warn("producer's KV endpoint is not pinned: its descriptors may name only its own host, on kv.allowed_ports; "+
+			"set engines[].kv.endpoint or kv.allowed_endpoints", "engine", spec.Name, "url", spec.URL)
+	}
+	r.metrics.RememberEngine(spec.Name)
+	r.metrics.ServeModels(spec.Models) // configured models; discovered ones as the engine lists them
+	st.actorName = spec.Name
+	for st2 := range p.leaving {
+		if st2.actorName == st.actorName {
+			// The engine's previous incarnation is still draining under its name.
+			st.actorName = spec.Name + "~" + strconv.FormatUint(p.incarnations, 10)
+		}
+	}
+	p.members[spec.Name] = st
+	p.breaker[spec.Name] = joining.String() // its first change, to whatever, may be what a joining consumer waits for
+	return st
+}
+
+// spawn starts st's engine actor.
+func (p *poolActor) spawn(ctx actor.Context, st *engineState) {
+	props := actor.PropsFromProducer(func() actor.Actor { return &engineActor{r: p.r, st: st} }, inline)
+	pid, err := ctx.SpawnNamed(props, st.actorName)
+	if err != nil {
+		panic(err) // names are unique: a clash is a programming error
+	}
+	st.view.pid = pid
+}
+
+// remove takes an engine out of the fleet: out of the members (so out of the next snapshot),
+// its scraper stopped, its actor told to drain.
+func (p *poolActor) remove(ctx actor.Context, st *engineState, why string) {
+	name := st.spec.Name
+	delete(p.members, name)
+	delete(p.breaker, name)
+	delete(p.byAdmin, name)
+	delete(p.cause, name)
+	p.leaving[st] = true
+	p.r.scraper.remove(st.view)
+	p.r.log.Info("engine removed from the fleet", "engine", name, "source", st.source, "why", why)
+	ctx.Send(st.view.pid, retire{drainBy: time.Now().Add(p.r.env.current().request.Deadline + drainSlack)})
+}
+
+// drainSlack is how much longer than the request deadline a leaving engine waits for its last
+// request: the deadline plus the second a client write may run past it.
+const drainSlack = 2 * time.Second
+
+// gone finishes a removal once the leaving engine's actor has stopped: its connections close,
+// its prefix-index bit is taken back (purged before it is handed out again) and, unless an
+// engine of the same name has joined meanwhile, its metric series are forgotten.
+func (p *poolActor) gone(st *engineState) {
+	delete(p.leaving, st)
+	st.timers.stop()
+	st.view.client.Close()
+	p.r.fleet.index.retire(st.view.idx)
+	if p.members[st.spec.Name] == nil {
+		p.r.metrics.ForgetEngine(st.spec.Name)
+	}
+	p.publish()
+	p.countStates()
+	p.r.log.Info("engine gone", "engine", st.spec.Name)
+}
+
+// publish makes the members the fleet placement reads, and the list /engines shows (the members,
+// then the leaving engines).
+func (p *poolActor) publish() {
+	views := make([]*engineView, len(p.order))
+	all := make([]*engineState, 0, len(p.order)+len(p.leaving))
+	for i, st := range p.order {
+		views[i] = st.view
+		all = append(all, st)
+	}
+	for st := range p.leaving {
+		all = append(all, st)
+	}
+	p.r.fleet.publish(views)
+	p.r.all.Store(&all)
+}
+
+// countStates publishes how many engines are in each lifecycle state.
+func (p *poolActor) countStates() {
+	counts := map[string]int{}
+	for _, st := range p.order {
+		counts[breakerState(st.view.state.Load()).String()]++
+	}
+	for _, s := range []breakerState{admitted, quarantined, ejected, probing, joining} {
+		p.r.metrics.FleetEngines(s.String(), counts[s.String()])
+	}
+	p.r.metrics.FleetEngines(stateRemoving, len(p.leaving))
+}
+
+// nudgeJoining tells every joining engine that changed could be the partner its check waits
+// for; changed itself is skipped.
+func (p *poolActor) nudgeJoining(ctx actor.Context, changed *engineState) {
+	for _, st := range p.order {
+		if st != changed && breakerState(st.view.state.Load()) == joining {
+			ctx.Send(st.view.pid, partnerReady{})
+		}
 	}
 }
 
@@ -92,13 +335,15 @@ func (p *poolActor) Receive(ctx actor.Context) {
 // backed-off cadences. Requests meanwhile get fast 503s (no admitted engine) rather than
 // queueing. Probes still decide readmission, engine by engine. Engines an operator ejected are
 // not part of a wave: they stay out until the operator readmits them, and a role ejected
-// entirely by its operator is maintenance, not a fault.
+// entirely by its operator is maintenance, not a fault. A joining engine is not ejected: while
+// one joins, its role is not a wave.
 func (p *poolActor) checkWaves(ctx actor.Context) {
 	for _, phase := range []fault.Phase{fault.PhasePrefill, fault.PhaseDecode} {
 		var wave []*actor.PID
 		var names, causes []string
 		all := true
-		for _, v := range p.r.fleet.engines {
+		for _, st := range p.order {
+			v := st.view
 			if !v.canServe(phase) {
 				continue
 			}
@@ -148,6 +393,15 @@ func (p *poolActor) wake(ctx actor.Context, v *engineView) {
 		kept = append(kept, w)
 	}
 	p.waiters = kept
+	p.depthChanged()
+}
+
+// wakeAll tells every waiter to place again.
+func (p *poolActor) wakeAll(ctx actor.Context) {
+	for _, w := range p.waiters {
+		ctx.Send(w.pid, &messages.CapacityAvailable{})
+	}
+	p.waiters = p.waiters[:0]
 	p.depthChanged()
 }
 

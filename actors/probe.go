@@ -20,6 +20,13 @@ const (
 	probeInconclusive = "inconclusive"
 )
 
+// probeOutcome is a probe's or join check's outcome, and the engine's model list when the
+// check had to ask for it.
+type probeOutcome struct {
+	messages.Probe
+	models []string
+}
+
 // startProbe moves an ejected engine to probing and runs its readmission check off the actor.
 func (a *engineActor) startProbe(ctx actor.Context) {
 	st := a.st
@@ -29,7 +36,7 @@ func (a *engineActor) startProbe(ctx actor.Context) {
 	st.breaker.probeStarted()
 	a.transition(ctx, ejected)
 	st.probeGen++
-	p := a.r.planProbe(st)
+	p := a.r.planProbe(st, false)
 	gen, self, root := st.probeGen, ctx.Self(), a.r.root
 	go func() { root.Send(self, probeFinished{gen: gen, outcome: p.run()}) }()
 }
@@ -40,7 +47,8 @@ func (a *engineActor) probeFinished(ctx actor.Context, m probeFinished) {
 		return // a forced readmission or an eject overtook this probe
 	}
 	out := m.outcome
-	st.lastProbe = &out
+	st.lastProbe = &out.Probe
+	a.storeModels(out.models)
 	a.r.metrics.ProbeResult(st.spec.Name, out.Result)
 	a.r.log.Info("engine probe", "engine", st.spec.Name, "mode", out.Mode, "result", out.Result, "reason", out.Reason, "partner", out.Partner)
 	now := time.Now()
@@ -56,40 +64,131 @@ func (a *engineActor) probeFinished(ctx actor.Context, m probeFinished) {
 	a.schedule(ctx)
 }
 
+// join runs a joining engine's check off the actor — the readmission probe (or the health
+// check with recovery.readmission: health), with engine_contract its contract first, and its
+// model list when none is configured — unless one is in flight.
+func (a *engineActor) join(ctx actor.Context) {
+	st := a.st
+	if st.breaker.state != joining || st.checking || st.leaving {
+		return
+	}
+	st.checking, st.nudged = true, false
+	st.probeGen++
+	p := a.r.planProbe(st, true)
+	gen, self, root := st.probeGen, ctx.Self(), a.r.root
+	go func() { root.Send(self, joinFinished{gen: gen, outcome: p.run()}) }()
+}
+
+// joinFinished admits a joining engine whose check passed, ejects one whose check failed (it is
+// probed from then on like any ejected engine), and leaves one joining whose check could not
+// be completed yet (no partner): it tries again when a partner is admitted (partnerReady), or
+// at the next probe interval.
+func (a *engineActor) joinFinished(ctx actor.Context, m joinFinished) {
+	st := a.st
+	if m.gen != st.probeGen || st.breaker.state != joining {
+		return
+	}
+	st.checking = false
+	out := m.outcome
+	st.joinCheck = &out.Probe
+	a.storeModels(out.models)
+	a.r.metrics.JoinCheck(st.spec.Name, out.Result)
+	a.r.log.Info("engine join check", "engine", st.spec.Name, "source", st.source, "mode", out.Mode, "result", out.Result,
+		"reason", out.Reason, "partner", out.Partner)
+	switch out.Result {
+	case probeSuccess:
+		st.breaker.joined()
+		a.transition(ctx, joining)
+	case probeFailure:
+		st.breaker.joinFailed(time.Now(), "join check failed: "+out.Reason)
+		a.transition(ctx, joining)
+		a.schedule(ctx)
+	default:
+		if st.nudged { // a partner changed while the check ran: it may complete now
+			a.join(ctx)
+			return
+		}
+		self, root := ctx.Self(), a.r.root
+		if st.timers.probe != nil {
+			st.timers.probe.Stop()
+		}
+		st.timers.probe = time.AfterFunc(a.r.current().Recovery.ProbeInterval, func() { root.Send(self, probeDue{}) })
+	}
+}
+
+// storeModels keeps the model list a check found, for an engine that had none.
+func (a *engineActor) storeModels(models []string) {
+	if len(models) > 0 && a.st.view.models.Load() == nil {
+		ms := models
+		a.st.view.models.Store(&ms)
+	}
+}
+
 // planProbe decides the two legs of a probe. A consumer is probed with a handoff from the
 // producer whose crossed decode failed on it (else from any admitted producer); a producer hands
 // to any admitted consumer; a `both` engine with no such partner probes itself (same-worker).
-func (r *Router) planProbe(st *engineState) *probe {
-	p := &probe{r: r, target: st.view, spec: st.spec}
-	partner := r.fleet.engine(st.breaker.partner)
+//
+// A join check (join) plans the same way, with one more case: a consumer with no admitted
+// producer, in a fleet where no producer is joining either (none exists, or every one is out)
+// and whose policy does not disaggregate every request (disaggregation.policy other than
+// always), is judged on a local decode — the path its requests take. While a producer is still
+// joining, the check waits for it instead (inconclusive), so a fleet that starts all at once
+// checks its consumers' KV pulls: producers are judged on their prefill alone, consumers then
+// with the first admitted producer.
+func (r *Router) planProbe(st *engineState, join bool) *probe {
+	cur := r.current()
+	f := r.fleet.load()
+	p := &probe{r: r, rt: cur, target: st.view, spec: st.spec, join: join}
+	model := st.view.firstModel()
+	if cur.Contract != nil && cur.Contract.Model != "" {
+		model = cur.Contract.Model
+	}
+	partner := f.engine(st.breaker.partner)
 	switch {
 	case st.spec.Role == config.RoleDecode || (st.spec.Role == config.RoleBoth && partner != nil):
 		if partner == nil {
-			partner = r.fleet.anyAdmitted(fault.PhasePrefill, st.view)
+			partner = f.anyAdmitted(fault.PhasePrefill, st.view, model)
 		}
 		p.producer, p.consumer, p.targetIsConsumer = partner, st.view, true
+		if partner == nil && join && cur.Fleet.Disaggregation != config.DisaggAlways && !f.producerJoining(st.view) {
+			p.local = true
+		}
 	case st.spec.Role == config.RolePrefill:
-		p.producer, p.consumer = st.view, r.fleet.anyAdmitted(fault.PhaseDecode, st.view)
+		p.producer, p.consumer = st.view, f.anyAdmitted(fault.PhaseDecode, st.view, model)
 	default:
 		p.producer, p.consumer = st.view, st.view
 	}
 	return p
 }
 
-// probe is one readmission check. By default (recovery.readmission: probe) it runs a real tiny
-// inference through a prefill and a decode leg, each bounded by engine.first_token_timeout_s,
-// and with engine_contract it first validates the engine's lifecycle (model, version, identity,
-// connector). A development fleet that opts in (recovery.readmission: health) is readmitted by
-// a successful /health check instead, which cannot see an engine that answers /health while
-// its generations hang.
+// producerJoining reports whether an engine able to prefill, other than not, is joining.
+func (f *fleetSnapshot) producerJoining(not *engineView) bool {
+	for _, v := range f.engines {
+		if v != not && v.canServe(fault.PhasePrefill) && breakerState(v.state.Load()) == joining {
+			return true
+		}
+	}
+	return false
+}
+
+// probe is one readmission check or join check. By default (recovery.readmission: probe) it
+// runs a real tiny inference through a prefill and a decode leg, each bounded by
+// engine.first_token_timeout_s, and with engine_contract it first validates the engine's
+// lifecycle (model, version, identity, connector). A development fleet that opts in
+// (recovery.readmission: health) is readmitted by a successful /health check instead, which
+// cannot see an engine that answers /health while its generations hang. An engine without a
+// model list (none configured, none found yet) is asked for it first.
 type probe struct {
 	r        *Router
+	rt       *config.Runtime // the settings the probe was planned with
 	target   *engineView
 	spec     config.EngineSpec
 	producer *engineView
 	consumer *engineView
 	// targetIsConsumer says the target runs the decode leg; the producer is its partner.
 	targetIsConsumer bool
+	// join says this is a join check; local that the consumer is judged on a local decode.
+	join, local bool
 }
 
 func (p *probe) partner() *engineView {
@@ -103,48 +202,73 @@ func (p *probe) partner() *engineView {
 }
 
 func (p *probe) result(result, format string, args ...any) messages.Probe {
-	out := messages.Probe{At: time.Now(), Result: result, Reason: fmt.Sprintf(format, args...), Mode: p.r.rt.Recovery.Readmission}
+	out := messages.Probe{At: time.Now(), Result: result, Reason: fmt.Sprintf(format, args...), Mode: p.rt.Recovery.Readmission}
 	if partner := p.partner(); partner != nil {
 		out.Partner = partner.name
 	}
 	return out
 }
 
-func (p *probe) legTimeout() time.Duration { return p.r.rt.Engine.FirstToken }
+func (p *probe) legTimeout() time.Duration { return p.rt.Engine.FirstToken }
 
-func (p *probe) run() messages.Probe {
-	contract := p.r.rt.Contract
-	ctx, cancel := context.WithTimeout(context.Background(), 3*p.legTimeout())
+func (p *probe) run() probeOutcome {
+	var out probeOutcome
+	ctx, cancel := context.WithTimeout(context.Background(), 3*p.legTimeout()+p.rt.Engine.Models)
 	defer cancel()
-	if p.r.rt.Recovery.ReadmitByHealth() {
+	model := p.target.firstModel()
+	if p.target.models.Load() == nil {
+		mctx, mcancel := context.WithTimeout(ctx, p.rt.Engine.Models)
+		models, err := listModels(mctx, p.target.client)
+		mcancel()
+		if err != nil {
+			out.Probe = p.result(probeFailure, "model list: %v", err)
+			return out
+		}
+		out.models, model = models, models[0]
+	}
+	out.Probe = p.check(ctx, model)
+	return out
+}
+
+// check runs the probe proper, with the target's model.
+func (p *probe) check(ctx context.Context, model string) messages.Probe {
+	contract := p.rt.Contract
+	if p.rt.Recovery.ReadmitByHealth() {
 		if err := p.target.client.Health(ctx); err != nil {
 			return p.result(probeFailure, "health check: %v", err)
 		}
 		return p.result(probeSuccess, "health check passed")
 	}
-	var model string
 	if contract != nil {
 		if err := transport.CheckContract(ctx, p.target.client, contract); err != nil {
 			return p.result(probeFailure, "lifecycle: %v", err)
 		}
-		model = contract.Model
+		if contract.Model != "" {
+			model = contract.Model
+		}
 	}
-	if p.producer == nil {
+	if p.producer == nil && !p.local {
+		if p.join {
+			return p.result(probeInconclusive, "no admitted producer to make a handoff yet")
+		}
 		return p.result(probeInconclusive, "no admitted producer to make a handoff")
-	}
-	if model == "" {
-		model = p.target.firstModel()
 	}
 	if model == "" {
 		return p.result(probeFailure, "no model to probe with")
 	}
-	var consumer *transport.EngineClient // nil: a producer with no admitted consumer is judged on its prefill
+	var producer, consumer *transport.EngineClient // consumer nil: a producer with no admitted consumer is judged on its prefill
+	if p.producer != nil {
+		producer = p.producer.client
+	}
 	if p.consumer != nil {
 		consumer = p.consumer.client
 	}
-	_, err := transport.ProbeTransfer(ctx, p.producer.client, consumer, model, p.legTimeout())
+	_, err := transport.ProbeTransfer(ctx, producer, consumer, model, p.legTimeout())
 	if err == nil {
-		if contract != nil {
+		switch {
+		case p.local:
+			return p.result(probeSuccess, "inference probe completed (a local decode: no admitted producer in the fleet)")
+		case contract != nil:
 			return p.result(probeSuccess, "lifecycle validated, inference probe completed")
 		}
 		return p.result(probeSuccess, "inference probe completed")
@@ -159,8 +283,17 @@ func (p *probe) run() messages.Probe {
 	if p.targetIsConsumer {
 		targetLeg = fault.PhaseDecode
 	}
-	if p.producer == p.consumer || leg == targetLeg {
+	if p.producer == p.consumer || p.local || leg == targetLeg {
 		return p.result(probeFailure, "%v", err)
 	}
 	return p.result(probeInconclusive, "partner %s failed its leg: %v", p.partner().name, err)
+}
+
+// listModels asks the engine which models it serves; none is an error.
+func listModels(ctx context.Context, c *transport.EngineClient) ([]string, error) {
+	ids, err := c.ModelIDs(ctx)
+	if err == nil && len(ids) == 0 {
+		err = errNoModels
+	}
+	return ids, err
 }

@@ -58,14 +58,13 @@ var errShutdown = errors.New("the router is shutting down")
 
 // requestEnv is what request supervisors use of the router, and all they use: one value per
 // router, shared by every supervisor. The router builds it; nothing in it changes after start
-// but the pool's PID, set once when the pool starts (before any request arrives).
+// but the pool's PID, set once when the pool starts (before any request arrives), the fleet's
+// snapshot (a supervisor loads it once per placement) and the settings (loaded once per
+// request).
 type requestEnv struct {
-	rt    config.RequestRuntime
 	fleet *fleet
-	// placement is the disaggregation and placement rules; exposeEngineErrors is
-	// server.expose_engine_errors (the answer's body).
-	placement          config.FleetRuntime
-	exposeEngineErrors bool
+	// settings are the run-time-changeable settings; a reload swaps them whole.
+	settings atomic.Pointer[settings]
 
 	root    *actor.RootContext
 	pool    *actor.PID
@@ -74,12 +73,38 @@ type requestEnv struct {
 	access  *accessLog // nil: no access log
 	cluster *cluster.Node
 
-	budget *retryBudget
-	blame  *blameLedger
-	live   *liveSet // every started request supervisor
+	blame *blameLedger
+	live  *liveSet // every started request supervisor
 	// queued is the admission queue's depth (written by the pool): a released slot is worth a
 	// message to the pool only while requests wait.
 	queued atomic.Int32
+}
+
+// current is the settings requests arriving now run with.
+func (env *requestEnv) current() *settings { return env.settings.Load() }
+
+// settings are what a request reads of the configuration, as one immutable value: a supervisor
+// loads it once, when its request arrives, and keeps it for the request's life, so a reload
+// changes what requests arriving after it do, never one in flight.
+type settings struct {
+	request config.RequestRuntime
+	// fleet is the disaggregation and placement rules; exposeEngineErrors is
+	// server.expose_engine_errors (the answer's body).
+	fleet              config.FleetRuntime
+	exposeEngineErrors bool
+	budget             *retryBudget
+}
+
+// newSettings reads rt's request settings; prev (nil at start) lends its retry budget, and the
+// history it counts, when the budget's configuration did not change.
+func newSettings(rt config.Runtime, prev *settings) *settings {
+	s := &settings{request: rt.Request, fleet: rt.Fleet, exposeEngineErrors: rt.Server.ExposeEngineErrors}
+	if prev != nil && prev.budget.cfg == rt.Recovery.RetryBudget {
+		s.budget = prev.budget
+	} else {
+		s.budget = newRetryBudget(rt.Recovery.RetryBudget)
+	}
+	return s
 }
 
 // requestSupervisor owns one client request from admission to cleanup: placement and the phase
@@ -90,6 +115,7 @@ type requestEnv struct {
 // supervisor never blocks: a hang-up, a timer or a shutdown is handled the moment it arrives.
 type requestSupervisor struct {
 	env  *requestEnv
+	set  *settings // the settings the request arrived with
 	x    *ingress.Exchange
 	self *actor.PID
 
@@ -137,8 +163,9 @@ func (s *requestSupervisor) Receive(ctx actor.Context) {
 			return
 		}
 		s.x = m
+		s.set = s.env.current()
 		s.env.live.add(s.self) // here, not in Dispatch: a fast failure could retire first
-		s.env.budget.deposit()
+		s.set.budget.deposit()
 		s.startAttempt(ctx)
 	case *ingress.AttemptEnded:
 		s.onAttemptEnded(ctx, m)

@@ -28,13 +28,14 @@ func TestCrashedRequestSupervisorAnswersAndReleasesEverything(t *testing.T) {
 	cfg.Disaggregation.Policy = config.DisaggAlways // the prompts are short: they would decode alone
 	for _, e := range fleet.Engines {
 		cfg.Engines = append(cfg.Engines, config.Engine{Name: e.Name(), URL: e.URL(), Role: config.Role(e.Role()),
-			Models: e.Models(), KV: config.KV{Connector: "nixl", TransferModes: []string{"pull"}}})
+			Models: e.Models(), KV: config.KV{Connector: "nixl", Endpoint: e.KVEndpoint(), TransferModes: []string{"pull"}}})
 	}
 	r, err := NewRouter(provision(t, cfg), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Close()
+	waitAdmitted(t, r)
 	fleet.Engine("p0").InjectFault("prefill.hang_headers", 1)
 
 	body, _ := wire.ParseClientBody(wire.EndpointCompletions, []byte(`{"model":"sim-model","prompt":"x"}`))
@@ -89,13 +90,14 @@ func TestCrashedRequestSupervisorWakesTheQueue(t *testing.T) {
 	cfg.Admission.QueueTimeoutS = 30
 	for _, e := range fleet.Engines {
 		cfg.Engines = append(cfg.Engines, config.Engine{Name: e.Name(), URL: e.URL(), Role: config.Role(e.Role()),
-			Models: e.Models(), MaxInflight: 1, KV: config.KV{Connector: "nixl", TransferModes: []string{"pull"}}})
+			Models: e.Models(), MaxInflight: 1, KV: config.KV{Connector: "nixl", Endpoint: e.KVEndpoint(), TransferModes: []string{"pull"}}})
 	}
 	r, err := NewRouter(provision(t, cfg), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Close()
+	waitAdmitted(t, r)
 	fleet.Engine("p0").InjectFault("prefill.hang_headers", 1)
 
 	body := func() *wire.ClientBody {

@@ -24,8 +24,8 @@ func (s *requestSupervisor) fail(ctx actor.Context, f *fault.Fault) {
 		return
 	}
 	s.env.metrics.EngineFault(f.Engine, f.Phase.String(), f.Kind.String(), f.Reason)
-	if f.Retriable() && s.attempt < s.env.rt.MaxAttempts && time.Now().Before(s.x.Deadline) {
-		if s.env.budget.tryRetry() {
+	if f.Retriable() && s.attempt < s.set.request.MaxAttempts && time.Now().Before(s.x.Deadline) {
+		if s.set.budget.tryRetry() {
 			s.env.metrics.Retry(f.Kind.String())
 			switch {
 			case f.Shuns(), s.breakerTakesOut(f):
@@ -46,6 +46,6 @@ func (s *requestSupervisor) fail(ctx actor.Context, f *fault.Fault) {
 // publishes it. The breaker hears of the failure when the request's fate is known (judge); the
 // retry must not land there meanwhile.
 func (s *requestSupervisor) breakerTakesOut(f *fault.Fault) bool {
-	e := s.env.fleet.engine(f.Engine)
+	e := s.env.fleet.load().engine(f.Engine)
 	return e != nil && f.CountsAgainstEngine() && e.takesOut.Load()
 }

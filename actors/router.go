@@ -13,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,7 +23,7 @@ import (
 	"github.com/narwhal-router/narwhal/cluster"
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/messages"
-	"github.com/narwhal-router/narwhal/transport"
+	"github.com/narwhal-router/narwhal/transport/fault"
 	"github.com/narwhal-router/narwhal/transport/ingress"
 	"github.com/narwhal-router/narwhal/transport/telemetry"
 )
@@ -39,7 +40,8 @@ type Options struct {
 
 // Router is the actor system behind the client API. It implements ingress.Dispatcher.
 type Router struct {
-	rt      config.Runtime // what every actor reads; never changed after start
+	rt      config.Runtime // the runtime the router started with: what a reload cannot change
+	cur     atomic.Pointer[config.Runtime]
 	metrics *telemetry.Metrics
 	log     *slog.Logger
 
@@ -48,8 +50,11 @@ type Router struct {
 	guardian *actor.PID
 	pool     *actor.PID
 	fleet    *fleet
-	states   []*engineState
-	cluster  *cluster.Node
+	// pooled is the pool's state (pool.go); all every engine actor's state, leaving ones
+	// included, as the pool last published it.
+	pooled  *poolState
+	all     atomic.Pointer[[]*engineState]
+	cluster *cluster.Node
 	// env is what request supervisors use of the router (request.go).
 	env *requestEnv
 
@@ -63,9 +68,11 @@ type Router struct {
 	scraper      *scraper // placement.scrape_interval_s; nil when off
 }
 
-// NewRouter builds the engine clients from rt and starts the actor system.
+// NewRouter builds the engine clients from rt and starts the actor system, with rt.Engines as
+// the fleet; SetEngines changes it. Every engine joins: it is placed once its join check passes.
 func NewRouter(rt config.Runtime, opts Options) (*Router, error) {
 	r := &Router{rt: rt, metrics: opts.Metrics, log: opts.Logger, cluster: opts.Cluster}
+	r.cur.Store(&rt)
 	if r.metrics == nil {
 		r.metrics = telemetry.Noop()
 	}
@@ -73,22 +80,14 @@ func NewRouter(rt config.Runtime, opts Options) (*Router, error) {
 		r.log = slog.New(slog.DiscardHandler)
 	}
 	fr := rt.Fleet
-	r.fleet = &fleet{byName: map[string]*engineView{}, policy: fr.Placement, loadFactor: fr.LoadFactor,
-		stale: fr.ScrapeStale, index: newPrefixIndex(fr.IndexBlocks)}
-	for _, e := range rt.Engines {
-		v := &engineView{idx: len(r.fleet.engines), name: e.Name, role: e.Role, maxInflight: e.MaxInflight,
-			client: transport.NewEngineClient(e, rt.Engine)}
-		if len(e.Models) > 0 {
-			ms := append([]string(nil), e.Models...)
-			v.models.Store(&ms)
-		}
-		v.placeable.Store(true)
-		r.fleet.engines = append(r.fleet.engines, v)
-		r.fleet.byName[e.Name] = v
-		r.states = append(r.states, &engineState{spec: e, view: v, breaker: newBreaker(rt.Recovery)})
+	r.fleet = &fleet{index: newPrefixIndex(fr.IndexBlocks)}
+	r.fleet.publish(nil)
+	r.all.Store(&[]*engineState{})
+	r.pooled = &poolState{initial: rt.Engines}
+	if fr.ScrapeInterval > 0 {
+		r.scraper = startScraper(fr.ScrapeInterval, func() time.Duration { return r.current().Fleet.ScrapeTimeout }, r.metrics)
 	}
 
-	r.metrics.ServeModels(r.fleet.models()) // configured models; discovered ones as engines list them
 	if rt.Recovery.ReadmitByHealth() {
 		r.log.Warn("readmission by health check (recovery.readmission: health): an ejected engine is readmitted when GET /health answers, even if its generations still hang; for development fleets only")
 	} else {
@@ -99,9 +98,9 @@ func NewRouter(rt config.Runtime, opts Options) (*Router, error) {
 		return slog.New(levelFloor{logger.Handler(), slog.LevelWarn}).With("lib", "protoactor")
 	}))
 	r.root = r.system.Root
-	r.env = &requestEnv{rt: rt.Request, fleet: r.fleet, placement: rt.Fleet, exposeEngineErrors: rt.Server.ExposeEngineErrors,
-		root: r.root, metrics: r.metrics, log: r.log, cluster: r.cluster,
-		budget: newRetryBudget(rt.Recovery.RetryBudget), blame: &blameLedger{}, live: &liveSet{}}
+	r.env = &requestEnv{fleet: r.fleet, root: r.root, metrics: r.metrics, log: r.log, cluster: r.cluster,
+		blame: &blameLedger{}, live: &liveSet{}}
+	r.env.settings.Store(newSettings(rt, nil))
 	if opts.AccessLog != nil {
 		r.env.access = newAccessLog(opts.AccessLog, rt.Log.AccessLogFlush)
 	}
@@ -117,37 +116,40 @@ func NewRouter(rt config.Runtime, opts Options) (*Router, error) {
 		actor.WithSupervisor(actor.NewOneForOneStrategy(10, time.Minute, func(any) actor.Directive { return actor.RestartDirective }))),
 		"narwhal")
 	if err != nil {
+		r.scraper.stop()
 		return nil, fmt.Errorf("start actor system: %w", err)
 	}
 	r.guardian = guardian
 	if _, err := r.root.RequestFuture(guardian, &awaitReady{}, 10*time.Second).Result(); err != nil {
+		r.scraper.stop()
 		return nil, fmt.Errorf("start engine actors: %w", err)
-	}
-	if fr.ScrapeInterval > 0 {
-		r.scraper = startScraper(r.fleet.engines, fr.ScrapeInterval, fr.ScrapeTimeout, r.metrics)
 	}
 	return r, nil
 }
 
-// WaitForModels waits, up to timeout, until every engine without configured models has
-// discovered them, so the first requests do not see unknown models.
-func (r *Router) WaitForModels(timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		var missing []string
-		for _, v := range r.fleet.engines {
-			if v.models.Load() == nil {
-				missing = append(missing, v.name)
-			}
-		}
-		if len(missing) == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("engines %v did not list their models within %s", missing, timeout)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+// current is the runtime as the last reload left it (Reconfigure).
+func (r *Router) current() *config.Runtime { return r.cur.Load() }
+
+// SetEngines makes specs the fleet, in their order: engines with new names join (placed once
+// their join check passes), engines whose names are missing leave (no new placement; their
+// streams finish within their deadline, then their actors, prefix-index bits, scrapers and
+// metric series go), and an engine whose spec changed in anything but its Source is replaced
+// by a new engine of the same name, with a fresh breaker. It returns once the fleet placement
+// reads is the new one. Names must be unique (the discovery catalog sees to it).
+func (r *Router) SetEngines(ctx context.Context, specs []config.EngineSpec) error {
+	_, err := r.ask(ctx, r.pool, &setEngines{specs: specs})
+	return err
+}
+
+// Reconfigure applies a reload's run-time settings (config.Reloadable) from next: requests that
+// arrive from now on read them (a request in flight keeps the settings it started with), the
+// breakers use the recovery settings for their next decision, and probes and join checks the
+// contract. What a reload cannot change is never read from next. The engine list is not
+// applied here: it reaches the router through its source (SetEngines).
+func (r *Router) Reconfigure(next config.Runtime) {
+	r.cur.Store(&next)
+	r.env.settings.Store(newSettings(next, r.env.current()))
+	r.root.Send(r.pool, &reconfigured{recovery: next.Recovery})
 }
 
 // Dispatch spawns the request supervisor for x and hands it x as its first message; the
@@ -179,17 +181,52 @@ func (r *Router) Finished(x *ingress.Exchange, m *ingress.StreamFinished) {
 }
 
 // Models implements ingress.ModelLister.
-func (r *Router) Models() []string { return r.fleet.models() }
+func (r *Router) Models() []string { return r.fleet.load().models() }
 
-// Engines returns every engine actor's state, in configuration order.
+// Engines returns every engine actor's state: the fleet's engines in their sources' order,
+// then the engines leaving it (state "removing") while their last requests finish.
 func (r *Router) Engines(ctx context.Context) ([]messages.EngineState, error) {
-	out := make([]messages.EngineState, len(r.fleet.engines))
-	for i, v := range r.fleet.engines {
-		res, err := r.ask(ctx, v.pid, &messages.Describe{})
-		if err != nil {
-			return nil, fmt.Errorf("engine %s: %w", v.name, err)
+	states, err := r.describeEngines(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]messages.EngineState, len(states))
+	for i, s := range states {
+		out[i] = *s.state
+	}
+	return out, nil
+}
+
+type described struct {
+	st    *engineState
+	state *messages.EngineState
+}
+
+// describeEngines asks every engine actor for its state, all at once. One that stopped
+// meanwhile (a leaving engine whose last request ended) is left out.
+func (r *Router) describeEngines(ctx context.Context) ([]described, error) {
+	all := *r.all.Load()
+	futures := make([]*actor.Future, len(all))
+	timeout := 5 * time.Second
+	if d, ok := ctx.Deadline(); ok {
+		timeout = time.Until(d)
+	}
+	if timeout <= 0 {
+		return nil, context.DeadlineExceeded
+	}
+	for i, st := range all {
+		futures[i] = r.root.RequestFuture(st.view.pid, &messages.Describe{}, timeout)
+	}
+	out := make([]described, 0, len(all))
+	for i, f := range futures {
+		res, err := f.Result()
+		switch {
+		case errors.Is(err, actor.ErrDeadLetter) && all[i].leaving:
+			continue
+		case err != nil:
+			return nil, fmt.Errorf("engine %s: %w", all[i].spec.Name, err)
 		}
-		out[i] = *res.(*messages.EngineState)
+		out = append(out, described{all[i], res.(*messages.EngineState)})
 	}
 	return out, nil
 }
@@ -231,7 +268,7 @@ func (r *Router) Readmit(ctx context.Context, name string, force bool) (string, 
 }
 
 func (r *Router) admin(ctx context.Context, name string, msg any) (string, error) {
-	v := r.fleet.engine(name)
+	v := r.fleet.load().engine(name)
 	if v == nil {
 		return "", fmt.Errorf("%w: %q", ErrUnknownEngine, name)
 	}
@@ -246,16 +283,51 @@ func (r *Router) admin(ctx context.Context, name string, msg any) (string, error
 	return d.State, nil
 }
 
-// Ready reports whether every role has an admitted engine.
-func (r *Router) Ready() bool {
-	var prefill, decode bool
-	for _, v := range r.fleet.engines {
-		if v.placeable.Load() {
-			prefill = prefill || v.role.CanPrefill()
-			decode = decode || v.role.CanDecode()
-		}
+// Ready reports whether the router can serve requests: every role the disaggregation policy
+// needs has an admitted engine — prefill and decode under always, decode under auto and never
+// (auto decodes on the consumer alone when no producer is admitted). While it cannot, reason
+// says which role lacks one and where that role's engines stand.
+func (r *Router) Ready() (ready bool, reason string) {
+	f := r.fleet.load()
+	policy := r.current().Fleet.Disaggregation
+	phases := []fault.Phase{fault.PhaseDecode}
+	if policy == config.DisaggAlways {
+		phases = []fault.Phase{fault.PhasePrefill, fault.PhaseDecode}
 	}
-	return prefill && decode
+	var missing []string
+	for _, phase := range phases {
+		var states []string
+		admittedOne := false
+		for _, v := range f.engines {
+			if !v.canServe(phase) {
+				continue
+			}
+			if v.placeable.Load() {
+				admittedOne = true
+				break
+			}
+			states = append(states, v.name+" "+breakerState(v.state.Load()).String())
+		}
+		if admittedOne {
+			continue
+		}
+		why := "no engine of the fleet can run it"
+		if len(states) > 0 {
+			why = strings.Join(states, ", ")
+		}
+		missing = append(missing, fmt.Sprintf("no admitted engine can run the %s leg (%s)", phase, why))
+	}
+	if len(missing) == 0 {
+		return true, ""
+	}
+	return false, strings.Join(missing, "; ") + fmt.Sprintf("; disaggregation.policy %s needs %s", policy, needs(phases))
+}
+
+func needs(phases []fault.Phase) string {
+	if len(phases) == 2 {
+		return "an admitted prefill and an admitted decode engine"
+	}
+	return "an admitted decode engine"
 }
 
 // InFlight is the number of live request supervisors.
@@ -275,7 +347,7 @@ func (r *Router) AbortAll() {
 func (r *Router) Close() {
 	r.scraper.stop()
 	r.root.StopFuture(r.guardian).Wait()
-	for _, st := range r.states {
+	for _, st := range *r.all.Load() {
 		st.timers.stop()
 		st.view.client.Close()
 	}

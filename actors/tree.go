@@ -23,14 +23,13 @@ type TreeNode struct {
 // Tree is a consistent-per-actor dump of the supervisor tree: each actor reports its own state
 // from inside its mailbox, so no state is read while it changes.
 func (r *Router) Tree(ctx context.Context) (TreeNode, error) {
-	engines, err := r.Engines(ctx)
+	engines, err := r.describeEngines(ctx)
 	if err != nil {
 		return TreeNode{}, err
 	}
 	pool := TreeNode{Name: "engines", Kind: "pool", PID: r.pool.Id}
-	for i, e := range engines {
-		e := e
-		pool.Children = append(pool.Children, TreeNode{Name: e.Name, Kind: "engine", PID: r.fleet.engines[i].pid.Id, State: &e})
+	for _, e := range engines {
+		pool.Children = append(pool.Children, TreeNode{Name: e.state.Name, Kind: "engine", PID: e.st.view.pid.Id, State: e.state})
 	}
 	reqs := r.Requests(ctx)
 	sort.Slice(reqs, func(i, j int) bool { return reqs[i].ElapsedS > reqs[j].ElapsedS })
@@ -70,8 +69,8 @@ func (n TreeNode) text(b *strings.Builder, indent string) {
 func stateLine(state any) string {
 	switch s := state.(type) {
 	case *messages.EngineState:
-		line := fmt.Sprintf("role=%s state=%s streak=%d reserved=prefill:%d,decode:%d",
-			s.Role, s.State, s.Streak, s.Reserved.Prefill, s.Reserved.Decode)
+		line := fmt.Sprintf("role=%s state=%s source=%s streak=%d reserved=prefill:%d,decode:%d",
+			s.Role, s.State, s.Source, s.Streak, s.Reserved.Prefill, s.Reserved.Decode)
 		if s.QuarantineEnds != nil {
 			line += " quarantine_until=" + s.QuarantineEnds.UTC().Format(time.RFC3339Nano)
 		}
@@ -83,6 +82,9 @@ func stateLine(state any) string {
 		}
 		if p := s.LastProbe; p != nil {
 			line += fmt.Sprintf(" last_probe=%s(%s: %s)", p.Result, p.Mode, p.Reason)
+		}
+		if p := s.JoinCheck; p != nil && (s.State == "joining" || s.LastProbe == nil) {
+			line += fmt.Sprintf(" join_check=%s(%s: %s)", p.Result, p.Mode, p.Reason)
 		}
 		return line
 	case *messages.RequestState:

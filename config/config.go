@@ -46,6 +46,9 @@ type Server struct {
 	MaxBodyBytes         int     `yaml:"max_body_bytes"`
 	ExposeRoutingHeaders bool    `yaml:"expose_routing_headers"`
 	ShutdownGraceS       Seconds `yaml:"shutdown_grace_s"`
+	// DrainDelayS is how long, after SIGTERM, the client listener keeps accepting while
+	// /readyz already answers 503, so that load balancers stop sending before it closes.
+	DrainDelayS Seconds `yaml:"drain_delay_s"`
 	// HeaderTimeoutS bounds how long a client may take to send its request line, headers and
 	// body. It never applies to responses, which stream for as long as the engine generates.
 	HeaderTimeoutS Seconds `yaml:"header_timeout_s"`
@@ -103,6 +106,8 @@ type EngineTimeouts struct {
 	DecodeReadTimeoutS Seconds `yaml:"decode_read_timeout_s"`
 	// ConnectTimeoutS bounds a TCP connect to an engine; it is also capped by the leg budget.
 	ConnectTimeoutS Seconds `yaml:"connect_timeout_s"`
+	// ModelsTimeoutS bounds one GET /v1/models asked of an engine without configured models.
+	ModelsTimeoutS Seconds `yaml:"models_timeout_s"`
 	// IdleConnTimeoutS drops pooled engine connections idle for longer than this. Keep it below
 	// the engine's own keep-alive timeout (uvicorn's default is 5 s) so a request never lands on
 	// a connection the engine is closing.
@@ -219,11 +224,21 @@ type EngineContract struct {
 	Connector   string `yaml:"connector"`
 }
 
-// Preflight configures the start-up contract check and KV transfer probes.
+// Preflight configures the contract check and KV transfer matrix (`narwhal preflight`, and
+// `narwhal serve` with Require all).
 type Preflight struct {
 	// Concurrency bounds how many producer→consumer probes run at once.
 	Concurrency int `yaml:"concurrency"`
+	// Require is what `narwhal serve` demands before it listens: RequireNone (start at once;
+	// each engine joins after its own check) or RequireAll (the whole matrix must pass).
+	Require string `yaml:"require"`
 }
+
+// Preflight requirements.
+const (
+	RequireNone = "none"
+	RequireAll  = "all"
+)
 
 // Role says which legs an engine may run.
 type Role string
@@ -339,6 +354,7 @@ func Default() Config {
 			AdminListen:    "127.0.0.1:8001",
 			MaxBodyBytes:   8 << 20,
 			ShutdownGraceS: 30,
+			DrainDelayS:    5,
 			HeaderTimeoutS: 30,
 			IdleTimeoutS:   120,
 
@@ -355,6 +371,7 @@ func Default() Config {
 			FirstTokenTimeoutS: 60,
 			DecodeReadTimeoutS: 30,
 			ConnectTimeoutS:    5,
+			ModelsTimeoutS:     5,
 			IdleConnTimeoutS:   4,
 
 			PassthroughTimeoutS: 60,
@@ -374,7 +391,7 @@ func Default() Config {
 			ProbeMaxIntervalS: 60,
 			Readmission:       ReadmissionProbe,
 		},
-		Preflight: Preflight{Concurrency: 4},
+		Preflight: Preflight{Concurrency: 4, Require: RequireNone},
 		Tracing:   Tracing{Protocol: TracingGRPC, SampleRatio: 1, ServiceName: "narwhal"},
 		Log:       Log{Level: "info", Format: "json", AccessLog: true, AccessLogFlushS: 0.2},
 		Cluster:   defaultCluster(),

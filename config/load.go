@@ -61,6 +61,37 @@ func Parse(data []byte, lookupEnv func(string) (string, bool)) (Config, error) {
 	return cfg, cfg.validate()
 }
 
+// ParseEngine strictly decodes one engine in the configuration's shape (an item of engines:,
+// as YAML or JSON): an unknown key or a value of the wrong type is an error naming it, and
+// unset keys get the engines' defaults. `${NAME}` references are refused, not expanded: an
+// engine handed over at run time (the admin API) must not read the router's environment.
+// The values are validated by ProvisionEngine.
+func ParseEngine(data []byte) (Engine, error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return Engine{}, fmt.Errorf("not valid JSON or YAML: %w", err)
+	}
+	if doc.Kind == 0 || len(doc.Content) == 0 {
+		return Engine{}, errors.New(`empty: want one engine with at least its name, url and role, as in {"name": "d4", "url": "http://10.0.0.24:8000", "role": "decode"} (JSON or YAML)`)
+	}
+	root := doc.Content[0]
+	if root.Kind != yaml.MappingNode {
+		return Engine{}, fmt.Errorf("%s is not an engine; want an object with the keys of an item of the engines list", describe(root))
+	}
+	w := &walker{lines: map[string]int{}, bad: map[string]bool{},
+		lookupEnv: func(string) (string, bool) { return "", false }, noEnv: true}
+	var e Engine
+	w.walk(root, reflect.TypeOf(e), "")
+	if len(w.errs) > 0 {
+		return Engine{}, errors.Join(byLine(w.errs)...)
+	}
+	if err := root.Decode(&e); err != nil {
+		return Engine{}, fmt.Errorf("wrong type: %w", tidyYAMLError(err))
+	}
+	e.applyDefaults()
+	return e, nil
+}
+
 // validate checks what the file alone can tell: every value but the connector names.
 func (c *Config) validate() error {
 	ck := &checker{lines: c.lines}
@@ -77,6 +108,8 @@ type walker struct {
 	lookupEnv func(string) (string, bool)
 	errs      []error
 	bad       map[string]bool // paths whose value was refused
+	// noEnv refuses `${NAME}` references instead of expanding them (ParseEngine).
+	noEnv bool
 }
 
 func (w *walker) fail(line int, path, format string, args ...any) {
@@ -259,6 +292,10 @@ var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
 func (w *walker) expandEnv(n *yaml.Node, path string) bool {
 	if !strings.Contains(n.Value, "${") {
 		return true
+	}
+	if w.noEnv {
+		w.fail(n.Line, path, "environment references (${NAME}) are not expanded here; write the value itself")
+		return false
 	}
 	var missing []string
 	n.Value = envRef.ReplaceAllStringFunc(n.Value, func(ref string) string {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"reflect"
 	"strconv"
 	"time"
 
@@ -36,15 +37,40 @@ type Runtime struct {
 	Cluster ClusterRuntime
 	// Discovery is the engine sources to run beside Engines (discovery.*, config/discovery.go).
 	Discovery DiscoveryRuntime
+
+	// Connectors is the KV connector registry the runtime was provisioned with: engines found
+	// at run time (the admin API, discovery sources) are provisioned with it too.
+	Connectors kv.Registry
+
+	// reserved are the router's own listener ports: no producer's descriptor may name them,
+	// whatever the engine's allowed ports say (kv.Side.ReservedPorts).
+	reserved []int
+
+	// file is the configuration this runtime was provisioned from: a reload compares the next
+	// file with it key by key (Changes), and the file source reports its engines (FileEngines).
+	file Config
+}
+
+// FileEngines is the configuration file's engine list, in the file's shape: what the file
+// source reports (transport/discovery), so the file's engines join the fleet like any others.
+func (rt Runtime) FileEngines() []Engine {
+	out := make([]Engine, len(rt.file.Engines))
+	for i, e := range rt.file.Engines {
+		out[i] = e.clone()
+	}
+	return out
 }
 
 // ServerRuntime is the client listener's provisioned settings (server.*).
 type ServerRuntime struct {
-	Listen               string
-	MaxBodyBytes         int
-	HeaderTimeout        time.Duration
-	IdleTimeout          time.Duration
-	ShutdownGrace        time.Duration
+	Listen        string
+	MaxBodyBytes  int
+	HeaderTimeout time.Duration
+	IdleTimeout   time.Duration
+	ShutdownGrace time.Duration
+	// DrainDelay is server.drain_delay_s: after SIGTERM, /readyz answers 503 and the listener
+	// keeps accepting this long before it closes.
+	DrainDelay           time.Duration
 	ExposeRoutingHeaders bool
 	MaxHeaderBytes       int
 	ClientWriteTimeout   time.Duration
@@ -103,7 +129,9 @@ type EngineTimings struct {
 	// deadline alone bounds the stream.
 	DecodeRead time.Duration
 	Connect    time.Duration
-	IdleConn   time.Duration
+	// Models bounds one GET /v1/models (engine.models_timeout_s).
+	Models   time.Duration
+	IdleConn time.Duration
 	// Passthrough bounds a whole passthrough request (embeddings, tokenize, score, rerank).
 	Passthrough time.Duration
 	// MaxHeldBytes and MaxHeldEvents bound what is held before the first token.
@@ -155,12 +183,19 @@ type RetryBudgetRuntime struct {
 // PreflightRuntime is preflight.*.
 type PreflightRuntime struct {
 	Concurrency int
+	// RequireAll is preflight.require: all — `narwhal serve` runs the whole matrix before it
+	// listens and exits on a failure.
+	RequireAll bool
 }
 
 // EngineSpec is one configured engine, resolved: its URL parsed, its connector found in the
 // registry, its KV side assembled.
 type EngineSpec struct {
 	Name string
+	// Source names where the engine was found ("file" for the configuration's list, "admin",
+	// or a discovery source's name). It is a label: two specs that differ only in it describe
+	// the same engine.
+	Source string
 	// URL is the engine's base URL as configured; Base is its scheme://host[:port], Addr the
 	// host:port to dial (the scheme's port when the URL names none), TLS whether it is https.
 	URL  string
@@ -265,6 +300,7 @@ func Provision(c Config, connectors kv.Registry) (Runtime, error) {
 			HeaderTimeout:        c.Server.HeaderTimeoutS.Duration(),
 			IdleTimeout:          c.Server.IdleTimeoutS.Duration(),
 			ShutdownGrace:        c.Server.ShutdownGraceS.Duration(),
+			DrainDelay:           c.Server.DrainDelayS.Duration(),
 			ExposeRoutingHeaders: c.Server.ExposeRoutingHeaders,
 			MaxHeaderBytes:       c.Server.MaxHeaderBytes,
 			ClientWriteTimeout:   c.Server.ClientWriteTimeoutS.Duration(),
@@ -306,11 +342,13 @@ func Provision(c Config, connectors kv.Registry) (Runtime, error) {
 			ProbeMaxInterval:  c.Recovery.ProbeMaxIntervalS.Duration(),
 			Readmission:       c.Recovery.Readmission,
 		},
-		Preflight: PreflightRuntime{Concurrency: c.Preflight.Concurrency},
+		Preflight: PreflightRuntime{Concurrency: c.Preflight.Concurrency, RequireAll: c.Preflight.Require == RequireAll},
 		Log: LogRuntime{Level: logLevel(c.Log.Level), Format: c.Log.Format, AccessLog: c.Log.AccessLog,
 			AccessLogFlush: c.Log.AccessLogFlushS.Duration()},
-		Cluster:   c.Cluster.provision(),
-		Discovery: c.Discovery.provision(),
+		Cluster:    c.Cluster.provision(),
+		Discovery:  c.Discovery.provision(),
+		Connectors: connectors,
+		file:       c.clone(),
 	}
 	if ec := c.EngineContract; ec != nil {
 		pinned := *ec
@@ -322,6 +360,7 @@ func Provision(c Config, connectors kv.Registry) (Runtime, error) {
 	}
 	var errs []error
 	reserved := c.reservedPorts()
+	rt.reserved = reserved
 	for _, e := range c.Engines {
 		spec, err := ProvisionEngine(e, connectors)
 		if err != nil {
@@ -329,6 +368,7 @@ func Provision(c Config, connectors kv.Registry) (Runtime, error) {
 			continue
 		}
 		spec.KV.ReservedPorts = reserved
+		spec.Source = SourceFile
 		rt.Engines = append(rt.Engines, spec)
 	}
 	if len(errs) > 0 { // unreachable after Validate; kept so that a gap between the two says so
@@ -337,12 +377,46 @@ func Provision(c Config, connectors kv.Registry) (Runtime, error) {
 	return rt, nil
 }
 
-// ProvisionEngine resolves one engine: its URL and its connector (kv.connector, "" for the
-// default) in connectors. Provision calls it for every configured engine; a program that builds
-// an engine client on its own (the transport package's Go API) may call it directly.
+// SameEngine reports whether two specs describe the same engine: equal in everything but their
+// Source (connectors compared by name). An engine whose spec changes otherwise is a new engine.
+func SameEngine(a, b EngineSpec) bool {
+	if (a.Connector == nil) != (b.Connector == nil) || (a.Connector != nil && a.Connector.Name() != b.Connector.Name()) {
+		return false
+	}
+	a.Source, b.Source, a.Connector, b.Connector = "", "", nil, nil
+	return reflect.DeepEqual(a, b)
+}
+
+// ProvisionEngine provisions an engine found while the router runs (the admin API, a discovery
+// source) as Provision provisions the file's: with the runtime's connector registry, and kept
+// off the router's own listener ports.
+func (rt Runtime) ProvisionEngine(e Engine) (EngineSpec, error) {
+	spec, err := ProvisionEngine(e, rt.Connectors)
+	if err != nil {
+		return EngineSpec{}, err
+	}
+	spec.KV.ReservedPorts = rt.reserved
+	return spec, nil
+}
+
+// SourceFile is the Source of the configuration file's engines.
+const SourceFile = "file"
+
+// ProvisionEngine validates one engine as the configuration's engine list is validated (its
+// name, URL, role, models and KV side; its connector, kv.connector or "" for the default,
+// against connectors) and resolves it. Provision calls it for every configured engine; the
+// engines found at run time (the admin API, discovery sources) are provisioned by it too, so
+// each is held to the file's rules; a program that builds an engine client on its own (the
+// transport package's Go API) may call it directly. The error names the engine and every
+// problem.
 func ProvisionEngine(e Engine, connectors kv.Registry) (EngineSpec, error) {
+	ck := &checker{connectors: &connectors}
+	ck.engine("", e)
+	if len(ck.errs) > 0 {
+		return EngineSpec{}, fmt.Errorf("engine %s: %w", e.Name, errors.Join(ck.errs...))
+	}
 	u, err := url.Parse(e.URL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+	if err != nil {
 		return EngineSpec{}, fmt.Errorf("engine %s: %q is not an engine base URL; write http://host:port or https://host:port", e.Name, e.URL)
 	}
 	conn, err := connectors.For(e.KV.Connector)
@@ -383,6 +457,7 @@ func (t EngineTimeouts) provision(maxResponse int) EngineTimings {
 		FirstToken: t.FirstTokenTimeoutS.Duration(),
 		DecodeRead: t.DecodeReadTimeoutS.Duration(),
 		Connect:    t.ConnectTimeoutS.Duration(),
+		Models:     t.ModelsTimeoutS.Duration(),
 		IdleConn:   t.IdleConnTimeoutS.Duration(),
 
 		Passthrough:      t.PassthroughTimeoutS.Duration(),

@@ -149,6 +149,9 @@ func (c *Config) check(ck *checker) {
 		ck.fail("server.max_body_bytes", "must be a byte count greater than 0, got %d", c.Server.MaxBodyBytes)
 	}
 	ck.nonNegative("server.shutdown_grace_s", c.Server.ShutdownGraceS)
+	if f := float64(c.Server.DrainDelayS); !finite(f) || f < 0 || f > maxDrainDelay {
+		ck.fail("server.drain_delay_s", "%v is not allowed; want a number of seconds from 0 (close the listener at once) to %d", f, maxDrainDelay)
+	}
 	ck.positive("server.header_timeout_s", c.Server.HeaderTimeoutS)
 	ck.positive("server.idle_timeout_s", c.Server.IdleTimeoutS)
 	ck.positive("server.admin_idle_timeout_s", c.Server.AdminIdleTimeoutS)
@@ -177,6 +180,7 @@ func (c *Config) check(ck *checker) {
 	ck.positive("engine.first_token_timeout_s", c.Engine.FirstTokenTimeoutS)
 	ck.nonNegative("engine.decode_read_timeout_s", c.Engine.DecodeReadTimeoutS)
 	ck.positive("engine.connect_timeout_s", c.Engine.ConnectTimeoutS)
+	ck.positive("engine.models_timeout_s", c.Engine.ModelsTimeoutS)
 	ck.positive("engine.idle_conn_timeout_s", c.Engine.IdleConnTimeoutS)
 	ck.positive("engine.passthrough_timeout_s", c.Engine.PassthroughTimeoutS)
 	if v := c.Engine.MaxHeldBytes; v < 1 || v > 1<<30 {
@@ -224,6 +228,7 @@ func (c *Config) check(ck *checker) {
 	if c.Preflight.Concurrency < 1 {
 		ck.fail("preflight.concurrency", "must be 1 or more, got %d", c.Preflight.Concurrency)
 	}
+	ck.oneOf("preflight.require", c.Preflight.Require, RequireNone, RequireAll)
 
 	c.validateEngines(ck)
 
@@ -330,6 +335,10 @@ func (ck *checker) engineFields(p string, e Engine) {
 		ck.oneOf(fmt.Sprintf("%s[%d]", joinPath(p, "kv.transfer_modes"), j), m, "pull", "push")
 	}
 }
+
+// maxDrainDelay bounds server.drain_delay_s: load balancers notice a failing readiness check
+// within seconds; minutes would only delay every shutdown.
+const maxDrainDelay = 300
 
 func (c *Config) checkPlacement(ck *checker) {
 	d := c.Disaggregation

@@ -62,15 +62,16 @@ func TestSystemdUnitIsHardened(t *testing.T) {
 	if n, err := strconv.Atoi(strings.Join(svc["LimitNOFILE"], "")); err != nil || n < 65536 {
 		t.Errorf("LimitNOFILE = %v, want at least 65536", svc["LimitNOFILE"])
 	}
-	// Reload is a validated restart: check the file, then SIGTERM (Restart=always starts it
-	// again with the new configuration).
-	reload := strings.Join(svc["ExecReload"], "\n")
-	if !strings.Contains(reload, "serve --check") || !strings.Contains(reload, "kill -TERM $MAINPID") {
-		t.Errorf("ExecReload = %q, want a configuration check, then SIGTERM", svc["ExecReload"])
+	// Reload is in place: check the file, then SIGHUP to the main process (never SIGTERM: that
+	// is a restart). The check comes first, so a file that fails it is never signalled.
+	reload := svc["ExecReload"]
+	if len(reload) != 2 || !strings.Contains(reload[0], "serve --check") || !strings.HasSuffix(reload[1], "kill -HUP $MAINPID") ||
+		strings.Contains(strings.Join(reload, " "), "TERM") {
+		t.Errorf("ExecReload = %q, want a configuration check, then SIGHUP to $MAINPID", reload)
 	}
 	// The running process holds its ports while a reload checks the new file: binding them
 	// would fail every reload. Before a start they must be free, so that check binds them.
-	if !strings.Contains(reload, "--skip-bind-check") || strings.Contains(strings.Join(svc["ExecStartPre"], ""), "--skip-bind-check") {
+	if !strings.Contains(strings.Join(reload, " "), "--skip-bind-check") || strings.Contains(strings.Join(svc["ExecStartPre"], ""), "--skip-bind-check") {
 		t.Errorf("ExecReload %q / ExecStartPre %q: the reload check must skip binding the listeners, the start check must not",
 			svc["ExecReload"], svc["ExecStartPre"])
 	}
@@ -78,9 +79,11 @@ func TestSystemdUnitIsHardened(t *testing.T) {
 	if !strings.Contains(start, " serve --config ") || !strings.Contains(strings.Join(svc["ExecStartPre"], ""), "serve --check") {
 		t.Errorf("ExecStart %q / ExecStartPre %q", start, svc["ExecStartPre"])
 	}
-	// A graceful stop (server.shutdown_grace_s) must fit in the stop timeout.
-	if n, err := strconv.Atoi(strings.Join(svc["TimeoutStopSec"], "")); err != nil || n <= int(config.Default().Server.ShutdownGraceS) {
-		t.Errorf("TimeoutStopSec = %v, want more than the default shutdown grace %v s", svc["TimeoutStopSec"], config.Default().Server.ShutdownGraceS)
+	// A graceful stop (server.drain_delay_s, then server.shutdown_grace_s) must fit in the stop
+	// timeout.
+	d := config.Default().Server
+	if n, err := strconv.Atoi(strings.Join(svc["TimeoutStopSec"], "")); err != nil || float64(n) <= float64(d.DrainDelayS+d.ShutdownGraceS) {
+		t.Errorf("TimeoutStopSec = %v, want more than the default drain delay and shutdown grace %v s", svc["TimeoutStopSec"], d.DrainDelayS+d.ShutdownGraceS)
 	}
 	if len(u["Install"]["WantedBy"]) == 0 {
 		t.Error("no [Install] WantedBy")
@@ -323,7 +326,7 @@ func TestKubernetesManifests(t *testing.T) {
 	for _, p := range at(t, c, "ports").([]any) {
 		ports[at(t, p, "name").(string)] = at(t, p, "containerPort").(int)
 	}
-	for probe, path := range map[string]string{"readinessProbe": "/readyz", "livenessProbe": "/healthz"} {
+	for probe, path := range map[string]string{"readinessProbe": "/readyz", "livenessProbe": "/healthz", "startupProbe": "/healthz"} {
 		if got := at(t, c, probe, "httpGet", "path"); got != path {
 			t.Errorf("%s path %v, want %s", probe, got, path)
 		}
@@ -380,8 +383,31 @@ func TestKubernetesManifests(t *testing.T) {
 	if cfg.Server.AdminToken == "" {
 		t.Error("the admin listener is reachable from the pod network and has no token")
 	}
-	if grace := at(t, dep, "spec", "template", "spec", "terminationGracePeriodSeconds").(int); float64(grace) <= float64(cfg.Server.ShutdownGraceS) {
-		t.Errorf("terminationGracePeriodSeconds %d does not leave room for shutdown_grace_s %v", grace, cfg.Server.ShutdownGraceS)
+	// A termination runs the preStop sleep, then SIGTERM: the drain delay (/readyz 503, the
+	// listener still serving), then the shutdown grace. All of it must fit in the pod's grace,
+	// or the kubelet kills streams the configuration promised to let finish.
+	preStop, ok := at(t, c, "lifecycle", "preStop", "sleep", "seconds").(int)
+	if !ok || preStop < 1 {
+		t.Errorf("no preStop sleep (a native sleep: the image has no shell): %v", at(t, c, "lifecycle"))
+	}
+	if cfg.Server.DrainDelayS <= 0 {
+		t.Error("server.drain_delay_s is 0: SIGTERM would close the listener while load balancers still send")
+	}
+	need := float64(preStop) + float64(cfg.Server.DrainDelayS) + float64(cfg.Server.ShutdownGraceS)
+	if grace := at(t, dep, "spec", "template", "spec", "terminationGracePeriodSeconds").(int); float64(grace) <= need {
+		t.Errorf("terminationGracePeriodSeconds %d does not leave room for the preStop sleep %d s, drain_delay_s %v and shutdown_grace_s %v",
+			grace, preStop, cfg.Server.DrainDelayS, cfg.Server.ShutdownGraceS)
+	}
+	// Readiness must notice a drain well within it: a failing /readyz is seen within
+	// periodSeconds × failureThreshold.
+	period, _ := at(t, c, "readinessProbe", "periodSeconds").(int)
+	threshold, _ := at(t, c, "readinessProbe", "failureThreshold").(int)
+	if period == 0 || threshold == 0 || float64(period*threshold) >= float64(cfg.Server.DrainDelayS) {
+		t.Errorf("readiness notices a drain after up to %d × %d s, not within drain_delay_s %v", period, threshold, cfg.Server.DrainDelayS)
+	}
+	// The liveness probe waits for the start (the startup probe), not a fixed delay.
+	if d, set := at(t, c, "livenessProbe").(map[string]any)["initialDelaySeconds"]; set {
+		t.Errorf("livenessProbe.initialDelaySeconds %v: the startup probe holds liveness back instead", d)
 	}
 	if tp := at(t, docs["Service"], "spec", "ports", 0, "targetPort"); tp != "http" {
 		t.Errorf("the Service targets %v, not the http port", tp)

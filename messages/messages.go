@@ -65,10 +65,12 @@ type CapacityFreed struct {
 
 // EngineChanged tells the pool an engine's breaker state or capacity changed.
 type EngineChanged struct {
-	Engine    string
-	State     string // admitted, quarantined, ejected, probing
-	Placeable bool
-	HasRoom   bool
+	Engine string
+	// Incarnation tells apart engines of one name (one removed, one added again under it).
+	Incarnation uint64
+	State       string // joining, admitted, quarantined, ejected, probing
+	Placeable   bool
+	HasRoom     bool
 	// ByAdmin marks an ejection an operator made; it holds until an operator readmits, so the
 	// whole-wave policy leaves it alone.
 	ByAdmin bool
@@ -86,9 +88,14 @@ type Describe struct{}
 
 // EngineState is an engine actor's snapshot.
 type EngineState struct {
-	Name           string     `json:"name"`
-	Role           string     `json:"role"`
-	State          string     `json:"state"`
+	Name string `json:"name"`
+	Role string `json:"role"`
+	// State is joining (new to the fleet, placed once its join check passes), admitted,
+	// quarantined, ejected, probing, or removing (it left the fleet; its last requests finish).
+	State string `json:"state"`
+	// Source is where the engine was found: "file" (the configuration's list), "admin" (the
+	// admin API) or a discovery source's name.
+	Source         string     `json:"source"`
 	Streak         int        `json:"streak"`
 	Reserved       PhaseSlots `json:"reservations"`
 	MaxInflight    int        `json:"max_inflight"`
@@ -97,7 +104,9 @@ type EngineState struct {
 	EjectedAt      *time.Time `json:"ejected_at"`
 	NextProbe      *time.Time `json:"next_probe"`
 	LastProbe      *Probe     `json:"last_probe"`
-	Restarts       int        `json:"restarts"`
+	// JoinCheck is the newest check the engine ran to join the fleet (kept once it is admitted).
+	JoinCheck *Probe `json:"join_check,omitempty"`
+	Restarts  int    `json:"restarts"`
 	// Readmission is how this engine is readmitted after an ejection: "probe" (an inference
 	// probe) or "health" (a health check, recovery.readmission: health).
 	Readmission string `json:"readmission"`
@@ -138,7 +147,7 @@ type PhaseSlots struct {
 	Decode  int `json:"decode"`
 }
 
-// Probe is the outcome of one inference probe.
+// Probe is the outcome of one inference probe or join check.
 type Probe struct {
 	At      time.Time `json:"at"`
 	Result  string    `json:"result"` // success | failure | inconclusive

@@ -1,7 +1,9 @@
 // Package node assembles a running Narwhal from a provisioned configuration (config.Runtime):
-// the metrics reporters, the tracer, the cluster membership, the actor router, the client
-// listener and the admin listener, with graceful shutdown. The
-// `narwhal serve` and `narwhal demo` commands and the end-to-end tests all start Narwhal here.
+// the metrics reporters, the tracer, the cluster membership, the actor router, the engine
+// sources and their catalog (the configuration file's list, the admin API, the discovery
+// sources), the client listener and the admin listener; it reloads the configuration's run-time
+// settings, and shuts down with a drain load balancers see. The `narwhal serve` and `narwhal
+// demo` commands and the end-to-end tests all start Narwhal here.
 package node
 
 import (
@@ -24,8 +26,10 @@ import (
 	"github.com/narwhal-router/narwhal/actors"
 	"github.com/narwhal-router/narwhal/cluster"
 	"github.com/narwhal-router/narwhal/config"
+	"github.com/narwhal-router/narwhal/messages"
 	"github.com/narwhal-router/narwhal/node/procs"
 	"github.com/narwhal-router/narwhal/transport/admin"
+	"github.com/narwhal-router/narwhal/transport/discovery"
 	"github.com/narwhal-router/narwhal/transport/ingress"
 	"github.com/narwhal-router/narwhal/transport/memory"
 	"github.com/narwhal-router/narwhal/transport/telemetry"
@@ -48,12 +52,16 @@ type Options struct {
 	// GOMEMLIMIT is set), so that garbage a burst leaves is collected before the process
 	// outgrows the budget by much. Only the process that owns the runtime sets it.
 	SetMemoryLimit bool
+	// LogLevel, when set, is the level Logger's handler reads: a reload changes it
+	// (log.level). Without it log.level is fixed at start.
+	LogLevel *slog.LevelVar
 }
 
 // Server is one running Narwhal.
 type Server struct {
-	rt        config.Runtime
+	cur       atomic.Pointer[config.Runtime]
 	log       *slog.Logger
+	logLevel  *slog.LevelVar
 	reporting *telemetry.Reporting
 	tracer    *tracing.Tracer // nil: tracing off
 	router    *actors.Router
@@ -69,12 +77,25 @@ type Server struct {
 	stopErr   error
 	procs     *procs.Controller // nil unless server.procs is auto and SizeProcs is set
 	budget    *memory.Budget    // server.max_buffered_bytes
+
+	catalog *discovery.Catalog
+	file    *discovery.FileSource
+	admins  *discovery.AdminSource
+	// draining is set once a shutdown began: /readyz answers 503 while the listener still
+	// accepts for server.drain_delay_s; endDrain cuts that delay short.
+	draining atomic.Bool
+	endDrain chan struct{}
+	drainEnd sync.Once
+
+	reloadMu sync.Mutex
+	reload   *ReloadStatus // the last reload's outcome; nil before the first
 }
 
 // Start builds everything from rt (config.Provision made it, with the connector registry the
 // process runs with) and begins serving. On error nothing is left running.
 func Start(rt config.Runtime, opts Options) (_ *Server, err error) {
-	s := &Server{rt: rt, log: opts.Logger, served: make(chan error, 2)}
+	s := &Server{log: opts.Logger, logLevel: opts.LogLevel, served: make(chan error, 2), endDrain: make(chan struct{})}
+	s.cur.Store(&rt)
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -87,7 +108,6 @@ func Start(rt config.Runtime, opts Options) (_ *Server, err error) {
 		}
 	}()
 
-	warnUnconstrainedProducers(s.log, rt.Engines)
 	if s.reporting, err = telemetry.NewReporting(rt.Metrics); err != nil {
 		return nil, err
 	}
@@ -111,9 +131,10 @@ func Start(rt config.Runtime, opts Options) (_ *Server, err error) {
 	}
 	cleanup = append(cleanup, s.router.Close)
 	s.peers.Attach(s.router.PeerVerdict)
-	if err := s.router.WaitForModels(rt.Engine.FirstToken); err != nil {
-		s.log.Warn("starting without every engine's model list", "error", err)
+	if err := s.startSources(rt); err != nil {
+		return nil, err
 	}
+	cleanup = append(cleanup, s.catalog.Close)
 
 	if s.tracer, err = tracing.New(rt.Tracing); err != nil {
 		return nil, err
@@ -168,7 +189,7 @@ func Start(rt config.Runtime, opts Options) (_ *Server, err error) {
 		}
 	}()
 	if s.adminLn != nil {
-		s.admin = &http.Server{Handler: admin.Handler(adminFleet{s.router}, s.reporting.Prometheus, rt.Admin.Token, s.adminLn.Addr().String()),
+		s.admin = &http.Server{Handler: admin.Handler(adminFleet{s.router, s}, s.reporting.Prometheus, rt.Admin.Token, s.adminLn.Addr().String()),
 			ReadHeaderTimeout: 10 * time.Second, IdleTimeout: rt.Admin.IdleTimeout}
 		go func() {
 			if err := s.admin.Serve(s.adminLn); !errors.Is(err, http.ErrServerClosed) {
@@ -190,8 +211,9 @@ func (s *Server) AdminAddr() string {
 	return s.adminLn.Addr().String()
 }
 
-// Runtime is the configuration the server runs, as Start provisioned it.
-func (s *Server) Runtime() config.Runtime { return s.rt }
+// Runtime is the configuration the server runs: as Start provisioned it, with what reloads
+// changed since.
+func (s *Server) Runtime() config.Runtime { return *s.cur.Load() }
 
 // Router is the actor router, for dumps and tests.
 func (s *Server) Router() *actors.Router { return s.router }
@@ -199,17 +221,42 @@ func (s *Server) Router() *actors.Router { return s.router }
 // Failed delivers an error if a listener stops on its own.
 func (s *Server) Failed() <-chan error { return s.served }
 
-// Shutdown stops accepting, lets in-flight requests finish within server.shutdown_grace_s (or
-// ctx, if sooner), then cancels what is left — streams end with a terminal error event — and
-// releases everything. Calls after the first wait for it and return its result.
+// Shutdown drains the node as load balancers see it: /readyz answers 503 ("draining") at once
+// while the client listener keeps accepting and serving for server.drain_delay_s (EndDrain or
+// ctx cut it short), so that balancers following readiness stop sending before anything is
+// refused. Then it stops accepting, lets in-flight requests finish within
+// server.shutdown_grace_s (or ctx, if sooner), cancels what is left — streams end with a
+// terminal error event — and releases everything. Calls after the first wait for it and return
+// its result.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.stopOnce.Do(func() { s.stopErr = s.shutdown(ctx) })
 	return s.stopErr
 }
 
+// EndDrain ends the drain delay of a shutdown in progress (or of the next one) at once: the
+// listener closes and in-flight requests get their grace.
+func (s *Server) EndDrain() { s.drainEnd.Do(func() { close(s.endDrain) }) }
+
+// Draining reports whether a shutdown began.
+func (s *Server) Draining() bool { return s.draining.Load() }
+
 func (s *Server) shutdown(ctx context.Context) error {
+	rt := s.Runtime()
+	s.draining.Store(true)
+	if d := rt.Server.DrainDelay; d > 0 {
+		s.log.Info("draining: /readyz answers 503; the client listener keeps serving until the drain delay ends",
+			"drain_delay", d.String(), "in_flight", s.router.InFlight())
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-s.endDrain:
+		case <-ctx.Done():
+		}
+		t.Stop()
+	}
 	s.stopping.Store(true)
-	grace, cancel := context.WithTimeout(ctx, s.rt.Server.ShutdownGrace)
+	s.catalog.Close() // no more fleet changes: the router is going
+	grace, cancel := context.WithTimeout(ctx, rt.Server.ShutdownGrace)
 	defer cancel()
 	err := s.ingress.Shutdown(grace)
 	// fasthttp only closes listeners Serve has registered; one that had not started yet would
@@ -277,8 +324,19 @@ func sizeProcs(p config.Procs, m *telemetry.Metrics, log *slog.Logger) *procs.Co
 	}})
 }
 
-// adminFleet adapts the actor router to what the admin listener asks of it.
-type adminFleet struct{ *actors.Router }
+// adminFleet adapts the actor router and the node's engine sources to what the admin listener
+// asks of them.
+type adminFleet struct {
+	*actors.Router
+	s *Server
+}
+
+func (a adminFleet) Ready() (bool, string) {
+	if a.s.draining.Load() {
+		return false, "draining: the node is shutting down; its listener closes once server.drain_delay_s has passed"
+	}
+	return a.Router.Ready()
+}
 
 func (a adminFleet) Tree(ctx context.Context) (admin.Tree, error) { return a.Router.Tree(ctx) }
 
@@ -294,26 +352,26 @@ func (a adminFleet) Readmit(ctx context.Context, name string, force bool) (strin
 	return state, adminError(err)
 }
 
+func (a adminFleet) AddEngine(ctx context.Context, body []byte) (messages.EngineState, error) {
+	return a.s.addEngine(ctx, body)
+}
+
+func (a adminFleet) RemoveEngine(_ context.Context, name string) error { return a.s.removeEngine(name) }
+
+func (a adminFleet) Discovery() any { return a.s.Discovery() }
+
 // adminError marks the router's unknown-engine error as admin.ErrUnknownEngine, keeping its text.
 func adminError(err error) error {
 	if errors.Is(err, actors.ErrUnknownEngine) {
-		return unknownEngine{err}
+		return marked{err, admin.ErrUnknownEngine}
 	}
 	return err
 }
 
-type unknownEngine struct{ error }
-
-func (u unknownEngine) Unwrap() []error { return []error{u.error, admin.ErrUnknownEngine} }
-
-// warnUnconstrainedProducers names every producer whose KV endpoint is neither pinned nor
-// allowlisted: its descriptors may only point consumers at its own host (transport/kv's endpoint
-// policy), but an operator should know the endpoint is not pinned.
-func warnUnconstrainedProducers(log *slog.Logger, engines []config.EngineSpec) {
-	for _, e := range engines {
-		if e.Role.CanPrefill() && e.KV.Endpoint == "" && len(e.KV.AllowedEndpoints) == 0 {
-			log.Warn("producer's KV endpoint is not pinned: its descriptors may name only its own host, on kv.allowed_ports; "+
-				"set engines[].kv.endpoint or kv.allowed_endpoints", "engine", e.Name, "url", e.URL)
-		}
-	}
+// marked is an error that also matches as, for the admin listener's status codes.
+type marked struct {
+	error
+	as error
 }
+
+func (m marked) Unwrap() []error { return []error{m.error, m.as} }

@@ -63,7 +63,7 @@ func hostileDecoders(t *testing.T, mode string) func(*config.Config) {
 func TestCleanEndWithoutDoneIsAnEngineFailure(t *testing.T) {
 	for _, mode := range []string{endBody, closeConn} {
 		t.Run(mode, func(t *testing.T) {
-			h := start(t, setup{prefill: 1, decode: 1, engine: sim.Options{Tokens: 3}, config: configs(
+			h := start(t, setup{admit: true, prefill: 1, decode: 1, engine: sim.Options{Tokens: 3}, config: configs(
 				retries(2),
 				func(c *config.Config) { c.Recovery.EjectAfter = 1000 },
 				hostileDecoders(t, mode))})
@@ -101,7 +101,7 @@ func TestCleanEndWithoutDoneIsAnEngineFailure(t *testing.T) {
 func TestProbeOfACleanEndWithoutDoneFails(t *testing.T) {
 	for _, mode := range []string{endBody, closeConn} {
 		t.Run(mode, func(t *testing.T) {
-			h := start(t, setup{prefill: 1, decode: 1, engine: sim.Options{Tokens: 3}, config: configs(
+			h := start(t, setup{admit: true, prefill: 1, decode: 1, engine: sim.Options{Tokens: 3}, config: configs(
 				func(c *config.Config) { c.Recovery.EjectAfter = 1 },
 				hostileDecoders(t, mode))})
 			r := h.send("/v1/completions", completion("hi", true))

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/narwhal-router/narwhal/cluster"
 	"github.com/narwhal-router/narwhal/cluster/certs"
 	"github.com/narwhal-router/narwhal/config"
 )
@@ -162,24 +163,29 @@ func TestPartitionFlapsLeaveThePeerAsItWas(t *testing.T) {
 		cfg.Cluster.HeartbeatIntervalS, cfg.Cluster.SuspectAfterS = 0.1, 0.6
 	}})
 	a, b := c.nodes[0], c.nodes[1]
+	// hears reports whether x lists y's current incarnation and has had gossip from it.
+	hears := func(x, y cluster.Status) bool {
+		for _, m := range x.Members {
+			if m.MemberID == y.MemberID && m.LastGossip != nil {
+				return true
+			}
+		}
+		return false
+	}
 	flap := func() {
 		t.Helper()
-		gen := b.status().Generation
+		genA, genB := a.status().Generation, b.status().Generation
 		b.cut(true)
 		c.waitMembers(1, 5*time.Second, a)
 		b.cut(false)
+		// Either side may be the one that rejoins: the first to hear that the other dropped
+		// its identity takes a new incarnation, and the other then has nothing to replace.
 		eventually(t, 20*time.Second, func() bool {
-			st := b.status()
-			if st.Generation <= gen {
-				return false
-			}
-			for _, m := range a.status().Members {
-				if m.MemberID == st.MemberID && m.LastGossip != nil {
-					return true
-				}
-			}
-			return false
-		}, func() string { return fmt.Sprintf("a has no gossip from b's new incarnation: %+v", a.status()) })
+			sa, sb := a.status(), b.status()
+			return (sa.Generation > genA || sb.Generation > genB) && hears(sa, sb) && hears(sb, sa)
+		}, func() string {
+			return fmt.Sprintf("no new incarnation gossiping both ways after the cut:\na: %+v\nb: %+v", a.status(), b.status())
+		})
 	}
 	flap() // warm up: pools, the first connections of a second incarnation
 	rss, goroutines := a.rss(), a.goroutines()

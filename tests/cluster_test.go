@@ -204,6 +204,7 @@ func startCluster(t *testing.T, s clusterSetup) *narwhalCluster {
 		pinContract(&cfg)
 		cfg.Log.AccessLog = false
 		cfg.Server.ShutdownGraceS = 1
+		cfg.Server.DrainDelayS = 0
 		cfg.Engine.PrefillTimeoutS, cfg.Engine.FirstTokenTimeoutS, cfg.Engine.DecodeReadTimeoutS = 2, 0.5, 2
 		cfg.Request.DeadlineS = 10
 		cfg.Recovery.EjectAfter = 2
@@ -299,6 +300,8 @@ func (n *narwhalNode) kill() {
 	n.cmd.Wait()
 }
 
+// waitReady waits until the node's /readyz says ready and no engine of it is joining (its
+// join checks are over: they do not count in what a test measures).
 func (n *narwhalNode) waitReady() {
 	n.t.Helper()
 	eventually(n.t, 20*time.Second, func() bool {
@@ -307,7 +310,17 @@ func (n *narwhalNode) waitReady() {
 			return false
 		}
 		resp.Body.Close()
-		return resp.StatusCode == 200
+		if resp.StatusCode != 200 {
+			return false
+		}
+		var es []messages.EngineState
+		n.getJSON("/engines", &es)
+		for _, e := range es {
+			if e.State == "joining" {
+				return false
+			}
+		}
+		return true
 	}, func() string { return n.name + " not ready within 20s:\n" + string(n.log.Bytes()) })
 }
 

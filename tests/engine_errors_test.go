@@ -49,7 +49,7 @@ func TestEngineErrorTextIsWithheldUnlessExposed(t *testing.T) {
 		for _, tokens := range []int{0, 2} { // before commit, after commit
 			name := "expose_engine_errors=" + strconv.FormatBool(expose) + "/tokens=" + strconv.Itoa(tokens)
 			t.Run(name, func(t *testing.T) {
-				h := start(t, setup{prefill: 1, decode: 1, engine: sim.Options{Tokens: 4}, config: configs(
+				h := start(t, setup{admit: true, prefill: 1, decode: 1, engine: sim.Options{Tokens: 4}, config: configs(
 					func(c *config.Config) {
 						c.Recovery.EjectAfter = 1000
 						c.Server.ExposeEngineErrors = expose

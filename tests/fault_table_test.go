@@ -78,7 +78,7 @@ func TestFaultTableEndToEnd(t *testing.T) {
 		}
 		for i, sc := range cases {
 			t.Run(row.Name+"/"+strconv.Itoa(i), func(t *testing.T) {
-				h := start(t, setup{prefill: 2, decode: 2, engine: sim.Options{Tokens: 4}, config: configs(
+				h := start(t, setup{admit: true, prefill: 2, decode: 2, engine: sim.Options{Tokens: 4}, config: configs(
 					timeouts(0.3, 0.3, 0.3),
 					retries(2),
 					func(c *config.Config) {

@@ -19,7 +19,7 @@ import (
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/messages"
 	"github.com/narwhal-router/narwhal/node"
-	"github.com/narwhal-router/narwhal/transport/admin"
+
 	"github.com/narwhal-router/narwhal/transport/kv"
 )
 
@@ -31,18 +31,27 @@ type setup struct {
 	config func(*config.Config)
 	// connectors is the KV connector registry the router runs with; zero: kv.Builtin.
 	connectors kv.Registry
+	// noWait returns as soon as the router listens, without waiting for its engines to join
+	// (tests of the start itself).
+	noWait bool
+	// admit has the operator admit every engine once its join check ended, whatever it found
+	// (POST /engines/{name}/readmit?force=true): the tests of how requests meet an engine that
+	// fails every request — one that broke after it joined — put it in the fleet this way.
+	admit bool
 }
 
 // harness is a running router with its fleet. Everything stops when the test ends, and the
 // test fails if a reservation was left behind.
 type harness struct {
-	t      *testing.T
-	fleet  *sim.Fleet
-	srv    *node.Server
-	base   string
-	admin  string
-	access *syncBuffer
-	client *http.Client
+	t     *testing.T
+	fleet *sim.Fleet
+	// engineOpts is the template the fleet's engines were started with.
+	engineOpts sim.Options
+	srv        *node.Server
+	base       string
+	admin      string
+	access     *syncBuffer
+	client     *http.Client
 	// stopped is set once the test shut the router down itself.
 	stopped bool
 }
@@ -58,6 +67,7 @@ func start(t *testing.T, s setup) *harness {
 	}
 	cfg := config.Default()
 	cfg.Server.ShutdownGraceS = 2
+	cfg.Server.DrainDelayS = 0 // no load balancer to tell: shutdown tests stop at once
 	cfg.Engine.PrefillTimeoutS = 10
 	cfg.Engine.FirstTokenTimeoutS = 10
 	cfg.Engine.DecodeReadTimeoutS = 10
@@ -94,7 +104,7 @@ func start(t *testing.T, s setup) *harness {
 		fleet.Close()
 		t.Fatal(err)
 	}
-	h := &harness{t: t, fleet: fleet, srv: srv, base: "http://" + srv.Addr(), admin: "http://" + srv.AdminAddr(),
+	h := &harness{t: t, fleet: fleet, engineOpts: s.engine, srv: srv, base: "http://" + srv.Addr(), admin: "http://" + srv.AdminAddr(),
 		access: access, client: &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
 	t.Cleanup(func() {
 		if !t.Failed() && !h.stopped {
@@ -106,7 +116,54 @@ func start(t *testing.T, s setup) *harness {
 		srv.Shutdown(ctx)
 		fleet.Close()
 	})
+	if !s.noWait {
+		h.waitJoined(s.admit)
+	}
 	return h
+}
+
+// waitJoined waits, as a load balancer would, until the router is ready, and further until no
+// engine is joining any more (every test fleet's engines take part from its first request),
+// then clears what the join checks sent to the simulated engines — their recorded requests
+// and counters — so that a test sees its own traffic only.
+func (h *harness) waitJoined(admit bool) {
+	h.t.Helper()
+	var last string
+	eventually(h.t, 10*time.Second, func() bool {
+		for _, e := range h.engines() {
+			// The operator admits an engine once its check has run (one that cannot complete
+			// stays joining, retrying); otherwise every engine must be through joining.
+			if e.State == "joining" && (!admit || e.JoinCheck == nil) {
+				last = fmt.Sprintf("engine %s still joining: %+v", e.Name, e.JoinCheck)
+				return false
+			}
+		}
+		if admit {
+			for _, e := range h.engines() {
+				if e.State != "admitted" {
+					if code, body := h.adminDo("POST", "/engines/"+e.Name+"/readmit?force=true"); code != 200 {
+						h.t.Fatalf("forced readmission of %s: %d %s", e.Name, code, body)
+					}
+				}
+			}
+		}
+		ready, reason := h.srv.Router().Ready()
+		if !ready {
+			last = "not ready: " + reason
+			return false
+		}
+		for _, e := range h.fleet.Engines {
+			if e.Stats().InFlight != 0 {
+				last = "a join check still runs on " + e.Name()
+				return false
+			}
+		}
+		return true
+	}, func() string { return "the fleet did not join: " + last })
+	for _, e := range h.fleet.Engines {
+		e.ResetRecorded()
+		e.ResetCounters()
+	}
 }
 
 // fleetEngines configures a fleet the way an operator would: models listed, identities and
@@ -298,21 +355,10 @@ func (h *harness) producedDescriptors() [][]byte {
 	return out
 }
 
-// adminDo sends a request to the admin listener and returns the status and body.
+// adminDo sends a request without a body to the admin listener and returns the status and body.
 func (h *harness) adminDo(method, path string) (int, []byte) {
 	h.t.Helper()
-	req, err := http.NewRequest(method, h.admin+path, nil)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	req.Header.Set(admin.AdminHeader, "1") // a tokenless change must show it is no browser's
-	resp, err := h.client.Do(req)
-	if err != nil {
-		h.t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, b
+	return h.adminSend(method, path, "")
 }
 
 // engine returns the router's view of one engine.

@@ -314,7 +314,7 @@ func TestHostileDecodeEngine(t *testing.T) {
 	}
 	hostile := newHostileEngine(t)
 	router := func(firstToken, deadlineS float64) *harness {
-		h := start(t, setup{prefill: 1, decode: 1, engine: sim.Options{Tokens: 2}, config: configs(
+		h := start(t, setup{admit: true, prefill: 1, decode: 1, engine: sim.Options{Tokens: 2}, config: configs(
 			timeouts(2, firstToken, 0.3), deadline(deadlineS),
 			func(c *config.Config) {
 				c.Recovery.EjectAfter = 1000
@@ -398,7 +398,7 @@ func TestHostileDecodeEngine(t *testing.T) {
 // invalid_descriptor), and the consumer never receives a decode leg.
 func TestHostileProducerCannotRedirectConsumers(t *testing.T) {
 	hostile := newHostileEngine(t)
-	h := start(t, setup{prefill: 1, decode: 1, engine: sim.Options{Tokens: 2}, config: configs(
+	h := start(t, setup{admit: true, prefill: 1, decode: 1, engine: sim.Options{Tokens: 2}, config: configs(
 		func(c *config.Config) {
 			c.Recovery.EjectAfter = 1000
 			for i := range c.Engines {

@@ -61,6 +61,9 @@ func memoryConfig(prefill, decode string) config.Config {
 	cfg.Disaggregation.Policy = config.DisaggAlways
 	cfg.Request.DeadlineS = 120
 	cfg.Recovery.EjectAfter = 1000
+	// The held engines answer a POST only when the test frees them (and their prefill makes no
+	// handoff): an inference probe could not admit them, so they join on their health check.
+	cfg.Recovery.Readmission = config.ReadmissionHealth
 	cfg.Server.MaxBufferedBytes = memoryBudget
 	cfg.Engines = []config.Engine{
 		{Name: "p0", URL: prefill, Role: config.RolePrefill, Models: []string{"m"}},

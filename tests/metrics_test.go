@@ -264,7 +264,7 @@ func TestClientErrorsNeverRevealEngineURLs(t *testing.T) {
 	}
 	deadAddr := dead.Addr().String()
 	dead.Close() // nothing listens there any more
-	h := start(t, setup{prefill: 1, decode: 1, config: func(c *config.Config) {
+	h := start(t, setup{admit: true, prefill: 1, decode: 1, config: func(c *config.Config) {
 		c.Engines[1].URL = "http://" + deadAddr
 	}})
 	for _, prompt := range []string{"x", "@sim:prefill.status=500", "@sim:prefill.bad_descriptor=wrong_endpoint"} {

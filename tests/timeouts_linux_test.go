@@ -51,7 +51,7 @@ func unreachableEngine(t *testing.T) string {
 // the decode leg the connect spends the first-token budget.
 func TestConnectThatHangsIs504(t *testing.T) {
 	t.Run("connect_timeout_s", func(t *testing.T) {
-		h := start(t, setup{prefill: 1, decode: 1, config: configs(timeouts(10, 10, 10), func(c *config.Config) {
+		h := start(t, setup{admit: true, prefill: 1, decode: 1, config: configs(timeouts(10, 10, 10), func(c *config.Config) {
 			c.Engine.ConnectTimeoutS = 0.25
 			c.Engines[0].URL = unreachableEngine(t) // p0
 		})})
@@ -61,7 +61,7 @@ func TestConnectThatHangsIs504(t *testing.T) {
 		h.expectAccess(r.id, 504, 1, "timeout")
 	})
 	t.Run("decode connect spends the first-token budget", func(t *testing.T) {
-		h := start(t, setup{prefill: 1, decode: 1, config: configs(timeouts(10, 0.3, 10), func(c *config.Config) {
+		h := start(t, setup{admit: true, prefill: 1, decode: 1, config: configs(timeouts(10, 0.3, 10), func(c *config.Config) {
 			c.Engine.ConnectTimeoutS = 5
 			c.Engines[1].URL = unreachableEngine(t) // d0
 		})})

@@ -130,7 +130,7 @@ func TestSilenceBetweenTokens(t *testing.T) {
 // decode_read_timeout_s survives as long as the engine sends keep-alive comments in between,
 // and dies without them.
 func TestKeepAliveCommentsResetTheSilenceTimer(t *testing.T) {
-	h := start(t, setup{prefill: 1, decode: 1, engine: sim.Options{Tokens: 3, ITL: 300 * time.Millisecond},
+	h := start(t, setup{admit: true, prefill: 1, decode: 1, engine: sim.Options{Tokens: 3, ITL: 300 * time.Millisecond},
 		config: timeouts(10, 10, 0.2)})
 	r := h.send("/v1/completions", completion("hi @sim:decode.keepalive=50", true))
 	if o := expectDone(t, r); o.text != expectedText(3) {

@@ -30,6 +30,19 @@ func (c *EngineClient) Models(ctx context.Context) ([]ModelInfo, error) {
 	return out.Data, nil
 }
 
+// ModelIDs returns the ids of the models the engine serves (GET /v1/models).
+func (c *EngineClient) ModelIDs(ctx context.Context) ([]string, error) {
+	info, err := c.Models(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, len(info))
+	for i, m := range info {
+		ids[i] = m.ID
+	}
+	return ids, nil
+}
+
 // Version returns the engine's version string (GET /version).
 func (c *EngineClient) Version(ctx context.Context) (string, error) {
 	body, err := c.get(ctx, "/version")

@@ -133,6 +133,10 @@ func (p *Proc) Stop(grace time.Duration) {
 	default:
 	}
 	_ = syscall.Kill(-p.Pid(), syscall.SIGTERM)
+	// A second SIGTERM ends a router's drain delay (server.drain_delay_s): a benchmark has no
+	// load balancer to wait for. Processes that stop on the first take no notice.
+	again := time.AfterFunc(100*time.Millisecond, func() { _ = syscall.Kill(-p.Pid(), syscall.SIGTERM) })
+	defer again.Stop()
 	select {
 	case <-p.exited:
 	case <-time.After(grace):

@@ -22,6 +22,9 @@ type RigOptions struct {
 	// BaselineTraced turns tracing on for the baseline router alone, exporting every request's
 	// spans to a TraceSink the rig starts: the A/B of tracing off and on.
 	BaselineTraced bool
+	// Listed picks the fleet's engines the router's configuration file lists (nil: all); the
+	// others can join it at run time (POST /engines), as the churn scenario has them do.
+	Listed func(all []loadgen.Engine) []loadgen.Engine
 }
 
 // Rig is a fleet, a router in front of it and a load generator, each its own process.
@@ -51,6 +54,9 @@ func StartRig(env Env, o RigOptions) (_ *Rig, err error) {
 	}
 	rc := o.Router
 	rc.Engines = r.Fleet.Engines
+	if o.Listed != nil {
+		rc.Engines = o.Listed(r.Fleet.Engines)
+	}
 	if r.Router, err = StartRouter(env, rc); err != nil {
 		return nil, err
 	}

@@ -58,7 +58,7 @@ func StartRouterAs(env Env, name, bin string, c RouterConfig) (*Router, error) {
 		if err := p.Died(); err != nil {
 			return nil, err
 		}
-		if b, err := r.Get("/readyz"); err == nil && strings.HasPrefix(string(b), "ready") {
+		if b, err := r.Get("/readyz"); err == nil && strings.HasPrefix(string(b), "ready") && !r.joining() {
 			return r, nil
 		}
 		if time.Now().After(deadline) {
@@ -67,6 +67,28 @@ func StartRouterAs(env Env, name, bin string, c RouterConfig) (*Router, error) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// joining reports whether an engine is still joining (its check not passed yet): a window
+// measured before every engine joined would not measure the configured fleet.
+func (r *Router) joining() bool {
+	b, err := r.Get("/engines")
+	return err != nil || strings.Contains(string(b), `"state": "joining"`)
+}
+
+// Do sends an admin request with body (may be empty) and returns the status and body.
+func (r *Router) Do(method, path, body string) (int, []byte, error) {
+	req, err := http.NewRequest(method, "http://"+r.Admin+path, strings.NewReader(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	resp, err := r.client.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, err
 }
 
 // Get fetches an admin path.

@@ -1,7 +1,8 @@
 // Package scenarios holds the benchmark's scenarios, one file each: overhead (what the router
 // adds to a realistic request, and its CPU per request and per token), saturation (the highest
-// rate it sustains), streams (memory per concurrent stream) and faults (goodput and one
-// outcome per request under injected engine faults). Each starts its own rig — fleet, router,
+// rate it sustains), streams (memory per concurrent stream), faults (goodput and one
+// outcome per request under injected engine faults), fleet (placement policies on a trace) and
+// churn (engines added and removed under load). Each starts its own rig — fleet, router,
 // generator — measures, and returns a report section with its figures and targets.
 package scenarios
 
@@ -26,6 +27,7 @@ var All = []Scenario{
 	{Name: "streams", Run: Streams},
 	{Name: "faults", Run: Faults},
 	{Name: "fleet", Run: Fleet},
+	{Name: "churn", Run: Churn},
 }
 
 // Select returns the scenarios named in a comma-separated list ("" or "all": every one).

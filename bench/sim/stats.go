@@ -78,6 +78,18 @@ type counters struct {
 	lastAbort                                     atomic.Int64 // unix nanoseconds
 }
 
+// ResetCounters zeroes the request counters of Stats (not what is in flight or held now, nor
+// the block counts), so that a test sees only the traffic it sends — the end-to-end harness
+// clears what the router's join checks sent before a test begins. Call it while nothing runs:
+// PrefillRequests+DecodeRequests = Completed+Aborted+InFlight holds only then.
+func (e *Engine) ResetCounters() {
+	c := &e.count
+	for _, n := range []*atomic.Int64{&c.prefill, &c.decode, &c.completed, &c.aborted, &c.kvLoads, &c.kvLoadFailures,
+		&c.blocksLoaded, &c.lastAbort} {
+		n.Store(0)
+	}
+}
+
 // Stats returns a snapshot of the engine's counters.
 func (e *Engine) Stats() Stats {
 	bc := e.blocks.counts(time.Now())

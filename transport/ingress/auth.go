@@ -16,18 +16,29 @@ import (
 // part of one reaches a log line or a metric.
 type keyring struct {
 	digests  [][sha256.Size]byte
-	inflight []atomic.Int64
+	inflight []*atomic.Int64
 	limit    int64 // server.api_key_max_concurrency; 0 unbounded
 }
 
 // noKey is the slot of a request admitted without a key (authentication off).
 const noKey = -1
 
-func newKeyring(keys []string, limit int) *keyring {
-	k := &keyring{limit: int64(limit), inflight: make([]atomic.Int64, len(keys))}
+// newKeyring holds keys; a key prev (the keyring before a reload, or nil) holds too keeps its
+// count of requests in flight, so a reload neither resets nor loses what a key has running.
+func newKeyring(keys []string, limit int, prev *keyring) *keyring {
+	k := &keyring{limit: int64(limit)}
 	for _, key := range keys {
 		d := sha256.Sum256([]byte(key))
+		n := new(atomic.Int64)
+		if prev != nil {
+			for i, pd := range prev.digests {
+				if pd == d {
+					n = prev.inflight[i]
+				}
+			}
+		}
 		k.digests = append(k.digests, d)
+		k.inflight = append(k.inflight, n)
 	}
 	return k
 }

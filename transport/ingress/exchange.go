@@ -47,7 +47,9 @@ type Exchange struct {
 	// to pass the consumer's count through (a local decode, a recomputed one): wire/usage.go.
 	cachedTokens int
 
-	// keys and keySlot are the API key slot the request holds (auth.go), given back when it ends.
+	// live is the listener's settings the request arrived with; keys and keySlot the API key
+	// slot it holds (auth.go), given back when it ends.
+	live    *liveSettings
 	keys    *keyring
 	keySlot atomic.Int32
 	// budget is the process's memory budget: what the attempt reads whole (a passthrough

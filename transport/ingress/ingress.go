@@ -9,6 +9,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/goccy/go-json"
@@ -33,16 +34,15 @@ type ModelLister interface {
 // each to a request supervisor through the Dispatcher, and carries out the supervisor's verdict:
 // an error response, or the relay of a committed decode stream.
 type Ingress struct {
-	rt         config.ServerRuntime
+	rt         config.ServerRuntime // what the listener was built with; the settings below may change
 	dispatcher Dispatcher
 	models     ModelLister
 	metrics    *telemetry.Metrics
 	tracer     *tracing.Tracer // nil: tracing off
 	gone       *goneWatcher
 	srv        *fasthttp.Server
-	deadline   time.Duration
-	keys       *keyring
 	budget     *memory.Budget
+	live       atomic.Pointer[liveSettings]
 }
 
 // Options are an Ingress's collaborators beyond the router.
@@ -53,6 +53,15 @@ type Options struct {
 	Budget *memory.Budget
 	// Tracer traces every request the listener admits; nil: tracing off.
 	Tracer *tracing.Tracer
+}
+
+// liveSettings are the listener's settings a reload may change (Reconfigure), as one value: a
+// request reads it once, when it arrives, and keeps it to its end.
+type liveSettings struct {
+	deadline      time.Duration // request.deadline_s
+	exposeRouting bool          // server.expose_routing_headers
+	exposeErrors  bool          // server.expose_engine_errors
+	keys          *keyring      // server.api_keys, api_keys_file, api_key_max_concurrency
 }
 
 // NewIngress builds the listener from the server's and the requests' runtime settings; Serve
@@ -66,8 +75,8 @@ func NewIngress(srv config.ServerRuntime, req config.RequestRuntime, d Dispatche
 	if err != nil {
 		return nil, err
 	}
-	in := &Ingress{rt: srv, dispatcher: dispatcher, models: models, metrics: m, tracer: opts.Tracer, gone: gone,
-		deadline: req.Deadline, keys: newKeyring(srv.APIKeys, srv.APIKeyMaxConcurrency), budget: opts.Budget}
+	in := &Ingress{rt: srv, dispatcher: dispatcher, models: models, metrics: m, tracer: opts.Tracer, gone: gone, budget: opts.Budget}
+	in.Reconfigure(srv, req)
 	in.srv = &fasthttp.Server{
 		Name:               "narwhal",
 		Handler:            in.handle,
@@ -97,6 +106,20 @@ func NewIngress(srv config.ServerRuntime, req config.RequestRuntime, d Dispatche
 	return in, nil
 }
 
+// Reconfigure applies a reload's run-time settings: the request deadline, the routing and
+// engine-error exposure, and the client API keys (with their concurrency bound; a key kept
+// across the reload keeps counting its requests in flight). Requests that arrive from now on
+// use them; one in flight keeps what it arrived with. The rest of srv is what the listener was
+// built with and is not read again.
+func (in *Ingress) Reconfigure(srv config.ServerRuntime, req config.RequestRuntime) {
+	var prev *keyring
+	if cur := in.live.Load(); cur != nil {
+		prev = cur.keys
+	}
+	in.live.Store(&liveSettings{deadline: req.Deadline, exposeRouting: srv.ExposeRoutingHeaders,
+		exposeErrors: srv.ExposeEngineErrors, keys: newKeyring(srv.APIKeys, srv.APIKeyMaxConcurrency, prev)})
+}
+
 // Serve accepts connections on ln until Shutdown.
 func (in *Ingress) Serve(ln net.Listener) error { return in.srv.Serve(lingerListener{ln}) }
 
@@ -116,7 +139,8 @@ func (in *Ingress) handle(ctx *fasthttp.RequestCtx) {
 		ctx.SetStatusCode(fasthttp.StatusOK)
 		return
 	}
-	slot, ok := in.keys.admit(ctx)
+	live := in.live.Load()
+	slot, ok := live.keys.admit(ctx)
 	if !ok {
 		name := "other"
 		if ep, known := wire.EndpointForPath(path); known {
@@ -127,19 +151,19 @@ func (in *Ingress) handle(ctx *fasthttp.RequestCtx) {
 	}
 	switch string(path) {
 	case "/v1/completions":
-		in.generate(ctx, wire.EndpointCompletions, slot)
+		in.generate(ctx, live, wire.EndpointCompletions, slot)
 		return
 	case "/v1/chat/completions":
-		in.generate(ctx, wire.EndpointChat, slot)
+		in.generate(ctx, live, wire.EndpointChat, slot)
 		return
 	case "/v1/responses":
-		in.generate(ctx, wire.EndpointResponses, slot)
+		in.generate(ctx, live, wire.EndpointResponses, slot)
 		return
 	case "/v1/models":
 		in.listModels(ctx)
 	default:
 		if ep, ok := wire.EndpointForPath(path); ok && ep.Passthrough() {
-			in.generate(ctx, ep, slot)
+			in.generate(ctx, live, ep, slot)
 			return
 		}
 		if id, ok := strings.CutPrefix(string(path), "/v1/models/"); ok {
@@ -148,7 +172,7 @@ func (in *Ingress) handle(ctx *fasthttp.RequestCtx) {
 		}
 		writeError(ctx, fasthttp.StatusNotFound, fault.ErrorBody{Message: "no route for " + string(path), Type: "invalid_request_error", Code: "not_found"})
 	}
-	in.keys.release(slot)
+	live.keys.release(slot)
 }
 
 // handleTransportError answers a request fasthttp could not read. The connection is closed after
@@ -175,44 +199,45 @@ func (in *Ingress) handleTransportError(ctx *fasthttp.RequestCtx, err error) {
 	}
 }
 
-func (in *Ingress) generate(ctx *fasthttp.RequestCtx, ep wire.Endpoint, slot int) {
+func (in *Ingress) generate(ctx *fasthttp.RequestCtx, live *liveSettings, ep wire.Endpoint, slot int) {
 	arrival := time.Now()
 	if !ctx.IsPost() {
-		in.keys.release(slot)
+		live.keys.release(slot)
 		methodNotAllowed(ctx, "POST")
 		return
 	}
 	id := clientRequestID(ctx.Request.Header.Peek("X-Request-Id"))
 	ctx.Response.Header.Set("x-request-id", id)
 
-	deadline, err := in.requestDeadline(arrival, ctx.Request.Header.Peek("X-Narwhal-Deadline-S"))
+	deadline, err := requestDeadline(live.deadline, arrival, ctx.Request.Header.Peek("X-Narwhal-Deadline-S"))
 	if err != nil {
-		in.keys.release(slot)
-		in.reject(ctx, ep, arrival, fasthttp.StatusBadRequest, fault.ErrorBody{Message: err.Error(), Type: fault.ErrorType(400), Code: "invalid_deadline"})
+		live.keys.release(slot)
+		in.reject(ctx, live, ep, arrival, fasthttp.StatusBadRequest, fault.ErrorBody{Message: err.Error(), Type: fault.ErrorType(400), Code: "invalid_deadline"})
 		return
 	}
-	raw, hold, ok := in.readBody(ctx, ep, arrival)
+	raw, hold, ok := in.readBody(ctx, live, ep, arrival)
 	if !ok {
-		in.keys.release(slot)
+		live.keys.release(slot)
 		return
 	}
 	body, err := in.parseBody(ep, raw)
 	if err != nil {
 		hold.Free()
-		in.keys.release(slot)
+		live.keys.release(slot)
 		var bre *wire.BadRequestError
 		errors.As(err, &bre)
 		var param *string
 		if bre.Param != "" {
 			param = &bre.Param
 		}
-		in.reject(ctx, ep, arrival, fasthttp.StatusBadRequest, fault.ErrorBody{Message: bre.Message, Type: fault.ErrorType(400), Param: param, Code: "invalid_request"})
+		in.reject(ctx, live, ep, arrival, fasthttp.StatusBadRequest, fault.ErrorBody{Message: bre.Message, Type: fault.ErrorType(400), Param: param, Code: "invalid_request"})
 		return
 	}
 
 	x := NewExchange(id, body, arrival, deadline)
 	x.budget = in.budget
-	x.keys = in.keys
+	x.live = live
+	x.keys = live.keys
 	x.keySlot.Store(int32(slot))
 	x.TraceParent = string(ctx.Request.Header.Peek("traceparent"))
 	x.TraceState = string(ctx.Request.Header.Peek("tracestate"))
@@ -228,7 +253,7 @@ func (in *Ingress) generate(ctx *fasthttp.RequestCtx, ep wire.Endpoint, slot int
 		if a == nil {
 			hold.Free()
 			watch.stop()
-			in.answer(ctx, cmd.Answer)
+			in.answer(ctx, live, cmd.Answer)
 			x.endTrace(cmd.Answer.Status, nil)
 			x.releaseKey()
 			return
@@ -246,7 +271,7 @@ func (in *Ingress) generate(ctx *fasthttp.RequestCtx, ep wire.Endpoint, slot int
 		if a.Plan.Producer != nil {
 			routing.Producer = a.Plan.Producer.Name()
 		}
-		in.setCommonHeaders(ctx, timing(arrival, &out), routing)
+		in.setCommonHeaders(ctx, live, timing(arrival, &out), routing)
 		// The client's body is not read again (no retry after commit): hand its buffer back
 		// instead of keeping it for the whole stream.
 		body.Release()
@@ -273,12 +298,12 @@ func (in *Ingress) generate(ctx *fasthttp.RequestCtx, ep wire.Endpoint, slot int
 
 // answer writes the supervisor's answer before commit: an error response, or nothing for a
 // client that is gone.
-func (in *Ingress) answer(ctx *fasthttp.RequestCtx, v Answer) {
+func (in *Ingress) answer(ctx *fasthttp.RequestCtx, live *liveSettings, v Answer) {
 	if v.Status == 0 {
 		hangUp(ctx)
 		return
 	}
-	in.setCommonHeaders(ctx, v.Timing, v.Routing)
+	in.setCommonHeaders(ctx, live, v.Timing, v.Routing)
 	if v.RetryAfter != "" {
 		ctx.Response.Header.Set("Retry-After", v.RetryAfter)
 	}
@@ -288,16 +313,16 @@ func (in *Ingress) answer(ctx *fasthttp.RequestCtx, v Answer) {
 }
 
 // reject answers a request that never reached a supervisor.
-func (in *Ingress) reject(ctx *fasthttp.RequestCtx, ep wire.Endpoint, arrival time.Time, status int, e fault.ErrorBody) {
+func (in *Ingress) reject(ctx *fasthttp.RequestCtx, live *liveSettings, ep wire.Endpoint, arrival time.Time, status int, e fault.ErrorBody) {
 	writeError(ctx, status, e)
-	in.setCommonHeaders(ctx, Timing{}, Routing{})
+	in.setCommonHeaders(ctx, live, Timing{}, Routing{})
 	in.metrics.Rejected(ep.String(), status, time.Since(arrival))
 }
 
-func (in *Ingress) setCommonHeaders(ctx *fasthttp.RequestCtx, t Timing, r Routing) {
+func (in *Ingress) setCommonHeaders(ctx *fasthttp.RequestCtx, live *liveSettings, t Timing, r Routing) {
 	h := &ctx.Response.Header
 	h.Set("Server-Timing", serverTiming(t))
-	if in.rt.ExposeRoutingHeaders {
+	if live.exposeRouting {
 		if r.Producer != "" {
 			h.Set("x-narwhal-producer", r.Producer)
 		}
@@ -362,13 +387,13 @@ func (in *Ingress) respondAssembled(ctx *fasthttp.RequestCtx, x *Exchange, s *tr
 		} else {
 			ctx.SetStatusCode(f.ClientStatus())
 			ctx.SetContentType("application/json")
-			ctx.SetBody(fault.ClientBody(f, in.rt.ExposeEngineErrors))
+			ctx.SetBody(fault.ClientBody(f, x.live.exposeErrors))
 		}
 	} else if out, err := a.Body(); err != nil {
 		end.Fault = &fault.Fault{Kind: fault.BadResponse, Phase: fault.PhaseDecode, Engine: s.Engine(), Detail: "could not assemble the response", Err: err}
 		ctx.SetStatusCode(fasthttp.StatusBadGateway)
 		ctx.SetContentType("application/json")
-		ctx.SetBody(fault.ClientBody(end.Fault, in.rt.ExposeEngineErrors))
+		ctx.SetBody(fault.ClientBody(end.Fault, x.live.exposeErrors))
 	} else {
 		ctx.SetStatusCode(fasthttp.StatusOK)
 		ctx.SetContentType("application/json")
@@ -384,9 +409,8 @@ func (in *Ingress) respondAssembled(ctx *fasthttp.RequestCtx, x *Exchange, s *tr
 	x.endTrace(status, end)
 }
 
-// requestDeadline is arrival + request.deadline_s, which X-Narwhal-Deadline-S may only shorten.
-func (in *Ingress) requestDeadline(arrival time.Time, header []byte) (time.Time, error) {
-	d := in.deadline
+// requestDeadline is arrival + d (request.deadline_s), which X-Narwhal-Deadline-S may only shorten.
+func requestDeadline(d time.Duration, arrival time.Time, header []byte) (time.Time, error) {
 	if len(header) > 0 {
 		s, err := strconv.ParseFloat(strings.TrimSpace(string(header)), 64)
 		// NaN and ±Inf parse, and 1e300 s overflows a Duration into a negative one: all refused.

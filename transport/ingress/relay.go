@@ -128,7 +128,7 @@ func (r *relay) WriteTo(w io.Writer) (int64, error) {
 				batch = relayBuffers.Get().(*[]byte)
 			}
 			// ev.Raw is the engine's own error event when the stream failed with one (Next), else nil
-			*batch = fault.AppendTerminalEvent(*batch, f, r.x.Body.Endpoint, r.sent, r.in.rt.ExposeEngineErrors, ev.Raw)
+			*batch = fault.AppendTerminalEvent(*batch, f, r.x.Body.Endpoint, r.sent, r.x.live.exposeErrors, ev.Raw)
 			flush()
 			break
 		}

@@ -120,15 +120,7 @@ func checkEngine(ctx context.Context, c *transport.EngineClient, e config.Engine
 	if len(e.Models) > 0 {
 		return e.Models, nil
 	}
-	info, err := c.Models(ctx)
-	if err != nil {
-		return nil, err
-	}
-	ids := make([]string, len(info))
-	for i, m := range info {
-		ids[i] = m.ID
-	}
-	return ids, nil
+	return c.ModelIDs(ctx)
 }
 
 func commonModel(contract *config.EngineContract, a, b []string) string {

@@ -30,6 +30,27 @@ type Metrics struct {
 	// models is the model label's values (ServeModels); modelsMu serializes its writers.
 	models   atomic.Pointer[map[string]string]
 	modelsMu sync.Mutex
+	// engines forgets and remembers one engine's series (nil: nothing to forget).
+	engines interface {
+		forget(engine string)
+		remember(engine string)
+	}
+}
+
+// ForgetEngine drops the series of an engine that left the fleet (every counter and gauge
+// tagged with its name as engine or producer): Prometheus no longer exports them, and statsd is
+// sent nothing more for them, until RememberEngine.
+func (m *Metrics) ForgetEngine(engine string) {
+	if m.engines != nil {
+		m.engines.forget(engine)
+	}
+}
+
+// RememberEngine undoes ForgetEngine for an engine (re)joining the fleet under that name.
+func (m *Metrics) RememberEngine(engine string) {
+	if m.engines != nil {
+		m.engines.remember(engine)
+	}
 }
 
 // New records into scope (tally.NoopScope for none).
@@ -346,6 +367,47 @@ func (m *Metrics) ClusterVerdict(engine, state, direction string) {
 // ProbeResult counts a readmission probe's outcome.
 func (m *Metrics) ProbeResult(engine, result string) {
 	m.counter("probe_results", "engine", engine, "result", result).Inc(1)
+}
+
+// JoinCheck counts the check a new engine passes before it takes traffic: "success" (it is
+// admitted), "failure" (it starts ejected, and is probed), "inconclusive" (no partner could
+// complete it yet).
+func (m *Metrics) JoinCheck(engine, result string) {
+	m.counter("engine_join_checks", "engine", engine, "result", result).Inc(1)
+}
+
+// FleetEngines reports how many engines the fleet has in each lifecycle state.
+func (m *Metrics) FleetEngines(state string, n int) {
+	m.gauge("fleet_engines", "state", state).Update(float64(n))
+}
+
+// DiscoverySource reports a discovery source's state: up (its last report was a set, not an
+// error), the engines it contributes, and how many it reported that were skipped.
+func (m *Metrics) DiscoverySource(source string, up bool, engines, skipped int) {
+	v := 0.0
+	if up {
+		v = 1
+	}
+	m.gauge("discovery_source_up", "source", source).Update(v)
+	m.gauge("discovery_source_engines", "source", source).Update(float64(engines))
+	m.gauge("discovery_source_skipped", "source", source).Update(float64(skipped))
+}
+
+// DiscoverySourceError counts a source's failed refresh.
+func (m *Metrics) DiscoverySourceError(source string) {
+	m.counter("discovery_source_errors", "source", source).Inc(1)
+}
+
+// ConfigReload counts a reload of the configuration file by result ("applied", "refused": a
+// setting that cannot change at run time changed, "invalid": the file does not parse or
+// validate), and sets config_reload_ok to whether it applied.
+func (m *Metrics) ConfigReload(result string) {
+	m.counter("config_reloads", "result", result).Inc(1)
+	ok := 0.0
+	if result == "applied" {
+		ok = 1
+	}
+	m.gauge("config_reload_ok").Update(ok)
 }
 
 // RequestAttributedFailure counts a failed engine leg blamed on its request rather than on

@@ -1,11 +1,15 @@
 package telemetry
 
 import (
+	"net/http/httptest"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	prom "github.com/prometheus/client_golang/prometheus"
 	"github.com/uber-go/tally/v4"
+	tallyprom "github.com/uber-go/tally/v4/prometheus"
 )
 
 func TestRequestDoneRecordsTheContract(t *testing.T) {
@@ -112,5 +116,50 @@ func TestPrometheusNamesFollowTheConventions(t *testing.T) {
 		if got := PrometheusName(c.name, c.kind); got != c.want {
 			t.Errorf("PrometheusName(%s, %s) = %s, want %s", c.name, c.kind, got, c.want)
 		}
+	}
+}
+
+// An engine that left the fleet leaves no series behind: its counters and gauges are deleted
+// from the Prometheus scrape, a late report for it (tally reports a gauge set while the engine
+// drained at its next flush) does not bring them back, and an engine added again under that
+// name gets fresh series. Other engines' series are untouched.
+func TestForgottenEngineSeriesLeaveTheScrape(t *testing.T) {
+	reg := prom.NewRegistry()
+	pr := tallyprom.NewReporter(tallyprom.Options{Registerer: reg, Gatherer: reg, OnRegisterError: func(error) {}})
+	f := &fanout{prom: pr, forgotten: map[string]bool{}}
+	d0 := f.AllocateCounter("engine_faults", map[string]string{"engine": "d0", "leg": "decode", "kind": "silence"})
+	d1 := f.AllocateCounter("engine_faults", map[string]string{"engine": "d1", "leg": "decode", "kind": "silence"})
+	g0 := f.AllocateGauge("engine_inflight", map[string]string{"engine": "d0", "phase": "decode"})
+	rej := f.AllocateCounter("descriptor_rejections", map[string]string{"producer": "d0", "reason": "x"})
+	d0.ReportCount(2)
+	d1.ReportCount(3)
+	g0.ReportGauge(4)
+	rej.ReportCount(1)
+	scrape := func() string {
+		rec := httptest.NewRecorder()
+		pr.HTTPHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+		return rec.Body.String()
+	}
+	before := scrape()
+	for _, want := range []string{`narwhal_engine_faults_total{engine="d0",kind="silence",leg="decode"} 2`,
+		`narwhal_engine_inflight{engine="d0",phase="decode"} 4`, `narwhal_descriptor_rejections_total{producer="d0",reason="x"} 1`} {
+		if !strings.Contains(before, want) {
+			t.Fatalf("scrape lacks %s:\n%s", want, before)
+		}
+	}
+	f.forget("d0")
+	g0.ReportGauge(0) // the drained engine's last gauge update, reported after it left
+	d0.ReportCount(1)
+	after := scrape()
+	if strings.Contains(after, `"d0"`) {
+		t.Fatalf("d0's series are still exported after it left:\n%s", after)
+	}
+	if !strings.Contains(after, `narwhal_engine_faults_total{engine="d1",kind="silence",leg="decode"} 3`) {
+		t.Fatalf("d1's series went too:\n%s", after)
+	}
+	f.remember("d0")
+	d0.ReportCount(5)
+	if again := scrape(); !strings.Contains(again, `narwhal_engine_faults_total{engine="d0",kind="silence",leg="decode"} 5`) {
+		t.Fatalf("d0 added again has no fresh series:\n%s", again)
 	}
 }

@@ -3,9 +3,11 @@ package telemetry
 import (
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cactus/go-statsd-client/v5/statsd"
@@ -82,7 +84,7 @@ func NewReporting(cfg config.MetricsRuntime) (*Reporting, error) {
 		DefaultHistogramBuckets: secondsBuckets,
 		OnRegisterError:         func(error) {}, // one name, one tag-key set: enforced by Metrics
 	})
-	rep := &fanout{prom: pr}
+	rep := &fanout{prom: pr, forgotten: map[string]bool{}}
 	interval := time.Second
 	if s := cfg.Statsd; s != nil {
 		statter, err := statsd.NewClientWithConfig(&statsd.ClientConfig{
@@ -104,6 +106,7 @@ func NewReporting(cfg config.MetricsRuntime) (*Reporting, error) {
 	}, interval)
 	m := New(scope)
 	m.BuildInfo(buildinfo.Get())
+	m.engines = rep
 	return &Reporting{Metrics: m, Prometheus: pr.HTTPHandler(), closer: closer, statter: rep.statter}, nil
 }
 
@@ -120,9 +123,76 @@ func (r *Reporting) Close() error {
 
 // fanout is a tally cached reporter that feeds both Prometheus (with tags as labels) and statsd
 // (which has no tags: they are flattened into the name once, when the instrument is made).
+//
+// The counters and gauges of one engine (tagged engine or producer) can be forgotten when the
+// engine leaves the fleet: their Prometheus series are deleted, and what tally still reports
+// for them (it never drops an instrument: a gauge set while the engine drained is reported at
+// the next flush) is dropped, to Prometheus and statsd alike, until an engine of that name is
+// added again. Such an instrument looks its Prometheus series up at each report (once per
+// flush, not per request), so a series deleted and wanted again is made afresh, starting at 0.
 type fanout struct {
 	prom    tallyprom.Reporter
 	statter statsd.Statter // nil: statsd off
+
+	mu        sync.RWMutex
+	forgotten map[string]bool // engine names whose series are gone
+	vecs      []engineVec     // every Prometheus vector with an engine or producer label
+}
+
+// engineVec is a Prometheus vector whose label key names an engine.
+type engineVec struct {
+	vec interface {
+		DeletePartialMatch(prom.Labels) int
+	}
+	key string
+}
+
+// engineTag returns the key and value of the tag naming an engine, if any.
+func engineTag(tags map[string]string) (key, engine string) {
+	for _, k := range []string{"engine", "producer"} {
+		if v, ok := tags[k]; ok {
+			return k, v
+		}
+	}
+	return "", ""
+}
+
+// forget deletes every series of engine and drops its reports until remember.
+func (f *fanout) forget(engine string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.forgotten[engine] = true
+	for _, v := range f.vecs {
+		v.vec.DeletePartialMatch(prom.Labels{v.key: engine})
+	}
+}
+
+// remember lets engine's series be reported again (an engine of that name joined the fleet).
+func (f *fanout) remember(engine string) {
+	f.mu.Lock()
+	delete(f.forgotten, engine)
+	f.mu.Unlock()
+}
+
+// export makes a new instrument's series, unless its engine is forgotten.
+func (f *fanout) export(engine string, create func()) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if !f.forgotten[engine] {
+		create()
+	}
+}
+
+// track records vec, whose label key names an engine, once.
+func (f *fanout) track(vec engineVec) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, v := range f.vecs {
+		if v.vec == vec.vec {
+			return
+		}
+	}
+	f.vecs = append(f.vecs, vec)
 }
 
 // StatsdName is the statsd name of a metric: the name, then each tag as ".key.value" in key
@@ -189,11 +259,84 @@ type (
 )
 
 func (f *fanout) AllocateCounter(name string, tags map[string]string) tally.CachedCount {
-	return &count{p: f.prom.AllocateCounter(PrometheusName(name, KindCounter), tags), s: f.statter, sn: StatsdName(name, tags)}
+	pn := PrometheusName(name, KindCounter)
+	if key, engine := engineTag(tags); key != "" {
+		// The description is the one tally's reporter gives the vector it registers.
+		vec, err := f.prom.RegisterCounter(pn, keysOf(tags), pn+" counter")
+		if err == nil {
+			f.track(engineVec{vec, key})
+			f.export(engine, func() { _, _ = vec.GetMetricWith(tags) }) // exported from now on, at 0, as tally's own
+			return &engineCount{f: f, vec: vec, labels: maps.Clone(tags), engine: engine, s: f.statter, sn: StatsdName(name, tags)}
+		}
+	}
+	return &count{p: f.prom.AllocateCounter(pn, tags), s: f.statter, sn: StatsdName(name, tags)}
 }
 
 func (f *fanout) AllocateGauge(name string, tags map[string]string) tally.CachedGauge {
-	return &gauge{p: f.prom.AllocateGauge(PrometheusName(name, KindGauge), tags), s: f.statter, sn: StatsdName(name, tags)}
+	pn := PrometheusName(name, KindGauge)
+	if key, engine := engineTag(tags); key != "" {
+		vec, err := f.prom.RegisterGauge(pn, keysOf(tags), pn+" gauge")
+		if err == nil {
+			f.track(engineVec{vec, key})
+			f.export(engine, func() { _, _ = vec.GetMetricWith(tags) })
+			return &engineGauge{f: f, vec: vec, labels: maps.Clone(tags), engine: engine, g: gauge{s: f.statter, sn: StatsdName(name, tags)}}
+		}
+	}
+	return &gauge{p: f.prom.AllocateGauge(pn, tags), s: f.statter, sn: StatsdName(name, tags)}
+}
+
+func keysOf(tags map[string]string) []string {
+	keys := make([]string, 0, len(tags))
+	for k := range tags {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// engineCount and engineGauge are the instruments of one engine: see fanout.
+type (
+	engineCount struct {
+		f      *fanout
+		vec    *prom.CounterVec
+		labels prom.Labels
+		engine string
+		s      statsd.Statter
+		sn     string
+	}
+	engineGauge struct {
+		f      *fanout
+		vec    *prom.GaugeVec
+		labels prom.Labels
+		engine string
+		g      gauge // its statsd side (g.p unused)
+	}
+)
+
+func (c *engineCount) ReportCount(v int64) {
+	c.f.mu.RLock()
+	defer c.f.mu.RUnlock()
+	if c.f.forgotten[c.engine] {
+		return
+	}
+	if m, err := c.vec.GetMetricWith(c.labels); err == nil {
+		m.Add(float64(v))
+	}
+	if c.s != nil {
+		_ = c.s.Inc(c.sn, v, 1)
+	}
+}
+
+func (g *engineGauge) ReportGauge(v float64) {
+	g.f.mu.RLock()
+	defer g.f.mu.RUnlock()
+	if g.f.forgotten[g.engine] {
+		return
+	}
+	if m, err := g.vec.GetMetricWith(g.labels); err == nil {
+		m.Set(v)
+	}
+	g.g.statsd(v)
 }
 
 func (f *fanout) AllocateTimer(name string, tags map[string]string) tally.CachedTimer {
@@ -213,6 +356,10 @@ func (c *count) ReportCount(v int64) {
 
 func (g *gauge) ReportGauge(v float64) {
 	g.p.ReportGauge(v)
+	g.statsd(v)
+}
+
+func (g *gauge) statsd(v float64) {
 	switch s := g.s.(type) {
 	case nil:
 	case statsd.ExtendedStatSender: // fractional gauges (kv usage, ratios) stay fractional

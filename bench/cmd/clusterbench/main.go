@@ -79,6 +79,7 @@ func run(bin string, idle time.Duration, trials int) error {
 				KV: config.KV{Connector: kv.NIXL, EngineID: e.EngineID(), Endpoint: e.KVEndpoint(), TransferModes: []string{"pull"}}})
 		}
 		cfg.Log.AccessLog, cfg.Log.Level = false, "error"
+		cfg.Server.DrainDelayS = 0 // no load balancer to wait for: stop at once
 		cfg.Server.Listen, cfg.Server.AdminListen = freeAddr(), freeAddr()
 		name := "baseline (no cluster)"
 		if i < 3 {

@@ -1,0 +1,140 @@
+package config
+
+import (
+	"reflect"
+	"slices"
+	"strings"
+)
+
+// What a reload (SIGHUP) may change in a running router. A key listed here takes effect for
+// requests that arrive after the reload (a request in flight keeps the settings it started
+// with); the engine list goes through the file source like any change of the fleet. Any other
+// key — a listener, the cluster, the metrics reporters, a bound the listener or the engine
+// clients were built with — is fixed for the life of the process: a reload that changes one is
+// refused whole, naming it, and the running configuration stays as it is.
+// docs/configuration.md lists the same set ("Reload").
+var reloadable = []string{
+	"engines",
+	"log.level",
+	"request.",
+	"admission.",
+	"handoff.",
+	"recovery.",
+	"disaggregation.",
+	"placement.policy",
+	"placement.prefix_block_words",
+	"placement.load_factor",
+	"placement.scrape_stale_s",
+	"placement.scrape_timeout_s",
+	"engine_contract",
+	"server.api_keys",
+	"server.api_keys_file",
+	"server.api_key_max_concurrency",
+	"server.expose_engine_errors",
+	"server.expose_routing_headers",
+	"server.shutdown_grace_s",
+	"server.drain_delay_s",
+}
+
+// Reloadable reports whether the key path (as Changes names it) may change while the router
+// runs.
+func Reloadable(path string) bool {
+	for _, r := range reloadable {
+		if path == r || (strings.HasSuffix(r, ".") && strings.HasPrefix(path, r)) ||
+			strings.HasPrefix(path, r+".") || strings.HasPrefix(path, r+"[") {
+			return true
+		}
+	}
+	return false
+}
+
+// Changes compares the configuration next was provisioned from with the one cur was: changed
+// lists every key path whose value differs (a list such as engines or server.api_keys counts as
+// one key), refused those of them that cannot change while the router runs (Reloadable). The
+// client API keys count as changed when server.api_keys_file now holds other keys.
+func Changes(cur, next Runtime) (changed, refused []string) {
+	diffValues(reflect.ValueOf(cur.file), reflect.ValueOf(next.file), "", &changed)
+	if !slices.Equal(cur.Server.APIKeys, next.Server.APIKeys) && !slices.Contains(changed, "server.api_keys") &&
+		!slices.Contains(changed, "server.api_keys_file") {
+		changed = append(changed, "server.api_keys_file")
+	}
+	for _, p := range changed {
+		if !Reloadable(p) {
+			refused = append(refused, p)
+		}
+	}
+	return changed, refused
+}
+
+// diffValues appends to out the YAML key path of every leaf where a and b differ. Structs are
+// walked field by field (their yaml names); a nil and a non-nil pointer differ at the pointer's
+// key; lists and scalars are compared whole.
+func diffValues(a, b reflect.Value, path string, out *[]string) {
+	switch a.Kind() {
+	case reflect.Pointer:
+		if a.IsNil() || b.IsNil() {
+			if a.IsNil() != b.IsNil() {
+				*out = append(*out, path)
+			}
+			return
+		}
+		diffValues(a.Elem(), b.Elem(), path, out)
+	case reflect.Struct:
+		t := a.Type()
+		for i := 0; i < t.NumField(); i++ {
+			name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
+			if name == "" || name == "-" {
+				continue
+			}
+			diffValues(a.Field(i), b.Field(i), joinPath(path, name), out)
+		}
+	default:
+		if !reflect.DeepEqual(a.Interface(), b.Interface()) {
+			*out = append(*out, path)
+		}
+	}
+}
+
+// clone returns a deep copy of c (its lists and optional sections), so that the runtime made
+// from it does not change when the caller's Config does.
+func (c Config) clone() Config {
+	out := c
+	deepCopy(reflect.ValueOf(&out).Elem())
+	return out
+}
+
+func (e Engine) clone() Engine {
+	out := e
+	deepCopy(reflect.ValueOf(&out).Elem())
+	return out
+}
+
+// deepCopy replaces every exported slice and pointer reachable from v with a copy.
+func deepCopy(v reflect.Value) {
+	switch v.Kind() {
+	case reflect.Pointer:
+		if v.IsNil() {
+			return
+		}
+		cp := reflect.New(v.Type().Elem())
+		cp.Elem().Set(v.Elem())
+		deepCopy(cp.Elem())
+		v.Set(cp)
+	case reflect.Slice:
+		if v.IsNil() {
+			return
+		}
+		cp := reflect.MakeSlice(v.Type(), v.Len(), v.Len())
+		reflect.Copy(cp, v)
+		for i := 0; i < cp.Len(); i++ {
+			deepCopy(cp.Index(i))
+		}
+		v.Set(cp)
+	case reflect.Struct:
+		for i := 0; i < v.NumField(); i++ {
+			if v.Type().Field(i).IsExported() {
+				deepCopy(v.Field(i))
+			}
+		}
+	}
+}
