@@ -96,7 +96,7 @@ func Fleet(env harness.Env) (*report.Section, error) {
 	sec := report.NewSection("fleet", "placement policies on a production trace (2 prefill + 4 decode, capacity model on)")
 	path := env.Trace
 	if _, err := os.Stat(path); err != nil {
-		sec.Printf("SKIPPED: no trace at %s (%v); pass -trace PATH (CI: ../shared/traces/mooncake-conversation.jsonl)", path, err)
+		sec.Printf("SKIPPED: no trace at %s (%v); pass -trace PATH (the repository's copy: %s)", path, err, trace.DefaultPath)
 		return sec, nil
 	}
 	recs, err := trace.Load(path)
@@ -152,16 +152,20 @@ func Fleet(env harness.Env) (*report.Section, error) {
 				sec.Figure(key+"tokens_per_s", report.Round(c.tokens/a.tokens, 2))
 			}
 			file := env.Path("ttft-" + slug(w.name) + "-" + slug(m.Name) + ".png")
-			if err := report.PlotPNG(file, "TTFT over time: "+w.name+", "+m.Name, series); err != nil {
+			chart := report.LineChart{Title: "TTFT p90 per second: " + w.name + ", " + m.Name,
+				XLabel: "time into the run (s)", YLabel: "TTFT p90 of the requests sent that second (ms)", Series: series, NoMarkers: true}
+			if err := chart.Save(file); err != nil {
 				return nil, err
 			}
-			sec.Printf("plot: %s (x: seconds into the run; y: TTFT p90 per second, ms; colours: (a) red, (b) blue, (c) green)", file)
+			sec.Printf("plot: %s", file)
 			if m.Sessions > 0 {
 				file := env.Path("tokens-" + slug(w.name) + "-" + slug(m.Name) + ".png")
-				if err := report.PlotPNG(file, "output tokens/s: "+w.name+", "+m.Name, rate); err != nil {
+				chart := report.LineChart{Title: "Output tokens per second: " + w.name + ", " + m.Name,
+					XLabel: "time into the run (s)", YLabel: "output tokens of the requests that ended (tokens/s)", Series: rate, NoMarkers: true}
+				if err := chart.Save(file); err != nil {
 					return nil, err
 				}
-				sec.Printf("plot: %s (x: seconds into the run; y: output tokens of the requests that ended in each second)", file)
+				sec.Printf("plot: %s", file)
 			}
 		}
 	}

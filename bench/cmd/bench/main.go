@@ -31,6 +31,7 @@ import (
 	"github.com/narwhal-router/narwhal/bench/peer"
 	"github.com/narwhal-router/narwhal/bench/report"
 	"github.com/narwhal-router/narwhal/bench/scenarios"
+	"github.com/narwhal-router/narwhal/bench/trace"
 )
 
 func main() {
@@ -55,7 +56,7 @@ func run() int {
 	profile := flag.Bool("profile", true, "capture router CPU/heap profiles in extra windows (figures are measured without them)")
 	quick := flag.Bool("quick", false, "shorten every window (a smoke run; figures are rough)")
 	strict := flag.Bool("strict", false, "exit 1 when a target is missed")
-	tracePath := flag.String("trace", "../shared/traces/mooncake-conversation.jsonl", "the Mooncake trace the fleet scenario replays (skipped when absent)")
+	tracePath := flag.String("trace", trace.DefaultPath, "the Mooncake-format trace the fleet and goodput scenarios replay, plain or gzip-compressed (skipped when absent)")
 	var routerEnv []string
 	flag.Func("router-env", "NAME=VALUE added to the router's environment, repeatable (experiments: GOGC=50)", func(v string) error {
 		if !strings.Contains(v, "=") {
