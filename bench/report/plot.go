@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"gonum.org/v1/plot"
@@ -42,6 +43,14 @@ type LineChart struct {
 	// YMax fixes the top of the y axis (0: fit the data). The y axis starts at 0, as does
 	// the x axis unless a point lies left of it.
 	YMax float64
+	// LogY draws the y axis on a log scale (every y must then be positive), for latencies
+	// that grow by orders of magnitude past a knee.
+	LogY bool
+	// LegendBottom puts the legend in the lower left corner instead of the upper left
+	// (for lines that start high).
+	LegendBottom bool
+	// XTicks, when set, are the only labelled x values (a sweep's rates).
+	XTicks []float64
 	// NoMarkers draws the measured lines without a marker per point (time series with
 	// hundreds of points).
 	NoMarkers bool
@@ -57,8 +66,15 @@ func (c LineChart) Plot() (*plot.Plot, error) {
 	p.X.Label.Text = c.XLabel
 	p.Y.Label.Text = c.YLabel
 	p.Add(plotter.NewGrid())
-	p.Legend.Top = true
+	p.Legend.Top = !c.LegendBottom
 	p.Legend.Left = true
+	if len(c.XTicks) > 0 {
+		ticks := make([]plot.Tick, len(c.XTicks))
+		for i, x := range c.XTicks {
+			ticks[i] = plot.Tick{Value: x, Label: strconv.FormatFloat(x, 'g', -1, 64)}
+		}
+		p.X.Tick.Marker = plot.ConstantTicks(ticks)
+	}
 	p.X.Min, p.Y.Min = 0, 0
 	measured := 0
 	for _, s := range c.Series {
@@ -103,6 +119,23 @@ func (c LineChart) Plot() (*plot.Plot, error) {
 	}
 	if c.YMax > 0 {
 		p.Y.Max = c.YMax
+	}
+	if c.LogY {
+		lo := math.Inf(1)
+		for _, s := range c.Series {
+			for _, pt := range s.Points {
+				if pt.Y <= 0 {
+					return nil, fmt.Errorf("chart %q: series %q has y = %v on a log axis", c.Title, s.Name, pt.Y)
+				}
+				lo = math.Min(lo, pt.Y)
+			}
+		}
+		if math.IsInf(lo, 1) {
+			lo = 1
+		}
+		p.Y.Scale = plot.LogScale{}
+		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+		p.Y.Min = math.Pow(10, math.Floor(math.Log10(lo)))
 	}
 	return p, nil
 }

@@ -26,6 +26,7 @@ var All = []Scenario{
 	{Name: "streams", Run: Streams},
 	{Name: "faults", Run: Faults},
 	{Name: "fleet", Run: Fleet},
+	{Name: "goodput", Run: Goodput},
 }
 
 // Select returns the scenarios named in a comma-separated list ("" or "all": every one).
