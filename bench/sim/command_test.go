@@ -9,6 +9,7 @@ import (
 	"time"
 
 	json "github.com/goccy/go-json"
+	"github.com/spf13/pflag"
 )
 
 // runCommand runs the sim command with args until the returned stop is called, and
@@ -120,5 +121,30 @@ func TestCommandRejectsBadFlags(t *testing.T) {
 		if err := cmd.Execute(); err == nil {
 			t.Errorf("%v: no error", args)
 		}
+	}
+}
+
+// With the capacity model on, the step times the command line leaves out are the
+// calibration's; those it sets are kept; with the model off nothing changes.
+func TestCommandCalibratesTheCapacityModel(t *testing.T) {
+	parse := func(args ...string) Options {
+		var o Options
+		fs := pflag.NewFlagSet("sim", pflag.ContinueOnError)
+		addEngineFlags(fs, &o)
+		if err := fs.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		calibrateUnset(fs, &o)
+		return o
+	}
+	o := parse("--max-num-seqs", "8", "--itl", "2ms")
+	if o.ITL != 2*time.Millisecond || o.ITLPerSeq != Calibrated.ITLPerSeq || o.PrefillPerToken != Calibrated.PrefillPerToken {
+		t.Errorf("capacity model on: itl %v, per seq %v, per token %v", o.ITL, o.ITLPerSeq, o.PrefillPerToken)
+	}
+	if o := parse("--max-num-seqs", "8", "--itl-per-seq", "0"); o.ITLPerSeq != 0 || o.ITL != Calibrated.ITL {
+		t.Errorf("an explicit 0 was replaced: %+v", o)
+	}
+	if o := parse("--itl", "1ms"); o.ITLPerSeq != 0 || o.PrefillPerToken != 0 {
+		t.Errorf("capacity model off, calibrated anyway: %+v", o)
 	}
 }
