@@ -298,7 +298,7 @@ func (in *Ingress) respondAssembled(ctx *fasthttp.RequestCtx, x *Exchange, s *tr
 				Detail: "decode stream is larger than server.max_response_bytes (" + strconv.Itoa(in.rt.MaxResponseBytes) + " bytes)"}
 			break
 		}
-		if ev.Kind == wire.EventUsage {
+		if ev.Kind == wire.EventUsage || ev.Kind == wire.EventDone { // a Responses stream's usage is in its last event
 			ev.Data = x.CorrectUsage(ev.Data)
 		}
 		a.Add(ev.Data)

@@ -144,6 +144,7 @@ func (r *relay) WriteTo(w io.Writer) (int64, error) {
 		case wire.EventDone: // a Responses stream's last event carries its usage
 			if n, ok := wire.ResponsesOutputTokens(ev.Data); ok {
 				r.end.OutputTokens = n
+				ev.Raw = r.x.CorrectUsage(ev.Raw)
 			}
 		case wire.EventUsage:
 			r.end.OutputTokens = wire.OutputTokensOf(ev.Data, 0)
