@@ -116,6 +116,9 @@ func addEngineFlags(fs *pflag.FlagSet, o *Options) {
 	fs.IntVar(&o.KVBlocks, "kv-blocks", DefaultKVBlocks, "KV cache size in blocks (capacity model: requests wait for blocks; kv_cache_usage_perc is relative to it)")
 	fs.IntVar(&o.BlockSize, "block-size", DefaultBlockSize, "tokens (words) per KV block and prefix-cache hash")
 	fs.DurationVar(&o.TransferPerBlock, "transfer-per-block", 0, "time a consumer spends per KV block it pulls from a producer")
+	fs.StringVar(&o.KVEvents, "kv-events", "", "publish the prefix cache's KV events like vLLM's --kv-events-config on a ZeroMQ PUB socket bound here, e.g. tcp://127.0.0.1:5557 (port 0: a free one; a fleet needs 0); needs --max-num-seqs")
+	fs.StringVar(&o.KVEventsReplay, "kv-events-replay", "", "the KV events' ROUTER replay socket, e.g. tcp://127.0.0.1:5558 (port 0: a free one)")
+	fs.StringVar(&o.KVEventsTopic, "kv-events-topic", "", "the KV events' topic frame (vLLM's default: empty)")
 	fs.BoolVar(&o.PromptTokensDetails, "enable-prompt-tokens-details", false, "report usage.prompt_tokens_details.cached_tokens (vLLM's flag of the same name)")
 }
 

@@ -148,3 +148,22 @@ func TestCommandCalibratesTheCapacityModel(t *testing.T) {
 		t.Errorf("capacity model off, calibrated anyway: %+v", o)
 	}
 }
+
+// The command publishes KV events where --kv-events says and prints the bound endpoints.
+func TestCommandPublishesKVEvents(t *testing.T) {
+	line, stop := runCommand(t, "--listen", "127.0.0.1:0", "--max-num-seqs", "2",
+		"--kv-events", "tcp://127.0.0.1:0", "--kv-events-replay", "tcp://127.0.0.1:0", "--kv-events-topic", "kv")
+	defer func() {
+		if err := stop(); err != nil {
+			t.Error(err)
+		}
+	}()
+	var info EngineInfo
+	if err := json.Unmarshal([]byte(line), &info); err != nil {
+		t.Fatalf("line %q: %v", line, err)
+	}
+	if !strings.HasPrefix(info.KVEvents, "tcp://127.0.0.1:") || !strings.HasPrefix(info.KVEventsReplay, "tcp://127.0.0.1:") ||
+		strings.HasSuffix(info.KVEvents, ":0") {
+		t.Errorf("printed %s: want the bound KV events endpoints", line)
+	}
+}

@@ -90,6 +90,7 @@ type genRequest struct {
 	instructions json.RawMessage // Responses API, echoed in the response
 	directives   []fault
 	hashes       []uint64 // prefix-cache keys of the prompt's full blocks (capacity model only)
+	tokenIDs     []uint32 // the prompt's token ids (KV events only)
 }
 
 // maxN bounds n, the choices of one request.
@@ -208,7 +209,7 @@ func (e *Engine) parseGeneration(api endpoint, r *http.Request, body []byte) (*g
 		g.directives = ds
 	}
 	if e.sched != nil {
-		g.hashes = promptHashes(api, &w, e.opts.BlockSize)
+		g.hashes, g.tokenIDs = promptHashes(api, &w, e.opts.BlockSize, e.kvPub != nil)
 	}
 	return g, nil
 }
