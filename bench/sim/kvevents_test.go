@@ -62,6 +62,34 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// subscribe runs sub until the test ends (before the engine closes: cleanups run last
+// first).
+func subscribe(t *testing.T, sub *kvevents.Subscriber) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- sub.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("subscriber: %v", err)
+		}
+	})
+}
+
+// untilReceiving makes the engine publish (send(i) for i = 0, 1, …) until received() > 0:
+// what is published before the subscription is up is lost to it live.
+func untilReceiving(t *testing.T, send func(i int), received func() int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 0; received() == 0; i++ {
+		if time.Now().After(deadline) {
+			t.Fatal("the subscriber never received a batch")
+		}
+		send(i)
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // A Go subscriber that joins late (it wants every batch from 0 on) gets the batches it
 // missed from the replay socket, then the live ones, each once and in order; from the
 // events alone it knows exactly which blocks the engine's prefix cache holds, through
@@ -96,27 +124,10 @@ func TestKVEventsMirrorThePrefixCache(t *testing.T) {
 	from := uint64(0)
 	sub := &kvevents.Subscriber{Endpoint: pub, Replay: replay, Topic: "kv@", From: &from, Handle: m.handle,
 		Gap: func(a, b uint64) { m.mu.Lock(); m.gaps = append(m.gaps, [2]uint64{a, b}); m.mu.Unlock() }}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- sub.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("subscriber: %v", err)
-		}
-	}()
-	// Until the subscription is up, what is published is lost to it live: keep sending new
-	// prompts until it has something; the replay must then have filled everything before.
-	for i := 0; ; i++ {
-		complete(prompt(fmt.Sprintf("b%d_", i), 40))
-		if seqs, _, _, _ := m.snapshot(); len(seqs) > 0 {
-			break
-		}
-		if i > 200 {
-			t.Fatal("the subscriber never received a batch")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	subscribe(t, sub)
+	// The replay must fill everything before the first batch the subscription received.
+	untilReceiving(t, func(i int) { complete(prompt(fmt.Sprintf("b%d_", i), 40)) },
+		func() int { s, _, _, _ := m.snapshot(); return len(s) })
 	// settled: every batch the engine made has been sent and delivered.
 	settled := func() bool {
 		s, _, _, _ := m.snapshot()
@@ -188,28 +199,10 @@ func TestKVEventsReplayReportsWhatIsGone(t *testing.T) {
 	sub := &kvevents.Subscriber{Endpoint: pub, From: &from,
 		Handle: func(seq uint64, _ kvevents.Batch) { mu.Lock(); got = append(got, seq); mu.Unlock() },
 		Gap:    func(a, b uint64) { mu.Lock(); gap = [2]uint64{a, b}; mu.Unlock() }}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- sub.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("subscriber: %v", err)
-		}
-	}()
-	for i := 0; ; i++ {
+	subscribe(t, sub)
+	untilReceiving(t, func(i int) {
 		post(t, e.URL(), "/v1/completions", fmt.Sprintf(`{"prompt":"%s"}`, strings.Repeat(fmt.Sprintf("x%d ", i), 20)))
-		mu.Lock()
-		n := len(got)
-		mu.Unlock()
-		if n > 0 {
-			break
-		}
-		if i > 200 {
-			t.Fatal("the subscriber never received a batch")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	}, func() int { mu.Lock(); defer mu.Unlock(); return len(got) })
 	mu.Lock()
 	defer mu.Unlock()
 	// Batch 0 was out before the subscription (a later one may still have been in the

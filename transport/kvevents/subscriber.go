@@ -65,7 +65,7 @@ func (s *Subscriber) Run(ctx context.Context) error {
 			continue // already had it (from a replay)
 		}
 		if m.Seq > next {
-			if next, err = s.fill(ctx, next, m.Seq); err != nil {
+			if err := s.fill(ctx, next, m.Seq); err != nil {
 				return err
 			}
 		}
@@ -78,21 +78,20 @@ func (s *Subscriber) Run(ctx context.Context) error {
 	}
 }
 
-// fill asks the replay endpoint for batches from..upto−1 and delivers them; it returns the
-// next sequence number expected, upto unless the context ended. What it cannot get goes
-// to Gap.
-func (s *Subscriber) fill(ctx context.Context, from, upto uint64) (uint64, error) {
+// fill asks the replay endpoint for batches from..upto−1 and delivers them. What it cannot
+// get goes to Gap; without a Gap, a failed replay is an error.
+func (s *Subscriber) fill(ctx context.Context, from, upto uint64) error {
 	next := from
 	if s.Replay != "" {
 		var err error
 		if next, err = s.replay(ctx, from, upto); err != nil && ctx.Err() == nil && s.Gap == nil {
-			return next, err
+			return err
 		}
 	}
 	if next < upto && s.Gap != nil {
 		s.Gap(next, upto-1)
 	}
-	return upto, nil
+	return nil
 }
 
 // replay delivers what the replay endpoint still has of from..upto−1 and returns the
