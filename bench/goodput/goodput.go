@@ -118,6 +118,24 @@ const (
 // goodput is interpolated linearly between it and the rate before (so a noisy point
 // above the knee cannot raise it). how is Interpolated, AtLeast or Below.
 func Goodput(points []Point, target float64) (rps float64, how string) {
+	lo, hi, ok := Knee(points, target)
+	switch {
+	case ok:
+		// lo meets the target, hi does not: lo.Attainment ≥ target > hi.Attainment.
+		f := (lo.Attainment - target) / (lo.Attainment - hi.Attainment)
+		return lo.Rate + f*(hi.Rate-lo.Rate), Interpolated
+	case len(points) == 0 || lo.Rate == 0 && lo.Attainment == 0:
+		return 0, Below
+	}
+	return lo.Rate, AtLeast
+}
+
+// Knee returns the swept points either side of the knee: hi is the first rate, going up,
+// whose attainment misses target, lo the rate before it (ok true). When no rate misses,
+// lo is the highest rate and ok false; when the lowest already misses, or there are no
+// points, both are zero and ok false. A sweep refines the goodput by running the rate
+// half way between lo and hi.
+func Knee(points []Point, target float64) (lo, hi Point, ok bool) {
 	ps := slices.Clone(points)
 	slices.SortFunc(ps, func(a, b Point) int {
 		switch {
@@ -129,18 +147,14 @@ func Goodput(points []Point, target float64) (rps float64, how string) {
 		return 0
 	})
 	if len(ps) == 0 || ps[0].Attainment < target {
-		return 0, Below
+		return Point{}, Point{}, false
 	}
 	for i := 1; i < len(ps); i++ {
-		lo, hi := ps[i-1], ps[i]
-		if hi.Attainment >= target {
-			continue
+		if ps[i].Attainment < target {
+			return ps[i-1], ps[i], true
 		}
-		// lo meets the target, hi does not: lo.Attainment ≥ target > hi.Attainment.
-		f := (lo.Attainment - target) / (lo.Attainment - hi.Attainment)
-		return lo.Rate + f*(hi.Rate-lo.Rate), Interpolated
 	}
-	return ps[len(ps)-1].Rate, AtLeast
+	return ps[len(ps)-1], Point{}, false
 }
 
 // ScaleArrivals returns at (a trace's arrival times, in order) stretched or compressed by

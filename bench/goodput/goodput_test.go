@@ -110,6 +110,19 @@ func TestGoodputInterpolatesAtTheKnee(t *testing.T) {
 	}
 }
 
+func TestKneeBracketsTheFirstMiss(t *testing.T) {
+	lo, hi, ok := Knee([]Point{{30, 0.80}, {10, 1}, {20, 0.98}, {40, 0.95}}, 0.9)
+	if !ok || lo.Rate != 20 || hi.Rate != 30 {
+		t.Errorf("knee %v %v %v, want 20 and 30", lo, hi, ok)
+	}
+	if lo, _, ok := Knee([]Point{{10, 1}, {20, 0.95}}, 0.9); ok || lo.Rate != 20 {
+		t.Errorf("no miss: %v %v", lo, ok)
+	}
+	if lo, hi, ok := Knee([]Point{{10, 0.5}}, 0.9); ok || lo.Rate != 0 || hi.Rate != 0 {
+		t.Errorf("all missed: %v %v %v", lo, hi, ok)
+	}
+}
+
 func TestScaleArrivalsKeepsTheShapeAtTheRate(t *testing.T) {
 	at := []time.Duration{5 * time.Second, 6 * time.Second, 6 * time.Second, 9 * time.Second} // 3 gaps over 4 s: 0.75/s
 	got, err := ScaleArrivals(at, 3)

@@ -172,8 +172,9 @@ func Goodput(env harness.Env) (*report.Section, error) {
 	sec.Printf("rates swept (requests/s): %s, in that order, every policy at one rate before the next (drift on the shared machine hits all alike); "+
 		"a policy whose attainment falls below %.0f%% is not run at higher rates; requests are cut off after %v",
 		joinRates(rates), 100*goodputSaturated, goodputCutOff)
-	sec.Printf("goodput: the highest offered rate with ≥ %.0f%% of requests meeting both SLOs, interpolated linearly between the last swept rate that meets it and the first that does not",
-		100*goodputTarget)
+	sec.Printf("goodput: the highest offered rate with ≥ %.0f%% of requests meeting both SLOs: the sweep is refined once at the knee "+
+		"(the rate half way between the last swept rate that meets it and the first that does not), then interpolated linearly between "+
+		"the two nearest rates either side", 100*goodputTarget)
 
 	workloads := []struct {
 		name, key string
@@ -213,10 +214,13 @@ func Goodput(env harness.Env) (*report.Section, error) {
 
 // sweep runs every policy at every rate, rate by rate, skipping a policy's rates above its
 // saturation.
+//
+// Then, for each policy whose attainment crossed the target between two swept rates, it
+// runs the rate half way between them (the knee's refinement), so the goodput is
+// interpolated over half the gap.
 func sweep(rep *trace.Replay, eng sim.Options, rates []float64, window time.Duration, slo goodput.SLO, workload string) (map[string][]*goodputRun, error) {
 	runs := map[string][]*goodputRun{}
-	saturated := map[string]bool{}
-	for _, rate := range rates {
+	run := func(p goodputPolicy, rate float64) (*goodputRun, error) {
 		reqs := rep.Requests[:min(len(rep.Requests), goodputRequests(rate, window))]
 		at := make([]time.Duration, len(reqs))
 		for i, q := range reqs {
@@ -226,23 +230,48 @@ func sweep(rep *trace.Replay, eng sim.Options, rates []float64, window time.Dura
 		if err != nil {
 			return nil, err
 		}
+		harness.Logf("goodput: %s, %s, %g requests/s", workload, p.Name, rate)
+		r, err := runGoodputArm(p.fleetPolicy, eng, rep.Scale.BlockTokens, reqs, arrivals, slo)
+		if err != nil {
+			return nil, fmt.Errorf("%s, %s at %g/s: %w", workload, p.Name, rate, err)
+		}
+		r.rate = rate
+		runs[p.Key] = append(runs[p.Key], r)
+		return r, nil
+	}
+	saturated := map[string]bool{}
+	for _, rate := range rates {
 		for _, p := range goodputPolicies {
 			if saturated[p.Key] {
 				continue
 			}
-			harness.Logf("goodput: %s, %s, %g requests/s", workload, p.Name, rate)
-			r, err := runGoodputArm(p.fleetPolicy, eng, rep.Scale.BlockTokens, reqs, arrivals, slo)
+			r, err := run(p, rate)
 			if err != nil {
-				return nil, fmt.Errorf("%s, %s at %g/s: %w", workload, p.Name, rate, err)
+				return nil, err
 			}
-			r.rate = rate
-			runs[p.Key] = append(runs[p.Key], r)
 			if r.attainment < goodputSaturated {
 				saturated[p.Key] = true
 			}
 		}
 	}
+	for _, p := range goodputPolicies {
+		if lo, hi, ok := goodput.Knee(points(runs[p.Key]), goodputTarget); ok {
+			if _, err := run(p, (lo.Rate+hi.Rate)/2); err != nil {
+				return nil, err
+			}
+			sort.Slice(runs[p.Key], func(i, j int) bool { return runs[p.Key][i].rate < runs[p.Key][j].rate })
+		}
+	}
 	return runs, nil
+}
+
+// points are the runs' attainments by rate.
+func points(runs []*goodputRun) []goodput.Point {
+	out := make([]goodput.Point, len(runs))
+	for i, r := range runs {
+		out[i] = goodput.Point{Rate: r.rate, Attainment: r.attainment}
+	}
+	return out
 }
 
 // runGoodputArm offers reqs at the given arrival times to a fresh fleet and
@@ -321,7 +350,6 @@ func reportWorkload(sec *report.Section, env harness.Env, name, key string, slo 
 	byRate := map[string]map[float64]*goodputRun{}
 	for _, p := range goodputPolicies {
 		byRate[p.Key] = map[float64]*goodputRun{}
-		var pts []goodput.Point
 		var ttftPts, attPts []report.Point
 		att, p99 := map[string]float64{}, map[string]float64{}
 		for _, r := range runs[p.Key] {
@@ -332,14 +360,13 @@ func reportWorkload(sec *report.Section, env harness.Env, name, key string, slo 
 				fmt.Sprintf("%.1f", ms1(goodput.Percentile(r.tpot, 0.5))), fmt.Sprintf("%.1f", ms1(goodput.Percentile(r.tpot, 0.9))),
 				fmt.Sprintf("%.1f", ms1(goodput.Percentile(r.tpot, 0.99))),
 				fmt.Sprintf("%.1f", 100*r.attainment), fmt.Sprintf("%.1f", 100*r.hitRate), fmt.Sprintf("%.0f", 100*r.disagg))
-			pts = append(pts, goodput.Point{Rate: r.rate, Attainment: r.attainment})
 			ttftPts = append(ttftPts, report.Point{X: r.rate, Y: max(ms1(goodput.Percentile(r.ttft, 0.99)), 1)})
 			attPts = append(attPts, report.Point{X: r.rate, Y: 100 * r.attainment})
 			rk := strconv.FormatFloat(r.rate, 'g', -1, 64)
 			att[rk] = report.Round(r.attainment, 3)
 			p99[rk] = report.Round(ms1(goodput.Percentile(r.ttft, 0.99)), 1)
 		}
-		rps, how := goodput.Goodput(pts, goodputTarget)
+		rps, how := goodput.Goodput(points(runs[p.Key]), goodputTarget)
 		s.rps[p.Key], s.how[p.Key] = rps, how
 		sec.Figure(key+"."+p.Key+"_rps", report.Round(rps, 1))
 		sec.Figure(key+"."+p.Key+"_attainment", att)
