@@ -27,8 +27,15 @@ type Env struct {
 	Quick bool
 	// RouterEnv is added to the router's environment (experiments: GOGC=50, GOMAXPROCS=1).
 	RouterEnv []string
-	// Trace is the Mooncake trace the fleet scenario replays; it skips when the file is absent.
+	// Trace is the Mooncake trace the fleet and goodput scenarios replay; they skip when the
+	// file is absent.
 	Trace string
+	// SLOTTFT and SLOTPOT are the goodput scenario's latency objectives (time to first
+	// token; time per output token after the first); 0 derives each from the simulator's
+	// calibration (bench/README.md, "Goodput").
+	SLOTTFT, SLOTPOT time.Duration
+	// Rates are the goodput scenario's offered rates in requests/s; empty: its default sweep.
+	Rates []float64
 }
 
 // Logf prints progress to stderr, stamped.

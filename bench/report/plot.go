@@ -1,178 +1,184 @@
 package report
 
 import (
+	"bytes"
 	"fmt"
-	"image"
 	"image/color"
-	"image/png"
 	"math"
 	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
 )
 
 // Point is one (x, y) sample of a series.
 type Point struct{ X, Y float64 }
 
-// Series is one line of a plot.
+// Series is one line of a chart, named in its legend.
 type Series struct {
 	Name   string
 	Points []Point
+	// Dashed draws a reference line (a target, an SLO) rather than a measurement: dashed,
+	// in grey, without point markers.
+	Dashed bool
 }
 
-// Palette is the series colours in order: red, blue, green, then grey.
-var Palette = []color.RGBA{{200, 40, 40, 255}, {40, 80, 200, 255}, {30, 150, 60, 255}, {120, 120, 120, 255}}
+// Palette is the measured series' colours in order (colour-blind safe: Okabe–Ito
+// vermillion, blue, bluish green, orange, reddish purple, sky blue).
+var Palette = []color.RGBA{
+	{213, 94, 0, 255}, {0, 114, 178, 255}, {0, 158, 115, 255},
+	{230, 159, 0, 255}, {204, 121, 167, 255}, {86, 180, 233, 255},
+}
 
-const (
-	plotW, plotH = 900, 420
-	marginL      = 60
-	marginB      = 30
-	marginT      = 20
-	marginR      = 20
-)
+// LineChart is one figure: lines on shared axes, each named in the legend. The axis labels
+// should name their units ("offered load (requests/s)").
+type LineChart struct {
+	Title, XLabel, YLabel string
+	Series                []Series
+	// YMax fixes the top of the y axis (0: fit the data). The y axis starts at 0, as does
+	// the x axis unless a point lies left of it.
+	YMax float64
+	// LogY draws the y axis on a log scale (every y must then be positive), for latencies
+	// that grow by orders of magnitude past a knee.
+	LogY bool
+	// LegendBottom puts the legend in the lower left corner instead of the upper left
+	// (for lines that start high).
+	LegendBottom bool
+	// XTicks, when set, are the only labelled x values (a sweep's rates).
+	XTicks []float64
+	// NoMarkers draws the measured lines without a marker per point (time series with
+	// hundreds of points).
+	NoMarkers bool
+	// Width and Height default to 18 × 10 cm.
+	Width, Height vg.Length
+}
 
-// PlotPNG draws the series as lines on shared axes (both from 0) and writes a PNG to path:
-// y-axis ticks labelled with their values, x-axis ticks every tenth of the range, one
-// colour per series in Palette order with a legend square and the series' index. Pure Go
-// (image/png): the report stays reproducible without plotting tools. title is not drawn; it
-// names the plot in errors.
-func PlotPNG(path, title string, series []Series) error {
-	img := image.NewRGBA(image.Rect(0, 0, plotW, plotH))
-	fill(img, img.Bounds(), color.RGBA{255, 255, 255, 255})
-	maxX, maxY := 1.0, 1.0
-	for _, s := range series {
-		for _, p := range s.Points {
-			maxX, maxY = math.Max(maxX, p.X), math.Max(maxY, p.Y)
+// Plot builds the gonum plot: title, axis labels, a grid, one line per series (with a
+// marker per point, so a sweep's rates show) and a legend naming every series.
+func (c LineChart) Plot() (*plot.Plot, error) {
+	p := plot.New()
+	p.Title.Text = c.Title
+	p.X.Label.Text = c.XLabel
+	p.Y.Label.Text = c.YLabel
+	p.Add(plotter.NewGrid())
+	p.Legend.Top = !c.LegendBottom
+	p.Legend.Left = true
+	if len(c.XTicks) > 0 {
+		ticks := make([]plot.Tick, len(c.XTicks))
+		for i, x := range c.XTicks {
+			ticks[i] = plot.Tick{Value: x, Label: strconv.FormatFloat(x, 'g', -1, 64)}
 		}
+		p.X.Tick.Marker = plot.ConstantTicks(ticks)
 	}
-	maxY = niceCeil(maxY)
-	x0, y0, x1, y1 := marginL, plotH-marginB, plotW-marginR, marginT
-	px := func(x float64) int { return x0 + int(x/maxX*float64(x1-x0)) }
-	py := func(y float64) int { return y0 - int(y/maxY*float64(y0-y1)) }
-	grey := color.RGBA{200, 200, 200, 255}
-	black := color.RGBA{0, 0, 0, 255}
-	for i := 0; i <= 5; i++ { // horizontal grid with labels
-		v := maxY * float64(i) / 5
-		y := py(v)
-		line(img, x0, y, x1, y, grey)
-		text(img, x0-6-textWidth(label(v)), y-3, label(v), black)
-	}
-	for i := 0; i <= 10; i++ {
-		v := maxX * float64(i) / 10
-		x := px(v)
-		line(img, x, y0, x, y0+4, black)
-		text(img, x-textWidth(label(v))/2, y0+8, label(v), black)
-	}
-	line(img, x0, y0, x1, y0, black)
-	line(img, x0, y0, x0, y1, black)
-	for i, s := range series {
-		c := Palette[min(i, len(Palette)-1)]
-		for j := 1; j < len(s.Points); j++ {
-			a, b := s.Points[j-1], s.Points[j]
-			line(img, px(a.X), py(a.Y), px(b.X), py(b.Y), c)
-			line(img, px(a.X), py(a.Y)+1, px(b.X), py(b.Y)+1, c)
-		}
-		lx := x1 - 120
-		ly := y1 + 6 + i*14
-		fill(img, image.Rect(lx, ly, lx+10, ly+10), c)
-		text(img, lx+14, ly+2, strconv.Itoa(i+1), black)
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("plot %q: %w", title, err)
-	}
-	if err := png.Encode(f, img); err != nil {
-		f.Close()
-		return fmt.Errorf("plot %q: %w", title, err)
-	}
-	return f.Close()
-}
-
-func niceCeil(v float64) float64 {
-	p := math.Pow(10, math.Floor(math.Log10(v)))
-	for _, m := range []float64{1, 2, 2.5, 5, 10} {
-		if m*p >= v {
-			return m * p
-		}
-	}
-	return 10 * p
-}
-
-func label(v float64) string {
-	if v == math.Trunc(v) {
-		return strconv.FormatFloat(v, 'f', 0, 64)
-	}
-	return strconv.FormatFloat(v, 'f', 1, 64)
-}
-
-func fill(img *image.RGBA, r image.Rectangle, c color.RGBA) {
-	for y := r.Min.Y; y < r.Max.Y; y++ {
-		for x := r.Min.X; x < r.Max.X; x++ {
-			img.SetRGBA(x, y, c)
-		}
-	}
-}
-
-// line draws with Bresenham's algorithm.
-func line(img *image.RGBA, xa, ya, xb, yb int, c color.RGBA) {
-	dx, dy := abs(xb-xa), -abs(yb-ya)
-	sx, sy := sign(xb-xa), sign(yb-ya)
-	e := dx + dy
-	for {
-		img.SetRGBA(xa, ya, c)
-		if xa == xb && ya == yb {
-			return
-		}
-		if e2 := 2 * e; e2 >= dy {
-			e += dy
-			xa += sx
-		} else {
-			e += dx
-			ya += sy
-		}
-	}
-}
-
-func abs(v int) int {
-	if v < 0 {
-		return -v
-	}
-	return v
-}
-
-func sign(v int) int {
-	switch {
-	case v < 0:
-		return -1
-	case v > 0:
-		return 1
-	}
-	return 0
-}
-
-// digits is a 3×5 bitmap font for tick labels: each glyph is five rows of three bits.
-var digits = map[byte][5]uint8{
-	'0': {7, 5, 5, 5, 7}, '1': {2, 6, 2, 2, 7}, '2': {7, 1, 7, 4, 7}, '3': {7, 1, 7, 1, 7},
-	'4': {5, 5, 7, 1, 1}, '5': {7, 4, 7, 1, 7}, '6': {7, 4, 7, 5, 7}, '7': {7, 1, 1, 1, 1},
-	'8': {7, 5, 7, 5, 7}, '9': {7, 5, 7, 1, 7}, '.': {0, 0, 0, 0, 2}, '-': {0, 0, 7, 0, 0},
-}
-
-const glyphScale = 2
-
-func textWidth(s string) int { return len(s) * 4 * glyphScale }
-
-func text(img *image.RGBA, x, y int, s string, c color.RGBA) {
-	for i := 0; i < len(s); i++ {
-		g, ok := digits[s[i]]
-		if !ok {
+	p.X.Min, p.Y.Min = 0, 0
+	measured := 0
+	for _, s := range c.Series {
+		if len(s.Points) == 0 {
 			continue
 		}
-		for row := 0; row < 5; row++ {
-			for col := 0; col < 3; col++ {
-				if g[row]&(4>>col) != 0 {
-					gx, gy := x+i*4*glyphScale+col*glyphScale, y+row*glyphScale
-					fill(img, image.Rect(gx, gy, gx+glyphScale, gy+glyphScale), c)
+		xys := make(plotter.XYs, len(s.Points))
+		for j, pt := range s.Points {
+			if math.IsNaN(pt.X) || math.IsNaN(pt.Y) || math.IsInf(pt.X, 0) || math.IsInf(pt.Y, 0) {
+				return nil, fmt.Errorf("chart %q: series %q point %d is not finite (%v, %v)", c.Title, s.Name, j, pt.X, pt.Y)
+			}
+			xys[j] = plotter.XY{X: pt.X, Y: pt.Y}
+			p.X.Min = math.Min(p.X.Min, pt.X)
+		}
+		if s.Dashed {
+			l, err := plotter.NewLine(xys)
+			if err != nil {
+				return nil, fmt.Errorf("chart %q, series %q: %w", c.Title, s.Name, err)
+			}
+			l.Color = color.Gray{Y: 110}
+			l.Dashes = []vg.Length{vg.Points(5), vg.Points(3)}
+			p.Add(l)
+			p.Legend.Add(s.Name, l)
+			continue
+		}
+		l, pts, err := plotter.NewLinePoints(xys)
+		if err != nil {
+			return nil, fmt.Errorf("chart %q, series %q: %w", c.Title, s.Name, err)
+		}
+		col := Palette[measured%len(Palette)]
+		l.Color, l.Width = col, vg.Points(1.5)
+		pts.Color = col
+		pts.Shape = shapes[measured%len(shapes)]
+		measured++
+		if c.NoMarkers {
+			p.Add(l)
+			p.Legend.Add(s.Name, l)
+			continue
+		}
+		p.Add(l, pts)
+		p.Legend.Add(s.Name, l, pts)
+	}
+	if c.YMax > 0 {
+		p.Y.Max = c.YMax
+	}
+	if c.LogY {
+		lo := math.Inf(1)
+		for _, s := range c.Series {
+			for _, pt := range s.Points {
+				if pt.Y <= 0 {
+					return nil, fmt.Errorf("chart %q: series %q has y = %v on a log axis", c.Title, s.Name, pt.Y)
 				}
+				lo = math.Min(lo, pt.Y)
 			}
 		}
+		if math.IsInf(lo, 1) {
+			lo = 1
+		}
+		p.Y.Scale = plot.LogScale{}
+		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+		p.Y.Min = math.Pow(10, math.Floor(math.Log10(lo)))
 	}
+	return p, nil
+}
+
+// shapes tell the lines apart in grey print too.
+var shapes = []draw.GlyphDrawer{draw.CircleGlyph{}, draw.SquareGlyph{}, draw.TriangleGlyph{}, draw.CrossGlyph{}, draw.PlusGlyph{}, draw.RingGlyph{}}
+
+// Render encodes the chart in format ("png" or "svg").
+func (c LineChart) Render(format string) ([]byte, error) {
+	p, err := c.Plot()
+	if err != nil {
+		return nil, err
+	}
+	w, h := c.Width, c.Height
+	if w == 0 {
+		w = 18 * vg.Centimeter
+	}
+	if h == 0 {
+		h = 10 * vg.Centimeter
+	}
+	wt, err := p.WriterTo(w, h, format)
+	if err != nil {
+		return nil, fmt.Errorf("chart %q: %w", c.Title, err)
+	}
+	var b bytes.Buffer
+	if _, err := wt.WriteTo(&b); err != nil {
+		return nil, fmt.Errorf("chart %q: %w", c.Title, err)
+	}
+	return b.Bytes(), nil
+}
+
+// Save writes the chart to path, as PNG or SVG by its extension.
+func (c LineChart) Save(path string) error {
+	format := strings.TrimPrefix(strings.ToLower(filepath.Ext(path)), ".")
+	if format != "png" && format != "svg" {
+		return fmt.Errorf("chart %q: %s: want a .png or .svg file", c.Title, path)
+	}
+	b, err := c.Render(format)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		return fmt.Errorf("chart %q: %w", c.Title, err)
+	}
+	return nil
 }

@@ -96,7 +96,7 @@ func Fleet(env harness.Env) (*report.Section, error) {
 	sec := report.NewSection("fleet", "placement policies on a production trace (2 prefill + 4 decode, capacity model on)")
 	path := env.Trace
 	if _, err := os.Stat(path); err != nil {
-		sec.Printf("SKIPPED: no trace at %s (%v); pass -trace PATH (CI: ../shared/traces/mooncake-conversation.jsonl)", path, err)
+		sec.Printf("SKIPPED: no trace at %s (%v); pass -trace PATH (the repository's copy: %s)", path, err, trace.DefaultPath)
 		return sec, nil
 	}
 	recs, err := trace.Load(path)
@@ -152,16 +152,20 @@ func Fleet(env harness.Env) (*report.Section, error) {
 				sec.Figure(key+"tokens_per_s", report.Round(c.tokens/a.tokens, 2))
 			}
 			file := env.Path("ttft-" + slug(w.name) + "-" + slug(m.Name) + ".png")
-			if err := report.PlotPNG(file, "TTFT over time: "+w.name+", "+m.Name, series); err != nil {
+			chart := report.LineChart{Title: "TTFT p90 per second: " + w.name + ", " + m.Name,
+				XLabel: "time into the run (s)", YLabel: "TTFT p90 of the requests sent that second (ms)", Series: series, NoMarkers: true}
+			if err := chart.Save(file); err != nil {
 				return nil, err
 			}
-			sec.Printf("plot: %s (x: seconds into the run; y: TTFT p90 per second, ms; colours: (a) red, (b) blue, (c) green)", file)
+			sec.Printf("plot: %s", file)
 			if m.Sessions > 0 {
 				file := env.Path("tokens-" + slug(w.name) + "-" + slug(m.Name) + ".png")
-				if err := report.PlotPNG(file, "output tokens/s: "+w.name+", "+m.Name, rate); err != nil {
+				chart := report.LineChart{Title: "Output tokens per second: " + w.name + ", " + m.Name,
+					XLabel: "time into the run (s)", YLabel: "output tokens of the requests that ended (tokens/s)", Series: rate, NoMarkers: true}
+				if err := chart.Save(file); err != nil {
 					return nil, err
 				}
-				sec.Printf("plot: %s (x: seconds into the run; y: output tokens of the requests that ended in each second)", file)
+				sec.Printf("plot: %s", file)
 			}
 		}
 	}
@@ -305,59 +309,16 @@ func (r *armResult) points() []report.Point {
 // runFleetArm starts a fresh fleet (empty caches) and router for policy p and offers it rep
 // in mode m.
 func runFleetArm(p fleetPolicy, rep *trace.Replay, m fleetMode) (*armResult, error) {
-	fleet, err := sim.StartFleet(sim.FleetOptions{Prefill: 2, Decode: 4, Engine: fleetEngine()})
+	rig, err := startFleetRig(p, fleetEngine(), rep.Scale.BlockTokens)
 	if err != nil {
 		return nil, err
 	}
-	defer fleet.Close()
-	cfg := config.Default()
-	cfg.Request.DeadlineS = 120
-	cfg.Engine.PrefillTimeoutS, cfg.Engine.FirstTokenTimeoutS = 60, 60
-	cfg.Admission.QueueTimeoutS = 30
-	cfg.Disaggregation.Policy = p.Disaggregation
-	cfg.Placement.Policy = p.Placement
-	cfg.Placement.PrefixBlockWords = rep.Scale.BlockTokens // one trace block
-	cfg.Placement.ScrapeIntervalS = config.Seconds(p.ScrapeS)
-	if p.Headroom > 0 {
-		cfg.Disaggregation.DecodeHeadroom = p.Headroom
-	}
-	cfg.Log.Level = "warn"
-	for _, e := range fleet.Engines {
-		cfg.Engines = append(cfg.Engines, config.Engine{Name: e.Name(), URL: e.URL(), Role: config.Role(e.Role()), Models: e.Models(),
-			KV: config.KV{Connector: kv.NIXL, EngineID: e.EngineID(), Endpoint: e.KVEndpoint(), TransferModes: []string{"pull"}}})
-	}
-	rt, err := config.Provision(cfg, kv.Builtin())
-	if err != nil {
-		return nil, err
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	adminLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		ln.Close()
-		return nil, err
-	}
-	access := &lockedBuffer{}
-	srv, err := node.Start(rt, node.Options{AccessLog: access, Listener: ln, AdminListener: adminLn})
-	if err != nil {
-		return nil, err
-	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-	}()
-
-	client := &http.Client{Timeout: 3 * time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 2048, MaxConnsPerHost: 0}}
-	defer client.CloseIdleConnections()
-	url := "http://" + srv.Addr() + "/v1/completions"
+	defer rig.Close()
 	res := &armResult{}
 	t0 := time.Now()
 	send := func(q trace.Request) {
 		start := time.Now()
-		ttft, tokens, err := streamOnce(client, url, q.CompletionsBody(harness.Model))
+		ttft, tokens, err := streamOnce(context.Background(), rig.client, rig.url, q.CompletionsBody(harness.Model))
 		if err != nil {
 			return
 		}
@@ -409,29 +370,116 @@ func runFleetArm(p fleetPolicy, rep *trace.Replay, m fleetMode) (*armResult, err
 			res.measure(res.span)
 		}
 	}
-	for _, e := range fleet.Engines {
-		st := e.Stats()
-		res.hits += st.PrefixCacheHits
-		res.total += st.PrefixCacheQueries
-		res.blocksMoved += st.BlocksLoaded
-	}
-	// The access log flushes on an interval: wait until every request has its line.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		res.lines, res.disagg = access.decisions()
-		if res.lines >= len(rep.Requests) || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	res.hits, res.total, res.blocksMoved = rig.cacheStats()
+	res.lines, res.disagg = rig.decisions(len(rep.Requests))
 	return res, nil
 }
 
+// fleetRig is a fresh simulated fleet, 2 prefill + 4 decode engines (empty caches), and an
+// in-process router in front of it configured for one policy.
+type fleetRig struct {
+	fleet  *sim.Fleet
+	srv    *node.Server
+	access *lockedBuffer
+	client *http.Client
+	url    string // the router's /v1/completions
+}
+
+// startFleetRig starts the fleet with engine options e and a router for policy p whose
+// prefix index hashes blockWords-word blocks (one trace block).
+func startFleetRig(p fleetPolicy, e sim.Options, blockWords int) (_ *fleetRig, err error) {
+	fleet, err := sim.StartFleet(sim.FleetOptions{Prefill: 2, Decode: 4, Engine: e})
+	if err != nil {
+		return nil, fmt.Errorf("fleet: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			fleet.Close()
+		}
+	}()
+	cfg := config.Default()
+	cfg.Request.DeadlineS = 120
+	cfg.Engine.PrefillTimeoutS, cfg.Engine.FirstTokenTimeoutS = 60, 60
+	cfg.Admission.QueueTimeoutS = 30
+	cfg.Disaggregation.Policy = p.Disaggregation
+	cfg.Placement.Policy = p.Placement
+	cfg.Placement.PrefixBlockWords = blockWords
+	cfg.Placement.ScrapeIntervalS = config.Seconds(p.ScrapeS)
+	if p.Headroom > 0 {
+		cfg.Disaggregation.DecodeHeadroom = p.Headroom
+	}
+	cfg.Log.Level = "warn"
+	for _, e := range fleet.Engines {
+		cfg.Engines = append(cfg.Engines, config.Engine{Name: e.Name(), URL: e.URL(), Role: config.Role(e.Role()), Models: e.Models(),
+			KV: config.KV{Connector: kv.NIXL, EngineID: e.EngineID(), Endpoint: e.KVEndpoint(), TransferModes: []string{"pull"}}})
+	}
+	rt, err := config.Provision(cfg, kv.Builtin())
+	if err != nil {
+		return nil, fmt.Errorf("router configuration: %w", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	adminLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	access := &lockedBuffer{}
+	srv, err := node.Start(rt, node.Options{AccessLog: access, Listener: ln, AdminListener: adminLn})
+	if err != nil {
+		return nil, fmt.Errorf("router: %w", err)
+	}
+	client := &http.Client{Timeout: 3 * time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 2048, MaxConnsPerHost: 0}}
+	return &fleetRig{fleet: fleet, srv: srv, access: access, client: client, url: "http://" + srv.Addr() + "/v1/completions"}, nil
+}
+
+// Close stops the router, then the fleet.
+func (r *fleetRig) Close() {
+	r.client.CloseIdleConnections()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r.srv.Shutdown(ctx)
+	r.fleet.Close()
+}
+
+// cacheStats are the fleet's prefix-cache tokens hit and looked up, and the KV blocks the
+// consumers pulled, over every engine.
+func (r *fleetRig) cacheStats() (hits, total, moved int64) {
+	for _, e := range r.fleet.Engines {
+		st := e.Stats()
+		hits += st.PrefixCacheHits
+		total += st.PrefixCacheQueries
+		moved += st.BlocksLoaded
+	}
+	return hits, total, moved
+}
+
+// decisions counts the router's access-log lines and the disaggregated ones among them,
+// waiting (up to 5 s: the log flushes on an interval) until there are n lines.
+func (r *fleetRig) decisions(n int) (lines, disaggregated int) {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		lines, disaggregated = r.access.decisions()
+		if lines >= n || time.Now().After(deadline) {
+			return lines, disaggregated
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // streamOnce sends a streaming request and returns the time to its first token and the
-// output tokens its usage reports.
-func streamOnce(c *http.Client, url string, body []byte) (ttft time.Duration, tokens int, err error) {
+// output tokens its usage reports. On an error after the first token (ctx's deadline, a
+// cut stream) it still returns the time to the first token.
+func streamOnce(ctx context.Context, c *http.Client, url string, body []byte) (ttft time.Duration, tokens int, err error) {
 	start := time.Now()
-	resp, err := c.Post(url, "application/json", bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return 0, 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.Do(req)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -450,7 +498,7 @@ func streamOnce(c *http.Client, url string, body []byte) (ttft time.Duration, to
 			case bytes.HasPrefix(data, []byte("[DONE]")):
 				done = true
 			case bytes.Contains(data, []byte(`"error"`)):
-				return 0, 0, fmt.Errorf("stream error: %s", data)
+				return ttft, 0, fmt.Errorf("stream error: %s", data)
 			case bytes.Contains(data, []byte(`"choices":[]`)):
 				if i := bytes.Index(data, []byte(`"completion_tokens":`)); i >= 0 {
 					fmt.Sscanf(string(data[i+len(`"completion_tokens":`):]), "%d", &tokens)
@@ -466,7 +514,7 @@ func streamOnce(c *http.Client, url string, body []byte) (ttft time.Duration, to
 			if err == bufio.ErrBufferFull {
 				continue
 			}
-			return 0, 0, err
+			return ttft, 0, err
 		}
 	}
 }

@@ -28,6 +28,7 @@ var All = []Scenario{
 	{Name: "faults", Run: Faults},
 	{Name: "fleet", Run: Fleet},
 	{Name: "churn", Run: Churn},
+	{Name: "goodput", Run: Goodput},
 }
 
 // Select returns the scenarios named in a comma-separated list ("" or "all": every one).

@@ -97,12 +97,12 @@ func BenchmarkHandoff(b *testing.B) {
 
 func BenchmarkChunkEncoding(b *testing.B) {
 	e := startEngine(b, Options{})
-	g := &generation{e: e, req: &genRequest{model: "Qwen/Qwen3-0.6B"}, id: "chatcmpl-6f1c2d3e-0000-4000-8000-000000000003",
+	g := &generation{e: e, req: &genRequest{model: "Qwen/Qwen3-0.6B", n: 1}, id: "chatcmpl-6f1c2d3e-0000-4000-8000-000000000003",
 		created: 1760000001, plan: outputPlan{content: 1 << 20}}
 	for _, tc := range []struct {
 		name  string
 		shape shape
-	}{{"completions", newCompletionShape(g)}, {"chat", newChatShape(g)}} {
+	}{{"completions", newCompletionShape(g, 0)}, {"chat", newChatShape(g, 0)}} {
 		b.Run(tc.name, func(b *testing.B) {
 			buf := make([]byte, 0, 512)
 			b.ReportAllocs()

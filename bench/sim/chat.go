@@ -6,27 +6,36 @@ package sim
 // with exclude_unset, so a delta holds only the fields that piece sets and stop_reason
 // appears only on the chunk that finishes the choice.
 type chatShape struct {
-	g    *generation
-	head []byte
+	g      *generation
+	head   []byte
+	choice int // the choice's index (n > 1); its content tokens start that many words later
 }
 
-func newChatShape(g *generation) *chatShape {
-	return &chatShape{g: g, head: g.appendHead(nil, "chat.completion.chunk")}
+func newChatShape(g *generation, choice int) *chatShape {
+	return &chatShape{g: g, head: g.appendHead(nil, "chat.completion.chunk"), choice: choice}
+}
+
+// appendIndex appends `,"choices":[{"index":<choice>`.
+func (s *chatShape) appendIndex(b []byte) []byte {
+	b = append(b, `,"choices":[{"index":`...)
+	return appendInt(b, s.choice)
 }
 
 func (s *chatShape) appendStart(b []byte) ([]byte, bool) {
 	b = append(b, s.head...)
-	return append(b, `,"choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}`...), true
+	b = s.appendIndex(b)
+	return append(b, `,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}`...), true
 }
 
 func (s *chatShape) appendPiece(b []byte, i int, finish string) []byte {
 	b = append(b, s.head...)
-	b = append(b, `,"choices":[{"index":0,"delta":`...)
+	b = s.appendIndex(b)
+	b = append(b, `,"delta":`...)
 	kind, j := s.g.plan.at(i)
 	switch kind {
 	case pieceContent:
 		b = append(b, `{"content":`...)
-		b = appendString(b, TokenText(j))
+		b = appendString(b, TokenText(j+s.choice))
 		b = append(b, '}')
 	case pieceReasoning:
 		// vLLM ≥ 0.11 names the field reasoning and, while the old name is deprecated,
@@ -60,7 +69,8 @@ func (s *chatShape) appendPiece(b []byte, i int, finish string) []byte {
 
 func (s *chatShape) appendFinish(b []byte, finish string) []byte {
 	b = append(b, s.head...)
-	b = append(b, `,"choices":[{"index":0,"delta":{},"logprobs":null`...)
+	b = s.appendIndex(b)
+	b = append(b, `,"delta":{},"logprobs":null`...)
 	return s.appendChoiceEnd(b, finish)
 }
 
@@ -83,7 +93,26 @@ func (s *chatShape) appendUsage(b []byte) []byte {
 func (s *chatShape) appendResponse(b []byte, finish string, kv []byte) []byte {
 	g := s.g
 	b = g.appendHead(b, "chat.completion")
-	b = append(b, `,"choices":[{"index":0,"message":{"role":"assistant","content":`...)
+	b = append(b, `,"choices":[`...)
+	for c := range g.req.n {
+		if c > 0 {
+			b = append(b, ',')
+		}
+		b = (&chatShape{g: g, choice: c}).appendResponseChoice(b, finish)
+	}
+	b = append(b, "],"...)
+	b = g.appendUsageObject(b, true)
+	b = append(b, `,"prompt_logprobs":null,"kv_transfer_params":`...)
+	b = append(b, kv...)
+	return append(b, '}')
+}
+
+// appendResponseChoice appends the choice's object of a non-streaming body.
+func (s *chatShape) appendResponseChoice(b []byte, finish string) []byte {
+	g := s.g
+	b = append(b, `{"index":`...)
+	b = appendInt(b, s.choice)
+	b = append(b, `,"message":{"role":"assistant","content":`...)
 	if g.plan.toolCall {
 		b = append(b, `null,"tool_calls":[{"id":`...)
 		b = appendString(b, g.toolCallID())
@@ -93,7 +122,7 @@ func (s *chatShape) appendResponse(b []byte, finish string, kv []byte) []byte {
 		b = appendString(b, toolArgs[0]+toolArgs[1])
 		b = append(b, `}}]`...)
 	} else {
-		b = appendString(b, g.plan.joined(pieceContent))
+		b = appendString(b, g.plan.joinedAt(pieceContent, s.choice))
 		b = append(b, `,"tool_calls":[]`...)
 	}
 	b = append(b, `,"reasoning":`...)
@@ -117,16 +146,13 @@ func (s *chatShape) appendResponse(b []byte, finish string, kv []byte) []byte {
 	}
 	b = append(b, `,"finish_reason":`...)
 	b = appendFinishReason(b, finish)
-	b = append(b, `,"stop_reason":null}],`...)
-	b = g.appendUsageObject(b, true)
-	b = append(b, `,"prompt_logprobs":null,"kv_transfer_params":`...)
-	b = append(b, kv...)
-	return append(b, '}')
+	return append(b, `,"stop_reason":null}`...)
 }
 
 // appendLogprob appends one ChatCompletionLogProbsContent for content token j, with
 // top_logprobs alternatives led by the sampled token.
 func (s *chatShape) appendLogprob(b []byte, j int) []byte {
+	j += s.choice
 	b = appendTokenLogprob(b, TokenText(j), tokenLogprob(j))
 	b = b[:len(b)-1] // reopen the object for top_logprobs
 	b = append(b, `,"top_logprobs":[`...)

@@ -28,6 +28,7 @@ func Command() *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Role = Role(role)
+			calibrateUnset(cmd.Flags(), &o)
 			return runUntilSignal(cmd.Context(), cmd.OutOrStdout(), func() (any, func() error, error) {
 				e, err := Start(o)
 				if err != nil {
@@ -59,6 +60,7 @@ func fleetCommand(template *Options) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			fo.Engine = *template
 			fo.Engine.Name, fo.Engine.EngineID = "", ""
+			calibrateUnset(cmd.Flags(), &fo.Engine)
 			return runUntilSignal(cmd.Context(), cmd.OutOrStdout(), func() (any, func() error, error) {
 				f, err := StartFleet(fo)
 				if err != nil {
@@ -74,14 +76,32 @@ func fleetCommand(template *Options) *cobra.Command {
 	return cmd
 }
 
+// calibrateUnset gives the capacity model, when --max-num-seqs turns it on, the calibrated
+// step times (Calibrated) for those of --itl, --itl-per-seq and --prefill-per-token the
+// command line does not set. Without the capacity model they stay 0 by default.
+func calibrateUnset(fs *pflag.FlagSet, o *Options) {
+	if o.MaxNumSeqs <= 0 {
+		return
+	}
+	if !fs.Changed("itl") {
+		o.ITL = Calibrated.ITL
+	}
+	if !fs.Changed("itl-per-seq") {
+		o.ITLPerSeq = Calibrated.ITLPerSeq
+	}
+	if !fs.Changed("prefill-per-token") {
+		o.PrefillPerToken = Calibrated.PrefillPerToken
+	}
+}
+
 // addEngineFlags registers the latency, model and KV flags both commands share.
 func addEngineFlags(fs *pflag.FlagSet, o *Options) {
 	fs.StringSliceVar(&o.Models, "model", []string{DefaultModel}, "served model name (repeatable or comma-separated)")
 	fs.IntVar(&o.MaxModelLen, "max-model-len", DefaultMaxModelLen, "context length reported and enforced")
 	fs.StringVar(&o.Version, "version", DefaultVersion, "version reported by /version")
 	fs.DurationVar(&o.TTFT, "ttft", 0, "time to the first token of either leg (prefill response, decode first token)")
-	fs.DurationVar(&o.PrefillPerToken, "prefill-per-token", 0, "added per prompt token when the engine computes the prompt")
-	fs.DurationVar(&o.ITL, "itl", 0, "gap between tokens (0: as fast as possible)")
+	fs.DurationVar(&o.PrefillPerToken, "prefill-per-token", 0, "added per prompt token when the engine computes the prompt (capacity model: per uncached token in a step; default there: the calibration's, see README)")
+	fs.DurationVar(&o.ITL, "itl", 0, "gap between tokens (0: as fast as possible; capacity model: the step floor, default there: the calibration's)")
 	fs.IntVar(&o.Tokens, "tokens", DefaultTokens, "default output length (max_tokens caps it)")
 	fs.StringVar(&o.KVLayout, "kv-layout", KVLayoutFlat, "remote_block_ids layout: flat (NIXL v2) or grouped (newest, one list per KV group)")
 	fs.StringVar(&o.DescriptorExtra, "descriptor-extra", "", "raw JSON members appended to every descriptor, e.g. '\"x_future\":{\"a\":1}' (runtime fields a router must forward untouched)")
@@ -92,10 +112,13 @@ func addEngineFlags(fs *pflag.FlagSet, o *Options) {
 	// The capacity model (off while --max-num-seqs is 0).
 	fs.IntVar(&o.MaxNumSeqs, "max-num-seqs", 0, "capacity model: sequences running at once, the rest queue (vLLM max_num_seqs; 0: model off, unbounded)")
 	fs.IntVar(&o.MaxNumBatchedTokens, "max-num-batched-tokens", DefaultMaxNumBatchedTokens, "capacity model: token budget of one step (decodes + prefill chunks)")
-	fs.DurationVar(&o.ITLPerSeq, "itl-per-seq", 0, "capacity model: added to each step per sequence in it (step = itl + itl-per-seq × seqs + prefill-per-token × prefill tokens)")
+	fs.DurationVar(&o.ITLPerSeq, "itl-per-seq", 0, "capacity model: added to each step per sequence in it (step = itl + itl-per-seq × seqs + prefill-per-token × prefill tokens; default with the model on: the calibration's)")
 	fs.IntVar(&o.KVBlocks, "kv-blocks", DefaultKVBlocks, "KV cache size in blocks (capacity model: requests wait for blocks; kv_cache_usage_perc is relative to it)")
 	fs.IntVar(&o.BlockSize, "block-size", DefaultBlockSize, "tokens (words) per KV block and prefix-cache hash")
 	fs.DurationVar(&o.TransferPerBlock, "transfer-per-block", 0, "time a consumer spends per KV block it pulls from a producer")
+	fs.StringVar(&o.KVEvents, "kv-events", "", "publish the prefix cache's KV events like vLLM's --kv-events-config on a ZeroMQ PUB socket bound here, e.g. tcp://127.0.0.1:5557 (port 0: a free one; a fleet needs 0); needs --max-num-seqs")
+	fs.StringVar(&o.KVEventsReplay, "kv-events-replay", "", "the KV events' ROUTER replay socket, e.g. tcp://127.0.0.1:5558 (port 0: a free one)")
+	fs.StringVar(&o.KVEventsTopic, "kv-events-topic", "", "the KV events' topic frame (vLLM's default: empty)")
 	fs.BoolVar(&o.PromptTokensDetails, "enable-prompt-tokens-details", false, "report usage.prompt_tokens_details.cached_tokens (vLLM's flag of the same name)")
 }
 

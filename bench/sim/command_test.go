@@ -9,6 +9,7 @@ import (
 	"time"
 
 	json "github.com/goccy/go-json"
+	"github.com/spf13/pflag"
 )
 
 // runCommand runs the sim command with args until the returned stop is called, and
@@ -120,5 +121,49 @@ func TestCommandRejectsBadFlags(t *testing.T) {
 		if err := cmd.Execute(); err == nil {
 			t.Errorf("%v: no error", args)
 		}
+	}
+}
+
+// With the capacity model on, the step times the command line leaves out are the
+// calibration's; those it sets are kept; with the model off nothing changes.
+func TestCommandCalibratesTheCapacityModel(t *testing.T) {
+	parse := func(args ...string) Options {
+		var o Options
+		fs := pflag.NewFlagSet("sim", pflag.ContinueOnError)
+		addEngineFlags(fs, &o)
+		if err := fs.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		calibrateUnset(fs, &o)
+		return o
+	}
+	o := parse("--max-num-seqs", "8", "--itl", "2ms")
+	if o.ITL != 2*time.Millisecond || o.ITLPerSeq != Calibrated.ITLPerSeq || o.PrefillPerToken != Calibrated.PrefillPerToken {
+		t.Errorf("capacity model on: itl %v, per seq %v, per token %v", o.ITL, o.ITLPerSeq, o.PrefillPerToken)
+	}
+	if o := parse("--max-num-seqs", "8", "--itl-per-seq", "0"); o.ITLPerSeq != 0 || o.ITL != Calibrated.ITL {
+		t.Errorf("an explicit 0 was replaced: %+v", o)
+	}
+	if o := parse("--itl", "1ms"); o.ITLPerSeq != 0 || o.PrefillPerToken != 0 {
+		t.Errorf("capacity model off, calibrated anyway: %+v", o)
+	}
+}
+
+// The command publishes KV events where --kv-events says and prints the bound endpoints.
+func TestCommandPublishesKVEvents(t *testing.T) {
+	line, stop := runCommand(t, "--listen", "127.0.0.1:0", "--max-num-seqs", "2",
+		"--kv-events", "tcp://127.0.0.1:0", "--kv-events-replay", "tcp://127.0.0.1:0", "--kv-events-topic", "kv")
+	defer func() {
+		if err := stop(); err != nil {
+			t.Error(err)
+		}
+	}()
+	var info EngineInfo
+	if err := json.Unmarshal([]byte(line), &info); err != nil {
+		t.Fatalf("line %q: %v", line, err)
+	}
+	if !strings.HasPrefix(info.KVEvents, "tcp://127.0.0.1:") || !strings.HasPrefix(info.KVEventsReplay, "tcp://127.0.0.1:") ||
+		strings.HasSuffix(info.KVEvents, ":0") {
+		t.Errorf("printed %s: want the bound KV events endpoints", line)
 	}
 }

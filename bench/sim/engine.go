@@ -34,7 +34,8 @@ type Engine struct {
 	metricsFault atomic.Pointer[MetricsFault]
 
 	blocks   *blockTable
-	sched    *scheduler // nil unless the capacity model is on (Options.MaxNumSeqs > 0)
+	sched    *scheduler   // nil unless the capacity model is on (Options.MaxNumSeqs > 0)
+	kvPub    *kvPublisher // nil unless Options.KVEvents is set
 	faults   faultQueue
 	recorded recorder
 	count    counters
@@ -63,6 +64,13 @@ func Start(o Options) (*Engine, error) {
 	if o.MaxNumSeqs > 0 {
 		e.sched = newScheduler(o, func() { e.blocks.counts(time.Now()) })
 	}
+	if o.KVEvents != "" {
+		if e.kvPub, err = startKVPublisher(o.KVEvents, o.KVEventsReplay, o.KVEventsTopic); err != nil {
+			return nil, fmt.Errorf("sim %s: %w", o.Name, err)
+		}
+		e.sched.kv.events, e.sched.kv.blockSize = true, o.BlockSize
+		e.sched.publish = e.kvPub.publish
+	}
 	id := o.EngineID
 	if id == "" {
 		id = uuid.NewString()
@@ -71,11 +79,13 @@ func Start(o Options) (*Engine, error) {
 
 	apiLn, err := net.Listen("tcp", o.Listen)
 	if err != nil {
+		e.closeKVEvents()
 		return nil, fmt.Errorf("sim %s: listen api %s: %w", o.Name, o.Listen, err)
 	}
 	kvLn, err := net.Listen("tcp", o.KVEndpoint)
 	if err != nil {
 		apiLn.Close()
+		e.closeKVEvents()
 		return nil, fmt.Errorf("sim %s: listen kv %s: %w", o.Name, o.KVEndpoint, err)
 	}
 	var apiHost string
@@ -133,12 +143,29 @@ func (e *Engine) Close() error {
 		e.closeErr = errors.Join(e.api.Close(), e.kv.Close())
 		e.serve.Wait()
 		e.conns.wait()
+		e.closeErr = errors.Join(e.closeErr, e.closeKVEvents())
 		e.kvClient.CloseIdleConnections()
 		if e.closeErr != nil {
 			e.closeErr = fmt.Errorf("sim %s: close: %w", e.opts.Name, e.closeErr)
 		}
 	})
 	return e.closeErr
+}
+
+func (e *Engine) closeKVEvents() error {
+	if e.kvPub == nil {
+		return nil
+	}
+	return e.kvPub.close()
+}
+
+// KVEvents returns the KV events' PUB and replay endpoints as bound (tcp://host:port),
+// "" when they are off.
+func (e *Engine) KVEvents() (pub, replay string) {
+	if e.kvPub == nil {
+		return "", ""
+	}
+	return e.kvPub.endpoints()
 }
 
 // Name returns the engine's name (Options.Name).
@@ -214,11 +241,16 @@ type EngineInfo struct {
 	URL        string `json:"url"`
 	EngineID   string `json:"engine_id"`
 	KVEndpoint string `json:"kv_endpoint"`
+	// KVEvents and KVEventsReplay are the KV events' endpoints, when published.
+	KVEvents       string `json:"kv_events,omitempty"`
+	KVEventsReplay string `json:"kv_events_replay,omitempty"`
 }
 
 // Info returns the engine's name, role, URL, engine id and KV endpoint.
 func (e *Engine) Info() EngineInfo {
-	return EngineInfo{Name: e.opts.Name, Role: e.opts.Role, URL: e.url, EngineID: e.EngineID(), KVEndpoint: e.kvEndpoint}
+	pub, replay := e.KVEvents()
+	return EngineInfo{Name: e.opts.Name, Role: e.opts.Role, URL: e.url, EngineID: e.EngineID(), KVEndpoint: e.kvEndpoint,
+		KVEvents: pub, KVEventsReplay: replay}
 }
 
 // connTracker counts the connections of an engine's servers, so Close can wait for

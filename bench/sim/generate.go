@@ -20,13 +20,16 @@ const maxBodyBytes = 32 << 20
 // generation is one completions or chat request being served: its latency model,
 // its faults and its output.
 type generation struct {
-	e       *Engine
-	ctx     context.Context // cancelled when the client goes away or the engine closes
-	req     *genRequest
-	faults  faultPlan
-	plan    outputPlan
-	finish  string
-	shape   shape
+	e      *Engine
+	ctx    context.Context // cancelled when the client goes away or the engine closes
+	req    *genRequest
+	faults faultPlan
+	plan   outputPlan
+	finish string
+	shape  shape
+	// choices are the shapes of every choice, choices[0] == shape (n > 1 streams one chunk
+	// per choice and piece).
+	choices []shape
 	id      string // cmpl-<X-Request-Id> or chatcmpl-<X-Request-Id>
 	created int64
 	arrived time.Time
@@ -111,16 +114,21 @@ func (e *Engine) newGeneration(r *http.Request, req *genRequest, arrived time.Ti
 	}
 	switch req.api {
 	case chatAPI:
-		g.shape = newChatShape(g)
+		for c := range req.n {
+			g.choices = append(g.choices, newChatShape(g, c))
+		}
 	case responsesAPI:
 		g.plan = outputPlan{content: g.plan.content} // content only (responses.go)
 		if g.finish == "tool_calls" {
 			g.finish = "stop"
 		}
-		g.shape = newResponsesShape(g)
+		g.choices = []shape{newResponsesShape(g)}
 	default:
-		g.shape = newCompletionShape(g)
+		for c := range req.n {
+			g.choices = append(g.choices, newCompletionShape(g, c))
+		}
 	}
+	g.shape = g.choices[0]
 	return g
 }
 
@@ -269,6 +277,7 @@ func (g *generation) prefill(w http.ResponseWriter) {
 		// The prompt is computed in the scheduler; the leg's one token ends it, and its
 		// blocks stay held for the consumer.
 		g.seq = newSeq(g.req.promptTokens, g.req.hashes, 1, false, true)
+		g.seq.tokens = g.req.tokenIDs
 		if !g.waitFirst(g.arrived.Add(f.slowHeaders + e.opts.TTFT + f.slow)) {
 			return
 		}
@@ -321,6 +330,7 @@ func (g *generation) decode(w http.ResponseWriter) {
 	}
 	if e.sched != nil {
 		g.seq = newSeq(g.req.promptTokens, g.req.hashes, g.plan.len(), !computePrompt, false)
+		g.seq.tokens = g.req.tokenIDs
 		if moved > 0 {
 			// vLLM pulls only the blocks its own prefix cache lacks.
 			moved = max(moved-e.sched.cachedPrefix(g.req.hashes), 0)
@@ -492,10 +502,12 @@ func (g *generation) stream(w http.ResponseWriter, first time.Time) {
 	if !g.waitFirst(first) {
 		return
 	}
-	if b, ok := g.shape.appendStart(s.begin()); ok {
-		if s.end(b) != nil {
-			g.abortIfClient()
-			return
+	for _, c := range g.choices {
+		if b, ok := c.appendStart(s.begin()); ok {
+			if s.end(b) != nil {
+				g.abortIfClient()
+				return
+			}
 		}
 	}
 	if f.doneFirst {
@@ -517,14 +529,20 @@ func (g *generation) stream(w http.ResponseWriter, first time.Time) {
 		if i == n-1 && !g.plan.finishOnOwnChunk() {
 			finish = g.finish
 		}
-		if s.end(g.shape.appendPiece(s.begin(), i, finish)) != nil {
-			g.abortIfClient()
-			return
+		for _, c := range g.choices {
+			if s.end(c.appendPiece(s.begin(), i, finish)) != nil {
+				g.abortIfClient()
+				return
+			}
 		}
 	}
-	if g.plan.finishOnOwnChunk() && s.end(g.shape.appendFinish(s.begin(), g.finish)) != nil {
-		g.abortIfClient()
-		return
+	if g.plan.finishOnOwnChunk() {
+		for _, c := range g.choices {
+			if s.end(c.appendFinish(s.begin(), g.finish)) != nil {
+				g.abortIfClient()
+				return
+			}
+		}
 	}
 	if g.req.includeUsage && s.end(g.shape.appendUsage(s.begin())) != nil {
 		g.abortIfClient()

@@ -1,6 +1,10 @@
 package sim
 
-import "container/list"
+import (
+	"container/list"
+
+	"github.com/narwhal-router/narwhal/transport/kvevents"
+)
 
 // kvCache is the capacity model's KV cache: a fixed number of blocks, some held by
 // sequences (running, or finished prefill legs whose blocks are pinned for a
@@ -16,6 +20,19 @@ type kvCache struct {
 	byHash   map[uint64]*cachedBlock
 	lru      list.List // *cachedBlock with refs == 0, most recently released first
 	evicted  int64
+	// events, when on, collects the KV events of the changes since takeEvents (kvevents.go).
+	events    bool
+	pending   []kvevents.Event
+	blockSize int
+}
+
+var mediumGPU = kvevents.MediumGPU
+
+// takeEvents returns the events collected since the last call.
+func (c *kvCache) takeEvents() []kvevents.Event {
+	ev := c.pending
+	c.pending = nil
+	return ev
 }
 
 type cachedBlock struct {
@@ -74,10 +91,17 @@ func (c *kvCache) acquire(hashes []uint64, maxHit, total int) (h blockHold, hit 
 		}
 		b.refs++
 	}
+	var removed []uint64
 	for c.free() < need {
 		b := c.lru.Remove(c.lru.Back()).(*cachedBlock)
 		delete(c.byHash, b.hash)
 		c.evicted++
+		if c.events {
+			removed = append(removed, b.hash)
+		}
+	}
+	if len(removed) > 0 {
+		c.pending = append(c.pending, kvevents.BlockRemoved{BlockHashes: removed, Medium: &mediumGPU})
 	}
 	c.held += need
 	return blockHold{hashed: append([]uint64(nil), hashes[:hit]...), plain: need}, hit, true
@@ -85,19 +109,44 @@ func (c *kvCache) acquire(hashes []uint64, maxHit, total int) (h blockHold, hit 
 
 // commit makes the computed prompt blocks hashes (beyond those h already references)
 // cached: each moves from h's plain blocks to its hashed ones, unless another holder
-// cached the same block first.
-func (c *kvCache) commit(h *blockHold, hashes []uint64) {
-	for _, hs := range hashes[len(h.hashed):] {
-		if h.plain == 0 {
-			return
+// cached the same block first. tokens are the prompt's token ids, for the BlockStored
+// events (one per run of consecutive blocks stored).
+func (c *kvCache) commit(h *blockHold, hashes []uint64, tokens []uint32) {
+	run, last := -1, -1 // the run of consecutive blocks stored so far: hashes[run:last+1]
+	emit := func() {
+		if run >= 0 && c.events {
+			c.pending = append(c.pending, c.stored(hashes, tokens, run, last+1))
 		}
+		run = -1
+	}
+	for i := len(h.hashed); i < len(hashes) && h.plain > 0; i++ {
+		hs := hashes[i]
 		if _, dup := c.byHash[hs]; dup {
+			emit()
 			continue
 		}
 		c.byHash[hs] = &cachedBlock{hash: hs, refs: 1}
 		h.hashed = append(h.hashed, hs)
 		h.plain--
+		if run < 0 {
+			run = i
+		}
+		last = i
 	}
+	emit()
+}
+
+// stored is the BlockStored event of hashes[from:to].
+func (c *kvCache) stored(hashes []uint64, tokens []uint32, from, to int) kvevents.BlockStored {
+	ev := kvevents.BlockStored{BlockHashes: append([]uint64(nil), hashes[from:to]...), BlockSize: c.blockSize, Medium: &mediumGPU}
+	if from > 0 {
+		parent := hashes[from-1]
+		ev.ParentBlockHash = &parent
+	}
+	if lo, hi := from*c.blockSize, to*c.blockSize; hi <= len(tokens) {
+		ev.TokenIDs = append([]uint32(nil), tokens[lo:hi]...)
+	}
+	return ev
 }
 
 // release gives back every block of h; cached ones stay in the prefix cache.
@@ -117,10 +166,22 @@ func (c *kvCache) release(h *blockHold) {
 	*h = blockHold{}
 }
 
-// dropCached forgets every unreferenced cached block, as a restart does.
+// dropCached forgets every unreferenced cached block, as a restart does: an
+// AllBlocksCleared event when nothing stays cached, else BlockRemoved for what went.
 func (c *kvCache) dropCached() {
+	var removed []uint64
 	for c.lru.Len() > 0 {
 		b := c.lru.Remove(c.lru.Back()).(*cachedBlock)
 		delete(c.byHash, b.hash)
+		if c.events {
+			removed = append(removed, b.hash)
+		}
+	}
+	switch {
+	case !c.events:
+	case len(c.byHash) == 0:
+		c.pending = append(c.pending, kvevents.AllBlocksCleared{})
+	case len(removed) > 0:
+		c.pending = append(c.pending, kvevents.BlockRemoved{BlockHashes: removed, Medium: &mediumGPU})
 	}
 }

@@ -122,6 +122,13 @@ type Options struct {
 	// leg, the tokens whose KV came from the producer.
 	PromptTokensDetails bool
 
+	// KVEvents, when set, publishes the capacity model's prefix-cache changes as vLLM's KV
+	// cache events (--kv-events-config) on a ZeroMQ PUB socket bound there
+	// ("tcp://127.0.0.1:5557"; port 0 takes a free one, Engine.KVEvents says which).
+	// KVEventsReplay is the ROUTER replay socket's address ("" for none) and KVEventsTopic
+	// the topic frame (vLLM's default: ""). They need the capacity model.
+	KVEvents, KVEventsReplay, KVEventsTopic string
+
 	// DescriptorExtra is raw JSON members (`"a":1,"b":{"c":[2]}`) appended to every
 	// descriptor, standing for runtime fields a router has never heard of.
 	DescriptorExtra string
@@ -194,6 +201,12 @@ func (o Options) normalized() (Options, error) {
 	}
 	if o.MaxNumBatchedTokens == 0 {
 		o.MaxNumBatchedTokens = DefaultMaxNumBatchedTokens
+	}
+	if o.KVEvents == "" && o.KVEventsReplay != "" {
+		return o, fmt.Errorf("kv events replay %q without kv events: set the PUB endpoint too", o.KVEventsReplay)
+	}
+	if o.KVEvents != "" && o.MaxNumSeqs <= 0 {
+		return o, fmt.Errorf("kv events %q need the capacity model (max num seqs > 0): it owns the prefix cache they report", o.KVEvents)
 	}
 	switch {
 	case o.MaxNumSeqs < 0:

@@ -55,13 +55,16 @@ func (p outputPlan) at(i int) (pieceKind, int) {
 }
 
 // joined concatenates the text of every piece of kind k (content or reasoning).
-func (p outputPlan) joined(k pieceKind) string {
+func (p outputPlan) joined(k pieceKind) string { return p.joinedAt(k, 0) }
+
+// joinedAt is joined for choice c of n > 1, whose content tokens start c words later.
+func (p outputPlan) joinedAt(k pieceKind, c int) string {
 	var b strings.Builder
 	for i := range p.len() {
 		switch kind, j := p.at(i); {
 		case kind != k:
 		case k == pieceContent:
-			b.WriteString(TokenText(j))
+			b.WriteString(TokenText(j + c))
 		case k == pieceReasoning:
 			b.WriteString(reasoningText(j))
 		}
@@ -104,7 +107,7 @@ func (g *generation) appendHead(b []byte, object string) []byte {
 // appendUsageObject appends "usage":{...}; details says the body is non-streaming, where
 // vLLM writes prompt_tokens_details even when it is null.
 func (g *generation) appendUsageObject(b []byte, details bool) []byte {
-	completion := g.plan.len()
+	completion := g.plan.len() * max(g.req.n, 1) // every choice's tokens
 	b = append(b, `"usage":{"prompt_tokens":`...)
 	b = appendInt(b, g.req.promptTokens)
 	b = append(b, `,"total_tokens":`...)

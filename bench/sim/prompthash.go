@@ -25,6 +25,22 @@ type blockHasher struct {
 	h    uint64
 	prev uint64
 	out  []uint64
+	// ids, when wanted, collects every token's id (KV events' token_ids).
+	wantIDs bool
+	ids     []uint32
+}
+
+// tokenID is a word's token id in KV events: the number itself for a token-id prompt's
+// decimal words (below 2³²), else the word's 32-bit FNV-1a hash.
+func tokenID(t string) uint32 {
+	if n, err := strconv.ParseUint(t, 10, 32); err == nil {
+		return uint32(n)
+	}
+	h := uint32(2166136261)
+	for i := 0; i < len(t); i++ {
+		h = (h ^ uint32(t[i])) * 16777619
+	}
+	return h
 }
 
 func newBlockHasher(size int) *blockHasher {
@@ -42,6 +58,9 @@ func (b *blockHasher) start() {
 }
 
 func (b *blockHasher) token(t string) {
+	if b.wantIDs {
+		b.ids = append(b.ids, tokenID(t))
+	}
 	if b.n > 0 {
 		b.h = (b.h ^ ' ') * fnvPrime
 	}
@@ -85,15 +104,22 @@ func BlockHashes(text string, blockSize int) []uint64 {
 	return b.out
 }
 
-// promptHashes hashes a validated request's prompt (see the package comment above).
-func promptHashes(api endpoint, w *wireRequest, blockSize int) []uint64 {
+// promptHashes hashes a validated request's prompt (see the package comment above) and,
+// with ids, returns its token ids too.
+func promptHashes(api endpoint, w *wireRequest, blockSize int, ids bool) ([]uint64, []uint32) {
 	b := newBlockHasher(blockSize)
+	b.wantIDs = ids
+	b.feed(api, w)
+	return b.out, b.ids
+}
+
+func (b *blockHasher) feed(api endpoint, w *wireRequest) {
 	if api == responsesAPI {
 		texts, _ := responsesTexts(w.Input, w.Instructions)
 		for _, t := range texts {
 			b.text(t)
 		}
-		return b.out
+		return
 	}
 	if api == chatAPI {
 		var msgs []wireMessage
@@ -104,11 +130,11 @@ func promptHashes(api endpoint, w *wireRequest, blockSize int) []uint64 {
 				}
 			}
 		}
-		return b.out
+		return
 	}
 	var v any
 	if json.Unmarshal(w.Prompt, &v) != nil {
-		return nil
+		return
 	}
 	if p, ok := v.([]any); ok && len(p) == 1 {
 		v = p[0]
@@ -123,5 +149,4 @@ func promptHashes(api endpoint, w *wireRequest, blockSize int) []uint64 {
 			}
 		}
 	}
-	return b.out
 }

@@ -78,6 +78,7 @@ type wireContentPart struct {
 type genRequest struct {
 	api          endpoint
 	leg          leg
+	n            int // choices (completions and chat; 1 on the Responses API, which has no n)
 	model        string
 	promptTokens int
 	maxTokens    int // explicit max_tokens / max_completion_tokens, 0 if absent
@@ -89,7 +90,11 @@ type genRequest struct {
 	instructions json.RawMessage // Responses API, echoed in the response
 	directives   []fault
 	hashes       []uint64 // prefix-cache keys of the prompt's full blocks (capacity model only)
+	tokenIDs     []uint32 // the prompt's token ids (KV events only)
 }
+
+// maxN bounds n, the choices of one request.
+const maxN = 128
 
 // parseGeneration validates a completions or chat body the way vLLM would for the
 // cases a router can get wrong, and classifies its leg.
@@ -144,12 +149,15 @@ func (e *Engine) parseGeneration(api endpoint, r *http.Request, body []byte) (*g
 		}
 		g.model = *w.Model
 	}
-	if w.N != nil && *w.N != 1 {
+	g.n = 1
+	if w.N != nil && api != responsesAPI { // vLLM's ResponsesRequest has no n: it is ignored there
 		if *w.N < 1 {
 			return nil, newError(http.StatusBadRequest, "n", fmt.Sprintf("n must be at least 1, got %d.", *w.N))
 		}
-		return nil, newError(http.StatusBadRequest, "n",
-			fmt.Sprintf("The simulator supports n=1 only, got n=%d.", *w.N))
+		if *w.N > maxN {
+			return nil, newError(http.StatusBadRequest, "n", fmt.Sprintf("n must be at most %d, got %d.", maxN, *w.N))
+		}
+		g.n = *w.N
 	}
 
 	limit := w.MaxTokens
@@ -178,6 +186,10 @@ func (e *Engine) parseGeneration(api endpoint, r *http.Request, body []byte) (*g
 		g.maxTokens = *limit
 	}
 
+	if g.leg == legPrefill && g.n > 1 {
+		return nil, newError(http.StatusBadRequest, "n",
+			"The simulator serves prefill legs (kv_transfer_params.do_remote_decode=true) with n=1 only.")
+	}
 	if g.leg == legPrefill && g.stream {
 		return nil, newError(http.StatusBadRequest, "stream",
 			"The simulator serves prefill legs (kv_transfer_params.do_remote_decode=true) non-streaming only.")
@@ -197,7 +209,7 @@ func (e *Engine) parseGeneration(api endpoint, r *http.Request, body []byte) (*g
 		g.directives = ds
 	}
 	if e.sched != nil {
-		g.hashes = promptHashes(api, &w, e.opts.BlockSize)
+		g.hashes, g.tokenIDs = promptHashes(api, &w, e.opts.BlockSize, e.kvPub != nil)
 	}
 	return g, nil
 }

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/narwhal-router/narwhal/transport/kvevents"
 )
 
 // The capacity model: one scheduler per engine runs vLLM-style steps on a goroutine of
@@ -39,6 +41,9 @@ type scheduler struct {
 	perToken  time.Duration
 	// expire frees pins whose lease ran out (their blocks come back); called without mu.
 	expire func()
+	// publish, when KV events are on, sends the events of one step (called with mu held;
+	// it must not block).
+	publish func([]kvevents.Event)
 
 	mu      sync.Mutex
 	kv      *kvCache
@@ -70,6 +75,7 @@ const (
 type seq struct {
 	prompt int
 	hashes []uint64 // chained hashes of the full prompt blocks
+	tokens []uint32 // the prompt's token ids, for BlockStored events (nil when they are off)
 	out    int      // tokens to produce
 	loaded bool     // the prompt's KV came from a producer
 	keep   bool     // a prefill leg: keep the blocks after the last token
@@ -165,6 +171,7 @@ func (s *scheduler) loadingDelta(d int) {
 func (s *scheduler) dropCached() {
 	s.mu.Lock()
 	s.kv.dropCached()
+	s.publishLocked()
 	s.mu.Unlock()
 }
 
@@ -255,7 +262,7 @@ func (s *scheduler) applyLocked(items []stepItem) {
 			if q.toCompute > 0 {
 				continue
 			}
-			s.kv.commit(&q.hold, q.hashes)
+			s.kv.commit(&q.hold, q.hashes, q.tokens)
 		}
 		q.produced++
 		notify(q.notify)
@@ -314,7 +321,18 @@ func (s *scheduler) run(ctx context.Context) {
 		}
 		s.mu.Lock()
 		s.applyLocked(items)
+		s.publishLocked()
 		s.mu.Unlock()
+	}
+}
+
+// publishLocked sends the KV events the step (or a restart) caused, if anyone listens.
+func (s *scheduler) publishLocked() {
+	if s.publish == nil {
+		return
+	}
+	if ev := s.kv.takeEvents(); len(ev) > 0 {
+		s.publish(ev)
 	}
 }
 

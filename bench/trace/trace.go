@@ -15,6 +15,8 @@ package trace
 
 import (
 	"bufio"
+	"bytes"
+	"compress/gzip"
 	"errors"
 	"fmt"
 	"io"
@@ -38,14 +40,28 @@ type Record struct {
 	HashIDs []int `json:"hash_ids"`
 }
 
-// Load reads the trace file at path.
+// DefaultPath is the public Mooncake conversation trace vendored in this repository
+// (bench/traces/README.md), relative to the repository's root, where `make bench` runs.
+const DefaultPath = "bench/traces/mooncake-conversation.jsonl.gz"
+
+// Load reads the trace file at path, gzip-compressed or not (told by its first bytes).
 func Load(path string) ([]Record, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("trace: %w", err)
 	}
 	defer f.Close()
-	recs, err := Read(f)
+	br := bufio.NewReader(f)
+	var r io.Reader = br
+	if magic, _ := br.Peek(2); bytes.Equal(magic, []byte{0x1f, 0x8b}) {
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			return nil, fmt.Errorf("trace %s: %w", path, err)
+		}
+		defer zr.Close()
+		r = zr
+	}
+	recs, err := Read(r)
 	if err != nil {
 		return nil, fmt.Errorf("trace %s: %w", path, err)
 	}

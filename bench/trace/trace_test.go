@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"io"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -21,8 +20,8 @@ func TestMain(m *testing.M) {
 
 const excerpt = "testdata/mooncake-head200.jsonl" // the first 200 lines of the shared trace
 
-// fullTrace is the shared trace, when the checkout sits next to it.
-const fullTrace = "../../../shared/traces/mooncake-conversation.jsonl"
+// fullTrace is the vendored public trace (bench/traces/README.md), gzip-compressed.
+const fullTrace = "../traces/mooncake-conversation.jsonl.gz"
 
 func TestLoadExcerpt(t *testing.T) {
 	recs, err := Load(excerpt)
@@ -194,9 +193,6 @@ func TestSharedPrefixesGiveIdenticalLeadingText(t *testing.T) {
 }
 
 func TestFullTraceSummary(t *testing.T) {
-	if _, err := os.Stat(fullTrace); err != nil {
-		t.Skipf("shared trace not found: %v", err)
-	}
 	recs, err := Load(fullTrace)
 	if err != nil {
 		t.Fatal(err)

@@ -368,7 +368,7 @@ func (in *Ingress) respondAssembled(ctx *fasthttp.RequestCtx, x *Exchange, s *tr
 				Detail: "the router's memory budget (server.max_buffered_bytes) has no room for the response"}
 			break
 		}
-		if ev.Kind == wire.EventUsage {
+		if ev.Kind == wire.EventUsage || ev.Kind == wire.EventDone { // a Responses stream's usage is in its last event
 			ev.Data = x.CorrectUsage(ev.Data)
 		}
 		a.Add(ev.Data)

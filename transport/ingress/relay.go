@@ -144,6 +144,7 @@ func (r *relay) WriteTo(w io.Writer) (int64, error) {
 		case wire.EventDone: // a Responses stream's last event carries its usage
 			if t, ok := wire.TokensOf(ev.Data); ok {
 				r.x.countTokens(&r.end, t)
+				ev.Raw = r.x.CorrectUsage(ev.Raw)
 			}
 		case wire.EventUsage:
 			t, _ := wire.TokensOf(ev.Data)

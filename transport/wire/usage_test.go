@@ -18,6 +18,13 @@ func TestCorrectCachedTokens(t *testing.T) {
 		{`{"usage":{"prompt_tokens":3}}`, ``, 5, false},
 		{`{"usage":{"prompt_tokens_details":{"cached_tokens":5}}}`, ``, 5, false},
 		{`{"usage":{"input_tokens":9,"input_tokens_details":{"cached_tokens":8}}}`, `{"usage":{"input_tokens":9,"input_tokens_details":{"cached_tokens":0}}}`, 0, true},
+		// A Responses stream's last event: the usage follows the output, whose text may quote
+		// the key (escaped, so it is never taken for it).
+		{"event: response.completed\ndata: " + `{"response":{"output":[{"content":[{"text":"say \"input_tokens_details\":{\"cached_tokens\":5}"}]}],` +
+			`"usage":{"input_tokens":400,"input_tokens_details":{"cached_tokens":399},"output_tokens":2}},"type":"response.completed"}` + "\n\n",
+			"event: response.completed\ndata: " + `{"response":{"output":[{"content":[{"text":"say \"input_tokens_details\":{\"cached_tokens\":5}"}]}],` +
+				`"usage":{"input_tokens":400,"input_tokens_details":{"cached_tokens":0},"output_tokens":2}},"type":"response.completed"}` + "\n\n", 0, true},
+		{"data: [DONE]\n\n", ``, 0, false},
 	}
 	for _, c := range cases {
 		got, changed := CorrectCachedTokens(nil, []byte(c.in), c.cached)

@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -31,6 +32,7 @@ import (
 	"github.com/narwhal-router/narwhal/bench/peer"
 	"github.com/narwhal-router/narwhal/bench/report"
 	"github.com/narwhal-router/narwhal/bench/scenarios"
+	"github.com/narwhal-router/narwhal/bench/trace"
 )
 
 func main() {
@@ -56,7 +58,20 @@ func run() int {
 	profile := flag.Bool("profile", true, "capture router CPU/heap profiles in extra windows (figures are measured without them)")
 	quick := flag.Bool("quick", false, "shorten every window (a smoke run; figures are rough)")
 	strict := flag.Bool("strict", false, "exit 1 when a target is missed")
-	tracePath := flag.String("trace", "../shared/traces/mooncake-conversation.jsonl", "the Mooncake trace the fleet scenario replays (skipped when absent)")
+	tracePath := flag.String("trace", trace.DefaultPath, "the Mooncake-format trace the fleet and goodput scenarios replay, plain or gzip-compressed (skipped when absent)")
+	sloTTFT := flag.Duration("slo-ttft", 0, "goodput scenario: the time-to-first-token SLO (0: derived from the simulator's calibration, see bench/README.md)")
+	sloTPOT := flag.Duration("slo-tpot", 0, "goodput scenario: the time-per-output-token SLO (0: derived from the simulator's calibration)")
+	var rates []float64
+	flag.Func("goodput-rates", "goodput scenario: comma-separated offered rates in requests/s (default: its own sweep)", func(v string) error {
+		for _, f := range strings.Split(v, ",") {
+			r, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+			if err != nil || r <= 0 {
+				return fmt.Errorf("rate %q: want a positive number", f)
+			}
+			rates = append(rates, r)
+		}
+		return nil
+	})
 	var routerEnv []string
 	flag.Func("router-env", "NAME=VALUE added to the router's environment, repeatable (experiments: GOGC=50)", func(v string) error {
 		if !strings.Contains(v, "=") {
@@ -150,7 +165,8 @@ func run() int {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			return 1
 		}
-		env := harness.Env{Narwhal: bin, Baseline: baseBin, BaselineTraced: *traced, Self: self, Dir: dir, Profile: *profile, Quick: *quick, RouterEnv: routerEnv, Trace: *tracePath}
+		env := harness.Env{Narwhal: bin, Baseline: baseBin, BaselineTraced: *traced, Self: self, Dir: dir, Profile: *profile, Quick: *quick, RouterEnv: routerEnv, Trace: *tracePath,
+			SLOTTFT: *sloTTFT, SLOTPOT: *sloTPOT, Rates: rates}
 		harness.Logf("scenario %s: starting (logs in %s)", sc.Name, dir)
 		t0, load0 := time.Now(), scenarios.LoadAverage()
 		sec, err := sc.Run(env)
