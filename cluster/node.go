@@ -238,7 +238,8 @@ func (n *Node) join() (err error) {
 	ropts := []remote.ConfigOption{remote.WithAdvertisedHost(n.cfg.Advertise),
 		// The default pre-allocates a million-slot queue per peer (~16 MiB).
 		remote.WithEndpointWriterQueueSize(4096), remote.WithEndpointManagerQueueSize(4096),
-		remote.WithDialOptions(grpc.WithTransportCredentials(dialCreds), grpc.WithContextDialer(inc.dialer(n, n.faults.dialer(n.dialPeer)))),
+		remote.WithDialOptions(grpc.WithTransportCredentials(dialCreds), grpc.WithContextDialer(inc.dialer(n, n.faults.dialer(n.dialPeer))),
+			grpc.WithStreamInterceptor(closeFailedConnects)),
 		remote.WithServerOptions(grpc.Creds(n.faults.serverCreds(serverCreds)))}
 	rc := remote.Configure(host, port, ropts...)
 	cc := cluster.Configure(n.cfg.Name, inc.provider, disthash.New(), rc,
@@ -784,6 +785,12 @@ type warnOnly struct{ slog.Handler }
 
 func (h warnOnly) Enabled(ctx context.Context, l slog.Level) bool {
 	return l >= slog.LevelWarn && h.Handler.Enabled(ctx, l)
+}
+func (h warnOnly) Handle(ctx context.Context, r slog.Record) error {
+	if alreadyClosed(r) {
+		return nil
+	}
+	return h.Handler.Handle(ctx, r)
 }
 func (h warnOnly) WithAttrs(a []slog.Attr) slog.Handler { return warnOnly{h.Handler.WithAttrs(a)} }
 func (h warnOnly) WithGroup(g string) slog.Handler      { return warnOnly{h.Handler.WithGroup(g)} }
