@@ -236,7 +236,7 @@ func TestPartitionFlapsLeaveThePeerAsItWas(t *testing.T) {
 			return fmt.Sprintf("%s: goroutines %d → %d after %d flaps (protoactor's log-throttle timers aside):\n%s", n.name, was.goroutines, n.goroutines(), flaps, prof)
 		})
 		// protoactor's log-throttle timers hold each retired incarnation's actor system (about
-		// 1.5 MB of heap) for their 60 s period, so a node that rejoined in the last minute
+		// 2.5 MB of heap) for their 60 s period, so a node that rejoined in the last minute
 		// still holds those for a while; then it is back where it was. The leak this guards
 		// against grew the peer by 140 MiB over 40 flaps and never gave it back.
 		eventually(t, 100*time.Second, func() bool { return n.heapInuse() <= was.heap+16<<20 }, func() string {
