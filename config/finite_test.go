@@ -27,23 +27,30 @@ func floatKeys(t reflect.Type, prefix string, out *[]string) {
 	}
 }
 
-// yamlSetting is a document that sets the key at path (engines[] meaning the first engine) to v,
-// beside the two engines every file needs.
+// yamlSetting is a document that sets the key at path to v (a segment ending in [] meaning a
+// list with one item: engines[] the first engine), beside the two engines every file needs.
 func yamlSetting(path, v string) string {
 	engines := "engines:\n  - {name: p0, url: \"http://127.0.0.1:8100\", role: prefill%s}\n  - {name: d0, url: \"http://127.0.0.1:8200\", role: decode}\n"
-	nest := func(keys []string) string {
-		s := v
-		for i := len(keys) - 1; i >= 0; i-- {
-			s = "{" + keys[i] + ": " + s + "}"
-		}
-		return s
-	}
 	if rest, ok := strings.CutPrefix(path, "engines[]."); ok {
 		keys := strings.Split(rest, ".")
-		return strings.Replace(engines, "%s", ", "+keys[0]+": "+nest(keys[1:]), 1)
+		return strings.Replace(engines, "%s", ", "+strings.TrimSuffix(strings.TrimPrefix(flowMap(keys, v), "{"), "}"), 1)
 	}
-	keys := strings.Split(path, ".")
-	return keys[0] + ": " + nest(keys[1:]) + "\n" + strings.Replace(engines, "%s", "", 1)
+	top := strings.TrimSuffix(strings.TrimPrefix(flowMap(strings.Split(path, "."), v), "{"), "}")
+	return top + "\n" + strings.Replace(engines, "%s", "", 1)
+}
+
+// flowMap is the YAML flow mapping that holds keys[0] and, nested below it, the rest of the
+// keys down to v.
+func flowMap(keys []string, v string) string {
+	if len(keys) == 0 {
+		return v
+	}
+	k, list := strings.CutSuffix(keys[0], "[]")
+	inner := flowMap(keys[1:], v)
+	if list {
+		inner = "[" + inner + "]"
+	}
+	return "{" + k + ": " + inner + "}"
 }
 
 // Every float key refuses NaN and ±Inf, in a file and in a configuration built in Go, naming the
@@ -88,6 +95,9 @@ func setFloat(t *testing.T, v reflect.Value, keys []string, f float64) {
 		v = v.Elem()
 	}
 	if v.Kind() == reflect.Slice {
+		if v.Len() == 0 {
+			v.Set(reflect.Append(v, reflect.Zero(v.Type().Elem())))
+		}
 		setFloat(t, v.Index(0), keys, f)
 		return
 	}

@@ -17,6 +17,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -322,6 +323,36 @@ func sizeProcs(p config.Procs, m *telemetry.Metrics, log *slog.Logger) *procs.Co
 		m.RuntimeProcs(n)
 		log.Debug("scheduler resized to the load", "procs", n)
 	}})
+}
+
+// WaitJoined returns once no engine of the fleet is joining any more — each has passed its
+// join check or failed it — or with ctx's error naming the engines still joining. A start no
+// longer waits for the engines (a dead one must not keep the node from listening), so code
+// that measures the configured fleet from its first request (benchmarks, in-process rigs)
+// waits here first.
+func (s *Server) WaitJoined(ctx context.Context) error {
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		states, err := s.router.Engines(ctx)
+		var joining []string
+		for _, e := range states {
+			if e.State == "joining" {
+				joining = append(joining, e.Name)
+			}
+		}
+		if err == nil && len(joining) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			if err != nil {
+				return fmt.Errorf("engines not joined: %w", err)
+			}
+			return fmt.Errorf("engines still joining (%s): %w", strings.Join(joining, ", "), ctx.Err())
+		case <-tick.C:
+		}
+	}
 }
 
 // adminFleet adapts the actor router and the node's engine sources to what the admin listener

@@ -121,11 +121,11 @@ func TestEveryDisaggregationReason(t *testing.T) {
 		h.expectLegs(0, 1)
 	})
 	t.Run("n_gt_1", func(t *testing.T) {
-		// Whatever the policy: the simulator, like the router's engines, is asked for n=2 on a
-		// plain decode (it refuses n > 1 itself, which the client sees), never on a prefill leg.
+		// Whatever the policy: the engine is asked for n=2 on a plain decode, never on a
+		// prefill leg (a KV handoff carries one sequence), and its two choices reach the client.
 		h := start(t, setup{prefill: 1, decode: 1, engine: sim.Options{Tokens: 2}, config: policy(config.DisaggAlways, 100)})
 		r := h.send("/v1/completions", completions(long, `,"n":2`))
-		if r.status != 400 {
+		if r.status != 200 || !strings.Contains(string(r.body), `"index":1`) {
 			t.Fatalf("status %d: %s", r.status, r.body)
 		}
 		h.expectDecision(r.id, "local", "n_gt_1", 1)

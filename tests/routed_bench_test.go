@@ -37,6 +37,11 @@ func BenchmarkRoutedRequest(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer srv.Shutdown(context.Background())
+	joinCtx, cancelJoin := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancelJoin()
+	if err := srv.WaitJoined(joinCtx); err != nil {
+		b.Fatal(err)
+	}
 	client := &fasthttp.HostClient{Addr: srv.Addr(), MaxConns: 64}
 
 	for _, tc := range []struct {

@@ -54,6 +54,11 @@ func rig(t *testing.T, engine sim.Options, adjust func(*config.Config)) *Generat
 		defer cancel()
 		srv.Shutdown(ctx)
 	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := srv.WaitJoined(ctx); err != nil {
+		t.Fatal(err)
+	}
 	peers := make([]peer.Engine, len(engines))
 	for i, e := range engines {
 		peers[i] = peer.Engine{Role: e.Role, URL: e.URL}

@@ -431,6 +431,13 @@ func startFleetRig(p fleetPolicy, e sim.Options, blockWords int) (_ *fleetRig, e
 	if err != nil {
 		return nil, fmt.Errorf("router: %w", err)
 	}
+	// Every arm measures the whole fleet from its first request.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := srv.WaitJoined(ctx); err != nil {
+		srv.Shutdown(ctx)
+		return nil, fmt.Errorf("router: %w", err)
+	}
 	client := &http.Client{Timeout: 3 * time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 2048, MaxConnsPerHost: 0}}
 	return &fleetRig{fleet: fleet, srv: srv, access: access, client: client, url: "http://" + srv.Addr() + "/v1/completions"}, nil
 }
