@@ -170,8 +170,15 @@ func TestStalledClientReleasedByDeadlineAndWriteTimeout(t *testing.T) {
 			if took > bound+3*time.Second {
 				t.Fatalf("engine aborted %v after arrival, more than 3 s past the %v bound", took, bound)
 			}
-			if o := str(h.accessLine(id)["outcome"]); o != "client_gone" {
-				t.Fatalf("outcome %q, want client_gone", o)
+			// At the request deadline the stream ends with a terminal error event, which either
+			// fits in the socket buffers the stream has not filled yet (a slow machine streams
+			// less in a second) or does not, and the write bounded by the grace fails: the
+			// stalled client is gone. Past the write timeout it is gone.
+			line := h.accessLine(id)
+			o, kind := str(line["outcome"]), str(line["error_kind"])
+			deadlineEnded := tc.deadline < tc.writeLimit && o == "stream_error" && kind == "deadline_exceeded"
+			if o != "client_gone" && !deadlineEnded {
+				t.Fatalf("outcome %q (error kind %q), want client_gone or, at the request deadline, stream_error for deadline_exceeded", o, kind)
 			}
 			h.assertNoReservations()
 		})
