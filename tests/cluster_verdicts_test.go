@@ -173,13 +173,13 @@ func (n *narwhalNode) exitTime(limit time.Duration) time.Duration {
 	select {
 	case err := <-done:
 		if err != nil {
-			n.t.Fatalf("%s exited with %v after SIGTERM", n.name, err)
+			n.t.Fatalf("%s exited with %v after SIGTERM:\n%s", n.name, err, n.log.Bytes())
 		}
 		return time.Since(start)
 	case <-time.After(limit):
 		n.cmd.Process.Kill()
 		<-done
-		n.t.Fatalf("%s had not exited %s after SIGTERM (its etcd is gone); killed", n.name, limit)
+		n.t.Fatalf("%s had not exited %s after SIGTERM; killed it", n.name, limit)
 		return 0
 	}
 }
