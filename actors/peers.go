@@ -21,6 +21,12 @@ import (
 //     an operator's ejection is lifted only by an operator's admission;
 //   - the later decision wins, by the deciding node's clock: a peer verdict older than what
 //     this engine actor last decided or applied changes nothing;
+//   - a verdict is this node's own when this process published it: what the node's previous
+//     process decided (before a restart, under the same name) is a peer's verdict and applies;
+//   - a peer's verdict this engine actor still holds the engine out on is re-owned when no
+//     process publishes it any more (its node is down, cut off, or restarted): this node
+//     publishes it as its own, with the decision's instant, reason and operator flag, so that it
+//     lives as long as a node acts on it and a node that starts later still adopts it (reown);
 //   - streaks stay local (a failure seen here counts here only): one node's unlucky requests are
 //     not evidence enough for the fleet, an ejection is.
 
@@ -61,7 +67,7 @@ func (r *Router) PeerVerdict(v cluster.Verdict) {
 // too (an ejected engine starts ejected, an admitted one admitted without a check of its own).
 func (a *engineActor) adopt(ctx actor.Context) {
 	v, ok := a.r.cluster.Verdict(a.st.spec.Name)
-	if !ok || v.Node == a.r.cluster.Name() {
+	if !ok || a.r.cluster.Own(v) {
 		return
 	}
 	a.applyPeer(ctx, v)
@@ -138,6 +144,10 @@ func (a *engineActor) share(from breakerState) {
 func (a *engineActor) applyPeer(ctx actor.Context, v cluster.Verdict) {
 	st := a.st
 	b := &st.breaker
+	if v.Lapsing {
+		a.reown(v)
+		return
+	}
 	if !v.Decided.After(st.peer.decided) {
 		a.r.metrics.ClusterVerdict(v.Engine, v.State, "stale")
 		return // this node decided or heard something newer
@@ -190,7 +200,7 @@ func (a *engineActor) applyPeer(ctx actor.Context, v cluster.Verdict) {
 	default:
 		return
 	}
-	st.peer.decided, st.peer.by, st.peer.reason = v.Decided, v.Node, v.Reason
+	st.peer.decided, st.peer.by, st.peer.reason = v.Decided, v.DecidedBy(), v.Reason
 	st.peer.takenOver = false
 	a.r.metrics.ClusterVerdict(v.Engine, v.State, "applied")
 	if b.state != prev {
@@ -199,6 +209,38 @@ func (a *engineActor) applyPeer(ctx actor.Context, v cluster.Verdict) {
 		st.peer.applying = false
 		a.schedule(ctx)
 	}
+}
+
+// reown publishes, as this node's own, a peer's verdict that no process publishes any more
+// (cluster board.lapsing) when this engine actor still holds the engine out on it: the
+// decision keeps its instant, reason, operator flag and deciding node (Origin), so it outranks
+// nothing decided since, and a node that starts later adopts it. A verdict this actor has moved
+// on from (it decided or applied something newer) or that holds nothing out here is left to
+// lapse.
+func (a *engineActor) reown(v cluster.Verdict) {
+	st := a.st
+	b := &st.breaker
+	if a.r.cluster == nil || st.peer.by == "" || !v.Decided.Equal(st.peer.decided) {
+		return
+	}
+	now := time.Now()
+	own := cluster.Verdict{Engine: st.spec.Name, State: b.state.String(), Decided: v.Decided,
+		Reason: v.Reason, Admin: v.Admin || b.byAdmin, Origin: v.DecidedBy()}
+	switch b.state {
+	case ejected:
+		own.Until = b.nextProbe
+	case quarantined:
+		if !b.quarantineEnds.After(now) {
+			return
+		}
+		own.Until = b.quarantineEnds
+	default:
+		return // admitted holds nothing out; a probe of this node's publishes its own result
+	}
+	a.r.log.Info("re-publishing a verdict its node no longer publishes: the engine is still out here",
+		"engine", st.spec.Name, "state", own.State, "decided_by", own.Origin, "publisher", v.Node)
+	a.r.cluster.Publish(own)
+	a.r.metrics.ClusterVerdict(own.Engine, own.State, "reowned")
 }
 
 // probesHere reports whether this node runs the next probe of the engine: with peers, one node
@@ -216,7 +258,7 @@ func (a *engineActor) probesHere() bool {
 	switch {
 	case !ok:
 		return true
-	case v.Node != a.r.cluster.Name():
+	case !a.r.cluster.Own(v):
 		return false // the prober speaks
 	case st.peer.takenOver:
 		return true

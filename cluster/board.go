@@ -19,13 +19,33 @@ type Verdict struct {
 	Engine string `json:"engine"`
 	State  string `json:"state"`
 	// Until is the end of a quarantine, or the deciding node's next probe of an ejected engine.
-	Until   time.Time `json:"until"`
-	Reason  string    `json:"reason,omitempty"`
-	Node    string    `json:"node"`
+	Until  time.Time `json:"until"`
+	Reason string    `json:"reason,omitempty"`
+	// Node is the publishing node's name and Process the id its process drew at start: a node
+	// restarted under the same name is another process, and applies what its previous one
+	// decided.
+	Node    string `json:"node"`
+	Process string `json:"process,omitempty"`
+	// Origin is the node that decided, when Node re-owned the verdict: Node still holds the
+	// engine out on it after Origin stopped re-publishing it (Origin is down, or restarted).
+	Origin  string    `json:"origin,omitempty"`
 	Decided time.Time `json:"decided"`
 	Admin   bool      `json:"admin,omitempty"`
 	// Expires is when the verdict lapses unless its node re-publishes it.
 	Expires time.Time `json:"expires"`
+	// Lapsing marks a verdict handed to the engine actors because its node has stopped
+	// re-publishing it (board.lapsing): a node that still holds the engine out on it re-owns it.
+	// It never travels.
+	Lapsing bool `json:"-"`
+}
+
+// DecidedBy is the node that made the decision: the origin of a re-owned verdict, else its
+// publisher.
+func (v Verdict) DecidedBy() string {
+	if v.Origin != "" {
+		return v.Origin
+	}
+	return v.Node
 }
 
 // newer orders verdicts on one engine: the later decision wins; equal instants fall to the
@@ -38,7 +58,7 @@ func (v Verdict) newer(o Verdict) bool {
 }
 
 func (v Verdict) wire() *WireVerdict {
-	w := &WireVerdict{Engine: v.Engine, State: v.State, Reason: v.Reason, Node: v.Node,
+	w := &WireVerdict{Engine: v.Engine, State: v.State, Reason: v.Reason, Node: v.Node, Process: v.Process, Origin: v.Origin,
 		DecidedUnixNano: v.Decided.UnixNano(), Admin: v.Admin, ExpiresUnixNano: v.Expires.UnixNano()}
 	if !v.Until.IsZero() {
 		w.UntilUnixNano = v.Until.UnixNano()
@@ -47,7 +67,7 @@ func (v Verdict) wire() *WireVerdict {
 }
 
 func fromWire(w *WireVerdict) Verdict {
-	v := Verdict{Engine: w.Engine, State: w.State, Reason: w.Reason, Node: w.Node,
+	v := Verdict{Engine: w.Engine, State: w.State, Reason: w.Reason, Node: w.Node, Process: w.Process, Origin: w.Origin,
 		Decided: time.Unix(0, w.DecidedUnixNano), Admin: w.Admin, Expires: time.Unix(0, w.ExpiresUnixNano)}
 	if w.UntilUnixNano != 0 {
 		v.Until = time.Unix(0, w.UntilUnixNano)
@@ -58,13 +78,15 @@ func fromWire(w *WireVerdict) Verdict {
 // board holds this node's own live verdicts and the last set each peer member published, and
 // merges them: per engine, the newest unexpired verdict wins. Peers' sets are kept per member
 // id because protoactor keeps gossip state per member forever; expiry, not membership, retires
-// a departed node's verdicts.
+// a departed node's verdicts. A verdict is this node's own when its process published it —
+// not when it carries this node's name: a restarted node's previous process is a peer.
 type board struct {
-	mu    sync.Mutex
-	self  string
-	ttl   time.Duration
-	local map[string]Verdict            // engine → this node's live verdict
-	peers map[string]map[string]Verdict // member id → engine → verdict
+	mu      sync.Mutex
+	self    string
+	process string
+	ttl     time.Duration
+	local   map[string]Verdict            // engine → this node's live verdict
+	peers   map[string]map[string]Verdict // member id → engine → verdict
 	// heard is when each member's set last arrived, for /cluster.
 	heard map[string]peerSet
 	// winners is the last merged view handed to the engine actors, to report changes once.
@@ -77,17 +99,21 @@ type peerSet struct {
 	published time.Time
 }
 
-func newBoard(self string, ttl time.Duration) *board {
-	return &board{self: self, ttl: ttl, local: map[string]Verdict{}, peers: map[string]map[string]Verdict{},
+func newBoard(self, process string, ttl time.Duration) *board {
+	return &board{self: self, process: process, ttl: ttl, local: map[string]Verdict{}, peers: map[string]map[string]Verdict{},
 		heard: map[string]peerSet{}, winners: map[string]Verdict{}}
 }
 
+// mine reports whether this process published v.
+func (b *board) mine(v Verdict) bool { return v.Process == b.process }
+
 // decide records a local decision. An admitted verdict needs no re-publication (admitted is
 // what a node assumes without news): it is kept one TTL so that peers hear it, then dropped.
+// A decision made elsewhere and re-owned here keeps its instant (v.Decided).
 func (b *board) decide(v Verdict, now time.Time) Verdict {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	v.Node = b.self
+	v.Node, v.Process, v.Lapsing = b.self, b.process, false
 	if v.Decided.IsZero() {
 		v.Decided = now
 	}
@@ -97,8 +123,10 @@ func (b *board) decide(v Verdict, now time.Time) Verdict {
 	return v
 }
 
-// localSet is the set to publish: live local verdicts with a fresh deadline. A verdict another
-// node has since overtaken is dropped, as is an admitted one older than a TTL.
+// localSet is the set to publish: live local verdicts with a fresh deadline. A verdict a later
+// decision elsewhere has overtaken is dropped, as is an admitted one older than a TTL. A copy
+// of the same decision another node publishes too (a verdict several nodes re-owned) is kept:
+// the decision lives as long as any node that holds the engine out on it.
 func (b *board) localSet(now time.Time) *VerdictSet {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -110,7 +138,7 @@ func (b *board) localSet(now time.Time) *VerdictSet {
 	sort.Strings(engines)
 	for _, e := range engines {
 		v := b.local[e]
-		if w, ok := b.winners[e]; ok && w.Node != b.self && w.newer(v) {
+		if w, ok := b.winners[e]; ok && !b.mine(w) && w.Decided.After(v.Decided) {
 			delete(b.local, e)
 			continue
 		}
@@ -160,7 +188,7 @@ func (b *board) receive(member string, set *VerdictSet, now time.Time) []Verdict
 			continue
 		}
 		b.winners[e] = w
-		if w.Node != b.self && (!had || w != prev) {
+		if !b.mine(w) && (!had || w != prev) {
 			changed = append(changed, w)
 		}
 	}
@@ -213,6 +241,47 @@ func (b *board) view(now time.Time) []Verdict {
 		if w := b.winnerLocked(e, now); w.Engine != "" {
 			out = append(out, w)
 		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Engine < out[j].Engine })
+	return out
+}
+
+// lapsing lists, per engine, the latest decision held here when no process publishes it any
+// more: its newest copy — the one renewed last, among copies of one decision — is another
+// process's, holds the engine out, and has less than half a TTL left, which a live node's
+// re-publication would have renewed. Its node is down, cut off, or restarted (its new process
+// publishes only what it decides itself). The engine actors that still hold the engine out on
+// it re-own it (Node.reown), so that it outlives its node: without that, it lapses while the
+// nodes that heard it keep the engine out, and every node that starts afterwards places on it.
+// A lapsed verdict is still found here until forget drops its set.
+func (b *board) lapsing(now time.Time) []Verdict {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	latest := map[string]Verdict{}
+	consider := func(v Verdict) {
+		l, ok := latest[v.Engine]
+		if !ok || v.Decided.After(l.Decided) || (v.Decided.Equal(l.Decided) && v.Expires.After(l.Expires)) {
+			latest[v.Engine] = v
+		}
+	}
+	for _, v := range b.local {
+		consider(v)
+	}
+	for _, m := range b.peers {
+		for _, v := range m {
+			consider(v)
+		}
+	}
+	var out []Verdict
+	for _, v := range latest {
+		if b.mine(v) || v.State == StateAdmitted || v.Expires.Sub(now) > b.ttl/2 {
+			continue
+		}
+		if v.State == StateQuarantined && !v.Until.After(now) {
+			continue // a quarantine that ran out holds nothing out
+		}
+		v.Lapsing = true
+		out = append(out, v)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Engine < out[j].Engine })
 	return out

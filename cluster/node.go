@@ -2,7 +2,9 @@ package cluster
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -46,17 +48,22 @@ type Options struct {
 // Node is this process's membership of the cluster. Its methods are safe for concurrent use;
 // a nil *Node is a cluster of one (every method works and shares nothing).
 type Node struct {
-	cfg   config.ClusterRuntime
-	name  string
-	log   *slog.Logger
-	on    atomic.Pointer[func(Verdict)]
-	board *board
+	cfg  config.ClusterRuntime
+	name string
+	// process is the id this process drew at start; it marks the verdicts it publishes.
+	process string
+	log     *slog.Logger
+	on      atomic.Pointer[func(Verdict)]
+	board   *board
 	// faults is the test hook that cuts this node off (FaultFileEnv); nil in production.
 	faults *faults
 	// rejected counts heartbeats refused as unauthenticated or replayed (cluster.tls).
 	rejected atomic.Int64
 	// tls is the dialer's side of the cluster's mutual TLS; nil without cluster.tls.
 	tls *tls.Config
+	// etcd is the node's own etcd client (provider etcd): it checks that etcd answers before a
+	// join and refreshes the registration. protoactor's provider has a client of its own.
+	etcd *clientv3.Client
 
 	push     chan struct{} // a local verdict to send now
 	rejoiner chan rejoinRequest
@@ -159,17 +166,25 @@ func Start(cfg config.ClusterRuntime, opts Options) (*Node, error) {
 	if !cfg.Enabled {
 		return nil, nil
 	}
-	n := &Node{cfg: cfg, name: cfg.Node, log: opts.Logger,
-		board: newBoard(cfg.Node, cfg.VerdictTTL),
+	process := newProcessID()
+	n := &Node{cfg: cfg, name: cfg.Node, process: process, log: opts.Logger,
+		board: newBoard(cfg.Node, process, cfg.VerdictTTL),
 		push:  make(chan struct{}, 1), rejoiner: make(chan rejoinRequest, 1), done: make(chan struct{}),
 		lastGossip: map[string]time.Time{}, epoch: time.Now(), faults: startFaults()}
 	n.tls = n.clientTLS()
 	if n.log == nil {
 		n.log = slog.New(slog.DiscardHandler)
 	}
-	n.log = n.log.With("component", "cluster", "node", n.name)
+	n.log = n.log.With("component", "cluster", "node", n.name, "process", process)
 	if opts.OnVerdict != nil {
 		n.on.Store(&opts.OnVerdict)
+	}
+	if cfg.Provider == config.ProviderEtcd {
+		client, err := clientv3.New(etcdClientConfig(cfg)) // it does not wait for etcd
+		if err != nil {
+			return nil, fmt.Errorf("cluster.etcd: %w", err)
+		}
+		n.etcd = client
 	}
 	// Wait a bounded time for the first join, so that a node normally has the live verdicts
 	// before it serves; a membership service that does not answer (protoactor's etcd provider
@@ -223,8 +238,11 @@ func (n *Node) join() (err error) {
 	inc := &incarnation{system: system}
 	switch n.cfg.Provider {
 	case config.ProviderEtcd:
-		p, perr := etcd.NewWithConfig(n.cfg.Etcd.Prefix, clientv3.Config{
-			Endpoints: n.cfg.Etcd.Endpoints, DialTimeout: n.cfg.Etcd.DialTimeout})
+		if err := etcdAnswers(n.etcd, n.cfg); err != nil {
+			system.Shutdown()
+			return err
+		}
+		p, perr := etcd.NewWithConfig(n.cfg.Etcd.Prefix, etcdClientConfig(n.cfg))
 		if perr != nil {
 			system.Shutdown()
 			return fmt.Errorf("etcd provider: %w", perr)
@@ -263,17 +281,13 @@ func (n *Node) join() (err error) {
 	inc.cl.StartMember()
 	inc.started = time.Now()
 	select {
-	case <-n.done: // the node closed while this join hung
-		inc.provider.Shutdown(false)
-		inc.cl.Shutdown(false)
+	case <-n.done: // the node closed while this join ran
+		inc.retire(nil, n.cfg.Etcd.LeaveTimeout)
 		return errors.New("node closed")
 	default:
 	}
 	if n.cfg.Provider == config.ProviderEtcd {
-		if inc.refresh, err = startEtcdRefresher(n.cfg, system.ID, n.log); err != nil {
-			n.log.Warn("etcd registration refresher not started", "error", err)
-			err = nil
-		}
+		inc.refresh = startEtcdRefresher(n.etcd, n.cfg, system.ID, n.log)
 	}
 	n.mu.Lock()
 	n.inc = inc
@@ -296,7 +310,11 @@ func (n *Node) leave(rejoining bool) {
 	if inc == nil {
 		return
 	}
-	inc.retire(members)
+	within := n.cfg.Etcd.RequestTimeout
+	if !rejoining {
+		within = n.cfg.Etcd.LeaveTimeout
+	}
+	inc.retire(members, within)
 	if rejoining {
 		waitPortFree(n.cfg.Bind, 3*time.Second)
 	}
@@ -310,6 +328,8 @@ func (n *Node) leave(rejoining bool) {
 // connected while it was suspending. Instead, in an order that leaves nothing behind:
 //  0. its remote dials nothing more (incarnation.dialer);
 //  1. membership stops (no heartbeats, no registration refresh) and its events are ignored;
+//     an etcd registration is deleted if etcd answers within `within` (the lease ends it
+//     otherwise);
 //  2. gossip stops, so the old actor system sends nothing more;
 //  3. the gRPC server stops at once: its listener closes (the port is free for the next
 //     incarnation) and every peer's stream into it is cut, so each peer drops its endpoint for
@@ -318,11 +338,15 @@ func (n *Node) leave(rejoining bool) {
 //     event, per member address), so neither side keeps a stream to a dead identity;
 //  5. the actor system stops. Only protoactor's log-throttle timers still hold it, each for
 //     at most its 60 s period; then its memory (about 3 MB) is released.
-func (inc *incarnation) retire(members []*cluster.Member) {
+func (inc *incarnation) retire(members []*cluster.Member, within time.Duration) {
 	inc.retired.Store(true)
 	inc.refresh.stop()
 	inc.system.EventStream.Unsubscribe(inc.sub)
-	inc.provider.Shutdown(false)
+	if inc.static != nil {
+		inc.provider.Shutdown(false) // local: it stops at once
+	} else {
+		stopProvider(inc.provider, within)
+	}
 	addrs := map[string]bool{}
 	for _, m := range members {
 		addrs[m.Address()] = true
@@ -339,6 +363,24 @@ func (inc *incarnation) retire(members []*cluster.Member) {
 		inc.system.EventStream.Publish(&remote.EndpointTerminatedEvent{Address: a})
 	}
 	inc.system.Shutdown()
+}
+
+// stopProvider stops membership, waiting at most within for it: protoactor's etcd provider
+// deletes its registration there, a request that etcd's client bounds (requestDeadline) but
+// that may be cut shorter here (a node stopping within its grace). Left running, it ends
+// within the request timeout.
+func stopProvider(p cluster.ClusterProvider, within time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p.Shutdown(false)
+	}()
+	t := time.NewTimer(within)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 }
 
 // peerRedialWait bounds how long a connection to a peer's cluster port keeps being retried
@@ -497,9 +539,35 @@ func (n *Node) Attach(f func(Verdict)) {
 	}
 	n.on.Store(&f)
 	for _, v := range n.board.view(time.Now()) {
-		if v.Node != n.name {
+		if !n.board.mine(v) {
 			f(v)
 		}
+	}
+}
+
+// Own reports whether this process published v. A verdict under this node's name from its
+// previous process (before a restart) is a peer's: this process applies it.
+func (n *Node) Own(v Verdict) bool {
+	return n != nil && n.board.mine(v)
+}
+
+// newProcessID draws the id that tells this process's verdicts from those of the node's
+// earlier (or later) processes under the same name.
+func newProcessID() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// handLapsing hands the engine actors the verdicts no process publishes any more
+// (board.lapsing): a node that still holds an engine out on one re-owns it.
+func (n *Node) handLapsing(now time.Time) {
+	on := n.on.Load()
+	if on == nil {
+		return
+	}
+	for _, v := range n.board.lapsing(now) {
+		(*on)(v)
 	}
 }
 
@@ -595,6 +663,7 @@ func (n *Node) loop() {
 		case <-n.push:
 			n.send()
 		case <-republish.C:
+			n.handLapsing(time.Now())
 			n.board.forget(time.Now())
 			n.forgetGossip()
 			n.send()
@@ -777,6 +846,9 @@ func (n *Node) Close() {
 	n.wg.Wait()
 	n.leave(false)
 	n.faults.stop()
+	if n.etcd != nil {
+		n.etcd.Close()
+	}
 }
 
 // warnOnly keeps protoactor's cluster logs to warnings and errors: it logs every gossip

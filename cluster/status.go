@@ -8,9 +8,11 @@ import (
 // Status is what /cluster shows an operator: who this node is, the members it sees, when each
 // last gossiped, and the merged verdicts.
 type Status struct {
-	Enabled  bool   `json:"enabled"`
-	Cluster  string `json:"cluster,omitempty"`
-	Node     string `json:"node,omitempty"`
+	Enabled bool   `json:"enabled"`
+	Cluster string `json:"cluster,omitempty"`
+	Node    string `json:"node,omitempty"`
+	// Process is the id this process drew at start; the verdicts it publishes carry it.
+	Process  string `json:"process,omitempty"`
 	Address  string `json:"address,omitempty"`
 	Provider string `json:"provider,omitempty"`
 	// MemberID is this incarnation's protoactor identity; Generation counts incarnations
@@ -56,7 +58,7 @@ func (n *Node) Status() Status {
 		return Status{Members: []Member{}, Verdicts: []Verdict{}}
 	}
 	now := time.Now()
-	st := Status{Enabled: true, Cluster: n.cfg.Name, Node: n.name, Address: n.cfg.Advertise,
+	st := Status{Enabled: true, Cluster: n.cfg.Name, Node: n.name, Process: n.process, Address: n.cfg.Advertise,
 		Provider: n.cfg.Provider, Verdicts: n.board.view(now), Members: []Member{},
 		Authenticated: n.cfg.TLS != nil, RejectedHeartbeats: n.rejected.Load()}
 	n.mu.Lock()

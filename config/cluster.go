@@ -40,6 +40,10 @@ type Etcd struct {
 	Endpoints    []string `yaml:"endpoints"`
 	Prefix       string   `yaml:"prefix"`
 	DialTimeoutS Seconds  `yaml:"dial_timeout_s"`
+	// RequestTimeoutS bounds each request the membership makes of etcd (list the members,
+	// register, deregister): an etcd that does not answer must not hold a join, a rejoin or a
+	// shutdown.
+	RequestTimeoutS Seconds `yaml:"request_timeout_s"`
 }
 
 // Cluster providers.
@@ -53,7 +57,7 @@ func defaultCluster() Cluster {
 		Name:               "narwhal",
 		Bind:               "127.0.0.1:7946",
 		Provider:           ProviderStatic,
-		Etcd:               Etcd{Prefix: "/narwhal", DialTimeoutS: 5},
+		Etcd:               Etcd{Prefix: "/narwhal", DialTimeoutS: 5, RequestTimeoutS: 2},
 		GossipIntervalS:    0.3,
 		HeartbeatIntervalS: 0.2,
 		SuspectAfterS:      1.5,
@@ -108,6 +112,7 @@ func (ck *checker) cluster(c Cluster) {
 			ck.fail("cluster.etcd.prefix", "must not be empty (e.g. /narwhal)")
 		}
 		ck.positive("cluster.etcd.dial_timeout_s", c.Etcd.DialTimeoutS)
+		ck.positive("cluster.etcd.request_timeout_s", c.Etcd.RequestTimeoutS)
 	}
 	ck.positive("cluster.gossip_interval_s", c.GossipIntervalS)
 	ck.positive("cluster.heartbeat_interval_s", c.HeartbeatIntervalS)

@@ -277,6 +277,11 @@ type EtcdRuntime struct {
 	Endpoints   []string
 	Prefix      string
 	DialTimeout time.Duration
+	// RequestTimeout bounds each etcd request of the membership (cluster.etcd.request_timeout_s);
+	// LeaveTimeout bounds the deregistration when the node stops: RequestTimeout, but never past
+	// server.shutdown_grace_s, so that a node with its etcd gone still exits within its grace.
+	RequestTimeout time.Duration
+	LeaveTimeout   time.Duration
 }
 
 // Provision validates c — every value, and every engine's connector name against connectors,
@@ -345,7 +350,7 @@ func Provision(c Config, connectors kv.Registry) (Runtime, error) {
 		Preflight: PreflightRuntime{Concurrency: c.Preflight.Concurrency, RequireAll: c.Preflight.Require == RequireAll},
 		Log: LogRuntime{Level: logLevel(c.Log.Level), Format: c.Log.Format, AccessLog: c.Log.AccessLog,
 			AccessLogFlush: c.Log.AccessLogFlushS.Duration()},
-		Cluster:    c.Cluster.provision(),
+		Cluster:    c.Cluster.provision(c.Server.ShutdownGraceS.Duration()),
 		Discovery:  c.Discovery.provision(),
 		Connectors: connectors,
 		file:       c.clone(),
@@ -467,7 +472,7 @@ func (t EngineTimeouts) provision(maxResponse int) EngineTimings {
 	}
 }
 
-func (c Cluster) provision() ClusterRuntime {
+func (c Cluster) provision(shutdownGrace time.Duration) ClusterRuntime {
 	var creds *ClusterCredentials
 	if c.TLS.set() {
 		creds, _ = c.TLS.load() // validated
@@ -477,7 +482,8 @@ func (c Cluster) provision() ClusterRuntime {
 		Enabled: c.Enabled, Name: c.Name, Node: c.node(), Bind: c.Bind, Advertise: c.advertiseAddr(),
 		Provider: c.Provider, Seeds: append([]string(nil), c.Seeds...),
 		Etcd: EtcdRuntime{Endpoints: append([]string(nil), c.Etcd.Endpoints...), Prefix: c.Etcd.Prefix,
-			DialTimeout: c.Etcd.DialTimeoutS.Duration()},
+			DialTimeout: c.Etcd.DialTimeoutS.Duration(), RequestTimeout: c.Etcd.RequestTimeoutS.Duration(),
+			LeaveTimeout: min(c.Etcd.RequestTimeoutS.Duration(), shutdownGrace)},
 		GossipInterval:    c.GossipIntervalS.Duration(),
 		HeartbeatInterval: c.HeartbeatIntervalS.Duration(),
 		SuspectAfter:      c.SuspectAfterS.Duration(),

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -87,20 +86,10 @@ func startBalancer(t *testing.T, nodes []*narwhalNode, interval time.Duration) *
 	return b
 }
 
-// stopGracefully sends the node SIGTERM and waits for its process to exit.
+// stopGracefully sends the node SIGTERM and waits for its process to exit (exitTime).
 func (n *narwhalNode) stopGracefully(within time.Duration) {
 	n.t.Helper()
-	n.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan error, 1)
-	go func() { done <- n.cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			n.t.Fatalf("%s exited with %v after SIGTERM:\n%s", n.name, err, n.log.Bytes())
-		}
-	case <-time.After(within):
-		n.t.Fatalf("%s did not exit within %v of SIGTERM", n.name, within)
-	}
+	n.exitTime(within)
 }
 
 // A rolling restart of a 3-node cluster behind a balancer that follows /readyz loses no

@@ -655,32 +655,10 @@ func TestClusterOneNodeProbes(t *testing.T) {
 	}
 }
 
-// startEtcdServer runs a real etcd on free loopback ports (Debian's etcd-server; .ci/run
-// installs it) and returns its client URL.
+// startEtcdServer runs a real etcd on free loopback ports (runEtcd) and returns its client URL.
 func startEtcdServer(t *testing.T) string {
 	t.Helper()
-	bin, err := exec.LookPath("etcd")
-	if err != nil {
-		t.Skip("etcd is not installed (apt-get install etcd-server): skipping the etcd provider test")
-	}
-	client, peer := "http://"+freeTCPAddr(t), "http://"+freeTCPAddr(t)
-	cmd := exec.Command(bin, "--name", "default", "--data-dir", filepath.Join(t.TempDir(), "etcd"),
-		"--listen-client-urls", client, "--advertise-client-urls", client,
-		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-		"--initial-cluster", "default="+peer, "--log-level", "error")
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start etcd: %v", err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	eventually(t, 15*time.Second, func() bool {
-		resp, err := http.Get(client + "/health")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == 200
-	}, func() string { return "etcd not healthy within 15s" })
-	return client
+	return runEtcd(t).client
 }
 
 func TestClusterWithEtcdProvider(t *testing.T) {
