@@ -1,0 +1,331 @@
+package actors
+
+import (
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+)
+
+// The blame board decides whom a request's failures blame by comparing them with other
+// requests' failures and with the commits of the engines involved, before any is counted:
+//
+//   - A failure is the request's when the same request (the same body: its fingerprint) failed
+//     the same way (leg, fault kind, engine status) on two or more engines within
+//     recovery.blame_window_s, and the engine shows it serves other requests: it committed one
+//     since the failure, or its last commit is within the window and it failed nothing else
+//     since. Such a failure extends no streak; it is counted in request_attributed_failures.
+//   - A decode that failed before its first token on a handoff from a producer is a fault of the
+//     pair. When that producer's handoffs (of requests that are not themselves failing
+//     everywhere) failed on two or more consumers within the window, and the consumer shows it
+//     serves other requests, the producer is blamed (its breaker counts the failure) and the
+//     consumer is not. When the producer's other handoffs commit, or the request committed
+//     through the same producer on another consumer, the consumer is blamed.
+//   - A failure of a request that commits elsewhere is its engine's; so is every failure the
+//     comparison does not explain (a single failure, failures of different kinds).
+//
+// A failure that may be the request's or the producer's is held until the evidence comes, for
+// at most the window; then it counts against its engine. A fleet that fails every request
+// commits nothing, so its failures count once the window has passed and it is ejected (then
+// the whole-wave policy applies). The board is one actor, fed one message per failed request
+// (and per commit only while it holds failures); what it remembers is bounded: the failures of
+// the last window (at most boardRecords), the commits that ended a hold (at most boardRecords),
+// and at most boardHeld held failures (beyond that the oldest is counted at once).
+type blameBoard struct {
+	env     *requestEnv
+	self    *actor.PID
+	recent  []failureRecord // newest last
+	commits []commitRecord  // newest last
+	held    []heldFailure
+	ticking bool
+}
+
+const (
+	boardRecords = 256
+	boardHeld    = 256
+	// boardTickEvery is how often the board looks for evidence while it holds failures.
+	boardTickEvery = 50 * time.Millisecond
+)
+
+// failureRecord is one counted failure the board has seen.
+type failureRecord struct {
+	fp               uint64
+	engine, producer *engineView
+	l                legEnd
+	// committed says the request committed on another attempt.
+	committed bool
+	at        time.Time
+}
+
+type commitRecord struct {
+	fp uint64
+	at time.Time
+}
+
+// blameReport is a request's counted failures, sent once its fate is known (judge): fp is the
+// request's fingerprint; consumer and producer are the pair it committed on (committed).
+type blameReport struct {
+	fp                 uint64
+	committed          bool
+	consumer, producer *engineView
+	ends               []legEnd
+}
+
+// commitSeen tells the board a request committed while it holds failures.
+type commitSeen struct {
+	fp                 uint64
+	consumer, producer *engineView
+}
+
+type boardDue struct{}
+
+// suspicion is why a failure is held.
+type suspicion uint8
+
+const (
+	requestSuspect suspicion = iota + 1 // the request failed the same way on two or more engines
+	handoffSuspect                      // a decode failed reading a producer's handoff
+)
+
+type heldFailure struct {
+	l   legEnd
+	fp  uint64
+	why suspicion
+	at  time.Time
+	// commits and producerCommits are the engine's and the producer's commits when held.
+	commits, producerCommits uint64
+}
+
+func (b *blameBoard) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		b.self = ctx.Self()
+	case *blameReport:
+		b.report(ctx, m)
+	case *commitSeen:
+		b.commits = appendBounded(b.commits, commitRecord{fp: m.fp, at: time.Now()})
+		b.evaluate(ctx)
+	case boardDue:
+		b.ticking = false
+		b.evaluate(ctx)
+	}
+}
+
+func (b *blameBoard) window() time.Duration { return b.env.current().recovery.BlameWindow }
+
+func (b *blameBoard) report(ctx actor.Context, r *blameReport) {
+	now := time.Now()
+	b.prune(now)
+	for i, l := range r.ends {
+		switch {
+		case !r.committed && b.failedElsewhere(r, i):
+			b.hold(ctx, l, r.fp, requestSuspect, now)
+		case l.transfer() && !(r.committed && r.producer == l.producer):
+			// The request did not commit through the same producer elsewhere: the pair's fault
+			// until the producer's other handoffs tell.
+			b.hold(ctx, l, r.fp, handoffSuspect, now)
+		default:
+			b.count(ctx, l)
+		}
+	}
+	for _, l := range r.ends {
+		b.recent = appendBounded(b.recent, failureRecord{fp: r.fp, engine: l.engine, producer: l.producer, l: l,
+			committed: r.committed, at: now})
+	}
+	if r.committed {
+		b.commits = appendBounded(b.commits, commitRecord{fp: r.fp, at: now})
+	}
+	b.evaluate(ctx)
+}
+
+// failedElsewhere says end i of r failed the same way as another engine's leg of the same
+// request: in r itself, or in a recent failure of a request with the same fingerprint that did
+// not commit (and none committed since).
+func (b *blameBoard) failedElsewhere(r *blameReport, i int) bool {
+	l := r.ends[i]
+	for j, o := range r.ends {
+		if j != i && sameWay(l, o) {
+			return true
+		}
+	}
+	if r.fp == 0 || b.fpCommitted(r.fp, time.Time{}) {
+		return false
+	}
+	for _, rec := range b.recent {
+		if rec.fp == r.fp && !rec.committed && sameWay(l, rec.l) {
+			return true
+		}
+	}
+	return false
+}
+
+// fpCommitted says a request with fingerprint fp committed after since (within the window).
+func (b *blameBoard) fpCommitted(fp uint64, since time.Time) bool {
+	for _, c := range b.commits {
+		if c.fp == fp && c.at.After(since) {
+			return true
+		}
+	}
+	return false
+}
+
+// failsEverywhere says requests with fingerprint fp failed, without committing, on two or more
+// engines within the window: such a request's failed handoffs say nothing of its producer.
+func (b *blameBoard) failsEverywhere(fp uint64) bool {
+	if fp == 0 || b.fpCommitted(fp, time.Time{}) {
+		return false
+	}
+	var first *engineView
+	for _, rec := range b.recent {
+		if rec.fp != fp || rec.committed {
+			continue
+		}
+		if first == nil {
+			first = rec.engine
+		} else if rec.engine != first {
+			return true
+		}
+	}
+	return false
+}
+
+// producerSuspect says the producer's handoffs failed on two or more consumers within the
+// window (handoffs of requests that do not fail everywhere), and marks it suspect for probes.
+func (b *blameBoard) producerSuspect(p *engineView, now time.Time) bool {
+	var first *engineView
+	for _, rec := range b.recent {
+		if rec.producer != p || !rec.l.transfer() || b.failsEverywhere(rec.fp) {
+			continue
+		}
+		if first == nil {
+			first = rec.engine
+		} else if rec.engine != first {
+			p.suspect.Store(now.Add(b.window()).UnixNano())
+			return true
+		}
+	}
+	return false
+}
+
+// served says the held failure's engine shows it serves other requests: it committed one since
+// the failure, or its last commit is within the window and every failure it had since is of the
+// same cause as this one (sameCause).
+func (b *blameBoard) served(h *heldFailure, sameCause func(failureRecord) bool) bool {
+	e := h.l.engine
+	if e.commits.Load() > h.commits {
+		return true
+	}
+	lc := e.lastCommit.Load()
+	if lc == 0 || time.Duration(h.at.UnixNano()-lc) > b.window() {
+		return false
+	}
+	for _, rec := range b.recent {
+		if rec.engine == e && rec.at.UnixNano() > lc && !sameCause(rec) {
+			return false
+		}
+	}
+	return true
+}
+
+func (b *blameBoard) hold(ctx actor.Context, l legEnd, fp uint64, why suspicion, now time.Time) {
+	if len(b.held) >= boardHeld {
+		b.count(ctx, b.held[0].l)
+		b.held = append(b.held[:0], b.held[1:]...)
+	}
+	h := heldFailure{l: l, fp: fp, why: why, at: now, commits: l.engine.commits.Load()}
+	if l.producer != nil {
+		h.producerCommits = l.producer.commits.Load()
+	}
+	b.held = append(b.held, h)
+}
+
+// evaluate decides every held failure whose evidence has come or whose window has passed, and
+// looks again in a while if some are still held.
+func (b *blameBoard) evaluate(ctx actor.Context) {
+	now := time.Now()
+	b.prune(now)
+	kept := b.held[:0]
+	for i := range b.held {
+		if h := &b.held[i]; !b.decide(ctx, h, now) {
+			kept = append(kept, *h)
+		}
+	}
+	clear(b.held[len(kept):])
+	b.held = kept
+	b.env.held.Store(int32(len(b.held)))
+	if len(b.held) > 0 && !b.ticking {
+		b.ticking = true
+		self, root := b.self, b.env.root
+		time.AfterFunc(boardTickEvery, func() { root.Send(self, boardDue{}) })
+	}
+}
+
+// decide settles h if it can, reporting whether it did.
+func (b *blameBoard) decide(ctx actor.Context, h *heldFailure, now time.Time) bool {
+	if h.why == handoffSuspect && b.failsEverywhere(h.fp) {
+		h.why = requestSuspect // the request fails on every consumer: not the producer's doing
+	}
+	switch h.why {
+	case requestSuspect:
+		if b.fpCommitted(h.fp, h.at) { // the same request committed elsewhere: the engine's
+			b.count(ctx, h.l)
+			return true
+		}
+		if b.served(h, func(rec failureRecord) bool { return rec.fp == h.fp }) {
+			b.env.metrics.RequestAttributedFailure(h.l.phase.String(), h.l.fault.Kind.String())
+			b.env.log.Debug("failure attributed to the request", "engine", h.l.engine.name,
+				"leg", h.l.phase.String(), "kind", h.l.fault.Kind.String())
+			return true
+		}
+	case handoffSuspect:
+		p := h.l.producer
+		switch {
+		case b.producerSuspect(p, now):
+			if b.served(h, func(rec failureRecord) bool { return rec.producer == p }) {
+				if m, ok := b.env.handoffNews(h.l); ok {
+					ctx.Send(p.pid, &m)
+				}
+				b.env.log.Info("failed handoff blamed on the producer: its handoffs fail on two or more consumers",
+					"producer", p.name, "consumer", h.l.engine.name, "kind", h.l.fault.Kind.String())
+				return true
+			}
+		case p.commits.Load() > h.producerCommits: // the producer's handoffs commit elsewhere
+			b.count(ctx, h.l)
+			return true
+		}
+	}
+	if now.Sub(h.at) >= b.window() {
+		b.count(ctx, h.l)
+		return true
+	}
+	return false
+}
+
+// count tells the engine's breaker of a failure that is its own.
+func (b *blameBoard) count(ctx actor.Context, l legEnd) {
+	if m, ok := b.env.breakerNews(l, false); ok {
+		ctx.Send(l.engine.pid, &m)
+	}
+}
+
+// prune forgets what is older than the window.
+func (b *blameBoard) prune(now time.Time) {
+	cut := now.Add(-b.window())
+	i := 0
+	for i < len(b.recent) && b.recent[i].at.Before(cut) {
+		i++
+	}
+	b.recent = append(b.recent[:0], b.recent[i:]...)
+	j := 0
+	for j < len(b.commits) && b.commits[j].at.Before(cut) {
+		j++
+	}
+	b.commits = append(b.commits[:0], b.commits[j:]...)
+}
+
+// appendBounded appends v, dropping the oldest entry once boardRecords are held.
+func appendBounded[T any](s []T, v T) []T {
+	if len(s) >= boardRecords {
+		s = append(s[:0], s[1:]...)
+	}
+	return append(s, v)
+}
