@@ -31,7 +31,9 @@ type legEnd struct {
 
 // transfer says the leg is a decode that failed before its first token while reading a
 // producer's handoff: a fault of the pair, until other failures show which side it is.
-func (l legEnd) transfer() bool { return l.phase == fault.PhaseDecode && l.producer != nil && l.counted() }
+func (l legEnd) transfer() bool {
+	return l.phase == fault.PhaseDecode && l.producer != nil && l.counted()
+}
 
 // counted says the leg failed in a way its engine's breaker counts (the fault table's Counts).
 func (l legEnd) counted() bool {

@@ -160,8 +160,8 @@ type requestSupervisor struct {
 	// failure).
 	fingerprint uint64
 	end         ingress.StreamFinished
-	status  int
-	outcome string
+	status      int
+	outcome     string
 }
 
 func (s *requestSupervisor) Receive(ctx actor.Context) {
