@@ -158,7 +158,7 @@ func (s *requestSupervisor) onAttemptEnded(ctx actor.Context, o *ingress.Attempt
 		// Committed. The first token means the KV cache has moved: the producer's part is over.
 		s.firstByte = o.FirstTokenAt.Sub(s.x.Arrival)
 		s.stage = stageStreaming
-		s.committed(ctx)
+		s.committed()
 		s.judge(ctx, true)
 		s.release(ctx, fault.PhasePrefill, nil, false)
 		return // ingress relays the stream; a hang-up meanwhile shows in StreamFinished
@@ -208,19 +208,17 @@ func (s *requestSupervisor) onStreamFinished(ctx actor.Context, m *ingress.Strea
 	}
 }
 
-// committed records the commit on its engines: the evidence the blame board reads that they
-// serve requests (blameboard.go), and the end of any backpressure spell. The board hears of the
-// commit itself only while it holds failures that the commit may explain.
-func (s *requestSupervisor) committed(ctx actor.Context) {
-	now := time.Now().UnixNano()
+// committed records the commit on its engines and under the request's fingerprint: the
+// evidence the blame board reads that they serve requests and that the request does not fail
+// everywhere (blameboard.go); and it ends any backpressure spell of its engines.
+func (s *requestSupervisor) committed() {
+	now := time.Now()
 	for _, e := range [2]*engineView{s.consumer, s.producer} {
 		if e != nil {
 			e.commits.Add(1)
-			e.lastCommit.Store(now)
+			e.lastCommit.Store(now.UnixNano())
 			e.pushback.served()
 		}
 	}
-	if s.fingerprint != 0 && s.env.held.Load() > 0 {
-		ctx.Send(s.env.board, &commitSeen{fp: s.fingerprint, consumer: s.consumer, producer: s.producer})
-	}
+	s.env.commits.committed(s.fingerprint, now)
 }

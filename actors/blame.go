@@ -1,6 +1,9 @@
 package actors
 
 import (
+	"sync/atomic"
+	"time"
+
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/narwhal-router/narwhal/messages"
@@ -63,17 +66,13 @@ func (env *requestEnv) breakerNews(l legEnd, requestsFault bool) (m messages.Leg
 }
 
 // legEnded takes a leg's end: judged at once after the commit; before it, held for judge unless
-// it says nothing whatever the request's fate. The request's fingerprint is taken with its
-// first counted failure (ingress waits for a command then: the body is not being released).
+// it says nothing whatever the request's fate.
 func (s *requestSupervisor) legEnded(ctx actor.Context, l legEnd) {
 	if s.stage == stageStreaming {
 		s.tell(ctx, l, false)
 		return
 	}
 	if _, news := s.env.breakerNews(l, false); news {
-		if l.counted() && s.fingerprint == 0 {
-			s.fingerprint = fingerprintOf(s.x.Body.Raw()) | 1 // never 0: 0 is "not taken yet"
-		}
 		s.ended = append(s.ended, l)
 	}
 }
@@ -134,12 +133,50 @@ func (env *requestEnv) handoffNews(l legEnd) (m messages.LegOutcome, ok bool) {
 		Note: "its handoff failed on consumer " + l.engine.name + " (" + l.fault.Kind.String() + " on the decode leg)"}, true
 }
 
-// fingerprintOf is a request's fingerprint: the FNV-1a hash of its body as the client sent it.
-// Two requests with the same fingerprint are the same request sent again.
+// fingerprintOf is a request's fingerprint: the FNV-1a hash of its body's length and of at most
+// fingerprintEdge bytes at each end (a bounded cost whatever the prompt's length). Two requests
+// with the same fingerprint are taken for the same request sent again. Never 0.
 func fingerprintOf(body []byte) uint64 {
 	h := uint64(14695981039346656037)
-	for _, c := range body {
+	for n := len(body); n > 0; n >>= 8 {
+		h = (h ^ uint64(n&0xff)) * 1099511628211
+	}
+	head, tail := body, []byte(nil)
+	if len(body) > 2*fingerprintEdge {
+		head, tail = body[:fingerprintEdge], body[len(body)-fingerprintEdge:]
+	}
+	for _, c := range head {
 		h = (h ^ uint64(c)) * 1099511628211
 	}
-	return h
+	for _, c := range tail {
+		h = (h ^ uint64(c)) * 1099511628211
+	}
+	return h | 1
+}
+
+const fingerprintEdge = 2048
+
+// commitTable remembers which fingerprints committed lately: a fixed table of commitSlots
+// slots, each the last fingerprint that committed into it and when, written by supervisors
+// at commit without a lock and read by the blame board. A slot another fingerprint took over
+// forgets the first: the table says "committed lately" for sure only of what it still holds.
+type commitTable struct {
+	slots [commitSlots]struct {
+		fp atomic.Uint64
+		at atomic.Int64
+	}
+}
+
+const commitSlots = 4096
+
+func (t *commitTable) committed(fp uint64, now time.Time) {
+	s := &t.slots[fp%commitSlots]
+	s.fp.Store(fp)
+	s.at.Store(now.UnixNano())
+}
+
+// since says a request with fingerprint fp committed after the given time.
+func (t *commitTable) since(fp uint64, after time.Time) bool {
+	s := &t.slots[fp%commitSlots]
+	return s.fp.Load() == fp && s.at.Load() > after.UnixNano()
 }

@@ -28,13 +28,13 @@ import (
 // commits nothing, so its failures count once the window has passed and it is ejected (then
 // the whole-wave policy applies). The board is one actor, fed one message per failed request
 // (and per commit only while it holds failures); what it remembers is bounded: the failures of
-// the last window (at most boardRecords), the commits that ended a hold (at most boardRecords),
-// and at most boardHeld held failures (beyond that the oldest is counted at once).
+// the last window (at most boardRecords) and at most boardHeld held failures (beyond that the
+// oldest is counted at once); which fingerprints committed lately is a fixed table the
+// supervisors write at commit (blame.go, commitTable).
 type blameBoard struct {
 	env     *requestEnv
 	self    *actor.PID
 	recent  []failureRecord // newest last
-	commits []commitRecord  // newest last
 	held    []heldFailure
 	ticking bool
 }
@@ -56,11 +56,6 @@ type failureRecord struct {
 	at        time.Time
 }
 
-type commitRecord struct {
-	fp uint64
-	at time.Time
-}
-
 // blameReport is a request's counted failures, sent once its fate is known (judge): fp is the
 // request's fingerprint; consumer and producer are the pair it committed on (committed).
 type blameReport struct {
@@ -68,12 +63,6 @@ type blameReport struct {
 	committed          bool
 	consumer, producer *engineView
 	ends               []legEnd
-}
-
-// commitSeen tells the board a request committed while it holds failures.
-type commitSeen struct {
-	fp                 uint64
-	consumer, producer *engineView
 }
 
 type boardDue struct{}
@@ -101,9 +90,6 @@ func (b *blameBoard) Receive(ctx actor.Context) {
 		b.self = ctx.Self()
 	case *blameReport:
 		b.report(ctx, m)
-	case *commitSeen:
-		b.commits = appendBounded(b.commits, commitRecord{fp: m.fp, at: time.Now()})
-		b.evaluate(ctx)
 	case boardDue:
 		b.ticking = false
 		b.evaluate(ctx)
@@ -118,11 +104,21 @@ func (b *blameBoard) report(ctx actor.Context, r *blameReport) {
 	for i, l := range r.ends {
 		switch {
 		case !r.committed && b.failedElsewhere(r, i):
-			b.hold(ctx, l, r.fp, requestSuspect, now)
-		case l.transfer() && !(r.committed && r.producer == l.producer):
-			// The request did not commit through the same producer elsewhere: the pair's fault
-			// until the producer's other handoffs tell.
-			b.hold(ctx, l, r.fp, handoffSuspect, now)
+			h := b.newHeld(l, r.fp, requestSuspect, now)
+			switch {
+			case b.served(&h, func(rec failureRecord) bool { return rec.fp == r.fp }):
+				b.attribute(h.l)
+			case !b.fleetCommitted(now):
+				// No engine committed anything in the window: nothing shows the fleet serves
+				// other requests, so the failure is its engine's (a fleet failing everything).
+				b.count(ctx, l)
+			default:
+				b.hold(ctx, h)
+			}
+		case l.transfer() && (r.committed && r.producer != l.producer || !r.committed && b.failedOnOthers(l)):
+			// The request committed through another producer, or the producer's handoffs failed
+			// on another consumer too: the pair's fault, until the evidence tells which side.
+			b.hold(ctx, b.newHeld(l, r.fp, handoffSuspect, now))
 		default:
 			b.count(ctx, l)
 		}
@@ -131,10 +127,36 @@ func (b *blameBoard) report(ctx actor.Context, r *blameReport) {
 		b.recent = appendBounded(b.recent, failureRecord{fp: r.fp, engine: l.engine, producer: l.producer, l: l,
 			committed: r.committed, at: now})
 	}
-	if r.committed {
-		b.commits = appendBounded(b.commits, commitRecord{fp: r.fp, at: now})
-	}
 	b.evaluate(ctx)
+}
+
+// fleetCommitted says some engine of the fleet committed a request within the window.
+func (b *blameBoard) fleetCommitted(now time.Time) bool {
+	cut := now.Add(-b.window()).UnixNano()
+	for _, e := range b.env.fleet.load().engines {
+		if e.lastCommit.Load() > cut {
+			return true
+		}
+	}
+	return false
+}
+
+// failedOnOthers says the producer of the decode l had a handoff fail on another consumer within
+// the window.
+func (b *blameBoard) failedOnOthers(l legEnd) bool {
+	for _, rec := range b.recent {
+		if rec.producer == l.producer && rec.engine != l.engine && rec.l.transfer() {
+			return true
+		}
+	}
+	return false
+}
+
+// attribute records a failure found to be its request's.
+func (b *blameBoard) attribute(l legEnd) {
+	b.env.metrics.RequestAttributedFailure(l.phase.String(), l.fault.Kind.String())
+	b.env.log.Debug("failure attributed to the request", "engine", l.engine.name,
+		"leg", l.phase.String(), "kind", l.fault.Kind.String())
 }
 
 // failedElsewhere says end i of r failed the same way as another engine's leg of the same
@@ -147,7 +169,7 @@ func (b *blameBoard) failedElsewhere(r *blameReport, i int) bool {
 			return true
 		}
 	}
-	if r.fp == 0 || b.fpCommitted(r.fp, time.Time{}) {
+	if b.fpCommitted(r.fp, time.Time{}) {
 		return false
 	}
 	for _, rec := range b.recent {
@@ -158,20 +180,18 @@ func (b *blameBoard) failedElsewhere(r *blameReport, i int) bool {
 	return false
 }
 
-// fpCommitted says a request with fingerprint fp committed after since (within the window).
+// fpCommitted says a request with fingerprint fp committed after since (and within the window).
 func (b *blameBoard) fpCommitted(fp uint64, since time.Time) bool {
-	for _, c := range b.commits {
-		if c.fp == fp && c.at.After(since) {
-			return true
-		}
+	if cut := time.Now().Add(-b.window()); since.Before(cut) {
+		since = cut
 	}
-	return false
+	return b.env.commits.since(fp, since)
 }
 
 // failsEverywhere says requests with fingerprint fp failed, without committing, on two or more
 // engines within the window: such a request's failed handoffs say nothing of its producer.
 func (b *blameBoard) failsEverywhere(fp uint64) bool {
-	if fp == 0 || b.fpCommitted(fp, time.Time{}) {
+	if b.fpCommitted(fp, time.Time{}) {
 		return false
 	}
 	var first *engineView
@@ -226,14 +246,18 @@ func (b *blameBoard) served(h *heldFailure, sameCause func(failureRecord) bool) 
 	return true
 }
 
-func (b *blameBoard) hold(ctx actor.Context, l legEnd, fp uint64, why suspicion, now time.Time) {
-	if len(b.held) >= boardHeld {
-		b.count(ctx, b.held[0].l)
-		b.held = append(b.held[:0], b.held[1:]...)
-	}
+func (b *blameBoard) newHeld(l legEnd, fp uint64, why suspicion, now time.Time) heldFailure {
 	h := heldFailure{l: l, fp: fp, why: why, at: now, commits: l.engine.commits.Load()}
 	if l.producer != nil {
 		h.producerCommits = l.producer.commits.Load()
+	}
+	return h
+}
+
+func (b *blameBoard) hold(ctx actor.Context, h heldFailure) {
+	if len(b.held) >= boardHeld {
+		b.count(ctx, b.held[0].l)
+		b.held = append(b.held[:0], b.held[1:]...)
 	}
 	b.held = append(b.held, h)
 }
@@ -251,7 +275,6 @@ func (b *blameBoard) evaluate(ctx actor.Context) {
 	}
 	clear(b.held[len(kept):])
 	b.held = kept
-	b.env.held.Store(int32(len(b.held)))
 	if len(b.held) > 0 && !b.ticking {
 		b.ticking = true
 		self, root := b.self, b.env.root
@@ -271,9 +294,7 @@ func (b *blameBoard) decide(ctx actor.Context, h *heldFailure, now time.Time) bo
 			return true
 		}
 		if b.served(h, func(rec failureRecord) bool { return rec.fp == h.fp }) {
-			b.env.metrics.RequestAttributedFailure(h.l.phase.String(), h.l.fault.Kind.String())
-			b.env.log.Debug("failure attributed to the request", "engine", h.l.engine.name,
-				"leg", h.l.phase.String(), "kind", h.l.fault.Kind.String())
+			b.attribute(h.l)
 			return true
 		}
 	case handoffSuspect:
@@ -315,11 +336,6 @@ func (b *blameBoard) prune(now time.Time) {
 		i++
 	}
 	b.recent = append(b.recent[:0], b.recent[i:]...)
-	j := 0
-	for j < len(b.commits) && b.commits[j].at.Before(cut) {
-		j++
-	}
-	b.commits = append(b.commits[:0], b.commits[j:]...)
 }
 
 // appendBounded appends v, dropping the oldest entry once boardRecords are held.

@@ -75,10 +75,10 @@ type requestEnv struct {
 	access  *accessLog // nil: no access log
 	cluster *cluster.Node
 
-	// board is the blame board (blameboard.go); held is how many failures it holds waiting for
-	// evidence (written by the board): only then is a commit worth telling it about.
-	board *actor.PID
-	held  atomic.Int32
+	// board is the blame board (blameboard.go); commits the fingerprints that committed lately,
+	// the evidence it reads that a request is not failing everywhere.
+	board   *actor.PID
+	commits commitTable
 	live  *liveSet // every started request supervisor
 	// queued is the admission queue's depth (written by the pool): a released slot is worth a
 	// message to the pool only while requests wait.
@@ -156,8 +156,7 @@ type requestSupervisor struct {
 	// ended are this request's leg ends before commit that have something to tell a breaker,
 	// held until the request's fate decides whom they blame (blame.go).
 	ended []legEnd
-	// fingerprint identifies the request's body for the blame board (0 until its first counted
-	// failure).
+	// fingerprint identifies the request's body for the blame board (blame.go, fingerprintOf).
 	fingerprint uint64
 	end         ingress.StreamFinished
 	status      int
@@ -174,9 +173,7 @@ func (s *requestSupervisor) Receive(ctx actor.Context) {
 		}
 		s.x = m
 		s.set = s.env.current()
-		if s.env.held.Load() > 0 { // the blame board may need to know whether this request commits
-			s.fingerprint = fingerprintOf(m.Body.Raw()) | 1
-		}
+		s.fingerprint = fingerprintOf(m.Body.Raw()) // now: ingress releases the body once the request commits
 		s.env.live.add(s.self) // here, not in Dispatch: a fast failure could retire first
 		s.set.budget.deposit()
 		s.startAttempt(ctx)
