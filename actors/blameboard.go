@@ -11,23 +11,26 @@ import (
 //
 //   - A failure is the request's when the same request (the same body: its fingerprint) failed
 //     the same way (leg, fault kind, engine status) on two or more engines within
-//     recovery.blame_window_s, and the engine shows it serves other requests: it committed one
-//     since the failure, or its last commit is within the window and it failed nothing else
-//     since. Such a failure extends no streak; it is counted in request_attributed_failures.
-//   - A decode that failed before its first token on a handoff from a producer is a fault of the
-//     pair. When that producer's handoffs (of requests that are not themselves failing
-//     everywhere) failed on two or more consumers within the window, and the consumer shows it
-//     serves other requests, the producer is blamed (its breaker counts the failure) and the
-//     consumer is not. When the producer's other handoffs commit, or the request committed
-//     through the same producer on another consumer, the consumer is blamed.
-//   - A failure of a request that commits elsewhere is its engine's; so is every failure the
-//     comparison does not explain (a single failure, failures of different kinds).
+//     recovery.blame_window_s, no request with that fingerprint committed in the window, and the
+//     engine shows it serves other requests: it commits one after the failure, or its last
+//     commit is within the window and it failed nothing else since. Such a failure extends no
+//     streak; it is counted in request_attributed_failures. When no engine of the fleet
+//     committed anything in the window there is no such evidence to wait for: it counts at once.
+//   - A decode that failed before its first token on a producer's handoff is a fault of the
+//     pair when the request then committed through another producer, or when the producer's
+//     handoffs already failed on another consumer in the window. Once that producer's handoffs
+//     (of requests that are not themselves failing everywhere) have failed on two or more
+//     consumers and the consumer shows it serves other requests, the producer is blamed (its
+//     breaker counts the failure) and the consumer is not. When the producer's other handoffs
+//     commit meanwhile, the consumer is blamed.
+//   - Everything else is its engine's, at once: a failure of a request that committed elsewhere
+//     (through the same producer, for a decode), a single failure, failures of different kinds.
 //
 // A failure that may be the request's or the producer's is held until the evidence comes, for
-// at most the window; then it counts against its engine. A fleet that fails every request
-// commits nothing, so its failures count once the window has passed and it is ejected (then
-// the whole-wave policy applies). The board is one actor, fed one message per failed request
-// (and per commit only while it holds failures); what it remembers is bounded: the failures of
+// at most the window; then it counts against its engine. A fleet that fails every request has
+// no such evidence, so it is still ejected (then the whole-wave policy applies). The board is
+// one actor, fed one message per request that failed (commits reach it through lock-free
+// counters and the commit table, not messages); what it remembers is bounded: the failures of
 // the last window (at most boardRecords) and at most boardHeld held failures (beyond that the
 // oldest is counted at once); which fingerprints committed lately is a fixed table the
 // supervisors write at commit (blame.go, commitTable).
@@ -115,7 +118,8 @@ func (b *blameBoard) report(ctx actor.Context, r *blameReport) {
 			default:
 				b.hold(ctx, h)
 			}
-		case l.transfer() && (r.committed && r.producer != l.producer || !r.committed && b.failedOnOthers(l)):
+		case l.transfer() && !b.handoffsWork(l.producer) &&
+			(r.committed && r.producer != l.producer || !r.committed && b.failedOnOthers(l)):
 			// The request committed through another producer, or the producer's handoffs failed
 			// on another consumer too: the pair's fault, until the evidence tells which side.
 			b.hold(ctx, b.newHeld(l, r.fp, handoffSuspect, now))
@@ -128,6 +132,19 @@ func (b *blameBoard) report(ctx actor.Context, r *blameReport) {
 			committed: r.committed, at: now})
 	}
 	b.evaluate(ctx)
+}
+
+// handoffsWork says the producer committed a request since its first failed handoff in the
+// window (or has had none fail): its handoffs are readable, so a consumer's failed read of one
+// is the consumer's.
+func (b *blameBoard) handoffsWork(p *engineView) bool {
+	lc := p.lastCommit.Load()
+	for _, rec := range b.recent {
+		if rec.producer == p && rec.l.transfer() {
+			return lc > rec.at.UnixNano()
+		}
+	}
+	return lc > 0
 }
 
 // fleetCommitted says some engine of the fleet committed a request within the window.

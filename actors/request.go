@@ -79,7 +79,7 @@ type requestEnv struct {
 	// the evidence it reads that a request is not failing everywhere.
 	board   *actor.PID
 	commits commitTable
-	live  *liveSet // every started request supervisor
+	live    *liveSet // every started request supervisor
 	// queued is the admission queue's depth (written by the pool): a released slot is worth a
 	// message to the pool only while requests wait.
 	queued atomic.Int32
@@ -174,7 +174,7 @@ func (s *requestSupervisor) Receive(ctx actor.Context) {
 		s.x = m
 		s.set = s.env.current()
 		s.fingerprint = fingerprintOf(m.Body.Raw()) // now: ingress releases the body once the request commits
-		s.env.live.add(s.self) // here, not in Dispatch: a fast failure could retire first
+		s.env.live.add(s.self)                      // here, not in Dispatch: a fast failure could retire first
 		s.set.budget.deposit()
 		s.startAttempt(ctx)
 	case *ingress.AttemptEnded:

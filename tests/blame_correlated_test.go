@@ -44,7 +44,7 @@ func (h *harness) expectFleetAdmitted(when string) {
 // got 503.)
 func TestPoisonBurstEjectsNothing(t *testing.T) {
 	h := start(t, setup{prefill: 2, decode: 2, engine: sim.Options{Tokens: 2}, config: configs(retries(2), timeouts(10, 0.3, 10),
-		func(c *config.Config) { c.Recovery.EjectAfter = 2 })})
+		func(c *config.Config) { c.Recovery.EjectAfter, c.Recovery.BlameWindowS = 2, 5 })}) // the default window: the burst lasts ~2 s
 	for i := range 4 {
 		expectDone(t, h.send("/v1/completions", completion(fmt.Sprintf("warm-up %d", i), true)))
 	}
