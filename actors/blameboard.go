@@ -11,7 +11,8 @@ import (
 //
 //   - A failure is the request's when the same request (the same body: its fingerprint) failed
 //     the same way (leg, fault kind, engine status) on two or more engines within
-//     recovery.blame_window_s, no request with that fingerprint committed in the window, and the
+//     recovery.blame_window_s (or, sent again, on the same engine again), no request with that
+//     fingerprint committed in the window, and the
 //     engine shows it serves other requests: it commits one after the failure, or its last
 //     commit is within the window and it failed nothing else since. Such a failure extends no
 //     streak; it is counted in request_attributed_failures. When no engine of the fleet
@@ -177,8 +178,8 @@ func (b *blameBoard) attribute(l legEnd) {
 }
 
 // failedElsewhere says end i of r failed the same way as another engine's leg of the same
-// request: in r itself, or in a recent failure of a request with the same fingerprint that did
-// not commit (and none committed since).
+// request in r itself, or as a recent failure (on any engine) of a request with the same
+// fingerprint that did not commit, none having committed within the window.
 func (b *blameBoard) failedElsewhere(r *blameReport, i int) bool {
 	l := r.ends[i]
 	for j, o := range r.ends {
@@ -190,7 +191,10 @@ func (b *blameBoard) failedElsewhere(r *blameReport, i int) bool {
 		return false
 	}
 	for _, rec := range b.recent {
-		if rec.fp == r.fp && !rec.committed && sameWay(l, rec.l) {
+		// On any engine, this one included: a request sent again and again that fails on the
+		// same engine each time, while the engine serves other requests, is failing itself.
+		if rec.fp == r.fp && !rec.committed && rec.l.phase == l.phase && rec.l.fault.Kind == l.fault.Kind &&
+			rec.l.fault.Status == l.fault.Status {
 			return true
 		}
 	}
