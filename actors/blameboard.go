@@ -11,8 +11,7 @@ import (
 //
 //   - A failure is the request's when the same request (the same body: its fingerprint) failed
 //     the same way (leg, fault kind, engine status) on two or more engines within
-//     recovery.blame_window_s (or, sent again, on the same engine again), no request with that
-//     fingerprint committed in the window, and the
+//     recovery.blame_window_s, no request with that fingerprint committed in the window, and the
 //     engine shows it serves other requests: it commits one after the failure, or its last
 //     commit is within the window and it failed nothing else since. Such a failure extends no
 //     streak; it is counted in request_attributed_failures. When no engine of the fleet
@@ -24,6 +23,9 @@ import (
 //     consumers and the consumer shows it serves other requests, the producer is blamed (its
 //     breaker counts the failure) and the consumer is not. When the producer's other handoffs
 //     commit meanwhile, the consumer is blamed.
+//   - A request sent again that fails the same way on the same engine again waits for the
+//     window: if it fails on another engine too meanwhile, the rule above applies; if not, the
+//     failure is the engine's.
 //   - Everything else is its engine's, at once: a failure of a request that committed elsewhere
 //     (through the same producer, for a decode), a single failure, failures of different kinds.
 //
@@ -76,6 +78,7 @@ type suspicion uint8
 
 const (
 	requestSuspect suspicion = iota + 1 // the request failed the same way on two or more engines
+	repeatSuspect                       // the request failed the same way on this engine before
 	handoffSuspect                      // a decode failed reading a producer's handoff
 )
 
@@ -119,6 +122,10 @@ func (b *blameBoard) report(ctx actor.Context, r *blameReport) {
 			default:
 				b.hold(ctx, h)
 			}
+		case !r.committed && b.failedHereBefore(r.fp, l):
+			// Sent again and failing on the same engine: the request's if it fails on another
+			// engine too within the window, else the engine's when the window has passed.
+			b.hold(ctx, b.newHeld(l, r.fp, repeatSuspect, now))
 		case l.transfer() && !b.handoffsWork(l.producer) &&
 			(r.committed && r.producer != l.producer || !r.committed && b.failedOnOthers(l)):
 			// The request committed through another producer, or the producer's handoffs failed
@@ -178,8 +185,8 @@ func (b *blameBoard) attribute(l legEnd) {
 }
 
 // failedElsewhere says end i of r failed the same way as another engine's leg of the same
-// request in r itself, or as a recent failure (on any engine) of a request with the same
-// fingerprint that did not commit, none having committed within the window.
+// request: in r itself, or in a recent failure of a request with the same fingerprint that did
+// not commit (and none committed within the window).
 func (b *blameBoard) failedElsewhere(r *blameReport, i int) bool {
 	l := r.ends[i]
 	for j, o := range r.ends {
@@ -191,10 +198,34 @@ func (b *blameBoard) failedElsewhere(r *blameReport, i int) bool {
 		return false
 	}
 	for _, rec := range b.recent {
-		// On any engine, this one included: a request sent again and again that fails on the
-		// same engine each time, while the engine serves other requests, is failing itself.
-		if rec.fp == r.fp && !rec.committed && rec.l.phase == l.phase && rec.l.fault.Kind == l.fault.Kind &&
-			rec.l.fault.Status == l.fault.Status {
+		if rec.fp == r.fp && !rec.committed && sameWay(l, rec.l) {
+			return true
+		}
+	}
+	return false
+}
+
+// failedHereBefore says a request with end l's fingerprint already failed the same way on l's
+// own engine within the window, without committing anywhere: it may be a poison request that
+// has not met another engine yet.
+func (b *blameBoard) failedHereBefore(fp uint64, l legEnd) bool {
+	if b.fpCommitted(fp, time.Time{}) {
+		return false
+	}
+	for _, rec := range b.recent {
+		if rec.fp == fp && !rec.committed && rec.engine == l.engine && rec.l.phase == l.phase &&
+			rec.l.fault.Kind == l.fault.Kind && rec.l.fault.Status == l.fault.Status {
+			return true
+		}
+	}
+	return false
+}
+
+// failedOnAnother says a request with h's fingerprint failed the same way on another engine
+// within the window, without committing.
+func (b *blameBoard) failedOnAnother(h *heldFailure) bool {
+	for _, rec := range b.recent {
+		if rec.fp == h.fp && !rec.committed && sameWay(h.l, rec.l) {
 			return true
 		}
 	}
@@ -307,6 +338,9 @@ func (b *blameBoard) evaluate(ctx actor.Context) {
 func (b *blameBoard) decide(ctx actor.Context, h *heldFailure, now time.Time) bool {
 	if h.why == handoffSuspect && b.failsEverywhere(h.fp) {
 		h.why = requestSuspect // the request fails on every consumer: not the producer's doing
+	}
+	if h.why == repeatSuspect && b.failedOnAnother(h) {
+		h.why = requestSuspect
 	}
 	switch h.why {
 	case requestSuspect:
