@@ -1,6 +1,8 @@
 package actors
 
 import (
+	"time"
+
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/narwhal-router/narwhal/config"
@@ -156,7 +158,7 @@ func (s *requestSupervisor) onAttemptEnded(ctx actor.Context, o *ingress.Attempt
 		// Committed. The first token means the KV cache has moved: the producer's part is over.
 		s.firstByte = o.FirstTokenAt.Sub(s.x.Arrival)
 		s.stage = stageStreaming
-		s.env.blame.committed()
+		s.committed()
 		s.judge(ctx, true)
 		s.release(ctx, fault.PhasePrefill, nil, false)
 		return // ingress relays the stream; a hang-up meanwhile shows in StreamFinished
@@ -171,7 +173,9 @@ func (s *requestSupervisor) onAttemptEnded(ctx actor.Context, o *ingress.Attempt
 		s.release(ctx, fault.PhasePrefill, f, cancelled)
 		s.release(ctx, fault.PhaseDecode, nil, true)
 	} else {
-		s.release(ctx, fault.PhasePrefill, nil, cancelled)
+		// The producer's part is proven only by a decode that commits: a failed read of its
+		// handoff may be its fault (blameboard.go), so its prefill's end resets nothing.
+		s.release(ctx, fault.PhasePrefill, nil, true)
 		s.release(ctx, fault.PhaseDecode, f, cancelled)
 	}
 	s.fail(ctx, f)
@@ -202,4 +206,19 @@ func (s *requestSupervisor) onStreamFinished(ctx actor.Context, m *ingress.Strea
 		s.release(ctx, fault.PhaseDecode, nil, false)
 		s.finalize(ctx, 200, outcomeSuccess)
 	}
+}
+
+// committed records the commit on its engines and under the request's fingerprint: the
+// evidence the blame board reads that they serve requests and that the request does not fail
+// everywhere (blameboard.go); and it ends any backpressure spell of its engines.
+func (s *requestSupervisor) committed() {
+	now := time.Now()
+	for _, e := range [2]*engineView{s.consumer, s.producer} {
+		if e != nil {
+			e.commits.Add(1)
+			e.lastCommit.Store(now.UnixNano())
+			e.pushback.served()
+		}
+	}
+	s.env.commits.committed(s.fingerprint, now)
 }

@@ -28,6 +28,9 @@ func (s *requestSupervisor) release(ctx actor.Context, phase fault.Phase, f *fau
 		ctx.Send(s.env.pool, &messages.CapacityFreed{Engine: e.name})
 	}
 	s.reportSlots(e)
+	if f != nil && f.Kind == fault.Backpressure {
+		e.pushback.pushedBack(time.Now(), f.RetryAfter, s.set.recovery.Backpressure, e.name, s.env.log)
+	}
 	partner := s.consumer
 	if phase == fault.PhaseDecode {
 		partner = s.producer
@@ -35,6 +38,9 @@ func (s *requestSupervisor) release(ctx actor.Context, phase fault.Phase, f *fau
 	l := legEnd{engine: e, phase: phase, fault: f, neutral: neutral}
 	if partner != nil && partner != e {
 		l.partner = partner.name
+		if phase == fault.PhaseDecode {
+			l.producer = partner
+		}
 	}
 	s.legEnded(ctx, l)
 }

@@ -20,6 +20,11 @@ func (g *guardianActor) Receive(ctx actor.Context) {
 			panic(err)
 		}
 		g.r.pool, g.r.env.pool = pid, pid
+		board, err := ctx.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &blameBoard{env: g.r.env} }, inline), "blame")
+		if err != nil {
+			panic(err)
+		}
+		g.r.env.board = board
 	case *awaitReady:
 		ctx.Forward(g.r.pool)
 	}

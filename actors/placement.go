@@ -46,6 +46,18 @@ type engineView struct {
 	// prefillTokens is the estimated prompt tokens of the prefill reservations held: a
 	// producer's load is its work, and prompts differ a hundredfold in length.
 	prefillTokens atomic.Int64
+
+	// commits counts the requests that committed with the engine as their consumer or producer,
+	// and lastCommit is the newest one's time (unix nanoseconds): the evidence the blame board
+	// (blameboard.go) reads that the engine serves other requests. Supervisors write them.
+	commits    atomic.Uint64
+	lastCommit atomic.Int64
+	// suspect, while in the future (unix nanoseconds), says the blame board holds the
+	// producer's handoffs responsible for failures on two or more consumers: a consumer's
+	// probe picks another partner.
+	suspect atomic.Int64
+	// pushback is the engine's backpressure record (backpressure.go).
+	pushback pushback
 }
 
 func packSlots(prefill, decode uint32) uint64 { return uint64(prefill)<<32 | uint64(decode) }
@@ -225,6 +237,9 @@ func (f *fleetSnapshot) pickFor(a ask, m *telemetry.Metrics) placed {
 	var preferred [32]*engineView
 	pref := preferred[:0]
 	worst := unknownModel
+	now := time.Now()
+	var busy [32]*engineView
+	backpressured := busy[:0]
 	for _, v := range f.engines {
 		if !v.canServe(a.phase) || !v.serves(a.model) {
 			continue
@@ -237,13 +252,22 @@ func (f *fleetSnapshot) pickFor(a ask, m *telemetry.Metrics) placed {
 			worst = min(worst, noRoom)
 			continue
 		}
-		cands = append(cands, v)
-		if !contains(a.avoid, v.name) {
+		switch {
+		case v.pushback.passedOver(now):
+			// Backpressuring for longer than recovery.backpressure.bound_s: used only when no
+			// other engine can take the leg.
+			backpressured = append(backpressured, v)
+			continue
+		case !contains(a.avoid, v.name):
 			pref = append(pref, v)
 		}
+		cands = append(cands, v)
 	}
-	if len(pref) > 0 {
+	switch {
+	case len(pref) > 0:
 		cands = pref
+	case len(cands) == 0:
+		cands = backpressured
 	}
 	switch len(cands) {
 	case 0:
@@ -251,7 +275,6 @@ func (f *fleetSnapshot) pickFor(a ask, m *telemetry.Metrics) placed {
 	case 1:
 		return placed{engine: cands[0], match: f.matchOf(cands[0], a.blocks)}
 	}
-	now := time.Now()
 	switch a.rules.Placement {
 	case config.PlaceRoundRobin:
 		v := cands[int(f.rr[a.phase].Add(1)%uint64(len(cands)))]

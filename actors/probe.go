@@ -144,10 +144,17 @@ func (r *Router) planProbe(st *engineState, join bool) *probe {
 		model = cur.Contract.Model
 	}
 	partner := f.engine(st.breaker.partner)
+	now := time.Now()
 	switch {
 	case st.spec.Role == config.RoleDecode || (st.spec.Role == config.RoleBoth && partner != nil):
+		if partner != nil && (partner.suspected(now) || !partner.placeable.Load()) {
+			// The producer whose handoff failed here is out, or its handoffs fail on other
+			// consumers too: another producer's handoff judges this consumer, or none does
+			// (inconclusive).
+			partner = nil
+		}
 		if partner == nil {
-			partner = f.anyAdmitted(fault.PhasePrefill, st.view, model)
+			partner = f.trustedProducer(st.view, model, now)
 		}
 		p.producer, p.consumer, p.targetIsConsumer = partner, st.view, true
 		if partner == nil && join && cur.Fleet.Disaggregation != config.DisaggAlways && !f.producerJoining(st.view) {
@@ -160,6 +167,28 @@ func (r *Router) planProbe(st *engineState, join bool) *probe {
 	}
 	return p
 }
+
+// trustedProducer is an admitted producer (other than not) whose handoffs the blame board does
+// not suspect, for a probe; one serving model is preferred. Nil when there is none.
+func (f *fleetSnapshot) trustedProducer(not *engineView, model string, now time.Time) *engineView {
+	var other *engineView
+	for _, v := range f.engines {
+		if v == not || !v.canServe(fault.PhasePrefill) || !v.placeable.Load() || v.suspected(now) {
+			continue
+		}
+		if model == "" || v.serves(model) {
+			return v
+		}
+		if other == nil {
+			other = v
+		}
+	}
+	return other
+}
+
+// suspected says the blame board holds the engine's handoffs responsible for failures on two or
+// more consumers (blameboard.go, producerSuspect), until the window passes.
+func (v *engineView) suspected(now time.Time) bool { return now.UnixNano() < v.suspect.Load() }
 
 // producerJoining reports whether an engine able to prefill, other than not, is joining.
 func (f *fleetSnapshot) producerJoining(not *engineView) bool {

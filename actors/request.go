@@ -26,6 +26,8 @@ import (
 //	admission.go  waiting in the admission queue for a slot
 //	retry.go      a failed attempt: retry or answer
 //	blame.go      what each leg's end tells its engine's breaker (the one place that decides)
+//	blameboard.go the comparison of failures across requests and engines, before any is counted
+//	backpressure.go an engine that keeps answering 429/503, passed over for a while
 //	answer.go     the answer before commit (errors, rejections, the headers they carry)
 //	cleanup.go    releasing slots, the request's one outcome, a crashed supervisor's cleanup
 
@@ -73,8 +75,11 @@ type requestEnv struct {
 	access  *accessLog // nil: no access log
 	cluster *cluster.Node
 
-	blame *blameLedger
-	live  *liveSet // every started request supervisor
+	// board is the blame board (blameboard.go); commits the fingerprints that committed lately,
+	// the evidence it reads that a request is not failing everywhere.
+	board   *actor.PID
+	commits commitTable
+	live    *liveSet // every started request supervisor
 	// queued is the admission queue's depth (written by the pool): a released slot is worth a
 	// message to the pool only while requests wait.
 	queued atomic.Int32
@@ -93,12 +98,14 @@ type settings struct {
 	fleet              config.FleetRuntime
 	exposeEngineErrors bool
 	budget             *retryBudget
+	// recovery is recovery.* (the blame window, the backpressure bound).
+	recovery config.RecoveryRuntime
 }
 
 // newSettings reads rt's request settings; prev (nil at start) lends its retry budget, and the
 // history it counts, when the budget's configuration did not change.
 func newSettings(rt config.Runtime, prev *settings) *settings {
-	s := &settings{request: rt.Request, fleet: rt.Fleet, exposeEngineErrors: rt.Server.ExposeEngineErrors}
+	s := &settings{request: rt.Request, fleet: rt.Fleet, exposeEngineErrors: rt.Server.ExposeEngineErrors, recovery: rt.Recovery}
 	if prev != nil && prev.budget.cfg == rt.Recovery.RetryBudget {
 		s.budget = prev.budget
 	} else {
@@ -148,10 +155,12 @@ type requestSupervisor struct {
 	lastFault                   *fault.Fault
 	// ended are this request's leg ends before commit that have something to tell a breaker,
 	// held until the request's fate decides whom they blame (blame.go).
-	ended   []legEnd
-	end     ingress.StreamFinished
-	status  int
-	outcome string
+	ended []legEnd
+	// fingerprint identifies the request's body for the blame board (blame.go, fingerprintOf).
+	fingerprint uint64
+	end         ingress.StreamFinished
+	status      int
+	outcome     string
 }
 
 func (s *requestSupervisor) Receive(ctx actor.Context) {
@@ -164,7 +173,8 @@ func (s *requestSupervisor) Receive(ctx actor.Context) {
 		}
 		s.x = m
 		s.set = s.env.current()
-		s.env.live.add(s.self) // here, not in Dispatch: a fast failure could retire first
+		s.fingerprint = fingerprintOf(m.Body.Raw()) // now: ingress releases the body once the request commits
+		s.env.live.add(s.self)                      // here, not in Dispatch: a fast failure could retire first
 		s.set.budget.deposit()
 		s.startAttempt(ctx)
 	case *ingress.AttemptEnded:

@@ -33,6 +33,10 @@ func (s *requestSupervisor) fail(ctx actor.Context, f *fault.Fault) {
 			case !contains(s.avoid, f.Engine):
 				s.avoid = append(s.avoid, f.Engine)
 			}
+			if f.Phase == fault.PhaseDecode && s.producer != nil && !contains(s.avoid, s.producer.name) {
+				// The decode may have failed reading the producer's handoff: prefer another pair.
+				s.avoid = append(s.avoid, s.producer.name)
+			}
 			s.startAttempt(ctx)
 			return
 		}

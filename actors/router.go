@@ -99,7 +99,7 @@ func NewRouter(rt config.Runtime, opts Options) (*Router, error) {
 	}))
 	r.root = r.system.Root
 	r.env = &requestEnv{fleet: r.fleet, root: r.root, metrics: r.metrics, log: r.log, cluster: r.cluster,
-		blame: &blameLedger{}, live: &liveSet{}}
+		live: &liveSet{}}
 	r.env.settings.Store(newSettings(rt, nil))
 	if opts.AccessLog != nil {
 		r.env.access = newAccessLog(opts.AccessLog, rt.Log.AccessLogFlush)

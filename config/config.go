@@ -197,9 +197,24 @@ type Recovery struct {
 	FailureQuarantineS Seconds     `yaml:"failure_quarantine_s"`
 	ProbeIntervalS     Seconds     `yaml:"probe_interval_s"`
 	ProbeMaxIntervalS  Seconds     `yaml:"probe_max_interval_s"`
+	// BlameWindowS is how far back failures are compared to tell a request's failure or a
+	// producer's bad handoffs from an engine's own, and how long such a failure waits for the
+	// evidence (the engine committing other requests) before it counts against the engine.
+	BlameWindowS Seconds `yaml:"blame_window_s"`
+	// Backpressure bounds how long an engine that only answers 429/503 keeps its placements.
+	Backpressure Backpressure `yaml:"backpressure"`
 	// Readmission is what readmits an ejected engine: ReadmissionProbe (a real inference
 	// probe, the default) or ReadmissionHealth (a successful GET /health; development only).
 	Readmission string `yaml:"readmission"`
+}
+
+// Backpressure is recovery.backpressure: an engine that answered nothing but 429/503 for
+// longer than BoundS is passed over by placement for its Retry-After (at most MaxPassS), or for
+// PassS when it sent none. Backpressure never counts against the breaker.
+type Backpressure struct {
+	BoundS   Seconds `yaml:"bound_s"`
+	PassS    Seconds `yaml:"pass_s"`
+	MaxPassS Seconds `yaml:"max_pass_s"`
 }
 
 // Readmission modes.
@@ -389,6 +404,8 @@ func Default() Config {
 			EjectAfter:        3,
 			ProbeIntervalS:    5,
 			ProbeMaxIntervalS: 60,
+			BlameWindowS:      5,
+			Backpressure:      Backpressure{BoundS: 1, PassS: 2, MaxPassS: 30},
 			Readmission:       ReadmissionProbe,
 		},
 		Preflight: Preflight{Concurrency: 4, Require: RequireNone},

@@ -166,6 +166,17 @@ type RecoveryRuntime struct {
 	ProbeMaxInterval  time.Duration
 	// Readmission is ReadmissionProbe or ReadmissionHealth.
 	Readmission string
+	// BlameWindow is recovery.blame_window_s: the span of failures compared, and how long a
+	// failure that looks like its request's (or its producer's) waits for evidence.
+	BlameWindow time.Duration
+	// Backpressure is recovery.backpressure.*.
+	Backpressure BackpressureRuntime
+}
+
+// BackpressureRuntime is recovery.backpressure: an engine answering only 429/503 for longer than
+// Bound is passed over for its Retry-After (at most MaxPass), or for Pass without one.
+type BackpressureRuntime struct {
+	Bound, Pass, MaxPass time.Duration
 }
 
 // ReadmitByHealth says an ejected engine is readmitted by a health check (recovery.readmission:
@@ -345,7 +356,10 @@ func Provision(c Config, connectors kv.Registry) (Runtime, error) {
 			FailureQuarantine: c.Recovery.FailureQuarantineS.Duration(),
 			ProbeInterval:     c.Recovery.ProbeIntervalS.Duration(),
 			ProbeMaxInterval:  c.Recovery.ProbeMaxIntervalS.Duration(),
-			Readmission:       c.Recovery.Readmission,
+			BlameWindow:       c.Recovery.BlameWindowS.Duration(),
+			Backpressure: BackpressureRuntime{Bound: c.Recovery.Backpressure.BoundS.Duration(),
+				Pass: c.Recovery.Backpressure.PassS.Duration(), MaxPass: c.Recovery.Backpressure.MaxPassS.Duration()},
+			Readmission: c.Recovery.Readmission,
 		},
 		Preflight: PreflightRuntime{Concurrency: c.Preflight.Concurrency, RequireAll: c.Preflight.Require == RequireAll},
 		Log: LogRuntime{Level: logLevel(c.Log.Level), Format: c.Log.Format, AccessLog: c.Log.AccessLog,

@@ -216,6 +216,13 @@ func (c *Config) check(ck *checker) {
 			float64(r.ProbeIntervalS), float64(r.ProbeMaxIntervalS))
 	}
 	ck.oneOf("recovery.readmission", r.Readmission, ReadmissionProbe, ReadmissionHealth)
+	ck.positive("recovery.blame_window_s", r.BlameWindowS)
+	ck.nonNegative("recovery.backpressure.bound_s", r.Backpressure.BoundS)
+	ck.positive("recovery.backpressure.pass_s", r.Backpressure.PassS)
+	if r.Backpressure.MaxPassS < r.Backpressure.PassS {
+		ck.fail("recovery.backpressure.max_pass_s", "must be at least recovery.backpressure.pass_s (%v), got %v",
+			float64(r.Backpressure.PassS), float64(r.Backpressure.MaxPassS))
+	}
 
 	if ec := c.EngineContract; ec != nil {
 		if ec.Model == "" && ec.Version == "" && ec.Connector == "" && ec.MaxModelLen == 0 {

@@ -10,11 +10,13 @@ import "time"
 
 // ---- request supervisor → engine actor ----
 
-// LegOutcome is what an engine's breaker is told about one of its legs, as the request
-// supervisor decided it (actors/blame.go, breakerNews): a failure to count (Failed), or a
-// success that resets the failure streak. The engine actor applies it as it is. Supervisors send
-// nothing for a leg whose end says nothing about the engine, and nothing for a success while
-// the engine has no streak: the common case costs no message.
+// LegOutcome is what an engine's breaker is told about one of its legs, as blame decided it
+// (actors/blame.go, breakerNews and handoffNews): a failure to count (Failed), or a success that
+// resets the failure streak. A success comes from the request supervisor; a failure before
+// commit from the blame board, once it has compared it with other requests' (for a producer, a
+// consumer's failed read of its handoff). The engine actor applies it as it is. Nothing is sent
+// for a leg whose end says nothing about the engine, nor for a success while the engine has no
+// streak: the common case costs no message.
 type LegOutcome struct {
 	// Failed counts a failure; otherwise the streak is reset.
 	Failed bool

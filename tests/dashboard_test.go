@@ -108,7 +108,10 @@ func TestDashboardQueriesOnlyMetricsNarwhalEmits(t *testing.T) {
 	for _, d := range h.fleet.ByRole(sim.RoleDecode) {
 		d.InjectFault("decode.status=500", 0)
 	}
-	for i := 0; i < 20 && (h.engine("d0").State == "admitted" || h.engine("d1").State == "admitted"); i++ {
+	// Until both are ejected: the fleet served a moment ago, so the failures wait up to
+	// recovery.blame_window_s for evidence that they are the prompt's.
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) &&
+		(h.engine("d0").State == "admitted" || h.engine("d1").State == "admitted"); {
 		post(`{"model":"sim-model","prompt":"wave"}`)
 	}
 	eventually(t, 3*time.Second, func() bool { return sink.sum("narwhal.wave_restarts.role.decode") > 0 },

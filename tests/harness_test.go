@@ -74,6 +74,9 @@ func start(t *testing.T, s setup) *harness {
 	cfg.Request.DeadlineS = 30
 	cfg.Recovery.ProbeIntervalS = 0.2
 	cfg.Recovery.ProbeMaxIntervalS = 1
+	// A failure that may be its request's waits this long for evidence (actors/blameboard.go):
+	// tests that break a whole fleet on one prompt see it ejected within a second.
+	cfg.Recovery.BlameWindowS = 1
 	cfg.Log.AccessLogFlushS = 0.005 // access-log lines appear within 5 ms: waits for them stay short
 	// The tests' prompts are a few words: under the default (auto) none would pay a prefill
 	// leg. Tests of the handoff need one; the disaggregation tests choose their own policy.

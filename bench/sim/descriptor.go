@@ -37,6 +37,9 @@ func (g *generation) appendDescriptor(b []byte, remoteRequestID string, groups [
 		b = appendString(b, id)
 	}
 	port := e.kvPort
+	if f.kvPort > 0 {
+		port = f.kvPort // e.g. a port with nothing listening: the consumer's read fails
+	}
 	if f.badDescriptor == badWrongEndpoint {
 		port = e.apiPort // a live port that is not a KV side channel
 	}

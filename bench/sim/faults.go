@@ -51,6 +51,7 @@ const (
 	faultReasoning
 	faultSlowHeaders
 	faultKeepAlive
+	faultKVPort
 )
 
 type faultSyntax struct {
@@ -75,6 +76,7 @@ var faultNames = map[string]faultSyntax{
 	"reasoning":        {kind: faultReasoning, arg: "N", only: legDecode},
 	"slow_headers":     {kind: faultSlowHeaders, arg: "MS"},
 	"keepalive":        {kind: faultKeepAlive, arg: "MS", only: legDecode},
+	"kv_port":          {kind: faultKVPort, arg: "PORT", only: legPrefill},
 }
 
 // Values of bad_descriptor.
@@ -153,6 +155,10 @@ func parseFault(spec string) (fault, error) {
 			return bad()
 		}
 		f.delay = time.Duration(ms) * time.Millisecond
+	case faultKVPort:
+		if f.n, err = strconv.Atoi(arg); err != nil || f.n < 1 || f.n > 65535 {
+			return bad()
+		}
 	case faultBadDescriptor:
 		switch arg {
 		case badMissingEngine, badBlocks, badWrongConnector, badWrongEndpoint, badNull:
@@ -176,6 +182,7 @@ type faultPlan struct {
 	keepAlive                                      time.Duration // decode streams: comment interval while waiting
 	badDescriptor                                  string
 	reasoning                                      int
+	kvPort                                         int // the descriptor's remote_port instead of the KV port (0: none)
 }
 
 func newFaultPlan() faultPlan {
@@ -218,6 +225,10 @@ func (p *faultPlan) apply(f fault, g leg) {
 		}
 	case faultWrongEngineID:
 		p.wrongEngineID = g == legPrefill
+	case faultKVPort:
+		if g == legPrefill {
+			p.kvPort = f.n
+		}
 	case faultToolCall:
 		p.toolCall = g == legDecode
 	case faultReasoning:
