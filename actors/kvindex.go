@@ -108,7 +108,9 @@ func (e *exactIndex) apply(en *exactEngine, b kvevents.Batch) (stored, removed i
 	return stored, removed
 }
 
-func inGPU(medium *string) bool { return medium == nil || strings.EqualFold(*medium, kvevents.MediumGPU) }
+func inGPU(medium *string) bool {
+	return medium == nil || strings.EqualFold(*medium, kvevents.MediumGPU)
+}
 
 // lost drops what the index holds of the engine after events it will never have (a gap the
 // replay could not fill, a broken stream): it is matched on the estimate until its next batch.
