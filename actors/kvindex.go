@@ -26,7 +26,7 @@ import (
 type exactIndex struct {
 	mu        sync.RWMutex
 	maxBlocks int
-	blocks    map[uint64]slotSet
+	blocks    blockMap
 	engines   map[int]*exactEngine
 	pairs     int
 	// live are the engines whose events are live: matched on this index alone.
@@ -55,7 +55,7 @@ func newExactIndex(maxBlocks int) *exactIndex {
 	if maxBlocks <= 0 {
 		maxBlocks = defaultExactBlocks
 	}
-	return &exactIndex{maxBlocks: maxBlocks, blocks: map[uint64]slotSet{}, engines: map[int]*exactEngine{}}
+	return &exactIndex{maxBlocks: maxBlocks, blocks: newBlockMap(0), engines: map[int]*exactEngine{}}
 }
 
 // open starts the part of the engine in slot, empty and not live until its first batch.
@@ -146,7 +146,8 @@ func (e *exactIndex) storeLocked(en *exactEngine, h uint64) bool {
 	en.stamp++
 	en.held[h] = en.stamp
 	en.order = append(en.order, stampedBlock{h, en.stamp})
-	e.blocks[h] = e.blocks[h].with(en.slot)
+	v, _ := e.blocks.get(h)
+	e.blocks.put(h, v, en.slot)
 	e.pairs++
 	return true
 }
@@ -156,11 +157,7 @@ func (e *exactIndex) removeLocked(en *exactEngine, h uint64) bool {
 		return false
 	}
 	delete(en.held, h)
-	if s := e.blocks[h].without(en.slot); s.len() == 0 {
-		delete(e.blocks, h)
-	} else {
-		e.blocks[h] = s
-	}
+	e.blocks.remove(h, en.slot)
 	e.pairs--
 	return true
 }
@@ -200,7 +197,10 @@ func (e *exactIndex) trimLocked(en *exactEngine) {
 	}
 }
 
-func (e *exactIndex) sets(b uint64) (slotSet, slotSet) { return e.blocks[b], slotSet{} }
+func (e *exactIndex) sets(b uint64) (slotView, slotView) {
+	v, _ := e.blocks.get(b)
+	return v, slotView{}
+}
 
 // isLive says whether the engine in slot is matched on its events.
 func (e *exactIndex) isLive(slot int) bool {

@@ -46,8 +46,8 @@ func TestExactIndexReplacesTheEstimateForEnginesWithEvents(t *testing.T) {
 		t.Fatalf("after BlockRemoved(2): %v", m)
 	}
 	e.apply(en, batchOf(kvevents.AllBlocksCleared{}))
-	if m := matchOf(x, []uint64{1, 2, 3}); m.of(a) != 0 || e.held(en) != 0 || len(e.blocks) != 0 {
-		t.Fatalf("after AllBlocksCleared: %v, %d held, %d in the index", m, e.held(en), len(e.blocks))
+	if m := matchOf(x, []uint64{1, 2, 3}); m.of(a) != 0 || e.held(en) != 0 || e.blocks.len() != 0 {
+		t.Fatalf("after AllBlocksCleared: %v, %d held, %d in the index", m, e.held(en), e.blocks.len())
 	}
 	// A gap lost for good: the engine's entries go, and it is matched on the estimate again.
 	e.apply(en, batchOf(stored(1)))
@@ -77,7 +77,7 @@ func TestExactIndexIsBoundedAndForgetsTheOldestFirst(t *testing.T) {
 		t.Fatalf("engine a holds %d blocks, want its share of 5", e.held(a))
 	}
 	for h := uint64(1); h <= 3; h++ {
-		if e.blocks[h].has(0) {
+		if v, _ := e.blocks.get(h); v.has(0) {
 			t.Fatalf("block %d, among the oldest, was kept", h)
 		}
 	}
@@ -88,7 +88,7 @@ func TestExactIndexIsBoundedAndForgetsTheOldestFirst(t *testing.T) {
 	if e.pairs > 10 || len(b.order)-b.head > 2*len(b.held)+1024 {
 		t.Fatalf("%d pairs held (bound 10), %d stores remembered for %d blocks", e.pairs, len(b.order)-b.head, len(b.held))
 	}
-	if m := e.blocks[8]; !m.has(0) || !m.has(1) {
+	if m, _ := e.blocks.get(8); !m.has(0) || !m.has(1) {
 		t.Fatalf("block 8 is held by both engines: %+v", m)
 	}
 }

@@ -29,7 +29,7 @@ const maxIndexed = 1<<16 - 1
 // bound it becomes old and the previous old is dropped, so the estimate stays under its bound
 // and keeps roughly the most recently used half to all of it. A hit in old is copied forward,
 // so hot prefixes survive the turnover. Each entry is a block hash and a slotSet: 24 bytes of
-// map slot for up to three engines (bench/README.md has the measured bytes per block).
+// map slot for up to seven engines (bench/README.md has the measured bytes per block).
 //
 // Engines come and go, so slots are handed out and taken back (takeSlot, retire). A slot taken
 // back is retired at once: match ignores it and every entry rewritten drops it. Two turnovers
@@ -42,7 +42,7 @@ type prefixIndex struct {
 
 	mu       sync.Mutex
 	half     int
-	cur, old map[uint64]slotSet // block hash → engines (slots)
+	cur, old blockMap // block hash → engines (slots)
 
 	used, retired bitset
 	turnovers     uint64
@@ -60,7 +60,7 @@ func newPrefixIndex(bound int, exact *exactIndex) *prefixIndex {
 	if exact == nil {
 		exact = newExactIndex(0)
 	}
-	return &prefixIndex{exact: exact, half: half, cur: make(map[uint64]slotSet, min(half, 1<<12)), old: map[uint64]slotSet{},
+	return &prefixIndex{exact: exact, half: half, cur: newBlockMap(min(half, 1<<12)), old: newBlockMap(0),
 		retiredAt: map[int]uint64{}}
 }
 
@@ -73,13 +73,14 @@ func (x *prefixIndex) match(blocks []uint64, dst prefixMatches) prefixMatches {
 	start := len(dst)
 	e := x.exact
 	e.mu.RLock()
-	if first := e.blocks[blocks[0]]; first.len() > 0 {
-		dst = walkMatches(dst, blocks, first, slotSet{}, e.live.has, e.sets)
+	if first, ok := e.blocks.get(blocks[0]); ok {
+		dst = walkMatches(dst, blocks, first, slotView{}, e.live.has, e.sets)
 	}
 	exactEnd := len(dst)
 	x.mu.Lock()
 	live := e.live
-	dst = walkMatches(dst, blocks, x.cur[blocks[0]], x.old[blocks[0]],
+	first, _ := x.sets(blocks[0])
+	dst = walkMatches(dst, blocks, first, slotView{},
 		func(s int) bool { return !x.retired.has(s) && !live.has(s) }, x.sets)
 	x.mu.Unlock()
 	e.mu.RUnlock()
@@ -89,7 +90,15 @@ func (x *prefixIndex) match(blocks []uint64, dst prefixMatches) prefixMatches {
 	return dst
 }
 
-func (x *prefixIndex) sets(b uint64) (slotSet, slotSet) { return x.cur[b], x.old[b] }
+// sets are the engines the estimate has for b: cur's entry, which took old's when it was
+// made (record copies a hit forward), else old's.
+func (x *prefixIndex) sets(b uint64) (slotView, slotView) {
+	if v, ok := x.cur.get(b); ok {
+		return v, slotView{}
+	}
+	v, _ := x.old.get(b)
+	return v, slotView{}
+}
 
 // record notes that the engine in slot served a prompt with these leading blocks.
 func (x *prefixIndex) record(blocks []uint64, slot int) {
@@ -99,28 +108,35 @@ func (x *prefixIndex) record(blocks []uint64, slot int) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	for _, b := range blocks {
-		s, ok := x.cur[b]
+		v, ok := x.cur.get(b)
+		if ok && v.has(slot) {
+			continue
+		}
 		if !ok {
-			s = x.old[b]
+			v, _ = x.old.get(b)
 		}
-		if !s.has(slot) || !ok {
-			x.cur[b] = x.dropRetired(s).with(slot)
-		}
-		if len(x.cur) >= x.half {
-			x.old, x.cur = x.cur, make(map[uint64]slotSet, min(x.half, 1<<12))
+		x.cur.put(b, x.dropRetired(v), slot)
+		if x.cur.len() >= x.half {
+			x.old, x.cur = x.cur, newBlockMap(min(x.half, 1<<12))
 			x.turnovers++
 		}
 	}
 }
 
-// dropRetired is s without the slots of engines that left.
-func (x *prefixIndex) dropRetired(s slotSet) slotSet {
-	for i := s.len() - 1; i >= 0; i-- {
-		if slot := s.at(i); x.retired.has(slot) {
-			s = s.without(slot)
+// dropRetired is v without the slots of engines that left.
+func (x *prefixIndex) dropRetired(v slotView) slotView {
+	for i := range v.len() {
+		if x.retired.has(v.at(i)) {
+			kept := make([]uint16, 0, v.len())
+			for j := range v.len() {
+				if s := v.at(j); !x.retired.has(s) {
+					kept = append(kept, uint16(s))
+				}
+			}
+			return slotView{wide: kept}
 		}
 	}
-	return s
+	return v
 }
 
 // sizes counts the distinct block hashes held per slot (the exact count for an engine whose
@@ -157,7 +173,7 @@ func (x *prefixIndex) heldBy(slot int) int {
 
 func (x *prefixIndex) count() (per []int, total int) {
 	per = make([]int, x.fresh)
-	add := func(s slotSet) {
+	add := func(s slotView) {
 		for i := range s.len() {
 			if slot := s.at(i); !x.retired.has(slot) {
 				for len(per) <= slot {
@@ -167,18 +183,13 @@ func (x *prefixIndex) count() (per []int, total int) {
 			}
 		}
 	}
-	for k, s := range x.cur {
-		if o, ok := x.old[k]; ok {
-			for i := range o.len() {
-				s = s.with(o.at(i))
-			}
-		}
-		add(s)
+	for k, s := range x.cur.m { // a cur entry took old's set when it was made
+		add(s.view(x.cur.wide, k))
 		total++
 	}
-	for k, s := range x.old {
-		if _, dup := x.cur[k]; !dup {
-			add(s)
+	for k, s := range x.old.m {
+		if _, dup := x.cur.m[k]; !dup {
+			add(s.view(x.old.wide, k))
 			total++
 		}
 	}
@@ -223,14 +234,10 @@ func (x *prefixIndex) purgeOldestRetired() int {
 			oldest = slot
 		}
 	}
-	for _, m := range []map[uint64]slotSet{x.cur, x.old} {
-		for k, s := range m {
-			if s.has(oldest) {
-				if s = s.without(oldest); s.len() == 0 {
-					delete(m, k)
-				} else {
-					m[k] = s
-				}
+	for _, m := range []blockMap{x.cur, x.old} {
+		for k, s := range m.m {
+			if s.view(m.wide, k).has(oldest) {
+				m.remove(k, oldest)
 			}
 		}
 	}

@@ -119,25 +119,36 @@ func TestPrefixSlotsAreClearedBeforeReuse(t *testing.T) {
 	}
 }
 
-func TestSlotSetStaysSortedInlineAndWide(t *testing.T) {
-	var s slotSet
-	for _, v := range []int{9, 3, 7, 1, 5, 3} {
-		s = s.with(v)
+// A block's engine set: sorted, inline up to seven engines and wide beyond, and a wide set
+// copied into another map (the estimate's next generation) is never shared with it.
+func TestBlockMapSetsStaySortedInlineAndWide(t *testing.T) {
+	a, b := newBlockMap(0), newBlockMap(0)
+	for _, s := range []int{9, 3, 7, 1, 5, 3, 11, 13, 15, 2} {
+		v, _ := a.get(42)
+		a.put(42, v, s)
 	}
-	if s.len() != 5 || s.more == nil {
-		t.Fatalf("set %+v", s)
+	v, _ := a.get(42)
+	if v.len() != 9 || v.wide == nil {
+		t.Fatalf("set %+v", v)
 	}
-	for i, want := range []int{1, 3, 5, 7, 9} {
-		if s.at(i) != want {
-			t.Fatalf("at(%d) = %d, want %d", i, s.at(i), want)
+	for i, want := range []int{1, 2, 3, 5, 7, 9, 11, 13, 15} {
+		if v.at(i) != want {
+			t.Fatalf("at(%d) = %d, want %d", i, v.at(i), want)
 		}
 	}
-	wide := s
-	s = s.without(5).without(9)
-	if s.more != nil || s.len() != 3 || !s.has(7) || s.has(5) {
-		t.Fatalf("after removals: %+v", s)
+	b.put(42, v, 20) // copied forward, with one more
+	a.remove(42, 5)
+	a.remove(42, 9)
+	if w, _ := a.get(42); w.wide != nil || w.len() != 7 || !w.has(7) || w.has(5) {
+		t.Fatalf("after removals: %+v", w)
 	}
-	if !wide.has(5) || !wide.has(9) {
-		t.Fatal("removing from a copy changed the original")
+	if w, _ := b.get(42); w.len() != 10 || !w.has(5) || !w.has(20) {
+		t.Fatalf("the copy changed with the original: %+v", w)
+	}
+	for _, s := range []int{1, 2, 3, 7, 11, 13, 15} {
+		a.remove(42, s)
+	}
+	if _, ok := a.get(42); ok || len(a.wide) != 0 {
+		t.Fatal("an emptied set stayed in the map")
 	}
 }

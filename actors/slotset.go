@@ -3,95 +3,151 @@ package actors
 import "slices"
 
 // slotSet is the set of engines (their prefix-index slots) one block hash stands for, sorted.
-// Nearly every block is held by one to three engines, so up to three live inline and the set
-// is 16 bytes, a map slot of the index 24 with its key; a hot prefix held more widely (a
-// system prompt on every engine) moves to a sorted slice of its own. Sets are values: with
-// and without return the changed set and never write a slice another copy may share.
+// Nearly every block is held by a few engines, so up to inlineSlots live in the set itself:
+// 16 bytes, a map slot of the index 24 with its key, and no pointer, so that the garbage
+// collector never scans the index's maps (a million entries: scanning them would cost every
+// collection milliseconds, and placement allocates). A hot prefix held more widely (a system
+// prompt on every engine) is marked wide and kept, sorted, in its map's wideSets under its
+// block hash.
 type slotSet struct {
-	n      uint16
-	inline [3]uint16
-	more   *[]uint16 // every slot, sorted, once n > len(inline)
+	n   uint16 // wide when n is wideSet
+	ids [inlineSlots]uint16
 }
 
-func (s slotSet) len() int { return int(s.n) }
+const (
+	inlineSlots = 7
+	wideSet     = 1<<16 - 1
+)
+
+// wideSets are the sets of more than inlineSlots engines of one map, by block hash.
+type wideSets map[uint64][]uint16
+
+// slotView is a set as read: inline, or a wide set's slice.
+type slotView struct {
+	set  slotSet
+	wide []uint16
+}
+
+// view is s as read, w the wide sets of s's map and h its block hash.
+func (s slotSet) view(w wideSets, h uint64) slotView {
+	if s.n == wideSet {
+		return slotView{wide: w[h]}
+	}
+	return slotView{set: s}
+}
+
+func (v slotView) len() int {
+	if v.wide != nil {
+		return len(v.wide)
+	}
+	return int(v.set.n)
+}
 
 // at is the i-th slot in ascending order.
-func (s slotSet) at(i int) int {
-	if s.more != nil {
-		return int((*s.more)[i])
+func (v slotView) at(i int) int {
+	if v.wide != nil {
+		return int(v.wide[i])
 	}
-	return int(s.inline[i])
+	return int(v.set.ids[i])
 }
 
-func (s slotSet) has(slot int) bool {
-	if s.more != nil {
-		_, ok := slices.BinarySearch(*s.more, uint16(slot))
+func (v slotView) has(slot int) bool {
+	if v.wide != nil {
+		_, ok := slices.BinarySearch(v.wide, uint16(slot))
 		return ok
 	}
-	for i := range int(s.n) {
-		if int(s.inline[i]) == slot {
+	for i := range int(v.set.n) {
+		if int(v.set.ids[i]) == slot {
 			return true
 		}
 	}
 	return false
 }
 
-// with returns s with slot added.
-func (s slotSet) with(slot int) slotSet {
-	if s.has(slot) {
-		return s
-	}
-	id := uint16(slot)
-	if s.more == nil && int(s.n) < len(s.inline) {
-		i := int(s.n)
-		for i > 0 && s.inline[i-1] > id {
-			s.inline[i] = s.inline[i-1]
-			i--
-		}
-		s.inline[i] = id
-		s.n++
-		return s
-	}
-	var all []uint16
-	if s.more != nil {
-		all = make([]uint16, 0, len(*s.more)+1)
-		all = append(all, *s.more...)
-	} else {
-		all = append(make([]uint16, 0, len(s.inline)+1), s.inline[:]...)
-	}
-	i, _ := slices.BinarySearch(all, id)
-	all = slices.Insert(all, i, id)
-	return slotSet{n: uint16(len(all)), more: &all}
+// blockMap is one map of block hashes to engine sets, with its wide sets.
+type blockMap struct {
+	m    map[uint64]slotSet
+	wide wideSets
 }
 
-// without returns s with slot removed.
-func (s slotSet) without(slot int) slotSet {
-	if !s.has(slot) {
-		return s
+func newBlockMap(size int) blockMap {
+	return blockMap{m: make(map[uint64]slotSet, size), wide: wideSets{}}
+}
+
+func (b blockMap) len() int { return len(b.m) }
+
+// get is the set of h, and whether h has one.
+func (b blockMap) get(h uint64) (slotView, bool) {
+	s, ok := b.m[h]
+	if !ok {
+		return slotView{}, false
 	}
+	return s.view(b.wide, h), true
+}
+
+// put makes h's set v with slot added (v may be another map's: a wide set is copied, never
+// shared).
+func (b blockMap) put(h uint64, v slotView, slot int) {
 	id := uint16(slot)
-	if s.more == nil {
-		out := slotSet{}
-		for i := range int(s.n) {
-			if s.inline[i] != id {
-				out.inline[out.n] = s.inline[i]
-				out.n++
+	n := v.len()
+	if !v.has(slot) {
+		n++
+	}
+	if n <= inlineSlots {
+		var s slotSet
+		added := v.has(slot)
+		for i := range v.len() {
+			if c := uint16(v.at(i)); !added && c > id {
+				s.ids[s.n], s.n, added = id, s.n+1, true
 			}
+			s.ids[s.n] = uint16(v.at(i))
+			s.n++
 		}
-		return out
+		if !added {
+			s.ids[s.n] = id
+			s.n++
+		}
+		delete(b.wide, h)
+		b.m[h] = s
+		return
 	}
-	rest := make([]uint16, 0, len(*s.more)-1)
-	for _, v := range *s.more {
-		if v != id {
-			rest = append(rest, v)
+	all := make([]uint16, 0, n)
+	for i := range v.len() {
+		all = append(all, uint16(v.at(i)))
+	}
+	if i, found := slices.BinarySearch(all, id); !found {
+		all = slices.Insert(all, i, id)
+	}
+	b.wide[h] = all
+	b.m[h] = slotSet{n: wideSet}
+}
+
+// remove takes slot out of h's set, and h out of the map once its set is empty.
+func (b blockMap) remove(h uint64, slot int) {
+	v, ok := b.get(h)
+	if !ok || !v.has(slot) {
+		return
+	}
+	if v.len() == 1 {
+		delete(b.m, h)
+		delete(b.wide, h)
+		return
+	}
+	rest := make([]uint16, 0, v.len()-1)
+	for i := range v.len() {
+		if c := v.at(i); c != slot {
+			rest = append(rest, uint16(c))
 		}
 	}
-	if len(rest) <= len(s.inline) {
-		out := slotSet{n: uint16(len(rest))}
-		copy(out.inline[:], rest)
-		return out
+	delete(b.wide, h)
+	if len(rest) <= inlineSlots {
+		var s slotSet
+		s.n = uint16(copy(s.ids[:], rest))
+		b.m[h] = s
+		return
 	}
-	return slotSet{n: uint16(len(rest)), more: &rest}
+	b.wide[h] = rest
+	b.m[h] = slotSet{n: wideSet}
 }
 
 // bitset is a set of slots, sized to the highest slot it has held.
@@ -143,11 +199,17 @@ func (m prefixMatches) longest() int {
 	return n
 }
 
-// walkMatches appends to dst, for every slot of first or first2 (the sets holding blocks[0]) that keep
-// accepts, how many of blocks it holds in a row from the start (sets gives the one or two sets
-// holding a block). dst stays sorted by slot. Each
-// block after the first costs one lookup, and a set test per engine still matching.
-func walkMatches(dst prefixMatches, blocks []uint64, first, first2 slotSet, keep func(int) bool, sets func(b uint64) (slotSet, slotSet)) prefixMatches {
+// walkMatches appends to dst, for every slot of first or first2 (the sets holding blocks[0]) that
+// keep accepts, how many of blocks it holds in a row from the start (sets gives the one or two
+// sets holding a block), sorted by slot.
+//
+// It relies on what chained block hashes make true of both indexes: an engine that holds a
+// block holds the blocks before it (a prompt's blocks are recorded together; an engine caches
+// a block only after its parent and evicts a prompt's tail first), so the blocks an engine
+// holds are a prefix and its match is found by bisection: about log₂(len(blocks)) lookups per
+// distinct match length instead of one per block. A lookup in an index of a million blocks is
+// a cache miss, the cost of a placement at scale (bench/README.md, "A thousand engines").
+func walkMatches(dst prefixMatches, blocks []uint64, first, first2 slotView, keep func(int) bool, sets func(b uint64) (slotView, slotView)) prefixMatches {
 	start := len(dst)
 	for i, j := 0, 0; i < first.len() || j < first2.len(); {
 		var s int
@@ -167,21 +229,34 @@ func walkMatches(dst prefixMatches, blocks []uint64, first, first2 slotSet, keep
 		}
 	}
 	found := dst[start:]
-	for d := 1; d < len(blocks); d++ {
-		advanced := false
-		a, b := sets(blocks[d])
-		if a.len()+b.len() == 0 {
-			break
-		}
-		for i := range found {
-			if s := int(found[i].slot); int(found[i].depth) == d && (a.has(s) || b.has(s)) {
-				found[i].depth = int32(d + 1)
-				advanced = true
-			}
-		}
-		if !advanced {
-			break
-		}
+	if len(found) > 0 && len(blocks) > 1 {
+		bisect(found, blocks, 0, len(blocks), sets)
+		slices.SortFunc(found, func(a, b slotDepth) int { return int(a.slot - b.slot) })
 	}
 	return dst
+}
+
+// bisect sets the depth of every engine in es, each known to hold blocks[lo] and not to hold
+// blocks[hi] (hi = len(blocks): past the end). It reorders es.
+func bisect(es []slotDepth, blocks []uint64, lo, hi int, sets func(b uint64) (slotView, slotView)) {
+	if len(es) == 0 {
+		return
+	}
+	if hi-lo <= 1 {
+		for i := range es {
+			es[i].depth = int32(lo + 1)
+		}
+		return
+	}
+	mid := lo + (hi-lo)/2
+	a, b := sets(blocks[mid])
+	held := 0 // es[:held] hold blocks[mid]
+	for i := range es {
+		if s := int(es[i].slot); a.has(s) || b.has(s) {
+			es[i], es[held] = es[held], es[i]
+			held++
+		}
+	}
+	bisect(es[:held], blocks, mid, hi, sets)
+	bisect(es[held:], blocks, lo, mid, sets)
 }
