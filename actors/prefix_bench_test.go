@@ -22,7 +22,9 @@ func BenchmarkPlacementAtAThousandEngines(b *testing.B) {
 		name  string
 		exact bool
 		hot   bool // every engine holds the prompt's first block (one system prompt everywhere)
-	}{{"estimate", false, false}, {"events", true, false}, {"estimate-hot-prefix", false, true}, {"events-hot-prefix", true, true}} {
+		p2c   bool // placement.policy p2c: the fleet scan alone, no index read
+	}{{"estimate", false, false, false}, {"events", true, false, false}, {"estimate-hot-prefix", false, true, false},
+		{"events-hot-prefix", true, true, false}, {"p2c", false, false, true}} {
 		b.Run(c.name, func(b *testing.B) {
 			exact := newExactIndex(1 << 20)
 			x := newPrefixIndex(1<<20, exact)
@@ -54,6 +56,9 @@ func BenchmarkPlacementAtAThousandEngines(b *testing.B) {
 				exact.apply(exact.engines[home.idx], batchOf(stored(prompt[:40]...)))
 			}
 			rules := &config.FleetRuntime{Placement: config.PlacePrefix, LoadFactor: 1.25}
+			if c.p2c {
+				rules.Placement = config.PlaceP2C
+			}
 			s := f.load()
 			b.ReportAllocs()
 			b.ResetTimer()

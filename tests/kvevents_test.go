@@ -81,4 +81,3 @@ func TestPlacementFollowsTheEnginesKVEvents(t *testing.T) {
 		t.Fatalf("after the engine's cache was cleared the prompt was placed as a hit (%v hits): the index still claimed it", n)
 	}
 }
-
