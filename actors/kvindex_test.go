@@ -100,6 +100,7 @@ type testPublisher struct {
 	pub, replay zmq4.Socket
 	mu          sync.Mutex
 	buffer      map[uint64][]byte
+	close       func()
 }
 
 func startTestPublisher(t *testing.T) *testPublisher {
@@ -112,6 +113,12 @@ func startTestPublisher(t *testing.T) *testPublisher {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
+	p.close = func() {
+		cancel()
+		p.pub.Close()
+		p.replay.Close()
+		<-done
+	}
 	go func() {
 		defer close(done)
 		for {
@@ -133,12 +140,10 @@ func startTestPublisher(t *testing.T) *testPublisher {
 			_ = p.replay.SendMulti(zmq4.NewMsgFrom(kvevents.ReplayEnd(id)...))
 		}
 	}()
-	t.Cleanup(func() {
-		cancel()
-		p.pub.Close()
-		p.replay.Close()
-		<-done
-	})
+	var once sync.Once
+	closeSockets := p.close
+	p.close = func() { once.Do(closeSockets) }
+	t.Cleanup(func() { p.close() })
 	return p
 }
 
@@ -225,5 +230,34 @@ func TestKVFeedFillsGapsByReplayAndStartsOverWhenItCannot(t *testing.T) {
 	p.send(1, batchOf(stored(8)), false, false)
 	if m := matchOf(x, []uint64{8}); len(m) != 0 {
 		t.Fatalf("a removed engine's feed still writes: %v", m)
+	}
+}
+
+// An engine whose publisher goes away (the engine died, or its events were turned off) is
+// placed on the estimate again; the feed keeps trying to follow it, and is counted.
+func TestKVFeedFallsBackToTheEstimateWhenThePublisherGoesAway(t *testing.T) {
+	p := startTestPublisher(t)
+	pub, replay := p.endpoints()
+	e := newExactIndex(1 << 10)
+	x := newPrefixIndex(1<<10, e)
+	f := startKVFeeds(config.KVEventsRuntime{Endpoint: pub, Replay: replay, MaxBlocks: 1 << 10,
+		ReplayTimeout: time.Second, Reconnect: 20 * time.Millisecond}, e, telemetry.Noop(), slog.New(slog.DiscardHandler))
+	defer f.stop()
+	v := &engineView{idx: x.takeSlot(), name: "e0"}
+	x.record([]uint64{1, 2}, v.idx) // our own placement: the estimate
+	f.add(v, config.EngineSpec{Name: "e0"})
+	seq := uint64(0)
+	eventually(t, "the feed receives a batch", func() bool {
+		p.send(seq, batchOf(stored(1)), false, false)
+		seq++
+		return e.isLive(v.idx)
+	})
+	if m := matchOf(x, []uint64{1, 2}); m.of(v.idx) != 1 {
+		t.Fatalf("live: the events say one block, got %v", m)
+	}
+	p.close()
+	eventually(t, "the engine falls back to the estimate", func() bool { return !e.isLive(v.idx) })
+	if m := matchOf(x, []uint64{1, 2}); m.of(v.idx) != 2 {
+		t.Fatalf("after the publisher went away the estimate should place it: %v", m)
 	}
 }
