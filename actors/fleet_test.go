@@ -124,7 +124,7 @@ func TestSetEnginesDiffsByName(t *testing.T) {
 		return true
 	})
 	r.fleet.index.mu.Lock()
-	retired := r.fleet.index.retired&(1<<d1.idx) != 0
+	retired := r.fleet.index.retired.has(d1.idx)
 	r.fleet.index.mu.Unlock()
 	if !retired {
 		t.Fatalf("d1's prefix bit %d was not taken back", d1.idx)

@@ -175,10 +175,5 @@ func (s *scraper) stop() {
 
 // loadState is v's load view with the prefix index's size for it.
 func (r *Router) loadState(v *engineView) messages.LoadState {
-	per, _ := r.fleet.index.sizes()
-	n := 0
-	if v.idx >= 0 && v.idx < maxIndexed {
-		n = per[v.idx]
-	}
-	return v.loadState(time.Now(), r.current().Fleet.ScrapeStale, n)
+	return v.loadState(time.Now(), r.current().Fleet.ScrapeStale, r.fleet.index.heldBy(v.idx))
 }

@@ -281,14 +281,15 @@ func (f *fleetSnapshot) pickFor(a ask, m *telemetry.Metrics) placed {
 		return placed{engine: v, match: f.matchOf(v, a.blocks)}
 	case config.PlacePrefix:
 		if f.index != nil && len(a.blocks) > 0 {
-			var match [maxIndexed]int
-			hit := f.index.match(a.blocks, &match) > 0
+			var mbuf [32]slotDepth
+			match := f.index.match(a.blocks, mbuf[:0])
+			hit := match.longest() > 0
 			// Only engines under the bound are candidates, for their cache or, failing a match
 			// among them, for p2c: the bound holds whichever way the choice goes.
 			var under [32]*engineView
 			cands = f.underBound(cands, under[:0], a, now)
 			if hit {
-				if v, n := f.longest(cands, &match, a, now); v != nil {
+				if v, n := f.longest(cands, match, a, now); v != nil {
 					countPrefix(m, a.phase, "hit")
 					return placed{engine: v, match: n}
 				}
@@ -371,14 +372,14 @@ func (f *fleetSnapshot) underBound(cands, dst []*engineView, a ask, now time.Tim
 
 // longest returns the candidate with the longest match (at least one block), the less loaded
 // on a tie, or nil.
-func (f *fleetSnapshot) longest(cands []*engineView, match *[maxIndexed]int, a ask, now time.Time) (*engineView, int) {
+func (f *fleetSnapshot) longest(cands []*engineView, match prefixMatches, a ask, now time.Time) (*engineView, int) {
 	var best *engineView
 	bestMatch, bestLoad := 0, 0
 	for _, v := range cands {
 		if v.idx < 0 || v.idx >= maxIndexed {
 			continue
 		}
-		n := match[v.idx]
+		n := match.of(v.idx)
 		if n == 0 {
 			continue
 		}
@@ -401,9 +402,8 @@ func (f *fleetSnapshot) matchOf(v *engineView, blocks []uint64) int {
 	if f.index == nil || len(blocks) == 0 || v.idx < 0 || v.idx >= maxIndexed {
 		return 0
 	}
-	var match [maxIndexed]int
-	f.index.match(blocks, &match)
-	return match[v.idx]
+	var mbuf [32]slotDepth
+	return f.index.match(blocks, mbuf[:0]).of(v.idx)
 }
 
 // anyAdmitted returns an admitted engine able to run phase, other than not, or nil; one that

@@ -24,7 +24,7 @@ func view(name string, role config.Role, load int32, max int) *engineView {
 // fleetOf is a fleet snapshot of vs, placed by power of two choices (zero rules: no prefix
 // preference, fresh scrapes only when the test sets scrape_stale).
 func fleetOf(vs ...*engineView) *testFleet {
-	f := &fleet{index: newPrefixIndex(1 << 10)}
+	f := &fleet{index: newPrefixIndex(1<<10, nil)}
 	f.publish(vs)
 	return &testFleet{fleetSnapshot: f.load(), rules: &config.FleetRuntime{}}
 }

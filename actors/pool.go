@@ -200,6 +200,7 @@ func (p *poolActor) apply(ctx actor.Context, specs []config.EngineSpec) {
 	for _, st := range joined {
 		p.spawn(ctx, st)
 		p.r.scraper.add(st.view)
+		p.r.kvFeeds.add(st.view, st.spec)
 	}
 	if len(added)+len(removed) > 0 {
 		p.r.log.Info("fleet changed", "added", added, "removed", removed, "engines", len(next))
@@ -267,6 +268,7 @@ func (p *poolActor) remove(ctx actor.Context, st *engineState, why string) {
 	delete(p.cause, name)
 	p.leaving[st] = true
 	p.r.scraper.remove(st.view)
+	p.r.kvFeeds.remove(st.view)
 	p.r.log.Info("engine removed from the fleet", "engine", name, "source", st.source, "why", why)
 	ctx.Send(st.view.pid, retire{drainBy: time.Now().Add(p.r.env.current().request.Deadline + drainSlack)})
 }

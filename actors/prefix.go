@@ -1,164 +1,261 @@
 package actors
 
 import (
-	"math/bits"
+	"slices"
 	"sync"
+	"time"
 )
 
-// maxIndexed is how many engines the prefix index tracks at once: one bit each in a block's
-// mask. An engine added while every bit is held by another is placed without prefix preference.
-const maxIndexed = 64
+// maxIndexed is how many engines the prefix index can tell apart at once: a slot is 16 bits in
+// a block's engine set. An engine added while every slot is held is placed without prefix
+// preference.
+const maxIndexed = 1<<16 - 1
 
-// prefixIndex is the router's approximate picture of the engines' prefix caches: for each
-// prompt block hash (wire.Prompt.Blocks, chained, so a hash stands for all the text before it),
-// which engines recently served a prompt starting with it. It forgets in two generations: new
-// entries go to cur; once cur holds half the bound, it becomes old and the previous old is
-// dropped, so the index stays under its bound and keeps roughly the most recently used half to
-// all of it. A hit in old is copied forward, so hot prefixes survive the turnover.
+// prefixIndex is what placement knows of the engines' prefix caches: for each prompt block
+// hash (wire.Prompt.Blocks, chained, so a hash stands for all the text before it), which
+// engines hold it. Two sources feed it:
 //
-// It is approximate on purpose: an engine may have evicted a block the index still lists, or
-// hold one the index forgot. Placement treats a match as a likelihood, bounded by load.
+//   - the exact index (kvindex.go), from the KV cache events of the engines that publish them
+//     (placement.kv_events): what the engine itself says it holds;
+//   - the estimate, from our own placements, for every other engine: which engines recently
+//     served a prompt starting with the block. It is approximate on purpose — an engine may
+//     have evicted a block the estimate still lists, or hold one it forgot; placement treats a
+//     match as a likelihood, bounded by load.
 //
-// Engines come and go, so bits are handed out and taken back (takeSlot, retire). A bit taken
+// An engine whose events are live is matched on the exact index alone; any other (no events
+// configured, not yet received, its stream broken) on the estimate.
+//
+// The estimate forgets in two generations: new entries go to cur; once cur holds half the
+// bound it becomes old and the previous old is dropped, so the estimate stays under its bound
+// and keeps roughly the most recently used half to all of it. A hit in old is copied forward,
+// so hot prefixes survive the turnover. Each entry is a block hash and a slotSet: 24 bytes of
+// map slot for up to seven engines (bench/README.md has the measured bytes per block).
+//
+// Engines come and go, so slots are handed out and taken back (takeSlot, retire). A slot taken
 // back is retired at once: match ignores it and every entry rewritten drops it. Two turnovers
-// later no entry can hold it any more, and it is handed out again; an engine that needs a bit
-// before then, with none other free, gets the oldest retired one after a walk that clears it
-// from every entry. So a bit never carries a removed engine's entries to its successor.
+// later no entry can hold it any more, and it is handed out again; until then a joining engine
+// gets a fresh slot, and only once all maxIndexed are spent does one get the oldest retired
+// slot after a walk that clears it from every entry. So a slot never carries a removed
+// engine's entries to its successor.
 type prefixIndex struct {
+	exact *exactIndex
+
 	mu       sync.Mutex
 	half     int
-	cur, old map[uint64]uint64 // block hash → mask of engine indexes
+	cur, old blockMap // block hash → engines (slots)
 
-	used      uint64 // bits held by engines of the fleet
-	retired   uint64 // bits of engines that left, not yet free
-	turnovers uint64
-	// retiredAt is the turnover count when each retired bit was retired.
-	retiredAt [maxIndexed]uint64
+	used, retired bitset
+	turnovers     uint64
+	retiredAt     map[int]uint64 // the turnover count when each retired slot was retired
+	free          []int          // slots no entry holds
+	fresh         int            // the lowest slot never handed out
+
+	sized   time.Time // when sizeCache was counted
+	perSize []int
+	total   int
 }
 
-func newPrefixIndex(bound int) *prefixIndex {
+func newPrefixIndex(bound int, exact *exactIndex) *prefixIndex {
 	half := max(1, bound/2)
-	return &prefixIndex{half: half, cur: make(map[uint64]uint64, min(half, 1<<12)), old: map[uint64]uint64{}}
+	if exact == nil {
+		exact = newExactIndex(0)
+	}
+	return &prefixIndex{exact: exact, half: half, cur: newBlockMap(min(half, 1<<12)), old: newBlockMap(0),
+		retiredAt: map[int]uint64{}}
 }
 
-// match fills out[i] with the number of leading blocks engine i served, and returns the
-// longest match over all engines.
-func (x *prefixIndex) match(blocks []uint64, out *[maxIndexed]int) int {
+// match appends to dst the prompt's match per engine holding at least its first block: from
+// the exact index for engines whose events are live, from the estimate for the others.
+func (x *prefixIndex) match(blocks []uint64, dst prefixMatches) prefixMatches {
 	if len(blocks) == 0 {
-		return 0
+		return dst
 	}
-	longest := 0
+	start := len(dst)
+	e := x.exact
+	e.mu.RLock()
+	if first, ok := e.blocks.get(blocks[0]); ok {
+		dst = walkMatches(dst, blocks, first, slotView{}, e.live.has, e.sets)
+	}
+	exactEnd := len(dst)
 	x.mu.Lock()
-	defer x.mu.Unlock()
-	alive := ^x.retired
-	for i, b := range blocks {
-		alive &= x.cur[b] | x.old[b]
-		if alive == 0 {
-			break
-		}
-		for m := alive; m != 0; m &= m - 1 {
-			out[bits.TrailingZeros64(m)] = i + 1
-		}
-		longest = i + 1
+	live := e.live
+	first, _ := x.sets(blocks[0])
+	dst = walkMatches(dst, blocks, first, slotView{},
+		func(s int) bool { return !x.retired.has(s) && !live.has(s) }, x.sets)
+	x.mu.Unlock()
+	e.mu.RUnlock()
+	if exactEnd > start && len(dst) > exactEnd {
+		slices.SortFunc(dst[start:], func(a, b slotDepth) int { return int(a.slot - b.slot) })
 	}
-	return longest
+	return dst
 }
 
-// record notes that engine idx served a prompt with these leading blocks.
-func (x *prefixIndex) record(blocks []uint64, idx int) {
-	if idx < 0 || idx >= maxIndexed || len(blocks) == 0 {
+// sets are the engines the estimate has for b: cur's entry, which took old's when it was
+// made (record copies a hit forward), else old's.
+func (x *prefixIndex) sets(b uint64) (slotView, slotView) {
+	if v, ok := x.cur.get(b); ok {
+		return v, slotView{}
+	}
+	v, _ := x.old.get(b)
+	return v, slotView{}
+}
+
+// record notes that the engine in slot served a prompt with these leading blocks.
+func (x *prefixIndex) record(blocks []uint64, slot int) {
+	if slot < 0 || slot >= maxIndexed || len(blocks) == 0 {
 		return
 	}
-	bit := uint64(1) << idx
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	for _, b := range blocks {
-		m, ok := x.cur[b]
-		if !ok {
-			m = x.old[b]
+		v, ok := x.cur.get(b)
+		if ok && v.has(slot) {
+			continue
 		}
-		x.cur[b] = m&^x.retired | bit
-		if len(x.cur) >= x.half {
-			x.old, x.cur = x.cur, make(map[uint64]uint64, min(x.half, 1<<12))
+		if !ok {
+			v, _ = x.old.get(b)
+		}
+		x.cur.put(b, x.dropRetired(v), slot)
+		if x.cur.len() >= x.half {
+			x.old, x.cur = x.cur, newBlockMap(min(x.half, 1<<12))
 			x.turnovers++
 		}
 	}
 }
 
-// sizes counts the distinct block hashes held per engine, for /engines and the tree dump. It
-// walks the whole index: admin paths only.
-func (x *prefixIndex) sizes() (per [maxIndexed]int, total int) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	count := func(m uint64) {
-		for m &^= x.retired; m != 0; m &= m - 1 {
-			per[bits.TrailingZeros64(m)]++
+// dropRetired is v without the slots of engines that left.
+func (x *prefixIndex) dropRetired(v slotView) slotView {
+	for i := range v.len() {
+		if x.retired.has(v.at(i)) {
+			kept := make([]uint16, 0, v.len())
+			for j := range v.len() {
+				if s := v.at(j); !x.retired.has(s) {
+					kept = append(kept, uint16(s))
+				}
+			}
+			return slotView{wide: kept}
 		}
 	}
-	for k, m := range x.cur {
-		count(m | x.old[k])
+	return v
+}
+
+// sizes counts the distinct block hashes held per slot (the exact count for an engine whose
+// events are live), for /engines and the tree dump, and the estimate's entries. Counting walks
+// the whole estimate, so a count is reused for a second: admin paths only.
+func (x *prefixIndex) sizes() (per []int, total int) {
+	x.mu.Lock()
+	if time.Since(x.sized) > time.Second {
+		x.perSize, x.total = x.count()
+		x.sized = time.Now()
+	}
+	per, total = slices.Clone(x.perSize), x.total
+	x.mu.Unlock()
+	x.exact.mu.RLock()
+	defer x.exact.mu.RUnlock()
+	for slot, en := range x.exact.engines {
+		if x.exact.live.has(slot) {
+			for len(per) <= slot {
+				per = append(per, 0)
+			}
+			per[slot] = len(en.held)
+		}
+	}
+	return per, total
+}
+
+// heldBy is how many block hashes the index holds for the engine in slot.
+func (x *prefixIndex) heldBy(slot int) int {
+	if per, _ := x.sizes(); slot >= 0 && slot < len(per) {
+		return per[slot]
+	}
+	return 0
+}
+
+func (x *prefixIndex) count() (per []int, total int) {
+	per = make([]int, x.fresh)
+	add := func(s slotView) {
+		for i := range s.len() {
+			if slot := s.at(i); !x.retired.has(slot) {
+				for len(per) <= slot {
+					per = append(per, 0)
+				}
+				per[slot]++
+			}
+		}
+	}
+	for k, s := range x.cur.m { // a cur entry took old's set when it was made
+		add(s.view(x.cur.wide, k))
 		total++
 	}
-	for k, m := range x.old {
-		if _, dup := x.cur[k]; !dup {
-			count(m)
+	for k, s := range x.old.m {
+		if _, dup := x.cur.m[k]; !dup {
+			add(s.view(x.old.wide, k))
 			total++
 		}
 	}
 	return per, total
 }
 
-// takeSlot hands out a free bit for an engine joining the fleet, or -1 when all maxIndexed are
-// held. A retired bit is handed out once two turnovers have cleared it, or, when nothing else
-// is free, after clearing it from every entry now.
+// takeSlot hands out a slot for an engine joining the fleet, or -1 when all maxIndexed are
+// held. A retired slot is handed out once two turnovers have cleared it; a fresh one before
+// a retired one is purged.
 func (x *prefixIndex) takeSlot() int {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	for r := x.retired; r != 0; r &= r - 1 { // retired long enough: nothing holds them
-		if i := bits.TrailingZeros64(r); x.turnovers >= x.retiredAt[i]+2 {
-			x.retired &^= 1 << i
+	for slot, at := range x.retiredAt { // retired long enough: nothing holds them
+		if x.turnovers >= at+2 {
+			x.retired.clear(slot)
+			delete(x.retiredAt, slot)
+			x.free = append(x.free, slot)
 		}
 	}
-	if free := ^(x.used | x.retired); free != 0 {
-		i := bits.TrailingZeros64(free)
-		x.used |= 1 << i
-		return i
-	}
-	if x.retired == 0 {
+	slot := -1
+	switch {
+	case len(x.free) > 0:
+		slices.Sort(x.free)
+		slot, x.free = x.free[0], x.free[1:]
+	case x.fresh < maxIndexed:
+		slot = x.fresh
+		x.fresh++
+	case len(x.retiredAt) > 0:
+		slot = x.purgeOldestRetired()
+	default:
 		return -1
 	}
+	x.used.set(slot)
+	return slot
+}
+
+// purgeOldestRetired clears the longest-retired slot from every entry and returns it.
+func (x *prefixIndex) purgeOldestRetired() int {
 	oldest := -1
-	for r := x.retired; r != 0; r &= r - 1 {
-		if i := bits.TrailingZeros64(r); oldest < 0 || x.retiredAt[i] < x.retiredAt[oldest] {
-			oldest = i
+	for slot, at := range x.retiredAt {
+		if oldest < 0 || at < x.retiredAt[oldest] || (at == x.retiredAt[oldest] && slot < oldest) {
+			oldest = slot
 		}
 	}
-	bit := uint64(1) << oldest
-	for _, m := range []map[uint64]uint64{x.cur, x.old} {
-		for k, v := range m {
-			if v&bit != 0 {
-				if v &^= bit; v == 0 {
-					delete(m, k)
-				} else {
-					m[k] = v
-				}
+	for _, m := range []blockMap{x.cur, x.old} {
+		for k, s := range m.m {
+			if s.view(m.wide, k).has(oldest) {
+				m.remove(k, oldest)
 			}
 		}
 	}
-	x.retired &^= bit
-	x.used |= bit
+	x.retired.clear(oldest)
+	delete(x.retiredAt, oldest)
 	return oldest
 }
 
-// retire takes back the bit of an engine that left the fleet (after its last request, so no
-// placement records it again).
+// retire takes back the slot of an engine that left the fleet (after its last request, so no
+// placement records it again); the exact index forgets the engine too.
 func (x *prefixIndex) retire(slot int) {
 	if slot < 0 || slot >= maxIndexed {
 		return
 	}
 	x.mu.Lock()
-	defer x.mu.Unlock()
-	x.used &^= 1 << slot
-	x.retired |= 1 << slot
+	x.used.clear(slot)
+	x.retired.set(slot)
 	x.retiredAt[slot] = x.turnovers
+	x.mu.Unlock()
+	x.exact.forget(slot)
 }

@@ -1,26 +1,25 @@
 package actors
 
 import (
-	"math/bits"
 	"testing"
 )
 
+func matchOf(x *prefixIndex, blocks []uint64) prefixMatches { return x.match(blocks, nil) }
+
 func TestPrefixIndexMatchesLeadingBlocksAndStaysBounded(t *testing.T) {
-	x := newPrefixIndex(8)
+	x := newPrefixIndex(8, nil)
 	x.record([]uint64{1, 2, 3}, 0)
 	x.record([]uint64{1, 2}, 5)
-	var m [maxIndexed]int
-	if longest := x.match([]uint64{1, 2, 3, 4}, &m); longest != 3 || m[0] != 3 || m[5] != 2 || m[1] != 0 {
-		t.Fatalf("longest %d, matches %v", longest, m[:6])
+	if m := matchOf(x, []uint64{1, 2, 3, 4}); m.longest() != 3 || m.of(0) != 3 || m.of(5) != 2 || m.of(1) != 0 {
+		t.Fatalf("matches %v", m)
 	}
-	var none [maxIndexed]int
-	if x.match([]uint64{9, 2, 3}, &none) != 0 || none[0] != 0 {
+	if m := matchOf(x, []uint64{9, 2, 3}); len(m) != 0 {
 		t.Fatal("a different first block matched: matches must start at the prompt's beginning")
 	}
 	for i := uint64(100); i < 200; i++ {
 		x.record([]uint64{i}, 1)
 	}
-	if _, total := x.sizes(); total > 8 {
+	if _, total := x.count(); total > 8 {
 		t.Fatalf("the index holds %d block hashes, over its bound of 8", total)
 	}
 	// A hash used again survives the turnover: it is copied into the newer generation.
@@ -29,21 +28,53 @@ func TestPrefixIndexMatchesLeadingBlocksAndStaysBounded(t *testing.T) {
 		x.record([]uint64{i}, 1)
 		x.record([]uint64{7}, 2)
 	}
-	var hot [maxIndexed]int
-	if x.match([]uint64{7}, &hot); hot[2] != 1 {
+	if matchOf(x, []uint64{7}).of(2) != 1 {
 		t.Fatal("a hot block hash was forgotten")
 	}
-	per, _ := x.sizes()
-	if per[2] != 1 {
+	if per, _ := x.count(); per[2] != 1 {
 		t.Fatalf("engine 2 holds %d hashes, want 1", per[2])
 	}
 }
 
-// A removed engine's bit never hands its entries to the engine that gets the bit next: the bit
-// is ignored at once, and handed out again only once no entry holds it — after two turnovers,
-// or at once after a walk that clears it when no other bit is free.
+// Past 64 engines (the bound a bit mask set), every engine is indexed: a block served by many
+// engines keeps them all, sorted, and each one's depth is its own.
+func TestPrefixIndexTellsAThousandEnginesApart(t *testing.T) {
+	x := newPrefixIndex(1<<16, nil)
+	for i := range 1000 {
+		if s := x.takeSlot(); s != i {
+			t.Fatalf("slot %d handed out as %d", i, s)
+		}
+	}
+	for e := range 1000 {
+		x.record([]uint64{1, uint64(2 + e%7)}, e) // every engine the first block, one of 7 second blocks
+	}
+	x.record([]uint64{1, 2, 3}, 999)
+	m := matchOf(x, []uint64{1, 2, 3})
+	if len(m) != 1000 {
+		t.Fatalf("%d engines match the first block, want 1000", len(m))
+	}
+	for e := range 1000 {
+		want := 1
+		if e%7 == 0 {
+			want = 2
+		}
+		if e == 999 {
+			want = 3
+		}
+		if got := m.of(e); got != want {
+			t.Fatalf("engine %d matches %d blocks, want %d", e, got, want)
+		}
+	}
+	if x.takeSlot() != 1000 {
+		t.Fatal("the 1001st engine got no slot")
+	}
+}
+
+// A removed engine's slot never hands its entries to the engine that gets the slot next: the
+// slot is ignored at once, and handed out again only once no entry holds it — after two
+// turnovers, or at once after a walk that clears it when every other slot is spent.
 func TestPrefixSlotsAreClearedBeforeReuse(t *testing.T) {
-	x := newPrefixIndex(1 << 10)
+	x := newPrefixIndex(1<<10, nil)
 	a, b := x.takeSlot(), x.takeSlot()
 	if a != 0 || b != 1 {
 		t.Fatalf("slots %d, %d", a, b)
@@ -51,44 +82,73 @@ func TestPrefixSlotsAreClearedBeforeReuse(t *testing.T) {
 	x.record([]uint64{1, 2}, a)
 	x.record([]uint64{1}, b)
 	x.retire(a)
-	var m [maxIndexed]int
-	if x.match([]uint64{1, 2}, &m); m[a] != 0 || m[b] != 1 {
-		t.Fatalf("after retiring %d: matches %v", a, m[:2])
+	if m := matchOf(x, []uint64{1, 2}); m.of(a) != 0 || m.of(b) != 1 {
+		t.Fatalf("after retiring %d: matches %v", a, m)
 	}
-	if per, _ := x.sizes(); per[a] != 0 {
-		t.Fatalf("a retired bit still counts %d hashes", per[a])
+	if per, _ := x.count(); per[a] != 0 {
+		t.Fatalf("a retired slot still counts %d hashes", per[a])
 	}
-	// Others are free: the retired bit waits.
+	// Fresh slots remain: the retired one waits.
 	if c := x.takeSlot(); c == a {
-		t.Fatal("a retired bit was handed out while other bits were free")
+		t.Fatal("a retired slot was handed out while fresh ones remained")
 	}
-	// Every other bit taken: the retired one is cleared from every entry, then handed out.
-	for x.used|x.retired != ^uint64(0) {
-		x.takeSlot()
-	}
+	// Every other slot spent: the retired one is cleared from every entry, then handed out.
+	x.fresh = maxIndexed
 	if c := x.takeSlot(); c != a {
 		t.Fatalf("got slot %d, want the retired %d", c, a)
 	}
-	var again [maxIndexed]int
-	if x.match([]uint64{1, 2}, &again); again[a] != 0 {
-		t.Fatalf("the new holder of bit %d inherited the removed engine's prefix: %v", a, again[:2])
+	if m := matchOf(x, []uint64{1, 2}); m.of(a) != 0 {
+		t.Fatalf("the new holder of slot %d inherited the removed engine's prefix: %v", a, m)
 	}
 	if x.takeSlot() != -1 {
-		t.Fatal("a 65th slot was handed out")
+		t.Fatal("a slot was handed out past maxIndexed")
 	}
 
-	// With turnovers, a retired bit becomes free without a walk.
-	y := newPrefixIndex(4)
+	// With turnovers, a retired slot becomes free without a walk.
+	y := newPrefixIndex(4, nil)
 	s := y.takeSlot()
+	y.takeSlot()
 	y.record([]uint64{9}, s)
 	y.retire(s)
 	for i := uint64(100); i < 110; i++ { // several turnovers of a two-entry generation
-		y.record([]uint64{i}, 5)
+		y.record([]uint64{i}, 1)
 	}
-	for y.used != ^uint64(1) { // hold every bit but the retired one
-		y.used |= 1 << bits.TrailingZeros64(^y.used&^1)
+	y.fresh = maxIndexed // no fresh slot: only the freed one
+	if got := y.takeSlot(); got != s || y.retired.has(s) {
+		t.Fatalf("the retired slot %d was not freed by the turnovers (got %d)", s, got)
 	}
-	if y.takeSlot() != s || y.retired != 0 {
-		t.Fatalf("the retired bit %d was not freed by the turnovers", s)
+}
+
+// A block's engine set: sorted, inline up to seven engines and wide beyond, and a wide set
+// copied into another map (the estimate's next generation) is never shared with it.
+func TestBlockMapSetsStaySortedInlineAndWide(t *testing.T) {
+	a, b := newBlockMap(0), newBlockMap(0)
+	for _, s := range []int{9, 3, 7, 1, 5, 3, 11, 13, 15, 2} {
+		v, _ := a.get(42)
+		a.put(42, v, s)
+	}
+	v, _ := a.get(42)
+	if v.len() != 9 || v.wide == nil {
+		t.Fatalf("set %+v", v)
+	}
+	for i, want := range []int{1, 2, 3, 5, 7, 9, 11, 13, 15} {
+		if v.at(i) != want {
+			t.Fatalf("at(%d) = %d, want %d", i, v.at(i), want)
+		}
+	}
+	b.put(42, v, 20) // copied forward, with one more
+	a.remove(42, 5)
+	a.remove(42, 9)
+	if w, _ := a.get(42); w.wide != nil || w.len() != 7 || !w.has(7) || w.has(5) {
+		t.Fatalf("after removals: %+v", w)
+	}
+	if w, _ := b.get(42); w.len() != 10 || !w.has(5) || !w.has(20) {
+		t.Fatalf("the copy changed with the original: %+v", w)
+	}
+	for _, s := range []int{1, 2, 3, 7, 11, 13, 15} {
+		a.remove(42, s)
+	}
+	if _, ok := a.get(42); ok || len(a.wide) != 0 {
+		t.Fatal("an emptied set stayed in the map")
 	}
 }

@@ -66,6 +66,7 @@ type Router struct {
 	requestProps *actor.Props
 	seq          atomic.Uint64
 	scraper      *scraper // placement.scrape_interval_s; nil when off
+	kvFeeds      *kvFeeds // placement.kv_events, engines[].kv_events
 }
 
 // NewRouter builds the engine clients from rt and starts the actor system, with rt.Engines as
@@ -80,7 +81,9 @@ func NewRouter(rt config.Runtime, opts Options) (*Router, error) {
 		r.log = slog.New(slog.DiscardHandler)
 	}
 	fr := rt.Fleet
-	r.fleet = &fleet{index: newPrefixIndex(fr.IndexBlocks)}
+	exact := newExactIndex(fr.KVEvents.MaxBlocks)
+	r.fleet = &fleet{index: newPrefixIndex(fr.IndexBlocks, exact)}
+	r.kvFeeds = startKVFeeds(fr.KVEvents, exact, r.metrics, r.log)
 	r.fleet.publish(nil)
 	r.all.Store(&[]*engineState{})
 	r.pooled = &poolState{initial: rt.Engines}
@@ -117,11 +120,13 @@ func NewRouter(rt config.Runtime, opts Options) (*Router, error) {
 		"narwhal")
 	if err != nil {
 		r.scraper.stop()
+		r.kvFeeds.stop()
 		return nil, fmt.Errorf("start actor system: %w", err)
 	}
 	r.guardian = guardian
 	if _, err := r.root.RequestFuture(guardian, &awaitReady{}, 10*time.Second).Result(); err != nil {
 		r.scraper.stop()
+		r.kvFeeds.stop()
 		return nil, fmt.Errorf("start engine actors: %w", err)
 	}
 	return r, nil
@@ -346,6 +351,7 @@ func (r *Router) AbortAll() {
 // Close stops the actor system and closes engine connections. Call it after ingress is down.
 func (r *Router) Close() {
 	r.scraper.stop()
+	r.kvFeeds.stop()
 	r.root.StopFuture(r.guardian).Wait()
 	for _, st := range *r.all.Load() {
 		st.timers.stop()

@@ -180,6 +180,38 @@ type Placement struct {
 	ScrapeIntervalS Seconds `yaml:"scrape_interval_s"`
 	ScrapeStaleS    Seconds `yaml:"scrape_stale_s"`
 	ScrapeTimeoutS  Seconds `yaml:"scrape_timeout_s"`
+	// KVEvents is where the router follows the engines' KV cache events, for an exact prefix
+	// index.
+	KVEvents KVEvents `yaml:"kv_events"`
+}
+
+// KVEvents is the router's side of vLLM's --kv-events-config: the endpoints each engine's
+// ZeroMQ publisher and replay socket listen on, fleet-wide as patterns ({host} is the engine
+// URL's host), overridden per engine by engines[].kv_events.
+type KVEvents struct {
+	// Endpoint is the PUB endpoint pattern (tcp://{host}:5557); "" follows no engine that
+	// does not name its own.
+	Endpoint string `yaml:"endpoint"`
+	// ReplayEndpoint is the replay (ROUTER) endpoint pattern; "" asks no engine for a gap.
+	ReplayEndpoint string `yaml:"replay_endpoint"`
+	// Topic is the topic prefix subscribed to ("" takes every topic).
+	Topic string `yaml:"topic"`
+	// MaxBlocks bounds the exact index: (engine, block) pairs held in all.
+	MaxBlocks int `yaml:"max_blocks"`
+	// ReplayTimeoutS bounds one replay; ReconnectS is the first wait before following a
+	// stream again after it broke (doubling, up to 30 s).
+	ReplayTimeoutS Seconds `yaml:"replay_timeout_s"`
+	ReconnectS     Seconds `yaml:"reconnect_s"`
+}
+
+// KVEventsOff, as an engine's kv_events.endpoint, follows no events from it whatever the
+// fleet-wide pattern says.
+const KVEventsOff = "off"
+
+// EngineKVEvents are one engine's KV event endpoints, overriding placement.kv_events' patterns.
+type EngineKVEvents struct {
+	Endpoint       string `yaml:"endpoint"`
+	ReplayEndpoint string `yaml:"replay_endpoint"`
 }
 
 // Placement policies.
@@ -282,6 +314,9 @@ type Engine struct {
 	Models      []string `yaml:"models"`
 	APIKey      string   `yaml:"api_key,omitempty"`
 	KV          KV       `yaml:"kv"`
+	// KVEvents names the engine's own KV event endpoints (placement.kv_events has the
+	// fleet's patterns).
+	KVEvents EngineKVEvents `yaml:"kv_events"`
 }
 
 // KV describes an engine's side of the KV transfer.
@@ -397,7 +432,8 @@ func Default() Config {
 		Disaggregation: Disaggregation{Policy: DisaggAuto, MinPromptTokens: 256,
 			PrefillSaturation: 0.9, DecodeHeadroom: 0.7, MaxLocalPromptTokens: 1024},
 		Placement: Placement{Policy: PlacePrefix, PrefixBlockWords: 64, PrefixIndexBlocks: 1 << 18,
-			LoadFactor: 1.25, ScrapeIntervalS: 0, ScrapeStaleS: 5, ScrapeTimeoutS: 1},
+			LoadFactor: 1.25, ScrapeIntervalS: 0, ScrapeStaleS: 5, ScrapeTimeoutS: 1,
+			KVEvents: KVEvents{MaxBlocks: 1 << 20, ReplayTimeoutS: 2, ReconnectS: 1}},
 		Recovery: Recovery{
 			MaxAttempts:       1,
 			RetryBudget:       RetryBudget{Ratio: 0.1, MinPerS: 5, WindowS: 10},

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"reflect"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/narwhal-router/narwhal/transport/kv"
@@ -118,7 +119,41 @@ type FleetRuntime struct {
 	ScrapeInterval time.Duration // 0: no scraping
 	ScrapeStale    time.Duration
 	ScrapeTimeout  time.Duration
+	KVEvents       KVEventsRuntime
 }
+
+// KVEventsRuntime is placement.kv_events provisioned.
+type KVEventsRuntime struct {
+	// Endpoint and Replay are the fleet's patterns ({host}: the engine URL's host); "" none.
+	Endpoint, Replay string
+	Topic            string
+	MaxBlocks        int
+	ReplayTimeout    time.Duration
+	Reconnect        time.Duration
+}
+
+// Endpoints are where to follow spec's KV events: its own kv_events, else the fleet's
+// patterns with its host; pub "" when none (or its endpoint is "off").
+func (k KVEventsRuntime) Endpoints(spec EngineSpec) (pub, replay string) {
+	pub, replay = spec.KVEvents.Endpoint, spec.KVEvents.ReplayEndpoint
+	if pub == "" {
+		pub = k.Endpoint
+		if replay == "" {
+			replay = k.Replay
+		}
+	}
+	if pub == KVEventsOff {
+		return "", ""
+	}
+	host := spec.KV.Host
+	if strings.Contains(host, ":") {
+		host = "[" + host + "]"
+	}
+	return strings.ReplaceAll(pub, kvEventsHost, host), strings.ReplaceAll(replay, kvEventsHost, host)
+}
+
+// kvEventsHost is the placeholder of placement.kv_events' patterns.
+const kvEventsHost = "{host}"
 
 // EngineTimings are the engine-leg bounds (engine.*, and server.max_response_bytes, which bounds
 // a passthrough answer as the engine client reads it).
@@ -222,6 +257,8 @@ type EngineSpec struct {
 	// Connector is the engine's kv.connector, resolved; KV is its side of the transfer.
 	Connector kv.Connector
 	KV        kv.Side
+	// KVEvents are the engine's own KV event endpoints (engines[].kv_events), as configured.
+	KVEvents EngineKVEvents
 }
 
 // TracingRuntime is tracing.* provisioned. Enabled is false while tracing.otlp_endpoint is
@@ -339,6 +376,9 @@ func Provision(c Config, connectors kv.Registry) (Runtime, error) {
 			IndexBlocks: c.Placement.PrefixIndexBlocks, LoadFactor: c.Placement.LoadFactor,
 			ScrapeInterval: c.Placement.ScrapeIntervalS.Duration(), ScrapeStale: c.Placement.ScrapeStaleS.Duration(),
 			ScrapeTimeout: c.Placement.ScrapeTimeoutS.Duration(),
+			KVEvents: KVEventsRuntime{Endpoint: c.Placement.KVEvents.Endpoint, Replay: c.Placement.KVEvents.ReplayEndpoint,
+				Topic: c.Placement.KVEvents.Topic, MaxBlocks: c.Placement.KVEvents.MaxBlocks,
+				ReplayTimeout: c.Placement.KVEvents.ReplayTimeoutS.Duration(), Reconnect: c.Placement.KVEvents.ReconnectS.Duration()},
 		},
 		Request: RequestRuntime{
 			Deadline:      c.Request.DeadlineS.Duration(),
@@ -466,6 +506,7 @@ func ProvisionEngine(e Engine, connectors kv.Registry) (EngineSpec, error) {
 			Engine: e.Name, Connector: conn.Name(), EngineID: e.KV.EngineID, Endpoint: e.KV.Endpoint,
 			TransferModes: modes, Host: u.Hostname(), AllowedEndpoints: e.KV.AllowedEndpoints, AllowedPorts: ports,
 		},
+		KVEvents: e.KVEvents,
 	}, nil
 }
 

@@ -311,6 +311,12 @@ func (ck *checker) engine(p string, e Engine) {
 	if e.KV.Endpoint != "" {
 		ck.hostPort(joinPath(p, "kv.endpoint"), e.KV.Endpoint, false)
 	}
+	if e.KVEvents.Endpoint != KVEventsOff {
+		ck.kvEventsEndpoint(joinPath(p, "kv_events.endpoint"), e.KVEvents.Endpoint, false)
+	} else if e.KVEvents.ReplayEndpoint != "" {
+		ck.fail(joinPath(p, "kv_events.replay_endpoint"), "is set but kv_events.endpoint is %q: leave it out", KVEventsOff)
+	}
+	ck.kvEventsEndpoint(joinPath(p, "kv_events.replay_endpoint"), e.KVEvents.ReplayEndpoint, false)
 	ck.engineFields(p, e)
 }
 
@@ -376,6 +382,45 @@ func (c *Config) checkPlacement(ck *checker) {
 	ck.nonNegative("placement.scrape_interval_s", p.ScrapeIntervalS)
 	ck.positive("placement.scrape_stale_s", p.ScrapeStaleS)
 	ck.positive("placement.scrape_timeout_s", p.ScrapeTimeoutS)
+	k := p.KVEvents
+	ck.kvEventsEndpoint("placement.kv_events.endpoint", k.Endpoint, true)
+	ck.kvEventsEndpoint("placement.kv_events.replay_endpoint", k.ReplayEndpoint, true)
+	if k.ReplayEndpoint != "" && k.Endpoint == "" {
+		ck.fail("placement.kv_events.replay_endpoint", "is set but placement.kv_events.endpoint is not: a replay fills gaps in a stream, so name the publisher too")
+	}
+	if k.MaxBlocks < 1 {
+		ck.fail("placement.kv_events.max_blocks", "must be 1 or more (engine, block) pairs, got %d", k.MaxBlocks)
+	}
+	ck.positive("placement.kv_events.replay_timeout_s", k.ReplayTimeoutS)
+	ck.positive("placement.kv_events.reconnect_s", k.ReconnectS)
+}
+
+// kvEventsEndpoint checks a KV event endpoint: tcp://host:port, where a fleet-wide pattern
+// may write {host} for the engine's host; "" is none.
+func (ck *checker) kvEventsEndpoint(path, v string, pattern bool) {
+	if v == "" {
+		return
+	}
+	want := "tcp://host:port"
+	if pattern {
+		want = "tcp://{host}:port or tcp://host:port"
+	}
+	rest, ok := strings.CutPrefix(v, "tcp://")
+	if !ok {
+		ck.fail(path, "%q is not a ZeroMQ TCP endpoint; write %s (vLLM's --kv-events-config endpoint, with the engine's address for its *)", v, want)
+		return
+	}
+	if pattern {
+		rest = strings.ReplaceAll(rest, kvEventsHost, "engine")
+	}
+	host, port, err := net.SplitHostPort(rest)
+	if err != nil || host == "" || host == "*" || strings.ContainsAny(host, "{}/") {
+		ck.fail(path, "%q is not a ZeroMQ TCP endpoint; write %s", v, want)
+		return
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		ck.fail(path, "%q: port %q is not a port from 1 to 65535", v, port)
+	}
 }
 
 // tracing checks tracing.*: the endpoint is a collector URL the chosen protocol can use.

@@ -27,8 +27,10 @@ import (
 type setup struct {
 	prefill, decode, both int
 	engine                sim.Options
-	// config adjusts the router configuration after the engines are filled in.
-	config func(*config.Config)
+	// config adjusts the router configuration after the engines are filled in; fleetConfig
+	// does too, knowing the started fleet (its engines' ports).
+	config      func(*config.Config)
+	fleetConfig func(*sim.Fleet, *config.Config)
 	// connectors is the KV connector registry the router runs with; zero: kv.Builtin.
 	connectors kv.Registry
 	// noWait returns as soon as the router listens, without waiting for its engines to join
@@ -84,6 +86,9 @@ func start(t *testing.T, s setup) *harness {
 	cfg.Engines = fleetEngines(fleet)
 	if s.config != nil {
 		s.config(&cfg)
+	}
+	if s.fleetConfig != nil {
+		s.fleetConfig(fleet, &cfg)
 	}
 	if len(s.connectors.Names()) == 0 {
 		s.connectors = kv.Builtin()

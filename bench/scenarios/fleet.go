@@ -29,12 +29,16 @@ type fleetPolicy struct {
 	Name, Disaggregation, Placement string
 	ScrapeS                         float64
 	Headroom                        float64 // disaggregation.decode_headroom; 0: the default
+	// KVEvents has every engine publish its KV cache events and the router follow them
+	// (placement.kv_events): prefix placement on the exact index instead of the estimate.
+	KVEvents bool
 }
 
 var fleetPolicies = []fleetPolicy{
 	{Name: "(a) always P/D + p2c", Disaggregation: config.DisaggAlways, Placement: config.PlaceP2C},
 	{Name: "(b) always P/D + round robin", Disaggregation: config.DisaggAlways, Placement: config.PlaceRoundRobin},
 	{Name: "(c) auto + prefix", Disaggregation: config.DisaggAuto, Placement: config.PlacePrefix, ScrapeS: 0.25},
+	{Name: "(d) auto + prefix on KV events", Disaggregation: config.DisaggAuto, Placement: config.PlacePrefix, ScrapeS: 0.25, KVEvents: true},
 }
 
 // fleetEngine is the simulated engine of the fleet scenario: the capacity model on, sized so
@@ -388,6 +392,9 @@ type fleetRig struct {
 // startFleetRig starts the fleet with engine options e and a router for policy p whose
 // prefix index hashes blockWords-word blocks (one trace block).
 func startFleetRig(p fleetPolicy, e sim.Options, blockWords int) (_ *fleetRig, err error) {
+	if p.KVEvents {
+		e.KVEvents, e.KVEventsReplay = "tcp://127.0.0.1:0", "tcp://127.0.0.1:0"
+	}
 	fleet, err := sim.StartFleet(sim.FleetOptions{Prefill: 2, Decode: 4, Engine: e})
 	if err != nil {
 		return nil, fmt.Errorf("fleet: %w", err)
@@ -410,8 +417,10 @@ func startFleetRig(p fleetPolicy, e sim.Options, blockWords int) (_ *fleetRig, e
 	}
 	cfg.Log.Level = "warn"
 	for _, e := range fleet.Engines {
+		pub, replay := e.KVEvents()
 		cfg.Engines = append(cfg.Engines, config.Engine{Name: e.Name(), URL: e.URL(), Role: config.Role(e.Role()), Models: e.Models(),
-			KV: config.KV{Connector: kv.NIXL, EngineID: e.EngineID(), Endpoint: e.KVEndpoint(), TransferModes: []string{"pull"}}})
+			KV:       config.KV{Connector: kv.NIXL, EngineID: e.EngineID(), Endpoint: e.KVEndpoint(), TransferModes: []string{"pull"}},
+			KVEvents: config.EngineKVEvents{Endpoint: pub, ReplayEndpoint: replay}})
 	}
 	rt, err := config.Provision(cfg, kv.Builtin())
 	if err != nil {

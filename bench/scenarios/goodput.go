@@ -28,6 +28,7 @@ type goodputPolicy struct {
 
 var goodputPolicies = []goodputPolicy{
 	{"auto", fleetPolicy{Name: "auto + prefix", Disaggregation: config.DisaggAuto, Placement: config.PlacePrefix, ScrapeS: 0.25}},
+	{"auto-events", fleetPolicy{Name: "auto + prefix on KV events", Disaggregation: config.DisaggAuto, Placement: config.PlacePrefix, ScrapeS: 0.25, KVEvents: true}},
 	{"pd", fleetPolicy{Name: "always P/D + p2c", Disaggregation: config.DisaggAlways, Placement: config.PlaceP2C}},
 	{"local", fleetPolicy{Name: "never (local) + p2c", Disaggregation: config.DisaggNever, Placement: config.PlaceP2C}},
 }

@@ -6,24 +6,28 @@ import (
 	json "github.com/goccy/go-json"
 )
 
-// Prefix-cache keys. A prompt's tokens are its whitespace-separated words (the decimal
-// ids of a token-id prompt; for chat, the words of every message's text in order), cut
-// into blocks of BlockSize tokens. Like vLLM's, the hash of block i is chained: it
-// covers block i's tokens and the hash of block i−1, so two prompts share block i's
-// hash exactly when their first (i+1)·BlockSize tokens are equal. A partial last block
-// has no hash.
+// Prefix-cache keys, the scheme the router's prefix index computes too (transport/wire's
+// Prompt.Blocks), so that the KV events the simulator publishes name blocks the router can
+// look up. A prompt's tokens are its whitespace-separated words (the decimal ids of a
+// token-id prompt; for chat, the words of every message's text in order), cut into blocks of
+// BlockSize tokens. The hash of the block ending at word n is the 64-bit FNV-1a of the
+// prompt's first n words, each followed by one space: a hash stands for all the text before
+// it, as vLLM's chained block hashes do, and two prompts share block i's hash exactly when
+// their first (i+1)·BlockSize words are equal. It does not depend on the block size either:
+// the router's block of placement.prefix_block_words words ends where one of the
+// simulator's blocks ends whenever the one is a multiple of the other, and has that block's
+// hash. A partial last block has no hash.
 
 const (
 	fnvOffset = 14695981039346656037
 	fnvPrime  = 1099511628211
 )
 
-// blockHasher hashes a stream of tokens into chained block hashes (FNV-1a, 64 bits).
+// blockHasher hashes a stream of tokens into block hashes (above).
 type blockHasher struct {
 	size int
 	n    int // tokens in the current block
 	h    uint64
-	prev uint64
 	out  []uint64
 	// ids, when wanted, collects every token's id (KV events' token_ids).
 	wantIDs bool
@@ -44,34 +48,21 @@ func tokenID(t string) uint32 {
 }
 
 func newBlockHasher(size int) *blockHasher {
-	b := &blockHasher{size: size}
-	b.start()
-	return b
-}
-
-func (b *blockHasher) start() {
-	b.h = fnvOffset
-	for i := range 8 {
-		b.h = (b.h ^ uint64(byte(b.prev>>(8*i)))) * fnvPrime
-	}
-	b.n = 0
+	return &blockHasher{size: size, h: fnvOffset}
 }
 
 func (b *blockHasher) token(t string) {
 	if b.wantIDs {
 		b.ids = append(b.ids, tokenID(t))
 	}
-	if b.n > 0 {
-		b.h = (b.h ^ ' ') * fnvPrime
-	}
 	for i := 0; i < len(t); i++ {
 		b.h = (b.h ^ uint64(t[i])) * fnvPrime
 	}
+	b.h = (b.h ^ ' ') * fnvPrime
 	b.n++
 	if b.n == b.size {
 		b.out = append(b.out, b.h)
-		b.prev = b.h
-		b.start()
+		b.n = 0
 	}
 }
 

@@ -29,6 +29,11 @@ type Subscriber struct {
 	Handle func(seq uint64, b Batch)
 	// Gap, if set, is told of batches first…last that could not be had.
 	Gap func(first, last uint64)
+	// Restart, if set, is told when the stream's numbers go back after a batch was received
+	// live: the publisher restarted (its numbers count from 0 again) and what it said before
+	// no longer holds. The stream goes on with the new numbering from 0 (what the new
+	// publisher sent before seq, the batch that showed the restart, is asked of the replay).
+	Restart func(seq uint64)
 }
 
 // Run subscribes and delivers batches until ctx ends (it then returns nil) or the stream
@@ -42,7 +47,7 @@ func (s *Subscriber) Run(ctx context.Context) error {
 	if err := sub.Dial(s.Endpoint); err != nil {
 		return fmt.Errorf("kvevents: dial %s: %w", s.Endpoint, err)
 	}
-	next, started := uint64(0), false
+	next, started, live := uint64(0), false, false
 	if s.From != nil {
 		next, started = *s.From, true
 	}
@@ -61,9 +66,19 @@ func (s *Subscriber) Run(ctx context.Context) error {
 		if !started {
 			next, started = m.Seq, true
 		}
-		if m.Seq < next {
-			continue // already had it (from a replay)
+		if m.Seq < next && live {
+			// The live stream is in order and a replay delivers only what came before the batch
+			// that started it: a number lower than one already received live is a new
+			// publisher's.
+			if s.Restart != nil {
+				s.Restart(m.Seq)
+			}
+			next = 0
 		}
+		if m.Seq < next {
+			continue // already had it (asked for From on)
+		}
+		live = true
 		if m.Seq > next {
 			if err := s.fill(ctx, next, m.Seq); err != nil {
 				return err

@@ -443,6 +443,19 @@ func (m *Metrics) EngineScrape(engine, result string) {
 	m.counter("engine_scrapes", "engine", engine, "result", result).Inc(1)
 }
 
+// KVEvents counts what an engine's KV cache event stream did: "batch" (a batch applied to the
+// exact prefix index), "gap" (batches lost for good: the engine's entries are dropped), "restart"
+// (the publisher started over), "error" (the stream broke and is followed again).
+func (m *Metrics) KVEvents(engine, result string) {
+	m.counter("kv_events", "engine", engine, "result", result).Inc(1)
+}
+
+// KVIndexBlocks reports the block hashes the exact prefix index holds for an engine, from its
+// KV cache events.
+func (m *Metrics) KVIndexBlocks(engine string, blocks int) {
+	m.gauge("kv_index_blocks", "engine", engine).Update(float64(blocks))
+}
+
 // EngineLoad reports an engine's scraped load.
 func (m *Metrics) EngineLoad(engine string, running, waiting int, kvUsage float64) {
 	m.gauge("engine_scraped_running", "engine", engine).Update(float64(running))

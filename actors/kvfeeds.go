@@ -1,0 +1,137 @@
+package actors
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/narwhal-router/narwhal/config"
+	"github.com/narwhal-router/narwhal/transport/kvevents"
+	"github.com/narwhal-router/narwhal/transport/telemetry"
+)
+
+// maxReconnect caps the wait before following a broken stream again.
+const maxReconnect = 30 * time.Second
+
+// kvFeeds follows the KV cache events of every engine that has a KV event endpoint
+// (placement.kv_events, engines[].kv_events), one goroutine each, into the exact prefix index.
+// Events never pass through an actor: a batch is applied to the index by the goroutine that
+// received it, and placement reads the index under its read lock. Engines are added as they
+// join the fleet and removed as they leave it (the index forgets them at once); stop ends
+// every feed.
+//
+// A feed falls back to the estimate (the index's lost) whenever what it knows may be wrong:
+// before its first batch, after a gap the replay could not fill, after the publisher started
+// over, while the stream is broken. A broken stream is followed again after reconnect_s,
+// doubling to 30 s while it keeps failing.
+type kvFeeds struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	cfg    config.KVEventsRuntime
+	index  *exactIndex
+	m      *telemetry.Metrics
+	log    *slog.Logger
+	wg     sync.WaitGroup
+
+	mu  sync.Mutex
+	per map[*engineView]context.CancelFunc
+}
+
+func startKVFeeds(cfg config.KVEventsRuntime, index *exactIndex, m *telemetry.Metrics, log *slog.Logger) *kvFeeds {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &kvFeeds{ctx: ctx, cancel: cancel, cfg: cfg, index: index, m: m, log: log, per: map[*engineView]context.CancelFunc{}}
+}
+
+// add follows v's events if spec names (or the fleet's patterns give) an endpoint.
+func (f *kvFeeds) add(v *engineView, spec config.EngineSpec) {
+	if f == nil || v.idx < 0 {
+		return
+	}
+	pub, replay := f.cfg.Endpoints(spec)
+	if pub == "" {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ctx.Err() != nil || f.per[v] != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(f.ctx)
+	f.per[v] = cancel
+	en := f.index.open(v.idx)
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		f.follow(ctx, v, en, pub, replay)
+	}()
+}
+
+// remove stops following v and drops its entries from the index.
+func (f *kvFeeds) remove(v *engineView) {
+	if f == nil {
+		return
+	}
+	f.mu.Lock()
+	cancel := f.per[v]
+	delete(f.per, v)
+	f.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		f.index.forget(v.idx)
+	}
+}
+
+func (f *kvFeeds) stop() {
+	if f == nil {
+		return
+	}
+	f.mu.Lock()
+	f.cancel()
+	f.mu.Unlock()
+	f.wg.Wait()
+}
+
+// follow runs v's subscription until ctx ends, following it again after each failure.
+func (f *kvFeeds) follow(ctx context.Context, v *engineView, en *exactEngine, pub, replay string) {
+	wait := f.cfg.Reconnect
+	report := func() { f.m.KVIndexBlocks(v.name, f.index.held(en)) }
+	for {
+		sub := kvevents.Subscriber{Endpoint: pub, Replay: replay, Topic: f.cfg.Topic, ReplayTimeout: f.cfg.ReplayTimeout,
+			Handle: func(_ uint64, b kvevents.Batch) {
+				f.index.apply(en, b)
+				f.m.KVEvents(v.name, "batch")
+				report()
+				wait = f.cfg.Reconnect
+			},
+			Gap: func(first, last uint64) {
+				f.index.lost(en)
+				f.m.KVEvents(v.name, "gap")
+				report()
+				f.log.Warn("KV events lost: the engine's exact prefix index starts over", "engine", v.name,
+					"first", first, "last", last, "replay", replay)
+			},
+			Restart: func(seq uint64) {
+				f.index.lost(en)
+				f.m.KVEvents(v.name, "restart")
+				report()
+				f.log.Info("KV event publisher started over: the engine's exact prefix index starts over", "engine", v.name, "seq", seq)
+			},
+		}
+		err := sub.Run(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		f.index.lost(en)
+		f.m.KVEvents(v.name, "error")
+		report()
+		f.log.Warn("KV event stream broke: placing on the estimate until it is followed again", "engine", v.name,
+			"endpoint", pub, "error", err, "retry_in", wait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, maxReconnect)
+	}
+}

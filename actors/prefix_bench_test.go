@@ -1,0 +1,170 @@
+package actors
+
+import (
+	"fmt"
+	"runtime"
+	"testing"
+
+	"github.com/narwhal-router/narwhal/config"
+	"github.com/narwhal-router/narwhal/transport/fault"
+	"github.com/narwhal-router/narwhal/transport/kvevents"
+)
+
+// Placement at a thousand engines (250 producers, 750 consumers) with the prefix index full at
+// 1M blocks: one decision is a consumer's pick and a producer's pick, each matching a
+// 4,000-word prompt (62 blocks of 64 words) against the index. bench/README.md has the
+// figures ("A thousand engines"); run with
+//
+//	go test -run '^$' -bench 'PlacementAtAThousandEngines|PrefixIndexMemory' -benchtime 2s ./actors/
+func BenchmarkPlacementAtAThousandEngines(b *testing.B) {
+	const producers, consumers, promptBlocks = 250, 750, 62
+	for _, c := range []struct {
+		name  string
+		exact bool
+		hot   bool // every engine holds the prompt's first block (one system prompt everywhere)
+		p2c   bool // placement.policy p2c: the fleet scan alone, no index read
+	}{{"estimate", false, false, false}, {"events", true, false, false}, {"estimate-hot-prefix", false, true, false},
+		{"events-hot-prefix", true, true, false}, {"p2c", false, false, true}} {
+		b.Run(c.name, func(b *testing.B) {
+			exact := newExactIndex(1 << 20)
+			x := newPrefixIndex(1<<20, exact)
+			f := &fleet{index: x}
+			var views []*engineView
+			for i := range producers + consumers {
+				role := config.RoleDecode
+				if i < producers {
+					role = config.RolePrefill
+				}
+				v := view(fmt.Sprintf("e%d", i), role, int32(i%7), 0)
+				v.idx = x.takeSlot()
+				views = append(views, v)
+			}
+			f.publish(views)
+			fillIndex(x, exact, views, c.exact)
+			prompt := chain(1<<40, promptBlocks)
+			if c.hot {
+				for _, v := range views {
+					x.record(prompt[:1], v.idx)
+					if c.exact {
+						exact.apply(exact.engines[v.idx], batchOf(stored(prompt[0])))
+					}
+				}
+			}
+			home := views[producers+17]
+			x.record(prompt[:40], home.idx)
+			if c.exact {
+				exact.apply(exact.engines[home.idx], batchOf(stored(prompt[:40]...)))
+			}
+			rules := &config.FleetRuntime{Placement: config.PlacePrefix, LoadFactor: 1.25}
+			if c.p2c {
+				rules.Placement = config.PlaceP2C
+			}
+			s := f.load()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				c := s.pickFor(ask{phase: fault.PhaseDecode, model: "m", blocks: prompt, rules: rules}, nil)
+				p := s.pickFor(ask{phase: fault.PhasePrefill, model: "m", blocks: prompt, tokens: 4000, rules: rules,
+					avoid: []string{c.engine.name}}, nil)
+				if c.engine == nil || p.engine == nil {
+					b.Fatal("no placement")
+				}
+			}
+		})
+	}
+}
+
+// chain is n block hashes of one prompt, from seed.
+func chain(seed uint64, n int) []uint64 {
+	out := make([]uint64, n)
+	for i := range out {
+		seed = seed*6364136223846793005 + 1442695040888963407
+		out[i] = seed
+	}
+	return out
+}
+
+// fillIndex fills the estimate past its bound (it turns over and holds 0.5–1M blocks) with
+// 32-block prompts spread over the engines and, with exact, the exact index with 1M (engine,
+// block) pairs.
+func fillIndex(x *prefixIndex, exact *exactIndex, views []*engineView, withExact bool) {
+	for i := range 1 << 16 {
+		x.record(chain(uint64(i), 32), views[i%len(views)].idx)
+	}
+	if !withExact {
+		return
+	}
+	ens := make([]*exactEngine, len(views))
+	for i, v := range views {
+		ens[i] = exact.open(v.idx)
+	}
+	for i := range 1 << 15 {
+		exact.apply(ens[i%len(ens)], kvevents.Batch{Events: []kvevents.Event{stored(chain(uint64(i)+1<<30, 32)...)}})
+	}
+}
+
+// BenchmarkPrefixIndexMemory reports the heap each index takes per block at 1M: the estimate
+// (block hashes, at its bound of 1M) and the exact index (1M (engine, block) pairs over 1,000
+// engines).
+func BenchmarkPrefixIndexMemory(b *testing.B) {
+	for b.Loop() {
+		before := heap()
+		x := newPrefixIndex(1<<20, nil)
+		for i := range 1<<15 + 1<<14 - 1 { // 1.5M distinct blocks: one turnover, then a full newer generation
+			x.record(chain(uint64(i), 32), i%1000)
+		}
+		_, total := x.count()
+		mid := heap()
+		b.ReportMetric(float64(mid-before)/float64(total), "estimate-B/block")
+		b.ReportMetric(float64(total), "estimate-blocks")
+		e := newExactIndex(1 << 20)
+		ens := make([]*exactEngine, 1000)
+		for i := range ens {
+			ens[i] = e.open(i)
+		}
+		for i := range 1 << 15 {
+			e.apply(ens[i%1000], kvevents.Batch{Events: []kvevents.Event{stored(chain(uint64(i), 32)...)}})
+		}
+		after := heap()
+		b.ReportMetric(float64(after-mid)/float64(e.pairs), "exact-B/pair")
+		b.ReportMetric(float64(e.pairs), "exact-pairs")
+		runtime.KeepAlive(x)
+		runtime.KeepAlive(e)
+	}
+}
+
+func heap() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// BenchmarkPrefixMatchAtAMillionBlocks is the index's part of a placement: one prompt of 62
+// blocks matched against 1M blocks over 1,000 engines, from the estimate and from events.
+func BenchmarkPrefixMatchAtAMillionBlocks(b *testing.B) {
+	for _, withExact := range []bool{false, true} {
+		b.Run(map[bool]string{false: "estimate", true: "events"}[withExact], func(b *testing.B) {
+			exact := newExactIndex(1 << 20)
+			x := newPrefixIndex(1<<20, exact)
+			views := make([]*engineView, 1000)
+			for i := range views {
+				views[i] = &engineView{idx: x.takeSlot()}
+			}
+			fillIndex(x, exact, views, withExact)
+			prompt := chain(1<<40, 62)
+			x.record(prompt[:40], 17)
+			if withExact {
+				exact.apply(exact.engines[17], batchOf(stored(prompt[:40]...)))
+			}
+			var buf [32]slotDepth
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				if m := x.match(prompt, buf[:0]); m.of(17) != 40 {
+					b.Fatalf("match %v", m)
+				}
+			}
+		})
+	}
+}
