@@ -24,20 +24,25 @@ type accessLine struct {
 	Consumer  string `json:"consumer,omitempty"`
 	// Disaggregation is the placement's decision ("disaggregated" or "local") and DisaggReason
 	// the rule that made it; PrefixMatch the consumer's prefix-index match, in blocks.
-	Disaggregation string  `json:"disaggregation,omitempty"`
-	DisaggReason   string  `json:"disaggregation_reason,omitempty"`
-	PrefixMatch    int     `json:"prefix_match_blocks,omitempty"`
-	TTFT           float64 `json:"ttft_s,omitempty"`
-	FirstByte      float64 `json:"first_byte_s,omitempty"`
-	HandoffAge     float64 `json:"handoff_age_s,omitempty"`
-	Total          float64 `json:"total_s"`
-	OutputTokens   int     `json:"output_tokens"`
-	PromptTokens   int     `json:"prompt_tokens,omitempty"`
-	CachedTokens   int     `json:"cached_tokens,omitempty"`
-	ErrorKind      string  `json:"error_kind,omitempty"`
-	ErrorEngine    string  `json:"error_engine,omitempty"`
-	ErrorDetail    string  `json:"error_detail,omitempty"`
-	Reason         string  `json:"descriptor_reason,omitempty"`
+	Disaggregation string `json:"disaggregation,omitempty"`
+	DisaggReason   string `json:"disaggregation_reason,omitempty"`
+	PrefixMatch    int    `json:"prefix_match_blocks,omitempty"`
+	// PredictedLocal and PredictedDisagg are the times to first token the decision predicted
+	// on the consumer alone and through the producer, when it predicted (a long prompt under
+	// auto once rates are measured): set beside TTFT, they show how good the prediction is.
+	PredictedLocal  float64 `json:"predicted_ttft_local_s,omitempty"`
+	PredictedDisagg float64 `json:"predicted_ttft_disaggregated_s,omitempty"`
+	TTFT            float64 `json:"ttft_s,omitempty"`
+	FirstByte       float64 `json:"first_byte_s,omitempty"`
+	HandoffAge      float64 `json:"handoff_age_s,omitempty"`
+	Total           float64 `json:"total_s"`
+	OutputTokens    int     `json:"output_tokens"`
+	PromptTokens    int     `json:"prompt_tokens,omitempty"`
+	CachedTokens    int     `json:"cached_tokens,omitempty"`
+	ErrorKind       string  `json:"error_kind,omitempty"`
+	ErrorEngine     string  `json:"error_engine,omitempty"`
+	ErrorDetail     string  `json:"error_detail,omitempty"`
+	Reason          string  `json:"descriptor_reason,omitempty"`
 }
 
 // accessLog writes one JSON line per request through a buffer flushed every interval

@@ -49,16 +49,21 @@ func (s *requestSupervisor) place(ctx actor.Context) {
 			return
 		}
 		cons := c.engine
-		s.decision, s.prefixMatch = s.decide(f, cons, c.match), c.match
+		s.decision, s.prefixMatch, s.predicted = s.decide(f, cons, c.match), c.match, prediction{}
 		var prod *engineView
 		if !s.decision.local {
 			p := f.pickFor(ask{phase: fault.PhasePrefill, model: model, avoid: append(s.avoid[:len(s.avoid):len(s.avoid)], cons.name),
 				full: s.full, exclude: s.exclude, blocks: blocks, tokens: s.prompt.Tokens, rules: rules}, s.env.metrics)
 			switch auto := s.set.fleet.Disaggregation == config.DisaggAuto; {
-			case auto && p.engine == nil && p.why == noRoom && s.uncachedOn(c.match) <= s.set.fleet.MaxLocalPrompt:
+			case auto && p.engine == nil && p.why == noRoom && s.affordsWhileFull(cons, c.match):
 				// Every producer is full: the consumer computes a prompt it can afford rather
 				// than wait.
 				s.decision = decision{true, reasonPrefillSaturated}
+			case auto && p.engine != nil && p.engine != cons && s.decision.reason == reasonLongPrompt && s.predicting():
+				// A long prompt goes where its first token is predicted sooner.
+				if s.decision = s.predict(f, cons, c.match, p); !s.decision.local {
+					prod = p.engine
+				}
 			case auto && (p.engine == cons || (p.engine == nil && p.why != noRoom)):
 				// Nowhere else to prefill (none admitted, or only the consumer itself): the
 				// consumer computes the prompt rather than fail or prefill twice.
@@ -76,7 +81,11 @@ func (s *requestSupervisor) place(ctx actor.Context) {
 			s.full = append(s.full, prod.name)
 			continue
 		}
+		var leg computeLeg
 		if prod != nil {
+			now := time.Now()
+			leg = computeLeg{engine: prod, tokens: s.uncachedOn(f.matchOf(prod, blocks)), at: now,
+				queued: f.loadFor(prod, ask{phase: fault.PhasePrefill, tokens: s.prompt.Tokens, rules: rules}, now)}
 			prod.prefillTokens.Add(int64(s.prompt.Tokens)) // returned with the slot (release)
 		}
 		if !cons.reserve(fault.PhaseDecode) {
@@ -89,6 +98,12 @@ func (s *requestSupervisor) place(ctx actor.Context) {
 		}
 		s.producer, s.consumer = prod, cons
 		s.held = [2]*engineView{prod, cons}
+		if prod == nil {
+			rest := s.uncachedOn(c.match)
+			leg = computeLeg{engine: cons, queued: int(cons.localTokens.Load()), tokens: rest, at: time.Now()}
+			s.holdLocalWork(cons, rest)
+		}
+		s.leg = leg
 		if prod != nil {
 			s.reportSlots(prod)
 			f.index.record(blocks, prod.idx)
@@ -157,6 +172,8 @@ func (s *requestSupervisor) onAttemptEnded(ctx actor.Context, o *ingress.Attempt
 	if o.Committed {
 		// Committed. The first token means the KV cache has moved: the producer's part is over.
 		s.firstByte = o.FirstTokenAt.Sub(s.x.Arrival)
+		s.dropLocalWork()
+		s.measureCommit(o.PrefillDone, o.FirstTokenAt)
 		s.stage = stageStreaming
 		s.committed()
 		s.judge(ctx, true)

@@ -23,6 +23,8 @@ func (s *requestSupervisor) release(ctx actor.Context, phase fault.Phase, f *fau
 	s.held[phase] = nil
 	if phase == fault.PhasePrefill {
 		e.prefillTokens.Add(-int64(s.prompt.Tokens))
+	} else {
+		s.dropLocalWork() // a local decode that ended before its first token
 	}
 	if wasFull := e.release(phase); wasFull && s.env.queued.Load() > 0 {
 		ctx.Send(s.env.pool, &messages.CapacityFreed{Engine: e.name})
@@ -137,6 +139,7 @@ func (s *requestSupervisor) record() {
 		}
 		if !s.x.Body.Endpoint.Passthrough() {
 			line.Disaggregation, line.DisaggReason, line.PrefixMatch = s.decision.name(), s.decision.reason, s.prefixMatch
+			line.PredictedLocal, line.PredictedDisagg = s.predicted.local.Seconds(), s.predicted.disaggregated.Seconds()
 		}
 	}
 	if s.stage != stageQueued && !s.decodeStart.IsZero() {

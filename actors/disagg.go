@@ -21,6 +21,8 @@ const (
 	reasonPrefillSaturated = "prefill_saturated"
 	reasonNoProducer       = "no_producer"
 	reasonLongPrompt       = "long_prompt"
+	reasonPredictedTTFT    = "predicted_ttft"
+	reasonLocalStall       = "local_stall"
 )
 
 // decision is one attempt's disaggregation decision: local (the consumer computes the prompt
@@ -54,7 +56,8 @@ func (s *requestSupervisor) countDecision() {
 // decide chooses between the prefill/decode path and same-worker decode on cons, which the
 // prefix index says served match of the prompt's leading blocks. The rules and their order are
 // docs/configuration.md's; the producer side (none other than cons can prefill) is decided
-// when the producer is picked.
+// when the producer is picked, and so is, once the router measures prefill rates, a long
+// prompt's (predict, ttft.go): decide's long_prompt is then provisional.
 func (s *requestSupervisor) decide(f *fleetSnapshot, cons *engineView, match int) decision {
 	fr := &s.set.fleet
 	p := &s.prompt
@@ -72,7 +75,8 @@ func (s *requestSupervisor) decide(f *fleetSnapshot, cons *engineView, match int
 	switch {
 	case rest < fr.MinPromptTokens:
 		return decision{true, reasonPrefixCached}
-	case rest <= fr.MaxLocalPrompt && s.prefillSaturated(f, cons):
+	case !s.predicting() && rest <= fr.MaxLocalPrompt && s.prefillSaturated(f, cons):
+		// Until the first rate is measured there is nothing to predict from: a fixed rule.
 		return decision{true, reasonPrefillSaturated}
 	}
 	return decision{false, reasonLongPrompt}

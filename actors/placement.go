@@ -46,6 +46,12 @@ type engineView struct {
 	// prefillTokens is the estimated prompt tokens of the prefill reservations held: a
 	// producer's load is its work, and prompts differ a hundredfold in length.
 	prefillTokens atomic.Int64
+	// localTokens is the estimated uncached prompt tokens of the local decodes placed on this
+	// consumer that have not produced their first token: the prompts it is computing for us.
+	localTokens atomic.Int64
+	// rate is the engine's measured prefill rate (ttft.go), as a producer or computing a local
+	// decode's prompt.
+	rate rateEWMA
 
 	// commits counts the requests that committed with the engine as their consumer or producer,
 	// and lastCommit is the newest one's time (unix nanoseconds): the evidence the blame board

@@ -83,6 +83,9 @@ type requestEnv struct {
 	// queued is the admission queue's depth (written by the pool): a released slot is worth a
 	// message to the pool only while requests wait.
 	queued atomic.Int32
+	// rates are the fleet's measured prefill rates, the disaggregation prediction's inputs
+	// (ttft.go).
+	rates prefillRates
 }
 
 // current is the settings requests arriving now run with.
@@ -144,6 +147,12 @@ type requestSupervisor struct {
 	prompted    bool
 	decision    decision
 	prefixMatch int
+	// predicted is the decision's predicted times to first token (ttft.go); leg the attempt's
+	// prompt work, measured at commit; localHeld the tokens counted in the consumer's
+	// localTokens for a local decode, until its first token.
+	predicted prediction
+	leg       computeLeg
+	localHeld int64
 
 	gone      bool // the client hung up
 	answered  bool // ingress got its final command

@@ -149,10 +149,17 @@ type Disaggregation struct {
 	// consumer is less busy than DecodeHeadroom, the consumer decodes alone.
 	PrefillSaturation float64 `yaml:"prefill_saturation"`
 	DecodeHeadroom    float64 `yaml:"decode_headroom"`
-	// MaxLocalPromptTokens bounds the saturation rule: a prompt whose uncached part is
-	// estimated above it still waits for a producer, since computing it on the consumer would
-	// stall every stream decoding there.
+	// MaxLocalPromptTokens bounds the saturation rule, which decides until the router has
+	// measured a prefill rate: a prompt whose uncached part is estimated above it still waits
+	// for a producer, since computing it on the consumer would stall every stream decoding
+	// there. Once rates are measured, LocalStallBudgetS bounds it instead, in time.
 	MaxLocalPromptTokens int `yaml:"max_local_prompt_tokens"`
+	// LocalStallBudgetS: under auto, once the router has measured prefill rates, a long prompt
+	// is computed on its consumer only when its first token is predicted sooner there than
+	// through a producer and the prompts the consumer is computing for us, this one included,
+	// are predicted done within this many seconds: the longest the streams decoding there are
+	// held up by them. 0 turns the prediction off: the saturation rule keeps deciding.
+	LocalStallBudgetS Seconds `yaml:"local_stall_budget_s"`
 }
 
 // Disaggregation policies.
@@ -430,7 +437,8 @@ func Default() Config {
 		},
 		Handoff: Handoff{MaxAgeS: 30, OnMissing: OnMissingRecompute},
 		Disaggregation: Disaggregation{Policy: DisaggAuto, MinPromptTokens: 256,
-			PrefillSaturation: 0.9, DecodeHeadroom: 0.7, MaxLocalPromptTokens: 1024},
+			PrefillSaturation: 0.9, DecodeHeadroom: 0.7, MaxLocalPromptTokens: 1024,
+			LocalStallBudgetS: 0.25},
 		Placement: Placement{Policy: PlacePrefix, PrefixBlockWords: 64, PrefixIndexBlocks: 1 << 18,
 			LoadFactor: 1.25, ScrapeIntervalS: 0, ScrapeStaleS: 5, ScrapeTimeoutS: 1,
 			KVEvents: KVEvents{MaxBlocks: 1 << 20, ReplayTimeoutS: 2, ReconnectS: 1}},

@@ -111,6 +111,7 @@ type FleetRuntime struct {
 	PrefillSaturation float64
 	DecodeHeadroom    float64
 	MaxLocalPrompt    int
+	LocalStallBudget  time.Duration
 
 	Placement      string // prefix, p2c, round_robin
 	BlockWords     int
@@ -371,8 +372,8 @@ func Provision(c Config, connectors kv.Registry) (Runtime, error) {
 		Fleet: FleetRuntime{
 			Disaggregation: c.Disaggregation.Policy, MinPromptTokens: c.Disaggregation.MinPromptTokens,
 			PrefillSaturation: c.Disaggregation.PrefillSaturation, DecodeHeadroom: c.Disaggregation.DecodeHeadroom,
-			MaxLocalPrompt: c.Disaggregation.MaxLocalPromptTokens,
-			Placement:      c.Placement.Policy, BlockWords: c.Placement.PrefixBlockWords,
+			MaxLocalPrompt: c.Disaggregation.MaxLocalPromptTokens, LocalStallBudget: c.Disaggregation.LocalStallBudgetS.Duration(),
+			Placement: c.Placement.Policy, BlockWords: c.Placement.PrefixBlockWords,
 			IndexBlocks: c.Placement.PrefixIndexBlocks, LoadFactor: c.Placement.LoadFactor,
 			ScrapeInterval: c.Placement.ScrapeIntervalS.Duration(), ScrapeStale: c.Placement.ScrapeStaleS.Duration(),
 			ScrapeTimeout: c.Placement.ScrapeTimeoutS.Duration(),

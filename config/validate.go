@@ -349,6 +349,10 @@ func (ck *checker) engineFields(p string, e Engine) {
 	}
 }
 
+// maxLocalStallBudget bounds disaggregation.local_stall_budget_s: streams held up for longer
+// than this have missed any inter-token target an operator would set.
+const maxLocalStallBudget = 10
+
 // maxDrainDelay bounds server.drain_delay_s: load balancers notice a failing readiness check
 // within seconds; minutes would only delay every shutdown.
 const maxDrainDelay = 300
@@ -364,6 +368,9 @@ func (c *Config) checkPlacement(ck *checker) {
 	}
 	if d.MaxLocalPromptTokens < d.MinPromptTokens {
 		ck.fail("disaggregation.max_local_prompt_tokens", "must be at least disaggregation.min_prompt_tokens (%d), got %d", d.MinPromptTokens, d.MaxLocalPromptTokens)
+	}
+	if !(d.LocalStallBudgetS >= 0) || d.LocalStallBudgetS > maxLocalStallBudget {
+		ck.fail("disaggregation.local_stall_budget_s", "must be 0 (no prediction: the saturation rule decides) to %d seconds, got %v", maxLocalStallBudget, float64(d.LocalStallBudgetS))
 	}
 	if d.DecodeHeadroom <= 0 || d.DecodeHeadroom > 1 {
 		ck.fail("disaggregation.decode_headroom", "must be a fraction greater than 0 and at most 1, got %v", d.DecodeHeadroom)

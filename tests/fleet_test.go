@@ -188,6 +188,63 @@ func TestEveryDisaggregationReason(t *testing.T) {
 	})
 }
 
+// TestAutoPredictsWhereTheFirstTokenComesSooner: once the router has measured the producer's
+// prefill rate, a long prompt goes local only when the producer's queue would make it wait
+// longer than computing it on the consumer takes, and only within the consumer's stall budget.
+// The engines compute prompts at 1 ms a token, so the producer's queue is the router's own
+// reservations: a 1,500-word prompt held on it.
+func TestAutoPredictsWhereTheFirstTokenComesSooner(t *testing.T) {
+	for _, tc := range []struct {
+		name, decision, reason string
+		budget                 config.Seconds
+	}{
+		{"within the budget", "local", "predicted_ttft", 5},
+		{"over the budget", "disaggregated", "local_stall", 0.05},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := start(t, setup{prefill: 1, decode: 1, engine: sim.Options{Tokens: 2, PrefillPerToken: time.Millisecond}, config: func(c *config.Config) {
+				policy(config.DisaggAuto, 100)(c)
+				c.Disaggregation.LocalStallBudgetS = tc.budget
+			}})
+			// Nothing measured yet: the fixed rule, no prediction in the log.
+			first := h.send("/v1/completions", completions(words("a", 300)))
+			if first.status != 200 {
+				t.Fatalf("status %d: %s", first.status, first.body)
+			}
+			if line := h.expectDecision(first.id, "disaggregated", "long_prompt", 1); line["predicted_ttft_local_s"] != nil {
+				t.Fatalf("a decision before any measurement logged a prediction: %v", line)
+			}
+			// An idle producer: computing the prompt locally would hold the consumer's streams
+			// for as long as the producer takes, so it is disaggregated.
+			held, resp, cancel := h.startRequest("/v1/completions", completions(words("b", 1500)))
+			defer cancel()
+			eventually(t, 5*time.Second, func() bool { return h.engine("p0").Reserved.Prefill == 1 },
+				func() string { return "the long prefill never took its slot" })
+			// Behind it on the producer a short long prompt would wait ~1.5 s; on the
+			// consumer its first token is ~0.15 s away.
+			r := h.send("/v1/completions", completions(words("c", 150)))
+			if r.status != 200 {
+				t.Fatalf("status %d: %s", r.status, r.body)
+			}
+			line := h.expectDecision(r.id, tc.decision, tc.reason, 1)
+			local, _ := line["predicted_ttft_local_s"].(float64)
+			pd, _ := line["predicted_ttft_disaggregated_s"].(float64)
+			if local <= 0 || pd <= 2*local {
+				t.Fatalf("predicted %v s local, %v s disaggregated: want the producer's queue to make it slower: %v", local, pd, line)
+			}
+			if res := <-resp; res == nil || res.StatusCode != 200 {
+				t.Fatalf("the held request failed: %v", res)
+			}
+			h.expectDecision(held, "disaggregated", "long_prompt", 2)
+			wantLegs := 3 // prefill legs: the first, the held one, and the last unless local
+			if tc.decision == "local" {
+				wantLegs = 2
+			}
+			h.expectLegs(wantLegs, 3)
+		})
+	}
+}
+
 // TestARetryIsNotASecondDecision: the decision counter holds one decision per request; the
 // retry's own decision is counted apart.
 func TestARetryIsNotASecondDecision(t *testing.T) {

@@ -36,6 +36,8 @@ type Env struct {
 	SLOTTFT, SLOTPOT time.Duration
 	// Rates are the goodput scenario's offered rates in requests/s; empty: its default sweep.
 	Rates []float64
+	// Policies are the goodput scenario's arms by key (auto, pd, …); empty: all of them.
+	Policies []string
 }
 
 // Logf prints progress to stderr, stamped.

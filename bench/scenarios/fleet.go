@@ -32,6 +32,9 @@ type fleetPolicy struct {
 	// KVEvents has every engine publish its KV cache events and the router follow them
 	// (placement.kv_events): prefix placement on the exact index instead of the estimate.
 	KVEvents bool
+	// FixedRule turns the TTFT prediction off (disaggregation.local_stall_budget_s 0): auto as
+	// it decided before the prediction, for an A/B arm in the same run.
+	FixedRule bool
 }
 
 var fleetPolicies = []fleetPolicy{
@@ -414,6 +417,12 @@ func startFleetRig(p fleetPolicy, e sim.Options, blockWords int) (_ *fleetRig, e
 	cfg.Placement.ScrapeIntervalS = config.Seconds(p.ScrapeS)
 	if p.Headroom > 0 {
 		cfg.Disaggregation.DecodeHeadroom = p.Headroom
+	}
+	if p.FixedRule {
+		cfg.Disaggregation.LocalStallBudgetS = 0
+	} else if v := os.Getenv("NARWHAL_BENCH_STALL_BUDGET_S"); v != "" {
+		f, _ := strconv.ParseFloat(v, 64)
+		cfg.Disaggregation.LocalStallBudgetS = config.Seconds(f)
 	}
 	cfg.Log.Level = "warn"
 	for _, e := range fleet.Engines {

@@ -26,11 +26,41 @@ type goodputPolicy struct {
 	fleetPolicy
 }
 
-var goodputPolicies = []goodputPolicy{
+var allGoodputPolicies = []goodputPolicy{
 	{"auto", fleetPolicy{Name: "auto + prefix", Disaggregation: config.DisaggAuto, Placement: config.PlacePrefix, ScrapeS: 0.25}},
+	{"auto-fixed", fleetPolicy{Name: "auto + prefix, fixed rule", Disaggregation: config.DisaggAuto, Placement: config.PlacePrefix, ScrapeS: 0.25, FixedRule: true}},
 	{"auto-events", fleetPolicy{Name: "auto + prefix on KV events", Disaggregation: config.DisaggAuto, Placement: config.PlacePrefix, ScrapeS: 0.25, KVEvents: true}},
 	{"pd", fleetPolicy{Name: "always P/D + p2c", Disaggregation: config.DisaggAlways, Placement: config.PlaceP2C}},
 	{"local", fleetPolicy{Name: "never (local) + p2c", Disaggregation: config.DisaggNever, Placement: config.PlaceP2C}},
+}
+
+// goodputPolicies are the arms this run measures: every one of allGoodputPolicies, or those
+// -goodput-policies names.
+var goodputPolicies = allGoodputPolicies
+
+// selectGoodputPolicies keeps the arms keys names, in allGoodputPolicies' order; none: all.
+func selectGoodputPolicies(keys []string) error {
+	goodputPolicies = allGoodputPolicies
+	if len(keys) == 0 {
+		return nil
+	}
+	var sel []goodputPolicy
+	for _, p := range allGoodputPolicies {
+		for _, k := range keys {
+			if k == p.Key {
+				sel = append(sel, p)
+			}
+		}
+	}
+	if len(sel) != len(keys) {
+		var known []string
+		for _, p := range allGoodputPolicies {
+			known = append(known, p.Key)
+		}
+		return fmt.Errorf("-goodput-policies %s: want some of %s", strings.Join(keys, ","), strings.Join(known, ", "))
+	}
+	goodputPolicies = sel
+	return nil
 }
 
 // The goodput scenario's constants (bench/README.md, "Goodput", explains each).
@@ -155,6 +185,9 @@ func Goodput(env harness.Env) (*report.Section, error) {
 	}
 	recs, err := trace.Load(env.Trace)
 	if err != nil {
+		return nil, err
+	}
+	if err := selectGoodputPolicies(env.Policies); err != nil {
 		return nil, err
 	}
 	rates := env.Rates

@@ -72,6 +72,13 @@ func run() int {
 		}
 		return nil
 	})
+	var policies []string
+	flag.Func("goodput-policies", "goodput scenario: comma-separated arms to run (auto, auto-fixed, auto-events, pd, local; default: all)", func(v string) error {
+		for _, k := range strings.Split(v, ",") {
+			policies = append(policies, strings.TrimSpace(k))
+		}
+		return nil
+	})
 	var routerEnv []string
 	flag.Func("router-env", "NAME=VALUE added to the router's environment, repeatable (experiments: GOGC=50)", func(v string) error {
 		if !strings.Contains(v, "=") {
@@ -166,7 +173,7 @@ func run() int {
 			return 1
 		}
 		env := harness.Env{Narwhal: bin, Baseline: baseBin, BaselineTraced: *traced, Self: self, Dir: dir, Profile: *profile, Quick: *quick, RouterEnv: routerEnv, Trace: *tracePath,
-			SLOTTFT: *sloTTFT, SLOTPOT: *sloTPOT, Rates: rates}
+			SLOTTFT: *sloTTFT, SLOTPOT: *sloTPOT, Rates: rates, Policies: policies}
 		harness.Logf("scenario %s: starting (logs in %s)", sc.Name, dir)
 		t0, load0 := time.Now(), scenarios.LoadAverage()
 		sec, err := sc.Run(env)
