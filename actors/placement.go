@@ -3,6 +3,8 @@ package actors
 import (
 	"math"
 	"math/rand/v2"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -21,16 +23,26 @@ import (
 // else here — placeability, the failure streak, the models — is written by the engine actor
 // alone and only read by others.
 type engineView struct {
-	idx         int // the engine's prefix-index slot (its bit), -1 when it has none
-	name        string
-	role        config.Role
-	maxInflight int
-	client      *transport.EngineClient
-	pid         *actor.PID
-
-	models    atomic.Pointer[[]string]
+	// What placement reads of every candidate comes first, so that a walk over the candidates
+	// (sift) reads one cache line of each engine.
 	slots     atomic.Uint64 // reservations held: prefill in the high 32 bits, decode in the low
 	placeable atomic.Bool   // admitted: neither joining, quarantined nor ejected
+	// prefillTokens is the estimated prompt tokens of the prefill reservations held: a
+	// producer's load is its work, and prompts differ a hundredfold in length.
+	prefillTokens atomic.Int64
+	// scraped is the last /metrics scrape (placement.scrape_interval_s), written by its scraper.
+	scraped     atomic.Pointer[loadSample]
+	maxInflight int
+	// pushback is the engine's backpressure record (backpressure.go).
+	pushback pushback
+
+	idx    int // the engine's prefix-index slot (its bit), -1 when it has none
+	name   string
+	role   config.Role
+	client *transport.EngineClient
+	pid    *actor.PID
+
+	models modelList
 	// state is the engine's lifecycle state as the engine actor publishes it (breakerState),
 	// for readiness's reasons.
 	state atomic.Uint32
@@ -41,11 +53,6 @@ type engineView struct {
 	// takesOut is the consequence of the next counted failure, as the engine actor publishes it:
 	// true when that failure quarantines or ejects the engine (breaker.takesOut).
 	takesOut atomic.Bool
-	// scraped is the last /metrics scrape (placement.scrape_interval_s), written by its scraper.
-	scraped atomic.Pointer[loadSample]
-	// prefillTokens is the estimated prompt tokens of the prefill reservations held: a
-	// producer's load is its work, and prompts differ a hundredfold in length.
-	prefillTokens atomic.Int64
 	// localTokens is the estimated uncached prompt tokens of the local decodes placed on this
 	// consumer that have not produced their first token: the prompts it is computing for us.
 	localTokens atomic.Int64
@@ -62,8 +69,23 @@ type engineView struct {
 	// producer's handoffs responsible for failures on two or more consumers: a consumer's
 	// probe picks another partner.
 	suspect atomic.Int64
-	// pushback is the engine's backpressure record (backpressure.go).
-	pushback pushback
+}
+
+// modelsChanged counts changes to any engine's model list: a snapshot's candidate lists
+// (fleetSnapshot.candidates) were made under one count and are remade once it moves. Model
+// lists change on discovery only, so a count shared by every fleet costs nothing.
+var modelsChanged atomic.Uint64
+
+// modelList is an engine's models, written by its actor and read by placement.
+type modelList struct{ p atomic.Pointer[[]string] }
+
+func (m *modelList) Load() *[]string { return m.p.Load() }
+
+// Store replaces the list. The count moves after the list, so a candidate list made from the
+// old one carries an older count and is remade.
+func (m *modelList) Store(ms *[]string) {
+	m.p.Store(ms)
+	modelsChanged.Add(1)
 }
 
 func packSlots(prefill, decode uint32) uint64 { return uint64(prefill)<<32 | uint64(decode) }
@@ -173,22 +195,89 @@ func (f *fleet) load() *fleetSnapshot { return f.cur.Load() }
 // publish makes engines (in their sources' order) the fleet placement sees.
 func (f *fleet) publish(engines []*engineView) {
 	s := &fleetSnapshot{engines: engines, byName: make(map[string]*engineView, len(engines)), index: f.index, rr: &f.rr}
+	slots := 0
 	for _, v := range engines {
 		s.byName[v.name] = v
+		if v.idx >= 0 && v.idx < maxIndexed {
+			slots = max(slots, v.idx+1)
+		}
+	}
+	s.bySlot = make([]int32, slots)
+	for i, v := range engines {
+		if v.idx >= 0 && v.idx < maxIndexed {
+			s.bySlot[v.idx] = int32(i + 1)
+		}
+		for _, p := range []fault.Phase{fault.PhasePrefill, fault.PhaseDecode} {
+			if v.canServe(p) {
+				s.byPhase[p] = append(s.byPhase[p], v)
+			}
+		}
 	}
 	f.cur.Store(s)
 }
 
 // fleetSnapshot is the fleet at one moment: every engine added and not removed (joining,
-// admitted, out of placement), in their sources' order. It is never modified.
+// admitted, out of placement), in their sources' order. It is never modified, but for lists
+// derived from it (candidates), made when first asked for.
 type fleetSnapshot struct {
 	engines []*engineView
 	byName  map[string]*engineView
+	// byPhase are the engines whose role runs each phase, and bySlot the position in engines
+	// plus one of the engine holding each prefix index slot (0: none), so that placement reads
+	// only the engines a leg can use and the index names.
+	byPhase [2][]*engineView
+	bySlot  []int32
+	lists   atomic.Pointer[candidateLists]
 	index   *prefixIndex
 	rr      *[2]atomic.Uint64
 }
 
+// candidateLists are the engines able to run a phase of a model, per (phase, model) asked for,
+// as they were when modelsChanged stood at gen.
+type candidateLists struct {
+	gen uint64
+	m   map[candidateKey][]*engineView
+}
+
+type candidateKey struct {
+	phase fault.Phase
+	model string
+}
+
 func (f *fleetSnapshot) engine(name string) *engineView { return f.byName[name] }
+
+// candidates are the engines whose role runs phase and which serve model, in the snapshot's
+// order: made by one walk of the fleet, then kept until an engine's models change. A model no
+// engine serves is not kept, so requests naming arbitrary models cannot grow the lists.
+func (f *fleetSnapshot) candidates(phase fault.Phase, model string) []*engineView {
+	gen := modelsChanged.Load()
+	c := f.lists.Load()
+	k := candidateKey{phase, model}
+	if c != nil && c.gen == gen {
+		if l, ok := c.m[k]; ok {
+			return l
+		}
+	}
+	var l []*engineView
+	for _, v := range f.byPhase[phase] {
+		if v.serves(model) {
+			l = append(l, v)
+		}
+	}
+	if len(l) == 0 {
+		return nil
+	}
+	// The key keeps a copy of the name: keeping the caller's would make every ask escape.
+	n := &candidateLists{gen: gen, m: map[candidateKey][]*engineView{{phase, strings.Clone(model)}: l}}
+	if c != nil && c.gen == gen {
+		for ck, cl := range c.m {
+			n.m[ck] = cl
+		}
+	}
+	// Two placements racing here may each drop the other's new list; it is made again.
+	f.lists.Store(n)
+	return l
+}
 
 // scarcity says why no candidate could be found, worst first.
 type scarcity uint8
@@ -230,6 +319,87 @@ func (f *fleetSnapshot) pick(rules *config.FleetRuntime, phase fault.Phase, mode
 	return p.engine, p.why
 }
 
+// tier is how a candidate engine stands for one leg. The candidates are the engines of the
+// first tier that has any: those preferred, else the avoided ones, else the ones backpressuring
+// for longer than recovery.backpressure.bound_s (used only when no other engine can take the
+// leg).
+type tier uint8
+
+const (
+	preferred tier = iota
+	avoided
+	passedOver
+	ineligible
+)
+
+// marks are an ask's avoid, full and exclude lists as the snapshot's engines, so that testing
+// an engine is a pointer comparison (a name the snapshot does not hold marks nothing). The
+// lists name an engine or two; past len(v) the names are compared instead.
+type marks struct {
+	n    int
+	v    [8]*engineView
+	kind [8]markKind
+	// names are the lists, read instead when over: more marks than v holds.
+	names [3][]string
+	over  bool
+}
+
+type markKind uint8
+
+const (
+	markAvoid markKind = iota
+	markFull
+	markExclude
+)
+
+func (f *fleetSnapshot) marksOf(a *ask) (mk marks) {
+	mk.names = [...][]string{markAvoid: a.avoid, markFull: a.full, markExclude: a.exclude}
+	for k, names := range mk.names {
+		for _, name := range names {
+			v := f.byName[name]
+			if v == nil {
+				continue
+			}
+			if mk.n == len(mk.v) {
+				mk.over = true
+				return mk
+			}
+			mk.v[mk.n], mk.kind[mk.n] = v, markKind(k)
+			mk.n++
+		}
+	}
+	return mk
+}
+
+// has says whether v is on the list of kind k.
+func (mk *marks) has(v *engineView, k markKind) bool {
+	if mk.over {
+		return contains(mk.names[k], v.name)
+	}
+	for i := range mk.n {
+		if mk.v[i] == v && mk.kind[i] == k {
+			return true
+		}
+	}
+	return false
+}
+
+// classify is v's tier for a leg (v runs its phase and model), and for an ineligible engine why:
+// out of placement or excluded (503), full or just refused a slot (queue).
+func classify(v *engineView, mk *marks, now time.Time) (tier, scarcity) {
+	switch {
+	case !v.placeable.Load() || mk.has(v, markExclude):
+		return ineligible, noAdmitted
+	case !v.hasRoom() || mk.has(v, markFull):
+		return ineligible, noRoom
+	case v.pushback.passedOver(now):
+		return passedOver, available
+	case mk.has(v, markAvoid):
+		return avoided, available
+	}
+	return preferred, available
+}
+
 // pickFor chooses an engine for a leg under placement.policy:
 //
 //   - prefix: among the candidates under the load bound (load + 1 ≤ ⌈load_factor × (total
@@ -237,87 +407,210 @@ func (f *fleetSnapshot) pick(rules *config.FleetRuntime, phase fault.Phase, mode
 //     longest prefix match, the lower load on a tie; with no match under the bound, p2c;
 //   - p2c: two random candidates, the less loaded wins, a tie goes to the first (random);
 //   - round_robin: the next candidate in configuration order.
+//
+// The candidates are the engines of the first tier (see tier) that has any. A decision reads
+// only the engines that run the leg's phase and model (candidates); p2c reads only the two it
+// draws while draws find them (drawTwo); prefix reads each of them once for the load bound's
+// total (tally), then only the engines the index matched. The reason there is no candidate
+// comes from a walk over them all, as before.
 func (f *fleetSnapshot) pickFor(a ask, m *telemetry.Metrics) placed {
-	var buf [32]*engineView
-	cands := buf[:0]
-	var preferred [32]*engineView
-	pref := preferred[:0]
-	worst := unknownModel
+	list := f.candidates(a.phase, a.model)
+	if len(list) == 0 {
+		return placed{why: unknownModel}
+	}
+	mk := f.marksOf(&a)
 	now := time.Now()
-	var busy [32]*engineView
-	backpressured := busy[:0]
-	for _, v := range f.engines {
-		if !v.canServe(a.phase) || !v.serves(a.model) {
-			continue
-		}
-		if !v.placeable.Load() || contains(a.exclude, v.name) {
-			worst = min(worst, noAdmitted)
-			continue
-		}
-		if !v.hasRoom() || contains(a.full, v.name) {
-			worst = min(worst, noRoom)
-			continue
-		}
-		switch {
-		case v.pushback.passedOver(now):
-			// Backpressuring for longer than recovery.backpressure.bound_s: used only when no
-			// other engine can take the leg.
-			backpressured = append(backpressured, v)
-			continue
-		case !contains(a.avoid, v.name):
-			pref = append(pref, v)
-		}
-		cands = append(cands, v)
+	if a.rules.Placement == config.PlacePrefix && f.index != nil && len(a.blocks) > 0 {
+		return f.pickByPrefix(list, &a, &mk, now, m)
 	}
-	switch {
-	case len(pref) > 0:
-		cands = pref
-	case len(cands) == 0:
-		cands = backpressured
+	if a.rules.Placement != config.PlaceRoundRobin {
+		if v := f.drawTwo(list, &a, &mk, now, preferred, math.MaxInt); v != nil {
+			return placed{engine: v, match: f.matchOf(v, a.blocks)}
+		}
 	}
+	sc := scratchPool.Get().(*scratch)
+	defer scratchPool.Put(sc)
+	cands, why := sc.sift(list, &mk, now)
 	switch len(cands) {
 	case 0:
-		return placed{why: worst}
+		return placed{why: why}
 	case 1:
 		return placed{engine: cands[0], match: f.matchOf(cands[0], a.blocks)}
 	}
-	switch a.rules.Placement {
-	case config.PlaceRoundRobin:
-		v := cands[int(f.rr[a.phase].Add(1)%uint64(len(cands)))]
-		return placed{engine: v, match: f.matchOf(v, a.blocks)}
-	case config.PlacePrefix:
-		if f.index != nil && len(a.blocks) > 0 {
-			var mbuf [32]slotDepth
-			match := f.index.match(a.blocks, mbuf[:0])
-			hit := match.longest() > 0
-			// Only engines under the bound are candidates, for their cache or, failing a match
-			// among them, for p2c: the bound holds whichever way the choice goes.
-			var under [32]*engineView
-			cands = f.underBound(cands, under[:0], a, now)
-			if hit {
-				if v, n := f.longest(cands, match, a, now); v != nil {
-					countPrefix(m, a.phase, "hit")
-					return placed{engine: v, match: n}
-				}
-				countPrefix(m, a.phase, "bounded")
-			} else {
-				countPrefix(m, a.phase, "miss")
-			}
-			if len(cands) == 1 {
-				return placed{engine: cands[0], match: f.matchOf(cands[0], a.blocks)}
+	var v *engineView
+	if a.rules.Placement == config.PlaceRoundRobin {
+		v = cands[int(f.rr[a.phase].Add(1)%uint64(len(cands)))]
+	} else {
+		v = f.eitherOf(cands, &a, now)
+	}
+	return placed{engine: v, match: f.matchOf(v, a.blocks)}
+}
+
+// pickByPrefix is pickFor under placement.policy prefix for a prompt.
+func (f *fleetSnapshot) pickByPrefix(list []*engineView, a *ask, mk *marks, now time.Time, m *telemetry.Metrics) placed {
+	t, n, total, least, leastLoad, why := f.tally(list, a, mk, now)
+	switch n {
+	case 0:
+		return placed{why: why}
+	case 1:
+		return placed{engine: least, match: f.matchOf(least, a.blocks)}
+	}
+	sc := scratchPool.Get().(*scratch)
+	defer scratchPool.Put(sc)
+	match := f.index.match(a.blocks, sc.match[:0])
+	sc.match = match
+	// Only engines under the bound are candidates, for their cache or, failing a match among
+	// them, for p2c: the bound holds whichever way the choice goes. When none is under it (a
+	// prefill heavier than the bound allows anywhere), the least loaded alone is.
+	w := a.weight()
+	limit := int(math.Ceil(a.rules.LoadFactor * float64(total+w) / float64(n)))
+	noneUnder := leastLoad+w > limit
+	if match.longest() > 0 {
+		if v, n := f.longest(match, a, mk, now, t, limit, noneUnder, least); v != nil {
+			countPrefix(m, a.phase, "hit")
+			return placed{engine: v, match: n}
+		}
+		countPrefix(m, a.phase, "bounded")
+	} else {
+		countPrefix(m, a.phase, "miss")
+	}
+	if noneUnder {
+		return placed{engine: least, match: matchIn(match, least)}
+	}
+	v := f.drawTwo(list, a, mk, now, t, limit-w)
+	if v == nil {
+		under := sc.under[:0]
+		for _, c := range list {
+			if tierOf(c, mk, now) == t && f.loadOf(c, a, now)+w <= limit {
+				under = append(under, c)
 			}
 		}
+		sc.under = under
+		switch len(under) {
+		case 0: // the loads moved under us since tally: the least loaded then
+			v = least
+		case 1:
+			v = under[0]
+		default:
+			v = f.eitherOf(under, a, now)
+		}
 	}
+	return placed{engine: v, match: matchIn(match, v)}
+}
+
+// eitherOf is power of two choices among cands (two or more): two distinct at random, the less
+// loaded, the first on a tie.
+func (f *fleetSnapshot) eitherOf(cands []*engineView, a *ask, now time.Time) *engineView {
 	i := rand.IntN(len(cands))
 	j := rand.IntN(len(cands) - 1)
 	if j >= i {
 		j++
 	}
 	v, b := cands[i], cands[j]
-	if f.loadFor(b, a, now) < f.loadFor(v, a, now) {
-		v = b
+	if f.loadOf(b, a, now) < f.loadOf(v, a, now) {
+		return b
 	}
-	return placed{engine: v, match: f.matchOf(v, a.blocks)}
+	return v
+}
+
+// maxDraws is how many random engines drawTwo reads before leaving the choice to a walk over
+// the candidates: with half of them eligible, sixteen draws find two with odds of 1 − 17/2¹⁶.
+const maxDraws = 16
+
+// drawTwo is power of two choices among the engines of list in tier t whose load is at most
+// max, by drawing from list until two distinct such engines come up; nil when maxDraws do not
+// find them. Rejecting the others leaves each pair of eligible engines as likely as drawing
+// among them directly.
+func (f *fleetSnapshot) drawTwo(list []*engineView, a *ask, mk *marks, now time.Time, t tier, max int) *engineView {
+	if len(list) < 2 {
+		return nil
+	}
+	var first *engineView
+	firstLoad := 0
+	for range maxDraws {
+		v := list[rand.IntN(len(list))]
+		if v == first || tierOf(v, mk, now) != t {
+			continue
+		}
+		l := f.loadOf(v, a, now)
+		if l > max {
+			continue
+		}
+		if first == nil {
+			first, firstLoad = v, l
+			continue
+		}
+		if l < firstLoad {
+			return v
+		}
+		return first
+	}
+	return nil
+}
+
+// scratch is one placement's working lists, kept in scratchPool so that a walk over a thousand
+// engines allocates nothing.
+type scratch struct {
+	tiers [ineligible][]*engineView
+	under []*engineView
+	match prefixMatches
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+
+// sift walks list and returns the candidates (the first tier that has any), or why there are
+// none.
+func (sc *scratch) sift(list []*engineView, mk *marks, now time.Time) ([]*engineView, scarcity) {
+	worst := unknownModel
+	for t := range sc.tiers {
+		sc.tiers[t] = sc.tiers[t][:0]
+	}
+	for _, v := range list {
+		t, why := classify(v, mk, now)
+		if t == ineligible {
+			worst = min(worst, why)
+			continue
+		}
+		sc.tiers[t] = append(sc.tiers[t], v)
+	}
+	for t := range sc.tiers {
+		if len(sc.tiers[t]) > 0 {
+			return sc.tiers[t], available
+		}
+	}
+	return nil, worst
+}
+
+// tally walks list for the load bound: the candidates' tier t and number n, their total load,
+// the least loaded (the first on a tie) and its load; or why there are none (n = 0).
+func (f *fleetSnapshot) tally(list []*engineView, a *ask, mk *marks, now time.Time) (t tier, n, total int, least *engineView, leastLoad int, why scarcity) {
+	var count, sum, minLoad [ineligible]int
+	var minOf [ineligible]*engineView
+	why = unknownModel
+	for _, v := range list {
+		vt, reason := classify(v, mk, now)
+		if vt == ineligible {
+			why = min(why, reason)
+			continue
+		}
+		l := f.loadOf(v, a, now)
+		if count[vt] == 0 || l < minLoad[vt] {
+			minOf[vt], minLoad[vt] = v, l
+		}
+		count[vt]++
+		sum[vt] += l
+	}
+	for t := range tier(ineligible) {
+		if count[t] > 0 {
+			return t, count[t], sum[t], minOf[t], minLoad[t], available
+		}
+	}
+	return ineligible, 0, 0, nil, 0, why
+}
+
+func tierOf(v *engineView, mk *marks, now time.Time) tier {
+	t, _ := classify(v, mk, now)
+	return t
 }
 
 // loadFor is v's load as a's placement weighs it: for a decode its load score (requests), for
@@ -327,6 +620,11 @@ func (f *fleetSnapshot) pickFor(a ask, m *telemetry.Metrics) placed {
 // scraped request at a's size would make a producer holding a few long prompts look lighter
 // than one holding many short ones, and draw every long prompt to it.
 func (f *fleetSnapshot) loadFor(v *engineView, a ask, now time.Time) int {
+	return f.loadOf(v, &a, now)
+}
+
+// loadOf is loadFor without copying a, for the walks over every candidate.
+func (f *fleetSnapshot) loadOf(v *engineView, a *ask, now time.Time) int {
 	if a.phase != fault.PhasePrefill {
 		return v.loadScore(now, a.rules.ScrapeStale)
 	}
@@ -347,54 +645,41 @@ func (a ask) weight() int {
 	return 1
 }
 
-// underBound appends to dst the candidates whose load plus this request stays within the bound
-// load_factor × (total load + this request) / candidates (consistent hashing with bounded
-// loads; for decodes, in whole requests, rounded up). When none does (a prefill heavier than
-// the bound allows anywhere), the least loaded alone is.
-func (f *fleetSnapshot) underBound(cands, dst []*engineView, a ask, now time.Time) []*engineView {
-	var loads [32]int
-	ls := loads[:0]
-	total, w := 0, a.weight()
-	least := 0
-	for i, v := range cands {
-		l := f.loadFor(v, a, now)
-		ls = append(ls, l)
-		total += l
-		if l < ls[least] {
-			least = i
-		}
-	}
-	limit := int(math.Ceil(a.rules.LoadFactor * float64(total+w) / float64(len(cands))))
-	for i, v := range cands {
-		if ls[i]+w <= limit {
-			dst = append(dst, v)
-		}
-	}
-	if len(dst) == 0 {
-		dst = append(dst, cands[least])
-	}
-	return dst
-}
-
-// longest returns the candidate with the longest match (at least one block), the less loaded
-// on a tie, or nil.
-func (f *fleetSnapshot) longest(cands []*engineView, match prefixMatches, a ask, now time.Time) (*engineView, int) {
+// longest returns the candidate of tier t with the longest match (at least one block) whose
+// load plus this request stays within limit, the less loaded on a tie, then the first in the
+// snapshot's order; or nil. It reads only the engines match names. When no candidate is under
+// the limit, least alone is.
+func (f *fleetSnapshot) longest(match prefixMatches, a *ask, mk *marks, now time.Time, t tier, limit int, noneUnder bool, least *engineView) (*engineView, int) {
 	var best *engineView
-	bestMatch, bestLoad := 0, 0
-	for _, v := range cands {
-		if v.idx < 0 || v.idx >= maxIndexed {
+	bestMatch, bestLoad, bestPos := 0, 0, int32(0)
+	w := a.weight()
+	for _, e := range match {
+		n := int(e.depth)
+		if n == 0 || n < bestMatch || int(e.slot) >= len(f.bySlot) || f.bySlot[e.slot] == 0 {
 			continue
 		}
-		n := match.of(v.idx)
-		if n == 0 {
+		pos := f.bySlot[e.slot]
+		v := f.engines[pos-1]
+		if !v.canServe(a.phase) || !v.serves(a.model) || tierOf(v, mk, now) != t {
 			continue
 		}
-		l := f.loadFor(v, a, now)
-		if n > bestMatch || (n == bestMatch && l < bestLoad) {
-			best, bestMatch, bestLoad = v, n, l
+		l := f.loadOf(v, a, now)
+		if noneUnder && v != least || !noneUnder && l+w > limit {
+			continue
+		}
+		if n > bestMatch || l < bestLoad || (l == bestLoad && pos < bestPos) {
+			best, bestMatch, bestLoad, bestPos = v, n, l, pos
 		}
 	}
 	return best, bestMatch
+}
+
+// matchIn is v's match in a prompt's matches.
+func matchIn(match prefixMatches, v *engineView) int {
+	if v.idx < 0 || v.idx >= maxIndexed {
+		return 0
+	}
+	return match.of(v.idx)
 }
 
 func countPrefix(m *telemetry.Metrics, phase fault.Phase, result string) {

@@ -22,7 +22,7 @@ func BenchmarkPlacementAtAThousandEngines(b *testing.B) {
 		name  string
 		exact bool
 		hot   bool // every engine holds the prompt's first block (one system prompt everywhere)
-		p2c   bool // placement.policy p2c: the fleet scan alone, no index read
+		p2c   bool // placement.policy p2c: two random draws, no index read
 	}{{"estimate", false, false, false}, {"events", true, false, false}, {"estimate-hot-prefix", false, true, false},
 		{"events-hot-prefix", true, true, false}, {"p2c", false, false, true}} {
 		b.Run(c.name, func(b *testing.B) {
