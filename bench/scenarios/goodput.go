@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/http"
 	"os"
 	"sort"
 	"strconv"
@@ -283,6 +284,21 @@ func runGoodputArm(p fleetPolicy, eng sim.Options, blockWords int, reqs []trace.
 		return nil, err
 	}
 	defer rig.Close()
+	r := offerTrace(rig.client, []string{rig.url}, reqs, arrivals, slo)
+	hits, total, _ := rig.cacheStats()
+	if total > 0 {
+		r.hitRate = float64(hits) / float64(total)
+	}
+	if lines, disagg := rig.decisions(len(r.samples)); lines > 0 {
+		r.disagg = float64(disagg) / float64(lines)
+	}
+	return r, nil
+}
+
+// offerTrace sends reqs open loop at their arrival times, request i to urls[i mod len(urls)]
+// (a round-robin client in front of several nodes), measures each from its scheduled send,
+// cuts off what runs past goodputCutOff, and judges the samples against slo.
+func offerTrace(client *http.Client, urls []string, reqs []trace.Request, arrivals []time.Duration, slo goodput.SLO) *goodputRun {
 	samples := make([]goodput.Sample, len(reqs))
 	var wg sync.WaitGroup
 	var firstSend, lastSend time.Time
@@ -302,7 +318,7 @@ func runGoodputArm(p fleetPolicy, eng sim.Options, blockWords int, reqs []trace.
 			ctx, cancel := context.WithDeadline(context.Background(), sched.Add(goodputCutOff))
 			defer cancel()
 			start := time.Now()
-			ttft, tokens, err := streamOnce(ctx, rig.client, rig.url, q.CompletionsBody(harness.Model))
+			ttft, tokens, err := streamOnce(ctx, client, urls[i%len(urls)], q.CompletionsBody(harness.Model))
 			s := goodput.Sample{OK: err == nil, TTFT: start.Sub(sched) + ttft, E2E: time.Since(sched), Tokens: tokens}
 			if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				s.CutOff = true
@@ -319,14 +335,7 @@ func runGoodputArm(p fleetPolicy, eng sim.Options, blockWords int, reqs []trace.
 		r.sentRate = float64(len(samples)-1) / span.Seconds()
 	}
 	r.ttft, r.tpot = goodput.Latencies(samples)
-	hits, total, _ := rig.cacheStats()
-	if total > 0 {
-		r.hitRate = float64(hits) / float64(total)
-	}
-	if lines, disagg := rig.decisions(len(samples)); lines > 0 {
-		r.disagg = float64(disagg) / float64(lines)
-	}
-	return r, nil
+	return r
 }
 
 // goodputSummary is one workload's outcome per policy.
