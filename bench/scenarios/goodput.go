@@ -120,6 +120,31 @@ func defaultSLO(e sim.Options, rep *trace.Replay) (goodput.SLO, string) {
 	return slo, how
 }
 
+// runSLO is the run's SLOs: the -slo-ttft and -slo-tpot flags where given, else derived
+// (defaultSLO); the text says how.
+func runSLO(env harness.Env, eng sim.Options, rep *trace.Replay) (goodput.SLO, string) {
+	slo, how := defaultSLO(eng, rep)
+	if env.SLOTTFT > 0 {
+		slo.TTFT, how = env.SLOTTFT, "TTFT from -slo-ttft; "+how
+	}
+	if env.SLOTPOT > 0 {
+		slo.TPOT, how = env.SLOTPOT, "TPOT from -slo-tpot; "+how
+	}
+	return slo, how
+}
+
+// atRate is what a run at rate sends: the replay's first ⌈rate × window⌉ requests and their
+// arrival times rescaled to rate.
+func atRate(rep *trace.Replay, rate float64, window time.Duration) ([]trace.Request, []time.Duration, error) {
+	reqs := rep.Requests[:min(len(rep.Requests), goodputRequests(rate, window))]
+	at := make([]time.Duration, len(reqs))
+	for i, q := range reqs {
+		at[i] = q.At
+	}
+	arrivals, err := goodput.ScaleArrivals(at, rate)
+	return reqs, arrivals, err
+}
+
 // goodputRun is one policy at one offered rate.
 type goodputRun struct {
 	rate       float64
@@ -190,13 +215,7 @@ func Goodput(env harness.Env) (*report.Section, error) {
 		if err != nil {
 			return nil, err
 		}
-		slo, how := defaultSLO(eng, rep)
-		if env.SLOTTFT > 0 {
-			slo.TTFT, how = env.SLOTTFT, "TTFT from -slo-ttft; "+how
-		}
-		if env.SLOTPOT > 0 {
-			slo.TPOT, how = env.SLOTPOT, "TPOT from -slo-tpot; "+how
-		}
+		slo, how := runSLO(env, eng, rep)
 		if wi == 0 {
 			sec.Printf("SLO: %s (%s)", slo, how)
 			sec.Figure("slo_ttft_ms", ms1(slo.TTFT))
@@ -223,12 +242,7 @@ func Goodput(env harness.Env) (*report.Section, error) {
 func sweep(rep *trace.Replay, eng sim.Options, rates []float64, window time.Duration, slo goodput.SLO, workload string) (map[string][]*goodputRun, error) {
 	runs := map[string][]*goodputRun{}
 	run := func(p goodputPolicy, rate float64) (*goodputRun, error) {
-		reqs := rep.Requests[:min(len(rep.Requests), goodputRequests(rate, window))]
-		at := make([]time.Duration, len(reqs))
-		for i, q := range reqs {
-			at[i] = q.At
-		}
-		arrivals, err := goodput.ScaleArrivals(at, rate)
+		reqs, arrivals, err := atRate(rep, rate, window)
 		if err != nil {
 			return nil, err
 		}
