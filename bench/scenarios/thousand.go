@@ -90,7 +90,7 @@ func runThousand(env harness.Env, size thousandSize) (*report.Section, error) {
 	defer fleet.Proc.Stop(5 * time.Second)
 	fleetFDs, _ := harness.OpenFiles(fleet.Proc.Pid())
 	sec.Printf("fleet: one `narwhal sim fleet` process, %d engines, capacity model calibrated (%s on %s), every engine publishing KV events; "+
-		"started in %v with %d descriptors open (API, KV side channel, event PUB and replay sockets: 4 a engine)",
+		"started in %v with %d descriptors open (API, KV side channel, event PUB and replay sockets: 4 per engine)",
 		len(fleet.Engines), c.Model, c.GPU, time.Since(fleetStart).Round(10*time.Millisecond), fleetFDs)
 
 	// In the order they start: the lightest first (see below).
