@@ -21,6 +21,12 @@ type FleetOptions struct {
 	TTFT, ITL       time.Duration
 	// Tokens is the engines' default output length; requests' max_tokens caps it.
 	Tokens int
+	// Name names the process and its log (<name>.log); "" is "fleet".
+	Name string
+	// Args are further `narwhal sim fleet` flags (the capacity model, KV events).
+	Args []string
+	// Within bounds the wait for the fleet's description; 0 is 15 s.
+	Within time.Duration
 }
 
 // Fleet is a running `narwhal sim fleet` process.
@@ -31,9 +37,17 @@ type Fleet struct {
 
 // StartFleet starts the fleet and reads the JSON line describing its engines.
 func StartFleet(env Env, o FleetOptions) (*Fleet, error) {
-	p, err := Start(Spec{Name: "fleet", Path: env.Narwhal, Log: env.Path("fleet.log"), PipeStdout: true,
-		Args: []string{"sim", "fleet", "--prefill", strconv.Itoa(o.Prefill), "--decode", strconv.Itoa(o.Decode),
-			"--ttft", o.TTFT.String(), "--itl", o.ITL.String(), "--tokens", strconv.Itoa(o.Tokens), "--model", Model}})
+	name, within := o.Name, o.Within
+	if name == "" {
+		name = "fleet"
+	}
+	if within <= 0 {
+		within = 15 * time.Second
+	}
+	args := []string{"sim", "fleet", "--prefill", strconv.Itoa(o.Prefill), "--decode", strconv.Itoa(o.Decode),
+		"--ttft", o.TTFT.String(), "--itl", o.ITL.String(), "--tokens", strconv.Itoa(o.Tokens), "--model", Model}
+	p, err := Start(Spec{Name: name, Path: env.Narwhal, Log: env.Path(name + ".log"), PipeStdout: true,
+		Args: append(args, o.Args...)})
 	if err != nil {
 		return nil, err
 	}
@@ -62,8 +76,8 @@ func StartFleet(env Env, o FleetOptions) (*Fleet, error) {
 			return nil, fmt.Errorf("fleet: cannot read its description %q: %v", a.line, err)
 		}
 		return &Fleet{Proc: p, Engines: desc.Engines}, nil
-	case <-time.After(15 * time.Second):
+	case <-time.After(within):
 		p.Stop(time.Second)
-		return nil, fmt.Errorf("fleet: no description within 15 s; log:\n%s", indent(p.Tail(10)))
+		return nil, fmt.Errorf("fleet: no description within %v; log:\n%s", within, indent(p.Tail(10)))
 	}
 }

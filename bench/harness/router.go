@@ -53,19 +53,28 @@ func StartRouterAs(env Env, name, bin string, c RouterConfig) (*Router, error) {
 	}
 	r := &Router{Proc: p, Addr: c.Listen, Admin: c.AdminListen, Config: cfg,
 		client: &http.Client{Timeout: 2 * time.Minute}}
-	deadline := time.Now().Add(20 * time.Second)
+	if err := r.waitReady(name, bin, 20*time.Second, 20*time.Millisecond); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// waitReady polls every poll until the router says it is ready and no engine is still
+// joining; past within (or if the process dies) it stops the router and says why.
+func (r *Router) waitReady(name, bin string, within, poll time.Duration) error {
+	deadline := time.Now().Add(within)
 	for {
-		if err := p.Died(); err != nil {
-			return nil, err
+		if err := r.Proc.Died(); err != nil {
+			return err
 		}
 		if b, err := r.Get("/readyz"); err == nil && strings.HasPrefix(string(b), "ready") && !r.joining() {
-			return r, nil
+			return nil
 		}
 		if time.Now().After(deadline) {
-			p.Stop(time.Second)
-			return nil, fmt.Errorf("%s (%s) not ready within 20 s; log:\n%s", name, bin, indent(p.Tail(15)))
+			r.Proc.Stop(time.Second)
+			return fmt.Errorf("%s (%s) not ready within %v; log:\n%s", name, bin, within, indent(r.Proc.Tail(15)))
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(poll)
 	}
 }
 

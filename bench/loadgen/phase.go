@@ -37,6 +37,10 @@ type Engine struct {
 	URL        string `json:"url"`
 	EngineID   string `json:"engine_id"`
 	KVEndpoint string `json:"kv_endpoint"`
+	// KVEvents and KVEventsReplay are the engine's KV event endpoints, when it publishes them
+	// (the simulator's --kv-events).
+	KVEvents       string `json:"kv_events,omitempty"`
+	KVEventsReplay string `json:"kv_events_replay,omitempty"`
 }
 
 // Setup tells the generator where everything is. It is sent once per process.

@@ -407,31 +407,7 @@ func startFleetRig(p fleetPolicy, e sim.Options, blockWords int) (_ *fleetRig, e
 			fleet.Close()
 		}
 	}()
-	cfg := config.Default()
-	cfg.Request.DeadlineS = 120
-	cfg.Engine.PrefillTimeoutS, cfg.Engine.FirstTokenTimeoutS = 60, 60
-	cfg.Admission.QueueTimeoutS = 30
-	cfg.Disaggregation.Policy = p.Disaggregation
-	cfg.Placement.Policy = p.Placement
-	cfg.Placement.PrefixBlockWords = blockWords
-	cfg.Placement.ScrapeIntervalS = config.Seconds(p.ScrapeS)
-	if p.Headroom > 0 {
-		cfg.Disaggregation.DecodeHeadroom = p.Headroom
-	}
-	if p.FixedRule {
-		cfg.Disaggregation.LocalStallBudgetS = 0
-	} else if v := os.Getenv("NARWHAL_BENCH_STALL_BUDGET_S"); v != "" {
-		f, _ := strconv.ParseFloat(v, 64)
-		cfg.Disaggregation.LocalStallBudgetS = config.Seconds(f)
-	}
-	cfg.Log.Level = "warn"
-	for _, e := range fleet.Engines {
-		pub, replay := e.KVEvents()
-		cfg.Engines = append(cfg.Engines, config.Engine{Name: e.Name(), URL: e.URL(), Role: config.Role(e.Role()), Models: e.Models(),
-			KV:       config.KV{Connector: kv.NIXL, EngineID: e.EngineID(), Endpoint: e.KVEndpoint(), TransferModes: []string{"pull"}},
-			KVEvents: config.EngineKVEvents{Endpoint: pub, ReplayEndpoint: replay}})
-	}
-	rt, err := config.Provision(cfg, kv.Builtin())
+	rt, err := config.Provision(fleetRouterConfig(p, blockWords, simEngines(fleet.Engines)), kv.Builtin())
 	if err != nil {
 		return nil, fmt.Errorf("router configuration: %w", err)
 	}
@@ -458,6 +434,42 @@ func startFleetRig(p fleetPolicy, e sim.Options, blockWords int) (_ *fleetRig, e
 	}
 	client := &http.Client{Timeout: 3 * time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 2048, MaxConnsPerHost: 0}}
 	return &fleetRig{fleet: fleet, srv: srv, access: access, client: client, url: "http://" + srv.Addr() + "/v1/completions"}, nil
+}
+
+// fleetRouterConfig is the router's configuration for policy p in front of engines, its
+// prefix index hashing blockWords-word blocks: the production defaults but for the policy
+// and for deadlines long enough that an overloaded fleet queues instead of failing.
+func fleetRouterConfig(p fleetPolicy, blockWords int, engines []config.Engine) config.Config {
+	cfg := config.Default()
+	cfg.Request.DeadlineS = 120
+	cfg.Engine.PrefillTimeoutS, cfg.Engine.FirstTokenTimeoutS = 60, 60
+	cfg.Admission.QueueTimeoutS = 30
+	cfg.Disaggregation.Policy = p.Disaggregation
+	cfg.Placement.Policy = p.Placement
+	cfg.Placement.PrefixBlockWords = blockWords
+	cfg.Placement.ScrapeIntervalS = config.Seconds(p.ScrapeS)
+	if p.Headroom > 0 {
+		cfg.Disaggregation.DecodeHeadroom = p.Headroom
+	}
+	if p.FixedRule {
+		cfg.Disaggregation.LocalStallBudgetS = 0
+	}
+	cfg.Log.Level = "warn"
+	cfg.Engines = engines
+	return cfg
+}
+
+// simEngines are in-process simulated engines as the router's configuration lists them,
+// with their KV event endpoints when they publish.
+func simEngines(engines []*sim.Engine) []config.Engine {
+	out := make([]config.Engine, 0, len(engines))
+	for _, e := range engines {
+		pub, replay := e.KVEvents()
+		out = append(out, config.Engine{Name: e.Name(), URL: e.URL(), Role: config.Role(e.Role()), Models: e.Models(),
+			KV:       config.KV{Connector: kv.NIXL, EngineID: e.EngineID(), Endpoint: e.KVEndpoint(), TransferModes: []string{"pull"}},
+			KVEvents: config.EngineKVEvents{Endpoint: pub, ReplayEndpoint: replay}})
+	}
+	return out
 }
 
 // Close stops the router, then the fleet.

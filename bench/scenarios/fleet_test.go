@@ -31,21 +31,7 @@ func TestFleetReportsEveryPolicyInEveryMode(t *testing.T) {
 	}
 	dir := t.TempDir()
 	path := filepath.Join(dir, "trace.jsonl")
-	var b strings.Builder
-	for i := range 12 {
-		// Requests 2k and 2k+1 are two turns of conversation k: the second repeats the
-		// first's 3 blocks and adds one.
-		conv := 100 * (i / 2)
-		ids := []int{0, conv + 1, conv + 2}
-		if i%2 == 1 {
-			ids = append(ids, conv+3)
-		}
-		fmt.Fprintf(&b, `{"timestamp":%d,"input_length":%d,"output_length":40,"hash_ids":%s}`+"\n",
-			i*300, 512*len(ids), strings.ReplaceAll(fmt.Sprint(ids), " ", ","))
-	}
-	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeConversations(t, path, 12)
 	start := time.Now()
 	sec, err := Fleet(harness.Env{Dir: dir, Trace: path, Quick: true})
 	if err != nil {
@@ -84,4 +70,24 @@ func TestFleetReportsEveryPolicyInEveryMode(t *testing.T) {
 		t.Errorf("the closed loop's mode is not described:\n%s", text)
 	}
 	t.Logf("%v", time.Since(start))
+}
+
+// writeConversations writes a tiny trace of n requests 0.3 s apart in which requests 2k and
+// 2k+1 are two turns of conversation k: the second repeats the first's 3 blocks (the first
+// shared by every request) and adds one.
+func writeConversations(t *testing.T, path string, n int) {
+	t.Helper()
+	var b strings.Builder
+	for i := range n {
+		conv := 100 * (i / 2)
+		ids := []int{0, conv + 1, conv + 2}
+		if i%2 == 1 {
+			ids = append(ids, conv+3)
+		}
+		fmt.Fprintf(&b, `{"timestamp":%d,"input_length":%d,"output_length":40,"hash_ids":%s}`+"\n",
+			i*300, 512*len(ids), strings.ReplaceAll(fmt.Sprint(ids), " ", ","))
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/http"
 	"os"
 	"sort"
 	"strconv"
@@ -149,6 +150,31 @@ func defaultSLO(e sim.Options, rep *trace.Replay) (goodput.SLO, string) {
 	return slo, how
 }
 
+// runSLO is the run's SLOs: the -slo-ttft and -slo-tpot flags where given, else derived
+// (defaultSLO); the text says how.
+func runSLO(env harness.Env, eng sim.Options, rep *trace.Replay) (goodput.SLO, string) {
+	slo, how := defaultSLO(eng, rep)
+	if env.SLOTTFT > 0 {
+		slo.TTFT, how = env.SLOTTFT, "TTFT from -slo-ttft; "+how
+	}
+	if env.SLOTPOT > 0 {
+		slo.TPOT, how = env.SLOTPOT, "TPOT from -slo-tpot; "+how
+	}
+	return slo, how
+}
+
+// atRate is what a run at rate sends: the replay's first ⌈rate × window⌉ requests and their
+// arrival times rescaled to rate.
+func atRate(rep *trace.Replay, rate float64, window time.Duration) ([]trace.Request, []time.Duration, error) {
+	reqs := rep.Requests[:min(len(rep.Requests), goodputRequests(rate, window))]
+	at := make([]time.Duration, len(reqs))
+	for i, q := range reqs {
+		at[i] = q.At
+	}
+	arrivals, err := goodput.ScaleArrivals(at, rate)
+	return reqs, arrivals, err
+}
+
 // goodputRun is one policy at one offered rate.
 type goodputRun struct {
 	rate       float64
@@ -222,13 +248,7 @@ func Goodput(env harness.Env) (*report.Section, error) {
 		if err != nil {
 			return nil, err
 		}
-		slo, how := defaultSLO(eng, rep)
-		if env.SLOTTFT > 0 {
-			slo.TTFT, how = env.SLOTTFT, "TTFT from -slo-ttft; "+how
-		}
-		if env.SLOTPOT > 0 {
-			slo.TPOT, how = env.SLOTPOT, "TPOT from -slo-tpot; "+how
-		}
+		slo, how := runSLO(env, eng, rep)
 		if wi == 0 {
 			sec.Printf("SLO: %s (%s)", slo, how)
 			sec.Figure("slo_ttft_ms", ms1(slo.TTFT))
@@ -255,12 +275,7 @@ func Goodput(env harness.Env) (*report.Section, error) {
 func sweep(rep *trace.Replay, eng sim.Options, rates []float64, window time.Duration, slo goodput.SLO, workload string) (map[string][]*goodputRun, error) {
 	runs := map[string][]*goodputRun{}
 	run := func(p goodputPolicy, rate float64) (*goodputRun, error) {
-		reqs := rep.Requests[:min(len(rep.Requests), goodputRequests(rate, window))]
-		at := make([]time.Duration, len(reqs))
-		for i, q := range reqs {
-			at[i] = q.At
-		}
-		arrivals, err := goodput.ScaleArrivals(at, rate)
+		reqs, arrivals, err := atRate(rep, rate, window)
 		if err != nil {
 			return nil, err
 		}
@@ -316,6 +331,21 @@ func runGoodputArm(p fleetPolicy, eng sim.Options, blockWords int, reqs []trace.
 		return nil, err
 	}
 	defer rig.Close()
+	r := offerTrace(rig.client, []string{rig.url}, reqs, arrivals, slo)
+	hits, total, _ := rig.cacheStats()
+	if total > 0 {
+		r.hitRate = float64(hits) / float64(total)
+	}
+	if lines, disagg := rig.decisions(len(r.samples)); lines > 0 {
+		r.disagg = float64(disagg) / float64(lines)
+	}
+	return r, nil
+}
+
+// offerTrace sends reqs open loop at their arrival times, request i to urls[i mod len(urls)]
+// (a round-robin client in front of several nodes), measures each from its scheduled send,
+// cuts off what runs past goodputCutOff, and judges the samples against slo.
+func offerTrace(client *http.Client, urls []string, reqs []trace.Request, arrivals []time.Duration, slo goodput.SLO) *goodputRun {
 	samples := make([]goodput.Sample, len(reqs))
 	var wg sync.WaitGroup
 	var firstSend, lastSend time.Time
@@ -335,7 +365,7 @@ func runGoodputArm(p fleetPolicy, eng sim.Options, blockWords int, reqs []trace.
 			ctx, cancel := context.WithDeadline(context.Background(), sched.Add(goodputCutOff))
 			defer cancel()
 			start := time.Now()
-			ttft, tokens, err := streamOnce(ctx, rig.client, rig.url, q.CompletionsBody(harness.Model))
+			ttft, tokens, err := streamOnce(ctx, client, urls[i%len(urls)], q.CompletionsBody(harness.Model))
 			s := goodput.Sample{OK: err == nil, TTFT: start.Sub(sched) + ttft, E2E: time.Since(sched), Tokens: tokens}
 			if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				s.CutOff = true
@@ -352,14 +382,7 @@ func runGoodputArm(p fleetPolicy, eng sim.Options, blockWords int, reqs []trace.
 		r.sentRate = float64(len(samples)-1) / span.Seconds()
 	}
 	r.ttft, r.tpot = goodput.Latencies(samples)
-	hits, total, _ := rig.cacheStats()
-	if total > 0 {
-		r.hitRate = float64(hits) / float64(total)
-	}
-	if lines, disagg := rig.decisions(len(samples)); lines > 0 {
-		r.disagg = float64(disagg) / float64(lines)
-	}
-	return r, nil
+	return r
 }
 
 // goodputSummary is one workload's outcome per policy.

@@ -1,8 +1,9 @@
 // Package scenarios holds the benchmark's scenarios, one file each: overhead (what the router
 // adds to a realistic request, and its CPU per request and per token), saturation (the highest
 // rate it sustains), streams (memory per concurrent stream), faults (goodput and one
-// outcome per request under injected engine faults), fleet (placement policies on a trace) and
-// churn (engines added and removed under load). Each starts its own rig — fleet, router,
+// outcome per request under injected engine faults), fleet (placement policies on a trace),
+// churn (engines added and removed under load), goodput (capacity under SLOs), thousand (a
+// router in front of a thousand engines) and nodes (several routers in front of one fleet). Each starts its own rig — fleet, router,
 // generator — measures, and returns a report section with its figures and targets.
 package scenarios
 
@@ -29,6 +30,8 @@ var All = []Scenario{
 	{Name: "fleet", Run: Fleet},
 	{Name: "churn", Run: Churn},
 	{Name: "goodput", Run: Goodput},
+	{Name: "thousand", Run: Thousand},
+	{Name: "nodes", Run: Nodes},
 }
 
 // Select returns the scenarios named in a comma-separated list ("" or "all": every one).
