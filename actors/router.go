@@ -124,7 +124,10 @@ func NewRouter(rt config.Runtime, opts Options) (*Router, error) {
 		return nil, fmt.Errorf("start actor system: %w", err)
 	}
 	r.guardian = guardian
-	if _, err := r.root.RequestFuture(guardian, &awaitReady{}, 10*time.Second).Result(); err != nil {
+	// Starting an engine actor builds its client and its metric scopes: a few milliseconds each
+	// on a loaded machine, so a thousand-engine fleet needs more than a fixed bound allows.
+	startBound := 10*time.Second + time.Duration(len(rt.Engines))*20*time.Millisecond
+	if _, err := r.root.RequestFuture(guardian, &awaitReady{}, startBound).Result(); err != nil {
 		r.scraper.stop()
 		r.kvFeeds.stop()
 		return nil, fmt.Errorf("start engine actors: %w", err)
