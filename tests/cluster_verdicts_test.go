@@ -190,8 +190,10 @@ func (n *narwhalNode) exitTime(limit time.Duration) time.Duration {
 func TestClusterEtcdGoneNodeExitsWithinItsGrace(t *testing.T) {
 	etcd := runEtcd(t)
 	const grace = 1 * time.Second // startCluster's server.shutdown_grace_s
+	const suspectAfter = 800 * time.Millisecond
 	c := startCluster(t, clusterSetup{nodes: 3, etcd: []string{etcd.client}, config: func(cfg *config.Config) {
 		cfg.Cluster.Etcd.RequestTimeoutS = 0.5
+		cfg.Cluster.SuspectAfterS = config.Seconds(suspectAfter.Seconds())
 	}})
 	b, s := c.nodes[1], c.nodes[2]
 	etcd.kill()
@@ -204,9 +206,11 @@ func TestClusterEtcdGoneNodeExitsWithinItsGrace(t *testing.T) {
 	}
 
 	// A stall longer than suspect_after_s makes the node leave and join again — with etcd gone.
+	// The stall is the scenario: the process stays stopped for twice suspect_after_s, so that
+	// its watchdog, the moment it runs again, sees a gap well past the limit.
 	stopped := time.Now()
 	s.cmd.Process.Signal(syscall.SIGSTOP)
-	time.Sleep(time.Until(stopped.Add(1500 * time.Millisecond))) // the stall is the scenario
+	time.Sleep(time.Until(stopped.Add(2 * suspectAfter)))
 	s.cmd.Process.Signal(syscall.SIGCONT)
 	var st cluster.Status
 	eventually(t, 5*time.Second, func() bool {
