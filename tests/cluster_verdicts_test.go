@@ -167,21 +167,14 @@ func (e *etcdServer) kill() {
 func (n *narwhalNode) exitTime(limit time.Duration) time.Duration {
 	n.t.Helper()
 	start := time.Now()
-	n.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan error, 1)
-	go func() { done <- n.cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			n.t.Fatalf("%s exited with %v after SIGTERM:\n%s", n.name, err, n.log.Bytes())
-		}
-		return time.Since(start)
-	case <-time.After(limit):
-		n.cmd.Process.Kill()
-		<-done
+	exited, err := stopProcess(n.cmd, limit)
+	switch {
+	case !exited:
 		n.t.Fatalf("%s had not exited %s after SIGTERM; killed it", n.name, limit)
-		return 0
+	case err != nil:
+		n.t.Fatalf("%s exited with %v after SIGTERM:\n%s", n.name, err, n.log.Bytes())
 	}
+	return time.Since(start)
 }
 
 // A node whose etcd is gone still exits on SIGTERM within server.shutdown_grace_s — from a
