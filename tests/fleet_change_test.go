@@ -87,9 +87,7 @@ func (l *loadGen) stop() (ok int64, failures []string) {
 		close(l.stopCh)
 	}
 	l.wg.Wait()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.ok.Load(), append([]string(nil), l.failures...)
+	return l.peek()
 }
 
 // waitServed waits until the load has had n more successes than it had.
@@ -102,7 +100,8 @@ func (l *loadGen) waitServed(t *testing.T, n int64) {
 	})
 }
 
-func (l *loadGen) peek() (int64, []string) {
+// peek is the successes and failures so far.
+func (l *loadGen) peek() (ok int64, failures []string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.ok.Load(), append([]string(nil), l.failures...)
