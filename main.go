@@ -282,12 +282,11 @@ func demoCommand() *cobra.Command {
 			log, level := newLogger(rt.Log, os.Stderr)
 			return run(rt, log, level, nil, func(s *node.Server) {
 				// The banner's curls should work when it appears: wait (bounded) for the
-				// simulated engines' join checks, which take a few tens of milliseconds.
-				for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-					if ready, _ := s.Router().Ready(); ready {
-						break
-					}
-				}
+				// simulated engines' join checks, which take a few tens of milliseconds. Past
+				// the bound the banner is printed all the same.
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				_ = s.WaitJoined(ctx)
+				cancel()
 				printDemoBanner(os.Stdout, fleet, s.Addr(), s.AdminAddr())
 			})
 		},

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/narwhal-router/narwhal/bench/sim"
+	"github.com/narwhal-router/narwhal/internal/testwait"
 )
 
 // The life of a `narwhal serve` process as an operator and a load balancer see it: a start that
@@ -138,16 +139,10 @@ func (p *serveProc) stream(client *http.Client) error {
 	return nil
 }
 
-// waitFor polls cond for up to within.
+// waitFor checks cond every 10 ms for up to within.
 func waitFor(t *testing.T, within time.Duration, cond func() bool, what func() string) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal(what())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.UntilEvery(t, within, 10*time.Millisecond, cond, what)
 }
 
 // freeAddr is a loopback address nothing listens on.

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/narwhal-router/narwhal/bench/sim"
+	"github.com/narwhal-router/narwhal/internal/testwait"
 )
 
 // writeFleetConfig writes a configuration of the server keys given (the inside of its
@@ -118,17 +119,9 @@ func scrapeProcs(t *testing.T, admin string) int {
 // milliseconds of CPU (more in a race build), and polling much faster would be a load of its own.
 func waitForProcs(t *testing.T, admin string, want int, within time.Duration, when string) {
 	t.Helper()
-	deadline := time.NewTimer(within)
-	defer deadline.Stop()
-	tick := time.NewTicker(250 * time.Millisecond)
-	defer tick.Stop()
-	for got := scrapeProcs(t, admin); got != want; got = scrapeProcs(t, admin) {
-		select {
-		case <-tick.C:
-		case <-deadline.C:
-			t.Fatalf("%s: narwhal_runtime_procs %d, want %d within %v", when, got, want, within)
-		}
-	}
+	var got int
+	testwait.UntilEvery(t, within, 250*time.Millisecond, func() bool { got = scrapeProcs(t, admin); return got == want },
+		func() string { return fmt.Sprintf("%s: narwhal_runtime_procs %d, want %d", when, got, want) })
 }
 
 // server.procs as an operator sees it on /metrics: every CPU by default, a fixed count, a

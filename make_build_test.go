@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"os/exec"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/narwhal-router/narwhal/bench/sim"
+	"github.com/narwhal-router/narwhal/internal/testwait"
 )
 
 // TestMakeBuildStampsTheBuild builds the binary as an operator does, with `make build`, and
@@ -70,19 +72,17 @@ func TestMakeBuildStampsTheBuild(t *testing.T) {
 	// Gauges reach the scrape at the first flush (metrics.statsd.flush_interval_s, else 1 s).
 	buildInfo := regexp.MustCompile(`(?m)^narwhal_build_info\{(.*)\} 1$`)
 	var info [][]byte
-	for deadline := time.Now().Add(10 * time.Second); info == nil; {
+	var scrape []byte
+	testwait.UntilEvery(t, 10*time.Second, 100*time.Millisecond, func() bool {
 		resp, err := http.Get("http://" + admin + "/metrics")
 		if err != nil {
 			t.Fatal(err)
 		}
-		scrape, _ := io.ReadAll(resp.Body)
+		scrape, _ = io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if info = buildInfo.FindSubmatch(scrape); info == nil && time.Now().After(deadline) {
-			t.Fatalf("no narwhal_build_info 1 in the scrape within 10 s:\n%s", scrape)
-		} else if info == nil {
-			time.Sleep(100 * time.Millisecond) // polling, bounded by the deadline above
-		}
-	}
+		info = buildInfo.FindSubmatch(scrape)
+		return info != nil
+	}, func() string { return fmt.Sprintf("no narwhal_build_info 1 in the scrape:\n%s", scrape) })
 	for _, l := range []string{`version="` + version + `"`, `revision="` + revision + `"`, `goversion="` + runtime.Version() + `"`} {
 		if !strings.Contains(string(info[1]), l) {
 			t.Errorf("narwhal_build_info{%s}: no %s", info[1], l)

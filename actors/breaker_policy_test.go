@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/narwhal-router/narwhal/config"
+	"github.com/narwhal-router/narwhal/internal/testwait"
 	"github.com/narwhal-router/narwhal/messages"
 	"github.com/narwhal-router/narwhal/transport/fault"
 )
@@ -55,13 +56,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // waitWithin polls cond until it holds, failing with what() once within has passed.
 func waitWithin(t *testing.T, within time.Duration, what func() string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal(what())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.Until(t, within, cond, what)
 }
 
 // hungDecode is what a supervisor tells the engine's breaker of a decode leg (partnered with

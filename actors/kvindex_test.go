@@ -171,15 +171,10 @@ func (p *testPublisher) send(seq uint64, b kvevents.Batch, hold, lose bool) {
 	}
 }
 
+// eventually waits up to 10 s for cond: long enough for a ZeroMQ reconnect on a loaded machine.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within 10s: %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitWithin(t, 10*time.Second, func() string { return what }, cond)
 }
 
 // A feed follows one engine's stream into the exact index over real ZeroMQ sockets: a gap the

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/narwhal-router/narwhal/config"
+	"github.com/narwhal-router/narwhal/internal/testwait"
 	"github.com/narwhal-router/narwhal/transport/kv"
 )
 
@@ -88,18 +89,7 @@ func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) 
 
 // pollUntil checks cond every 20 ms until it holds (true) or within has passed (false).
 func pollUntil(within time.Duration, cond func() bool) bool {
-	deadline := time.NewTimer(within)
-	defer deadline.Stop()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-tick.C:
-		case <-deadline.C:
-			return cond()
-		}
-	}
-	return true
+	return testwait.Within(within, 20*time.Millisecond, cond)
 }
 
 func startTrio(t *testing.T, cfg func(bind string, seeds []string) config.Cluster) ([]*proc, []string) {

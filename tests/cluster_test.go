@@ -17,14 +17,11 @@ import (
 	"testing"
 	"time"
 
-	"go.yaml.in/yaml/v3"
-
 	"github.com/narwhal-router/narwhal/bench/sim"
 	"github.com/narwhal-router/narwhal/cluster"
 	"github.com/narwhal-router/narwhal/cluster/certs"
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/messages"
-	"github.com/narwhal-router/narwhal/transport/kv"
 )
 
 // Several `narwhal serve` processes on loopback in front of one simulated fleet, sharing their
@@ -145,6 +142,7 @@ type narwhalNode struct {
 	log    *syncBuffer // stderr: the process log
 	out    *syncBuffer // stdout: the access log
 	env    []string    // added to the environment
+	token  string      // server.admin_token, sent on the admin listener's GETs when set
 	client *http.Client
 	// cutFile partitions the node from the other nodes while it exists (the cluster's test
 	// fault hook, cluster.FaultFileEnv); its clients and the engines still reach it.
@@ -225,17 +223,8 @@ func startCluster(t *testing.T, s clusterSetup) *narwhalCluster {
 		if s.config != nil {
 			s.config(&cfg)
 		}
-		if err := cfg.Validate(kv.Builtin()); err != nil {
-			t.Fatal(err)
-		}
-		b, err := yaml.Marshal(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
 		path := filepath.Join(dir, fmt.Sprintf("node-%d.yaml", i))
-		if err := os.WriteFile(path, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
+		writeConfig(t, path, cfg)
 		c.nodes = append(c.nodes, &narwhalNode{t: t, name: cl.NodeName, bin: bin, cfg: path,
 			api: "http://" + cfg.Server.Listen, admin: "http://" + cfg.Server.AdminListen,
 			client: &http.Client{Timeout: 15 * time.Second}, cutFile: filepath.Join(dir, fmt.Sprintf("node-%d.cut", i))})
@@ -326,7 +315,14 @@ func (n *narwhalNode) waitReady() {
 
 func (n *narwhalNode) getJSON(path string, v any) {
 	n.t.Helper()
-	resp, err := n.client.Get(n.admin + path)
+	req, err := http.NewRequest("GET", n.admin+path, nil)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	if n.token != "" {
+		req.Header.Set("Authorization", "Bearer "+n.token)
+	}
+	resp, err := n.client.Do(req)
 	if err != nil {
 		n.t.Fatalf("%s GET %s: %v", n.name, path, err)
 	}

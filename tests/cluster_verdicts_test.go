@@ -167,21 +167,14 @@ func (e *etcdServer) kill() {
 func (n *narwhalNode) exitTime(limit time.Duration) time.Duration {
 	n.t.Helper()
 	start := time.Now()
-	n.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan error, 1)
-	go func() { done <- n.cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			n.t.Fatalf("%s exited with %v after SIGTERM:\n%s", n.name, err, n.log.Bytes())
-		}
-		return time.Since(start)
-	case <-time.After(limit):
-		n.cmd.Process.Kill()
-		<-done
+	exited, err := stopProcess(n.cmd, limit)
+	switch {
+	case !exited:
 		n.t.Fatalf("%s had not exited %s after SIGTERM; killed it", n.name, limit)
-		return 0
+	case err != nil:
+		n.t.Fatalf("%s exited with %v after SIGTERM:\n%s", n.name, err, n.log.Bytes())
 	}
+	return time.Since(start)
 }
 
 // A node whose etcd is gone still exits on SIGTERM within server.shutdown_grace_s — from a
@@ -190,8 +183,10 @@ func (n *narwhalNode) exitTime(limit time.Duration) time.Duration {
 func TestClusterEtcdGoneNodeExitsWithinItsGrace(t *testing.T) {
 	etcd := runEtcd(t)
 	const grace = 1 * time.Second // startCluster's server.shutdown_grace_s
+	const suspectAfter = 800 * time.Millisecond
 	c := startCluster(t, clusterSetup{nodes: 3, etcd: []string{etcd.client}, config: func(cfg *config.Config) {
 		cfg.Cluster.Etcd.RequestTimeoutS = 0.5
+		cfg.Cluster.SuspectAfterS = config.Seconds(suspectAfter.Seconds())
 	}})
 	b, s := c.nodes[1], c.nodes[2]
 	etcd.kill()
@@ -204,9 +199,11 @@ func TestClusterEtcdGoneNodeExitsWithinItsGrace(t *testing.T) {
 	}
 
 	// A stall longer than suspect_after_s makes the node leave and join again — with etcd gone.
+	// The stall is the scenario: the process stays stopped for twice suspect_after_s, so that
+	// its watchdog, the moment it runs again, sees a gap well past the limit.
 	stopped := time.Now()
 	s.cmd.Process.Signal(syscall.SIGSTOP)
-	time.Sleep(time.Until(stopped.Add(1500 * time.Millisecond))) // the stall is the scenario
+	time.Sleep(time.Until(stopped.Add(2 * suspectAfter)))
 	s.cmd.Process.Signal(syscall.SIGCONT)
 	var st cluster.Status
 	eventually(t, 5*time.Second, func() bool {

@@ -87,9 +87,7 @@ func (l *loadGen) stop() (ok int64, failures []string) {
 		close(l.stopCh)
 	}
 	l.wg.Wait()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.ok.Load(), append([]string(nil), l.failures...)
+	return l.peek()
 }
 
 // waitServed waits until the load has had n more successes than it had.
@@ -102,7 +100,8 @@ func (l *loadGen) waitServed(t *testing.T, n int64) {
 	})
 }
 
-func (l *loadGen) peek() (int64, []string) {
+// peek is the successes and failures so far.
+func (l *loadGen) peek() (ok int64, failures []string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.ok.Load(), append([]string(nil), l.failures...)
@@ -255,19 +254,23 @@ func TestRemovingAnEngineLetsItsStreamsFinish(t *testing.T) {
 	if strings.Contains(h.scrape(), `engine="d1"`) {
 		t.Fatalf("d1's metric series are still exported:\n%s", grep(h.scrape(), `engine="d1"`))
 	}
-	scrapes := func() int {
+	scrapes := func(e *sim.Engine) int {
 		n := 0
-		for _, r := range d1.Requests() {
+		for _, r := range e.Requests() {
 			if r.Path == "/metrics" {
 				n++
 			}
 		}
 		return n
 	}
-	seen := scrapes()
-	time.Sleep(200 * time.Millisecond) // four scrape intervals: a scraper left running would have scraped
-	if scrapes() != seen {
-		t.Fatal("d1 is still scraped after it left the fleet")
+	// d0's scraper ticks on the same interval d1's did: four more scrapes of d0 span at least
+	// three intervals, in each of which a scraper left running on d1 would have scraped it too.
+	d0 := h.fleet.Engine("d0")
+	seen, d0Seen := scrapes(d1), scrapes(d0)
+	eventually(t, 5*time.Second, func() bool { return scrapes(d0) >= d0Seen+4 },
+		func() string { return fmt.Sprintf("d0 scraped %d times since, want 4", scrapes(d0)-d0Seen) })
+	if n := scrapes(d1) - seen; n != 0 {
+		t.Fatalf("d1 was scraped %d times after it left the fleet, while d0 was scraped %d times", n, scrapes(d0)-d0Seen)
 	}
 	t.Logf("removed d1 with %d streams in flight: %d requests, 0 failed", inFlight, ok)
 }

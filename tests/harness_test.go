@@ -17,6 +17,7 @@ import (
 
 	"github.com/narwhal-router/narwhal/bench/sim"
 	"github.com/narwhal-router/narwhal/config"
+	"github.com/narwhal-router/narwhal/internal/testwait"
 	"github.com/narwhal-router/narwhal/messages"
 	"github.com/narwhal-router/narwhal/node"
 
@@ -274,16 +275,10 @@ func (h *harness) legs(kind string) []sim.RecordedRequest {
 	return out
 }
 
-// eventually polls cond until it holds or the timeout passes.
+// eventually checks cond until it holds, failing with msg() once the timeout has passed.
 func eventually(t *testing.T, timeout time.Duration, cond func() bool, msg func() string) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal(msg())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.Until(t, timeout, cond, msg)
 }
 
 // sseEvents splits an SSE body into its data payloads.

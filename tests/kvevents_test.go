@@ -7,6 +7,7 @@ import (
 
 	"github.com/narwhal-router/narwhal/bench/sim"
 	"github.com/narwhal-router/narwhal/config"
+	"github.com/narwhal-router/narwhal/internal/testwait"
 )
 
 // TestPlacementFollowsTheEnginesKVEvents: with placement.kv_events, the router follows each
@@ -34,14 +35,9 @@ func TestPlacementFollowsTheEnginesKVEvents(t *testing.T) {
 	// ZeroMQ subscribers miss what is published before they connect: requests until one
 	// engine's events are indexed (each request a new prompt, so no placement is a hit yet).
 	indexed := func(engine string, blocks float64, within time.Duration) bool {
-		deadline := time.Now().Add(within)
-		for h.metric(fmt.Sprintf(`narwhal_kv_index_blocks{engine=%q}`, engine)) < blocks {
-			if time.Now().After(deadline) {
-				return false
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		return true
+		return testwait.Within(within, 10*time.Millisecond, func() bool {
+			return h.metric(fmt.Sprintf(`narwhal_kv_index_blocks{engine=%q}`, engine)) >= blocks
+		})
 	}
 	var home string
 	for i := 0; home == ""; i++ {

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -31,6 +30,18 @@ func routerProcess(t *testing.T, cfg config.Config, env ...string) *narwhalNode 
 	if cfg.Server.AdminListen == config.Default().Server.AdminListen {
 		cfg.Server.AdminListen = freeTCPAddr(t)
 	}
+	path := filepath.Join(t.TempDir(), "narwhal.yaml")
+	writeConfig(t, path, cfg)
+	n := &narwhalNode{t: t, name: "router", bin: bin, cfg: path, env: env, token: cfg.Server.AdminToken,
+		api: "http://" + cfg.Server.Listen, admin: "http://" + cfg.Server.AdminListen, client: &http.Client{Timeout: 60 * time.Second}}
+	n.start()
+	n.waitReady()
+	return n
+}
+
+// writeConfig validates cfg and writes it to path as the YAML narwhal serve reads.
+func writeConfig(t *testing.T, path string, cfg config.Config) {
+	t.Helper()
 	if err := cfg.Validate(kv.Builtin()); err != nil {
 		t.Fatal(err)
 	}
@@ -38,15 +49,9 @@ func routerProcess(t *testing.T, cfg config.Config, env ...string) *narwhalNode 
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(t.TempDir(), "narwhal.yaml")
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	n := &narwhalNode{t: t, name: "router", bin: bin, cfg: path, env: env,
-		api: "http://" + cfg.Server.Listen, admin: "http://" + cfg.Server.AdminListen, client: &http.Client{Timeout: 60 * time.Second}}
-	n.start()
-	n.waitReady()
-	return n
 }
 
 // procStatus reads a field of /proc/<pid>/status in bytes (VmRSS, VmHWM: kB in the file).
@@ -79,14 +84,7 @@ func mib(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
 // stop ends the process as SIGTERM does and waits for it, so its output is complete.
 func (n *narwhalNode) stop() {
 	n.t.Helper()
-	n.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { n.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(15 * time.Second):
-		n.cmd.Process.Kill()
-		<-done
+	if exited, _ := stopProcess(n.cmd, 15*time.Second); !exited {
 		n.t.Fatal("the router did not stop within 15s of SIGTERM")
 	}
 }

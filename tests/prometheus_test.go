@@ -18,12 +18,9 @@ import (
 	"testing"
 	"time"
 
-	"go.yaml.in/yaml/v3"
-
 	"github.com/narwhal-router/narwhal/bench/sim"
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/messages"
-	"github.com/narwhal-router/narwhal/transport/kv"
 )
 
 // The Prometheus dashboard (docs/dashboards/narwhal-prometheus.json) proven against the real
@@ -218,38 +215,16 @@ func (p *promServer) scalar(expr string) float64 {
 	return sum
 }
 
-// servedNode is one `narwhal serve` process whose admin listener needs a token.
-type servedNode struct {
-	t                 *testing.T
-	api, admin, token string
-	log               *syncBuffer
-	client            *http.Client
-}
-
-func (n *servedNode) adminGet(path string) []byte {
-	n.t.Helper()
-	req, _ := http.NewRequest("GET", n.admin+path, nil)
-	req.Header.Set("Authorization", "Bearer "+n.token)
-	resp, err := n.client.Do(req)
-	if err != nil {
-		n.t.Fatalf("GET %s: %v", path, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != 200 {
-		n.t.Fatalf("GET %s: %d %s", path, resp.StatusCode, b)
-	}
-	return b
-}
+// servedNode is the dashboard test's router process (its admin listener needs a token), with
+// client requests a context cancels.
+type servedNode struct{ *narwhalNode }
 
 // allAdmitted waits until every engine is back in placement (ejections end with a probe).
 func (n *servedNode) allAdmitted() {
 	n.t.Helper()
 	var es []messages.EngineState
 	eventually(n.t, 10*time.Second, func() bool {
-		if err := json.Unmarshal(n.adminGet("/engines"), &es); err != nil {
-			n.t.Fatal(err)
-		}
+		n.getJSON("/engines", &es)
 		for _, e := range es {
 			if e.State != "admitted" {
 				return false
@@ -286,7 +261,6 @@ func TestPrometheusDashboardQueriesReturnData(t *testing.T) {
 	}
 	interval := promScrapeInterval(t)
 	panels := prometheusDashboard(t, "1m")
-	bin := buildNarwhal(t)
 
 	// One producer (at most one prefill at a time, so that a second long prompt waits in the
 	// queue) and two consumers; the capacity model's prefix cache reports cached tokens.
@@ -317,38 +291,7 @@ func TestPrometheusDashboardQueriesReturnData(t *testing.T) {
 	bind := freeClusterAddr(t) // a cluster of one: its breakers' verdicts are published
 	cl := &cfg.Cluster
 	cl.Enabled, cl.Name, cl.NodeName, cl.Bind, cl.Seeds = true, "prom", "node-0", bind, []string{bind}
-	if err := cfg.Validate(kv.Builtin()); err != nil {
-		t.Fatal(err)
-	}
-	b, err := yaml.Marshal(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "narwhal.yaml")
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	n := &servedNode{t: t, api: "http://" + cfg.Server.Listen, admin: "http://" + cfg.Server.AdminListen, token: token,
-		log: &syncBuffer{}, client: &http.Client{Timeout: 15 * time.Second}}
-	cmd := exec.Command(bin, "serve", "--config", path, "--skip-preflight")
-	cmd.Stdout, cmd.Stderr = io.Discard, n.log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		stopProcess(cmd, 10*time.Second)
-		if t.Failed() {
-			t.Logf("narwhal log:\n%s", n.log.Bytes())
-		}
-	})
-	eventually(t, 20*time.Second, func() bool {
-		resp, err := n.client.Get(n.admin + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == 200
-	}, func() string { return "narwhal not ready within 20 s:\n" + string(n.log.Bytes()) })
+	n := servedNode{routerProcess(t, cfg)}
 
 	prom := startPrometheus(t, promBin, cfg.Server.AdminListen, token, interval)
 	eventually(t, 20*time.Second, func() bool { return prom.scalar(`up{job="narwhal"}`) == 1 },
@@ -471,16 +414,18 @@ func TestPrometheusDashboardQueriesReturnData(t *testing.T) {
 	}
 }
 
-// stopProcess stops cmd with SIGTERM, and kills it if it has not exited within grace.
-func stopProcess(cmd *exec.Cmd, grace time.Duration) {
+// stopProcess stops cmd with SIGTERM and waits for it; one still running after grace is killed.
+// It says whether the process exited within grace, and what its Wait returned.
+func stopProcess(cmd *exec.Cmd, grace time.Duration) (exited bool, err error) {
 	cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
 	select {
-	case <-done:
+	case err := <-done:
+		return true, err
 	case <-time.After(grace):
 		cmd.Process.Kill()
-		<-done
+		return false, <-done
 	}
 }
 

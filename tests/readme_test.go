@@ -3,6 +3,7 @@ package tests
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -13,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/narwhal-router/narwhal/internal/testwait"
 )
 
 // The README's examples are run, not just read. A fenced block preceded by an HTML comment
@@ -277,13 +280,16 @@ func TestReadmeExamplesRun(t *testing.T) {
 			out = run(b)
 		case "reread":
 			logFrom = len(demo.logLines())
-			out = run(b)
 			if i+1 < len(blocks) && blocks[i+1].kind == "output" {
+				// Run again until it prints what the README shows, for up to 10 s; the output
+				// block after it checks what it printed last.
 				items, gapAtEnd := parseQuote(blocks[i+1].text, ellipsisLine, false)
-				for deadline := time.Now().Add(10 * time.Second); !quoteMatches(items, gapAtEnd, strings.Split(out, "\n"), true) && time.Now().Before(deadline); {
-					time.Sleep(50 * time.Millisecond)
+				testwait.Within(10*time.Second, 50*time.Millisecond, func() bool {
 					out = run(b)
-				}
+					return quoteMatches(items, gapAtEnd, strings.Split(out, "\n"), true)
+				})
+			} else {
+				out = run(b)
 			}
 		case "output":
 			items, gapAtEnd := parseQuote(b.text, ellipsisLine, false)
@@ -292,14 +298,13 @@ func TestReadmeExamplesRun(t *testing.T) {
 			}
 		case "demo-log":
 			items, gapAtEnd := parseQuote(b.text, ellipsisLine, false)
-			deadline := time.Now().Add(10 * time.Second) // the access log is flushed every log.access_log_flush_s
-			for !quoteMatches(items, gapAtEnd, demo.logLines()[logFrom:], false) {
-				if time.Now().After(deadline) {
-					t.Fatalf("README.md:%d: the demo's access log gained\n%s\nwhich is not what the README shows:\n%s",
-						b.line, strings.Join(demo.logLines()[logFrom:], "\n"), b.text)
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
+			// The access log is flushed every log.access_log_flush_s.
+			testwait.UntilEvery(t, 10*time.Second, 20*time.Millisecond, func() bool {
+				return quoteMatches(items, gapAtEnd, demo.logLines()[logFrom:], false)
+			}, func() string {
+				return fmt.Sprintf("README.md:%d: the demo's access log gained\n%s\nwhich is not what the README shows:\n%s",
+					b.line, strings.Join(demo.logLines()[logFrom:], "\n"), b.text)
+			})
 		}
 	}
 }

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"runtime"
@@ -10,26 +11,33 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/narwhal-router/narwhal/internal/testwait"
 )
 
-// testEngine serves POST / with handle, counting the requests that reached it.
-func testEngine(t *testing.T, idle time.Duration, handle func(n int64, w http.ResponseWriter)) (*fasthttp.HostClient, *atomic.Int64) {
+// testEngine serves POST / with handle, counting the requests that reached it and the
+// connections it closed.
+func testEngine(t *testing.T, idle time.Duration, handle func(n int64, w http.ResponseWriter)) (hc *fasthttp.HostClient, requests, closed *atomic.Int64) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var n atomic.Int64
+	var n, c atomic.Int64
 	srv := &http.Server{IdleTimeout: idle, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		handle(n.Add(1), w)
-	})}
+	}), ConnState: func(_ net.Conn, s http.ConnState) {
+		if s == http.StateClosed {
+			c.Add(1)
+		}
+	}}
 	go srv.Serve(ln)
-	hc := &fasthttp.HostClient{Addr: ln.Addr().String()}
+	hc = &fasthttp.HostClient{Addr: ln.Addr().String()}
 	t.Cleanup(func() {
 		hc.CloseIdleConnections()
 		srv.Close()
 	})
-	return hc, &n
+	return hc, &n, &c
 }
 
 func sendLeg(hc *fasthttp.HostClient) (int, error) {
@@ -56,12 +64,18 @@ func TestIdleConnectionClosedByTheEngineIsNotAFailure(t *testing.T) {
 	}
 	defer func(d time.Duration) { staleAfter = d }(staleAfter)
 	staleAfter = 50 * time.Millisecond // the test engine closes idle connections after 30 ms
-	hc, n := testEngine(t, 30*time.Millisecond, func(int64, http.ResponseWriter) {})
+	hc, n, closed := testEngine(t, 30*time.Millisecond, func(int64, http.ResponseWriter) {})
 	for i := 0; i < 3; i++ {
+		sent := time.Now()
 		if status, err := sendLeg(hc); err != nil || status != 200 {
 			t.Fatalf("leg %d: %d %v", i, status, err)
 		}
-		time.Sleep(150 * time.Millisecond) // the engine closes the idle connection
+		// The engine closes the idle connection, and it sits in the pool past staleAfter: the
+		// next leg's check for a close is due.
+		testwait.Until(t, 5*time.Second, func() bool { return closed.Load() == int64(i+1) && time.Since(sent) > staleAfter },
+			func() string {
+				return fmt.Sprintf("the engine closed %d idle connections, want %d", closed.Load(), i+1)
+			})
 	}
 	if got := n.Load(); got != 3 {
 		t.Fatalf("the engine saw %d requests, want 3", got)
@@ -71,7 +85,7 @@ func TestIdleConnectionClosedByTheEngineIsNotAFailure(t *testing.T) {
 // An engine that reads a request and closes the connection without answering may have started
 // on it: the leg fails, and the request is not sent again behind the supervisor's back.
 func TestRequestTheEngineDroppedIsNotResent(t *testing.T) {
-	hc, n := testEngine(t, 0, func(n int64, w http.ResponseWriter) {
+	hc, n, _ := testEngine(t, 0, func(n int64, w http.ResponseWriter) {
 		if n > 1 {
 			panic(http.ErrAbortHandler) // close without a response
 		}
@@ -109,11 +123,6 @@ func TestPeerClosed(t *testing.T) {
 		t.Fatal("an open idle connection looks closed")
 	}
 	s.Close()
-	deadline := time.Now().Add(time.Second)
-	for !peerClosed(c) {
-		if time.Now().After(deadline) {
-			t.Fatal("a connection the peer closed looks open")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testwait.UntilEvery(t, time.Second, time.Millisecond, func() bool { return peerClosed(c) },
+		func() string { return "a connection the peer closed looks open" })
 }

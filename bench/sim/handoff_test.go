@@ -137,7 +137,10 @@ func TestHandoffFailures(t *testing.T) {
 		}, want: "unknown engine id"},
 		{name: "lease expired", lease: 40 * time.Millisecond,
 			before: func(t *testing.T, p *Engine, kv json.RawMessage) json.RawMessage {
-				time.Sleep(60 * time.Millisecond)
+				eventually(t, 5*time.Second, "the producer's lease runs out", func() bool {
+					s := p.Stats()
+					return s.BlocksExpired > 0 && s.BlocksPinned == 0
+				})
 				return kv
 			}, want: "no pinned blocks"},
 		{name: "blocks already read", before: func(t *testing.T, p *Engine, kv json.RawMessage) json.RawMessage {
@@ -276,7 +279,7 @@ func TestLeaseExpiryAndRestartCounts(t *testing.T) {
 	if s := p.Stats(); s.BlocksPinned != 3 {
 		t.Fatalf("pinned %d", s.BlocksPinned)
 	}
-	time.Sleep(40 * time.Millisecond)
+	eventually(t, 5*time.Second, "the 30 ms lease runs out", func() bool { return p.Stats().BlocksExpired > 0 })
 	if s := p.Stats(); s.BlocksPinned != 0 || s.BlocksExpired != 3 {
 		t.Errorf("after the lease: %+v", s)
 	}

@@ -15,6 +15,8 @@ import (
 
 	json "github.com/goccy/go-json"
 	"go.uber.org/goleak"
+
+	"github.com/narwhal-router/narwhal/internal/testwait"
 )
 
 func TestMain(m *testing.M) {
@@ -174,14 +176,7 @@ func do(t testing.TB, req *http.Request) (int, http.Header, []byte) {
 // how long it took.
 func eventually(t testing.TB, limit time.Duration, what string, cond func() bool) time.Duration {
 	t.Helper()
-	start := time.Now()
-	for !cond() {
-		if time.Since(start) > limit {
-			t.Fatalf("%s: not within %v", what, limit)
-		}
-		time.Sleep(time.Millisecond)
-	}
-	return time.Since(start)
+	return testwait.UntilEvery(t, limit, time.Millisecond, cond, func() string { return what })
 }
 
 // prefillBody is a router-style prefill request (prefill-request.json's shape).

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/narwhal-router/narwhal/internal/testwait"
 	"github.com/narwhal-router/narwhal/transport/kvevents"
 )
 
@@ -51,17 +52,6 @@ func (m *kvMirror) snapshot() (seqs []uint64, cached, removed, cleared int) {
 	return append([]uint64(nil), m.seqs...), len(m.cached), m.removed, m.cleared
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting: %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // subscribe runs sub until the test ends (before the engine closes: cleanups run last
 // first).
 func subscribe(t *testing.T, sub *kvevents.Subscriber) {
@@ -80,14 +70,15 @@ func subscribe(t *testing.T, sub *kvevents.Subscriber) {
 // what is published before the subscription is up is lost to it live.
 func untilReceiving(t *testing.T, send func(i int), received func() int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for i := 0; received() == 0; i++ {
-		if time.Now().After(deadline) {
-			t.Fatal("the subscriber never received a batch")
+	i := 0
+	testwait.UntilEvery(t, 10*time.Second, 5*time.Millisecond, func() bool {
+		if received() > 0 {
+			return true
 		}
 		send(i)
-		time.Sleep(5 * time.Millisecond)
-	}
+		i++
+		return false
+	}, func() string { return "the subscriber never received a batch" })
 }
 
 // A Go subscriber that joins late (it wants every batch from 0 on) gets the batches it
@@ -118,7 +109,7 @@ func TestKVEventsMirrorThePrefixCache(t *testing.T) {
 	// Batch 0, before anyone listens: a 64-word prompt, 4 blocks of 16.
 	first := prompt("a", 64)
 	complete(first)
-	waitFor(t, "the first batch", func() bool { return e.kvPub.published.Load() == 1 && e.kvPub.queued.Load() == 1 })
+	eventually(t, 10*time.Second, "the first batch", func() bool { return e.kvPub.published.Load() == 1 && e.kvPub.queued.Load() == 1 })
 
 	m := &kvMirror{cached: map[uint64]bool{}}
 	from := uint64(0)
@@ -134,7 +125,7 @@ func TestKVEventsMirrorThePrefixCache(t *testing.T) {
 		p := e.kvPub.published.Load()
 		return p == e.kvPub.queued.Load() && int64(len(s)) == p
 	}
-	waitFor(t, "every batch delivered", settled)
+	eventually(t, 10*time.Second, "every batch delivered", settled)
 	seqs, _, _, _ := m.snapshot()
 	for i, s := range seqs {
 		if s != uint64(i) {
@@ -157,7 +148,7 @@ func TestKVEventsMirrorThePrefixCache(t *testing.T) {
 	// A prompt that shares the first prompt's first two blocks stores the rest with the
 	// second block as parent.
 	complete(prompt("a", 32) + " " + prompt("c", 40))
-	waitFor(t, "the shared prompt's batch", settled)
+	eventually(t, 10*time.Second, "the shared prompt's batch", settled)
 	m.mu.Lock()
 	last := m.stored[len(m.stored)-1]
 	m.mu.Unlock()
@@ -169,7 +160,7 @@ func TestKVEventsMirrorThePrefixCache(t *testing.T) {
 	for i := 0; i < 24; i++ {
 		complete(prompt(fmt.Sprintf("d%d_", i), 320))
 	}
-	waitFor(t, "the evictions' batches", settled)
+	eventually(t, 10*time.Second, "the evictions' batches", settled)
 	_, cached, removed, _ := m.snapshot()
 	if removed == 0 || int64(cached) != e.Stats().KVBlocksCached {
 		t.Errorf("after evictions the mirror holds %d blocks (%d removed), the engine %d", cached, removed, e.Stats().KVBlocksCached)
@@ -177,7 +168,7 @@ func TestKVEventsMirrorThePrefixCache(t *testing.T) {
 
 	// A restart with nothing running empties the cache: AllBlocksCleared.
 	e.Restart()
-	waitFor(t, "the restart's batch", func() bool { _, c, _, cl := m.snapshot(); return cl == 1 && c == 0 })
+	eventually(t, 10*time.Second, "the restart's batch", func() bool { _, c, _, cl := m.snapshot(); return cl == 1 && c == 0 })
 	if e.Stats().KVBlocksCached != 0 {
 		t.Errorf("the engine still caches %d blocks", e.Stats().KVBlocksCached)
 	}
@@ -191,7 +182,7 @@ func TestKVEventsReplayReportsWhatIsGone(t *testing.T) {
 	for i := 0; i < 2; i++ {
 		post(t, e.URL(), "/v1/completions", fmt.Sprintf(`{"prompt":"%s"}`, strings.Repeat(fmt.Sprintf("w%d ", i), 20)))
 	}
-	waitFor(t, "two batches", func() bool { return e.kvPub.published.Load() == 2 })
+	eventually(t, 10*time.Second, "two batches", func() bool { return e.kvPub.published.Load() == 2 })
 	var mu sync.Mutex
 	var got []uint64
 	var gap [2]uint64

@@ -3,12 +3,14 @@ package discovery
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/narwhal-router/narwhal/config"
+	"github.com/narwhal-router/narwhal/internal/testwait"
 	"github.com/narwhal-router/narwhal/transport/kv"
 )
 
@@ -90,13 +92,8 @@ func sourceStatus(t *testing.T, c *Catalog, name string) SourceStatus {
 
 func waitCount(t *testing.T, f *fleetLog, n int) {
 	t.Helper()
-	deadline := time.Now().Add(3 * time.Second)
-	for f.count() < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d fleets applied, want %d", f.count(), n)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	testwait.UntilEvery(t, 3*time.Second, 2*time.Millisecond, func() bool { return f.count() >= n },
+		func() string { return fmt.Sprintf("%d fleets applied, want %d", f.count(), n) })
 }
 
 // The catalog merges its sources in order, keeps a failing source's last good set (and says

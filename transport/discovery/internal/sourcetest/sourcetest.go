@@ -21,6 +21,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/narwhal-router/narwhal/config"
+	"github.com/narwhal-router/narwhal/internal/testwait"
 	"github.com/narwhal-router/narwhal/transport/discovery"
 )
 
@@ -171,16 +172,10 @@ func Describe(rep discovery.Report) string {
 	return "[" + strings.Join(parts, " ") + "]"
 }
 
-// WaitUntil polls cond every 20 ms until it holds, failing the test after d.
+// WaitUntil checks cond every 20 ms until it holds, failing the test after d.
 func WaitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.UntilEvery(t, d, 20*time.Millisecond, cond, func() string { return what })
 }
 
 var (
@@ -245,15 +240,9 @@ func (p *Process) Start() {
 	}
 	p.cmd = cmd
 	p.mu.Unlock()
-	begin := time.Now()
-	deadline := begin.Add(time.Minute)
-	for !p.ready() {
-		if time.Now().After(deadline) {
-			p.t.Fatalf("%s not ready within a minute:\n%s", p.name, p.Logs.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	p.t.Logf("%s ready after %v", p.name, time.Since(begin).Round(time.Millisecond))
+	took := testwait.UntilEvery(p.t, time.Minute, 50*time.Millisecond, p.ready,
+		func() string { return p.name + " not ready:\n" + p.Logs.String() })
+	p.t.Logf("%s ready after %v", p.name, took.Round(time.Millisecond))
 }
 
 // Stop kills the server and waits for it to exit.
