@@ -2,7 +2,6 @@ package actors
 
 import (
 	"math"
-	"os"
 	"sync/atomic"
 	"time"
 
@@ -124,9 +123,6 @@ func (s *requestSupervisor) predict(f *fleetSnapshot, cons *engineView, consMatc
 	// takes: local pays that on top of its own wait, so a prompt goes local only when the
 	// producer's queue would make it wait longer than computing it takes.
 	hold := seconds(float64(rest) / rates.rateOf(cons))
-	if os.Getenv("NARWHAL_EXP_NOHOLD") != "" { // EXPERIMENT
-		hold = 0
-	}
 	s.predicted = prediction{local: local, disaggregated: pd}
 	switch {
 	case local+hold >= pd:

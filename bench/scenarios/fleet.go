@@ -35,7 +35,6 @@ type fleetPolicy struct {
 	// FixedRule turns the TTFT prediction off (disaggregation.local_stall_budget_s 0): auto as
 	// it decided before the prediction, for an A/B arm in the same run.
 	FixedRule bool
-	expNoHold bool
 }
 
 var fleetPolicies = []fleetPolicy{

@@ -29,7 +29,6 @@ type goodputPolicy struct {
 
 var allGoodputPolicies = []goodputPolicy{
 	{"auto", fleetPolicy{Name: "auto + prefix", Disaggregation: config.DisaggAuto, Placement: config.PlacePrefix, ScrapeS: 0.25}},
-	{"auto-nohold", fleetPolicy{Name: "auto + prefix, no hold", Disaggregation: config.DisaggAuto, Placement: config.PlacePrefix, ScrapeS: 0.25, expNoHold: true}},
 	{"auto-fixed", fleetPolicy{Name: "auto + prefix, fixed rule", Disaggregation: config.DisaggAuto, Placement: config.PlacePrefix, ScrapeS: 0.25, FixedRule: true}},
 	{"auto-events", fleetPolicy{Name: "auto + prefix on KV events", Disaggregation: config.DisaggAuto, Placement: config.PlacePrefix, ScrapeS: 0.25, KVEvents: true}},
 	{"pd", fleetPolicy{Name: "always P/D + p2c", Disaggregation: config.DisaggAlways, Placement: config.PlaceP2C}},
@@ -88,7 +87,7 @@ func goodputRates(quick bool) []float64 {
 	if quick {
 		return []float64{10, 30, 50}
 	}
-	return []float64{10, 20, 30, 40, 50}
+	return []float64{10, 20, 30, 40, 50, 60}
 }
 
 // goodputWindow is how long each run offers load: at rate r it sends the trace's first
@@ -327,11 +326,6 @@ func points(runs []*goodputRun) []goodput.Point {
 // runGoodputArm offers reqs at the given arrival times to a fresh fleet and
 // router for policy p, open loop, and measures each request from its scheduled send.
 func runGoodputArm(p fleetPolicy, eng sim.Options, blockWords int, reqs []trace.Request, arrivals []time.Duration, slo goodput.SLO) (*goodputRun, error) {
-	if p.expNoHold { // EXPERIMENT
-		os.Setenv("NARWHAL_EXP_NOHOLD", "1")
-	} else {
-		os.Unsetenv("NARWHAL_EXP_NOHOLD")
-	}
 	rig, err := startFleetRig(p, eng, blockWords)
 	if err != nil {
 		return nil, err
