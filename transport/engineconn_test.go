@@ -66,13 +66,17 @@ func TestIdleConnectionClosedByTheEngineIsNotAFailure(t *testing.T) {
 	staleAfter = 50 * time.Millisecond // the test engine closes idle connections after 30 ms
 	hc, n, closed := testEngine(t, 30*time.Millisecond, func(int64, http.ResponseWriter) {})
 	for i := 0; i < 3; i++ {
-		sent := time.Now()
 		if status, err := sendLeg(hc); err != nil || status != 200 {
 			t.Fatalf("leg %d: %d %v", i, status, err)
 		}
+		// sendLeg returned the connection to the pool before it returned: its idle time counts
+		// from no earlier than now.
+		released := time.Now()
 		// The engine closes the idle connection, and it sits in the pool past staleAfter: the
 		// next leg's check for a close is due.
-		testwait.Until(t, 5*time.Second, func() bool { return closed.Load() == int64(i+1) && time.Since(sent) > staleAfter },
+		testwait.Until(t, 5*time.Second, func() bool {
+			return closed.Load() == int64(i+1) && time.Since(released) > staleAfter+10*time.Millisecond
+		},
 			func() string {
 				return fmt.Sprintf("the engine closed %d idle connections, want %d", closed.Load(), i+1)
 			})
