@@ -51,6 +51,7 @@ func (s *requestSupervisor) place(ctx actor.Context) {
 		cons := c.engine
 		s.decision, s.prefixMatch, s.predicted = s.decide(f, cons, c.match), c.match, prediction{}
 		var prod *engineView
+		prodMatch := 0 // the producer's prefix-index match, as its pick read it
 		if !s.decision.local {
 			p := f.pickFor(ask{phase: fault.PhasePrefill, model: model, avoid: append(s.avoid[:len(s.avoid):len(s.avoid)], cons.name),
 				full: s.full, exclude: s.exclude, blocks: blocks, tokens: s.prompt.Tokens, rules: rules}, s.env.metrics)
@@ -62,7 +63,7 @@ func (s *requestSupervisor) place(ctx actor.Context) {
 			case auto && p.engine != nil && p.engine != cons && s.decision.reason == reasonLongPrompt && s.predicting():
 				// A long prompt goes where its first token is predicted sooner.
 				if s.decision = s.predict(f, cons, c.match, p); !s.decision.local {
-					prod = p.engine
+					prod, prodMatch = p.engine, p.match
 				}
 			case auto && (p.engine == cons || (p.engine == nil && p.why != noRoom)):
 				// Nowhere else to prefill (none admitted, or only the consumer itself): the
@@ -72,7 +73,7 @@ func (s *requestSupervisor) place(ctx actor.Context) {
 				s.noPlacement(ctx, p.why, fault.PhasePrefill)
 				return
 			default:
-				prod = p.engine
+				prod, prodMatch = p.engine, p.match
 			}
 		}
 		// The views were read a moment ago; the slots are the authority. A refusal narrows the
@@ -84,7 +85,7 @@ func (s *requestSupervisor) place(ctx actor.Context) {
 		var leg computeLeg
 		if prod != nil {
 			now := time.Now()
-			leg = computeLeg{engine: prod, tokens: s.uncachedOn(f.matchOf(prod, blocks)), at: now,
+			leg = computeLeg{engine: prod, tokens: s.uncachedOn(prodMatch), at: now,
 				queued: f.loadFor(prod, ask{phase: fault.PhasePrefill, tokens: s.prompt.Tokens, rules: rules}, now)}
 			prod.prefillTokens.Add(int64(s.prompt.Tokens)) // returned with the slot (release)
 		}

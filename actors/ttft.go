@@ -158,6 +158,8 @@ func (s *requestSupervisor) localOn(cons *engineView, rest int) time.Duration {
 	return seconds(float64(int(cons.localTokens.Load())+rest) / s.env.rates.rateOf(cons))
 }
 
+// seconds converts a prediction in seconds to a duration, saturating: a rate near zero makes
+// the prediction too long to represent, never negative.
 func seconds(s float64) time.Duration {
 	if math.IsNaN(s) || s > float64(math.MaxInt64/int64(time.Second)) {
 		return time.Duration(math.MaxInt64)
@@ -165,8 +167,8 @@ func seconds(s float64) time.Duration {
 	return time.Duration(s * float64(time.Second))
 }
 
-// localWork is the prompt tokens a local decode placed on v will compute (its uncached part),
-// counted in v.localTokens until its first token: the consumer's queue for the next decision.
+// holdLocalWork counts the prompt tokens a local decode placed on v will compute (its uncached
+// part) in v.localTokens until its first token: the consumer's queue for the next decision.
 func (s *requestSupervisor) holdLocalWork(v *engineView, tokens int) {
 	s.localHeld = int64(tokens)
 	v.localTokens.Add(s.localHeld)

@@ -201,9 +201,13 @@ func TestClusterEtcdGoneNodeExitsWithinItsGrace(t *testing.T) {
 	// A stall longer than suspect_after_s makes the node leave and join again — with etcd gone.
 	// The stall is the scenario: the process stays stopped for twice suspect_after_s, so that
 	// its watchdog, the moment it runs again, sees a gap well past the limit.
-	stopped := time.Now()
+	stoppedAt := time.Now()
 	s.cmd.Process.Signal(syscall.SIGSTOP)
-	time.Sleep(time.Until(stopped.Add(2 * suspectAfter)))
+	eventually(t, 2*suspectAfter+5*time.Second, func() bool {
+		return signalStopped(t, s.cmd.Process.Pid) && time.Since(stoppedAt) >= 2*suspectAfter
+	}, func() string {
+		return fmt.Sprintf("%s not stopped for %s (state %s)", s.name, 2*suspectAfter, procField(t, s.cmd.Process.Pid, "State"))
+	})
 	s.cmd.Process.Signal(syscall.SIGCONT)
 	var st cluster.Status
 	eventually(t, 5*time.Second, func() bool {

@@ -54,8 +54,8 @@ func writeConfig(t *testing.T, path string, cfg config.Config) {
 	}
 }
 
-// procStatus reads a field of /proc/<pid>/status in bytes (VmRSS, VmHWM: kB in the file).
-func procStatus(t *testing.T, pid int, field string) int64 {
+// procField reads a field of /proc/<pid>/status as the file has it ("T (stopped)", "1234 kB").
+func procField(t *testing.T, pid int, field string) string {
 	t.Helper()
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
@@ -64,16 +64,25 @@ func procStatus(t *testing.T, pid int, field string) int64 {
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for sc.Scan() {
 		if v, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return kb << 10
+			return strings.TrimSpace(v)
 		}
 	}
 	t.Fatalf("/proc/%d/status has no %s", pid, field)
-	return 0
+	return ""
 }
+
+// procStatus reads a size field of /proc/<pid>/status in bytes (VmRSS, VmHWM: kB in the file).
+func procStatus(t *testing.T, pid int, field string) int64 {
+	t.Helper()
+	kb, err := strconv.ParseInt(strings.TrimSuffix(procField(t, pid, field), " kB"), 10, 64)
+	if err != nil {
+		t.Fatalf("/proc/%d/status %s: %v", pid, field, err)
+	}
+	return kb << 10
+}
+
+// signalStopped says the process is stopped by a signal (SIGSTOP), as the kernel reports it.
+func signalStopped(t *testing.T, pid int) bool { return strings.HasPrefix(procField(t, pid, "State"), "T") }
 
 // rss is the process's resident set now; peakRSS its high-water mark since it started.
 func (n *narwhalNode) rss() int64     { return procStatus(n.t, n.cmd.Process.Pid, "VmRSS") }
