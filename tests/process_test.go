@@ -82,7 +82,9 @@ func procStatus(t *testing.T, pid int, field string) int64 {
 }
 
 // signalStopped says the process is stopped by a signal (SIGSTOP), as the kernel reports it.
-func signalStopped(t *testing.T, pid int) bool { return strings.HasPrefix(procField(t, pid, "State"), "T") }
+func signalStopped(t *testing.T, pid int) bool {
+	return strings.HasPrefix(procField(t, pid, "State"), "T")
+}
 
 // rss is the process's resident set now; peakRSS its high-water mark since it started.
 func (n *narwhalNode) rss() int64     { return procStatus(n.t, n.cmd.Process.Pid, "VmRSS") }
