@@ -3,7 +3,6 @@ package actors
 import (
 	"context"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/narwhal-router/narwhal/config"
@@ -26,21 +25,15 @@ const maxReconnect = 30 * time.Second
 // over, while the stream is broken. A broken stream is followed again after reconnect_s,
 // doubling to 30 s while it keeps failing.
 type kvFeeds struct {
-	ctx    context.Context
-	cancel context.CancelFunc
-	cfg    config.KVEventsRuntime
-	index  *exactIndex
-	m      *telemetry.Metrics
-	log    *slog.Logger
-	wg     sync.WaitGroup
-
-	mu  sync.Mutex
-	per map[*engineView]context.CancelFunc
+	*perEngine
+	cfg   config.KVEventsRuntime
+	index *exactIndex
+	m     *telemetry.Metrics
+	log   *slog.Logger
 }
 
 func startKVFeeds(cfg config.KVEventsRuntime, index *exactIndex, m *telemetry.Metrics, log *slog.Logger) *kvFeeds {
-	ctx, cancel := context.WithCancel(context.Background())
-	return &kvFeeds{ctx: ctx, cancel: cancel, cfg: cfg, index: index, m: m, log: log, per: map[*engineView]context.CancelFunc{}}
+	return &kvFeeds{perEngine: newPerEngine(), cfg: cfg, index: index, m: m, log: log}
 }
 
 // add follows v's events if spec names (or the fleet's patterns give) an endpoint.
@@ -52,44 +45,21 @@ func (f *kvFeeds) add(v *engineView, spec config.EngineSpec) {
 	if pub == "" {
 		return
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.ctx.Err() != nil || f.per[v] != nil {
-		return
-	}
-	ctx, cancel := context.WithCancel(f.ctx)
-	f.per[v] = cancel
-	en := f.index.open(v.idx)
-	f.wg.Add(1)
-	go func() {
-		defer f.wg.Done()
-		f.follow(ctx, v, en, pub, replay)
-	}()
+	var en *exactEngine
+	f.start(v, func() { en = f.index.open(v.idx) }, func(ctx context.Context) { f.follow(ctx, v, en, pub, replay) })
 }
 
 // remove stops following v and drops its entries from the index.
 func (f *kvFeeds) remove(v *engineView) {
-	if f == nil {
-		return
-	}
-	f.mu.Lock()
-	cancel := f.per[v]
-	delete(f.per, v)
-	f.mu.Unlock()
-	if cancel != nil {
-		cancel()
+	if f != nil && f.end(v) {
 		f.index.forget(v.idx)
 	}
 }
 
 func (f *kvFeeds) stop() {
-	if f == nil {
-		return
+	if f != nil {
+		f.perEngine.stop()
 	}
-	f.mu.Lock()
-	f.cancel()
-	f.mu.Unlock()
-	f.wg.Wait()
 }
 
 // follow runs v's subscription until ctx ends, following it again after each failure.

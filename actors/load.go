@@ -2,7 +2,6 @@ package actors
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/narwhal-router/narwhal/messages"
@@ -82,20 +81,14 @@ func (v *engineView) loadState(now time.Time, stale time.Duration, prefixBlocks 
 // a slow engine delays nobody else's view; requests never wait for it. Engines are added as
 // they join the fleet and removed as they leave it; it stops with stop.
 type scraper struct {
-	ctx      context.Context
-	cancel   context.CancelFunc
+	*perEngine
 	interval time.Duration
 	timeout  func() time.Duration // placement.scrape_timeout_s as the last reload left it
 	m        *telemetry.Metrics
-	wg       sync.WaitGroup
-
-	mu  sync.Mutex
-	per map[*engineView]context.CancelFunc
 }
 
 func startScraper(interval time.Duration, timeout func() time.Duration, m *telemetry.Metrics) *scraper {
-	ctx, cancel := context.WithCancel(context.Background())
-	return &scraper{ctx: ctx, cancel: cancel, interval: interval, timeout: timeout, m: m, per: map[*engineView]context.CancelFunc{}}
+	return &scraper{perEngine: newPerEngine(), interval: interval, timeout: timeout, m: m}
 }
 
 // add starts scraping v (nothing when scraping is off).
@@ -103,16 +96,7 @@ func (s *scraper) add(v *engineView) {
 	if s == nil {
 		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.ctx.Err() != nil || s.per[v] != nil {
-		return
-	}
-	ctx, cancel := context.WithCancel(s.ctx)
-	s.per[v] = cancel
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
+	s.start(v, nil, func(ctx context.Context) {
 		t := time.NewTicker(s.interval)
 		defer t.Stop()
 		for {
@@ -123,19 +107,13 @@ func (s *scraper) add(v *engineView) {
 			case <-t.C:
 			}
 		}
-	}()
+	})
 }
 
 // remove stops scraping v; its goroutine ends at once (a scrape in flight is cancelled).
 func (s *scraper) remove(v *engineView) {
-	if s == nil {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if cancel := s.per[v]; cancel != nil {
-		cancel()
-		delete(s.per, v)
+	if s != nil {
+		s.end(v)
 	}
 }
 
@@ -164,13 +142,9 @@ func scrapeOnce(ctx context.Context, v *engineView, timeout time.Duration, m *te
 }
 
 func (s *scraper) stop() {
-	if s == nil {
-		return
+	if s != nil {
+		s.perEngine.stop()
 	}
-	s.mu.Lock()
-	s.cancel()
-	s.mu.Unlock()
-	s.wg.Wait()
 }
 
 // loadState is v's load view with the prefix index's size for it.
