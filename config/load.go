@@ -136,34 +136,7 @@ func (w *walker) walk(n *yaml.Node, t reflect.Type, path string) {
 	}
 	switch t.Kind() {
 	case reflect.Struct:
-		fields := yamlFields(t)
-		if n.Kind != yaml.MappingNode {
-			w.fail(n.Line, path, "%s is not allowed here; want a mapping with the keys %s", describe(n), strings.Join(sortedKeys(fields), ", "))
-			drop(n)
-			return
-		}
-		seen := map[string]bool{}
-		kept := n.Content[:0]
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			key, val := n.Content[i], n.Content[i+1]
-			if key.Value == "<<" {
-				w.fail(key.Line, "", "merge keys (<<) are not supported")
-				continue
-			}
-			ft, ok := fields[key.Value]
-			if !ok {
-				w.fail(key.Line, "", "unknown key %q%s (known keys: %s)", key.Value, under(path), strings.Join(sortedKeys(fields), ", "))
-				continue
-			}
-			if seen[key.Value] {
-				w.fail(key.Line, "", "key %q appears twice%s", key.Value, under(path))
-				continue
-			}
-			seen[key.Value] = true
-			w.walk(val, ft, joinPath(path, key.Value))
-			kept = append(kept, key, val)
-		}
-		n.Content = kept
+		w.walkMapping(n, t, path)
 	case reflect.Slice:
 		if n.Kind != yaml.SequenceNode {
 			w.fail(n.Line, path, "%s is not allowed here; want a list", describe(n))
@@ -188,6 +161,38 @@ func (w *walker) walk(n *yaml.Node, t reflect.Type, path string) {
 			drop(n)
 		}
 	}
+}
+
+// walkMapping checks a mapping against the struct type t: every key must be a field, once.
+func (w *walker) walkMapping(n *yaml.Node, t reflect.Type, path string) {
+	fields := yamlFields(t)
+	if n.Kind != yaml.MappingNode {
+		w.fail(n.Line, path, "%s is not allowed here; want a mapping with the keys %s", describe(n), strings.Join(sortedKeys(fields), ", "))
+		drop(n)
+		return
+	}
+	seen := map[string]bool{}
+	kept := n.Content[:0]
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		key, val := n.Content[i], n.Content[i+1]
+		if key.Value == "<<" {
+			w.fail(key.Line, "", "merge keys (<<) are not supported")
+			continue
+		}
+		ft, ok := fields[key.Value]
+		if !ok {
+			w.fail(key.Line, "", "unknown key %q%s (known keys: %s)", key.Value, under(path), strings.Join(sortedKeys(fields), ", "))
+			continue
+		}
+		if seen[key.Value] {
+			w.fail(key.Line, "", "key %q appears twice%s", key.Value, under(path))
+			continue
+		}
+		seen[key.Value] = true
+		w.walk(val, ft, joinPath(path, key.Value))
+		kept = append(kept, key, val)
+	}
+	n.Content = kept
 }
 
 // wholeWhereWanted reports whether the scalar n suits an integer field t without losing

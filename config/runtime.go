@@ -153,9 +153,6 @@ func (k KVEventsRuntime) Endpoints(spec EngineSpec) (pub, replay string) {
 	return strings.ReplaceAll(pub, kvEventsHost, host), strings.ReplaceAll(replay, kvEventsHost, host)
 }
 
-// kvEventsHost is the placeholder of placement.kv_events' patterns.
-const kvEventsHost = "{host}"
-
 // EngineTimings are the engine-leg bounds (engine.*, and server.max_response_bytes, which bounds
 // a passthrough answer as the engine client reads it).
 type EngineTimings struct {
