@@ -66,20 +66,20 @@ func defaultCluster() Cluster {
 	}
 }
 
-// advertiseAddr is the address peers reach this node on.
-func (c Cluster) advertiseAddr() string {
+// AdvertiseAddr is the address peers reach this node on: cluster.advertise, else cluster.bind.
+func (c Cluster) AdvertiseAddr() string {
 	if c.Advertise != "" {
 		return c.Advertise
 	}
 	return c.Bind
 }
 
-// node is this node's name.
-func (c Cluster) node() string {
+// Node is this node's name: cluster.node_name, else the advertised address.
+func (c Cluster) Node() string {
 	if c.NodeName != "" {
 		return c.NodeName
 	}
-	return c.advertiseAddr()
+	return c.AdvertiseAddr()
 }
 
 // check checks the section whether or not it is enabled: turning it on must not be the moment

@@ -31,7 +31,7 @@ type Config struct {
 	Discovery      Discovery       `yaml:"discovery"`
 
 	// lines maps each key path the file set to its line (Parse fills it), so that problems
-	// found later (Provision) still name their line.
+	// found later (Validate, with the connector registry) still name their line.
 	lines map[string]int
 }
 

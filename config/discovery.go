@@ -2,12 +2,10 @@ package config
 
 import (
 	"fmt"
-	"net"
 	"net/netip"
 	"regexp"
 	"strconv"
 	"strings"
-	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
 )
@@ -213,10 +211,7 @@ func (d Discovery) checkDNS(ck *checker) {
 	for i, n := range d.DNS {
 		p := fmt.Sprintf("discovery.dns[%d]", i)
 		n.check(ck, p)
-		prefix := n.EnginePrefix
-		if prefix == "" {
-			prefix = DNSEnginePrefix(n.Name)
-		}
+		prefix := n.Prefix()
 		if j, dup := prefixes[prefix]; dup {
 			ck.fail(p+".engine_prefix", "%q is also the engine prefix of discovery.dns[%d]; engine names would collide: set a different engine_prefix on one of them", prefix, j)
 		}
@@ -275,7 +270,7 @@ func (r KubernetesRole) check(ck *checker, p string) {
 		ck.fail(p+".port", "%q is not allowed; want a port from 1 to 65535 or a container port name (up to 15 lowercase letters, digits and '-')", r.Port)
 	}
 	ck.oneOf(p+".scheme", r.Scheme, "http", "https")
-	ck.engineFields(p+".template", r.Template.engine())
+	ck.engineFields(p+".template", r.Template.Engine())
 }
 
 // check checks one DNS name's entry at path p.
@@ -305,7 +300,7 @@ func (n DNSDiscovery) check(ck *checker, p string) {
 	if n.EnginePrefix != "" && !prefixName.MatchString(n.EnginePrefix) {
 		ck.fail(p+".engine_prefix", "%q is not allowed; want up to 24 letters, digits, '_' and '-', starting with a letter or digit", n.EnginePrefix)
 	}
-	ck.engineFields(p+".template", n.Template.engine())
+	ck.engineFields(p+".template", n.Template.Engine())
 }
 
 // checkName checks that the name is a DNS name, label by label.
@@ -332,6 +327,15 @@ func (ck *checker) etcdEndpoint(p, ep string) {
 	ck.hostPort(p, rest, false)
 }
 
+// Prefix begins the name of every engine the name's records give: engine_prefix, else
+// DNSEnginePrefix of the name.
+func (n DNSDiscovery) Prefix() string {
+	if n.EnginePrefix != "" {
+		return n.EnginePrefix
+	}
+	return DNSEnginePrefix(n.Name)
+}
+
 // DNSEnginePrefix is the engine prefix of a DNS name without engine_prefix: its first label that
 // does not start with '_' (so _http._tcp.vllm.service.consul gives vllm), cut to 24 characters.
 func DNSEnginePrefix(name string) string {
@@ -350,115 +354,11 @@ func DNSEnginePrefix(name string) string {
 	return "dns"
 }
 
-// engine is the template as an engine without a name, URL or role, its defaults filled.
-func (t EngineTemplate) engine() Engine {
+// Engine is the template as an engine without a name, URL or role, its defaults filled: what a
+// source completes for every engine it finds.
+func (t EngineTemplate) Engine() Engine {
 	e := Engine{MaxInflight: t.MaxInflight, Models: t.Models, APIKey: t.APIKey,
 		KV: KV{Connector: t.KV.Connector, TransferModes: t.KV.TransferModes, AllowedEndpoints: t.KV.AllowedEndpoints}}
 	e.applyDefaults()
 	return e.Clone()
-}
-
-// Clone returns a copy of e that shares no slice with it.
-func (e Engine) Clone() Engine {
-	e.Models = append([]string(nil), e.Models...)
-	e.KV.TransferModes = append([]string(nil), e.KV.TransferModes...)
-	e.KV.AllowedEndpoints = append([]string(nil), e.KV.AllowedEndpoints...)
-	return e
-}
-
-// DiscoveryRuntime is discovery.* provisioned: the sources to run (none configured: all nil or
-// empty) and the backoff of a failing one.
-type DiscoveryRuntime struct {
-	Kubernetes *KubernetesRuntime
-	DNS        []DNSRuntime
-	Etcd       *EtcdSourceRuntime
-	// RetryInitial and RetryMax bound a failing source's backoff.
-	RetryInitial time.Duration
-	RetryMax     time.Duration
-}
-
-// KubernetesRuntime is discovery.kubernetes.
-type KubernetesRuntime struct {
-	Kubeconfig         string // "": in-cluster
-	Namespace          string // "": Narwhal's own (in-cluster) or the kubeconfig context's
-	EngineIDAnnotation string
-	EndpointAnnotation string
-	// Roles are discovery.kubernetes.roles in their order: a pod several entries select is
-	// reported under the first.
-	Roles []KubernetesRoleRuntime
-}
-
-// KubernetesRoleRuntime is one role's selector, port and template.
-type KubernetesRoleRuntime struct {
-	Role     Role
-	Selector string
-	// PortNumber is the port when it was given as a number, else PortName is the container
-	// port's name.
-	PortNumber int
-	PortName   string
-	Scheme     string
-	// Template is every engine of the role before its name, URL, role and KV identity.
-	Template Engine
-}
-
-// DNSRuntime is one discovery.dns entry.
-type DNSRuntime struct {
-	// Name is fully qualified (with its final dot).
-	Name     string
-	Type     string // DNSTypeA, DNSTypeAAAA or DNSTypeSRV
-	Role     Role
-	Port     int // 0 for srv
-	Scheme   string
-	Interval time.Duration
-	Timeout  time.Duration
-	// Resolver is host:port; "" uses /etc/resolv.conf's servers.
-	Resolver     string
-	EnginePrefix string
-	Template     Engine
-}
-
-// EtcdSourceRuntime is discovery.etcd.
-type EtcdSourceRuntime struct {
-	Endpoints      []string
-	Prefix         string
-	DialTimeout    time.Duration
-	RequestTimeout time.Duration
-	CheckInterval  time.Duration
-}
-
-func (d Discovery) provision() DiscoveryRuntime {
-	rt := DiscoveryRuntime{RetryInitial: d.RetryInitialS.Duration(), RetryMax: d.RetryMaxS.Duration()}
-	if k := d.Kubernetes; k != nil {
-		kr := &KubernetesRuntime{Kubeconfig: k.Kubeconfig, Namespace: k.Namespace,
-			EngineIDAnnotation: k.Annotations.EngineID, EndpointAnnotation: k.Annotations.Endpoint}
-		for _, r := range k.Roles {
-			role := KubernetesRoleRuntime{Role: r.Role, Selector: r.Selector, Scheme: r.Scheme, Template: r.Template.engine()}
-			if n, err := strconv.Atoi(r.Port); err == nil {
-				role.PortNumber = n
-			} else {
-				role.PortName = r.Port
-			}
-			kr.Roles = append(kr.Roles, role)
-		}
-		rt.Kubernetes = kr
-	}
-	for _, n := range d.DNS {
-		resolver := n.Resolver
-		if _, err := netip.ParseAddr(resolver); err == nil {
-			resolver = net.JoinHostPort(resolver, "53")
-		}
-		prefix := n.EnginePrefix
-		if prefix == "" {
-			prefix = DNSEnginePrefix(n.Name)
-		}
-		rt.DNS = append(rt.DNS, DNSRuntime{Name: strings.TrimSuffix(n.Name, ".") + ".", Type: n.Type, Role: n.Role,
-			Port: n.Port, Scheme: n.Scheme, Interval: n.IntervalS.Duration(), Timeout: n.TimeoutS.Duration(),
-			Resolver: resolver, EnginePrefix: prefix, Template: n.Template.engine()})
-	}
-	if e := d.Etcd; e != nil {
-		rt.Etcd = &EtcdSourceRuntime{Endpoints: append([]string(nil), e.Endpoints...), Prefix: e.Prefix,
-			DialTimeout: e.DialTimeoutS.Duration(), RequestTimeout: e.RequestTimeoutS.Duration(),
-			CheckInterval: e.CheckIntervalS.Duration()}
-	}
-	return rt
 }

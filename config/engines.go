@@ -8,8 +8,6 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
-
-	"github.com/narwhal-router/narwhal/transport/kv"
 )
 
 // Role says which legs an engine may run.
@@ -64,10 +62,14 @@ type KV struct {
 	AllowedPorts []string `yaml:"allowed_ports"`
 }
 
+// DefaultConnector is engines[].kv.connector when the file names none: the default of the
+// connector registry (transport/kv's Default; a test of transport keeps the two equal).
+const DefaultConnector = "nixl"
+
 // applyDefaults fills the per-engine defaults that depend on nothing else.
 func (e *Engine) applyDefaults() {
 	if e.KV.Connector == "" {
-		e.KV.Connector = kv.Default
+		e.KV.Connector = DefaultConnector
 	}
 	if len(e.KV.TransferModes) == 0 {
 		e.KV.TransferModes = []string{"pull"}
@@ -153,11 +155,12 @@ func (c *Config) validateEngines(ck *checker) {
 }
 
 // CheckEngine checks one engine as the engines list's entries are checked (name, url, role,
-// max_inflight, models, kv), for an engine that comes from elsewhere than the file, such as a
-// discovery source's registration. Its connector name is checked when the engine is
-// provisioned (ProvisionEngine), against the registry the router runs with.
-func CheckEngine(e Engine) error {
-	ck := &checker{}
+// max_inflight, models, kv), for an engine that comes from elsewhere than the file: a discovery
+// source's registration, an engine of the admin API. Its connector name is checked against
+// connectors (nil: not checked; engine provisioning, transport.Provisioner, checks it against
+// the registry the router runs with). The messages name the keys without a path.
+func CheckEngine(e Engine, connectors Connectors) error {
+	ck := &checker{connectors: connectors}
 	ck.engine("", e)
 	return errors.Join(ck.errs...)
 }

@@ -29,7 +29,7 @@ func Load(path string) (Config, error) {
 // Parse decodes a YAML document on top of Default, then validates it. lookupEnv resolves
 // `${NAME}` references in scalar values (os.LookupEnv in production). Every problem found is
 // reported, each naming its line and key path. Engines' connector names are checked by
-// Provision, against the registry the router runs with; the result remembers each key's line
+// Validate, against the registry the router runs with; the result remembers each key's line
 // so that those problems name their line too.
 func Parse(data []byte, lookupEnv func(string) (string, bool)) (Config, error) {
 	var doc yaml.Node
@@ -65,7 +65,7 @@ func Parse(data []byte, lookupEnv func(string) (string, bool)) (Config, error) {
 // as YAML or JSON): an unknown key or a value of the wrong type is an error naming it, and
 // unset keys get the engines' defaults. `${NAME}` references are refused, not expanded: an
 // engine handed over at run time (the admin API) must not read the router's environment.
-// The values are validated by ProvisionEngine.
+// The values are validated when it is provisioned (transport.Provisioner).
 func ParseEngine(data []byte) (Engine, error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {

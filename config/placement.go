@@ -194,3 +194,22 @@ func (ck *checker) kvEventsEndpoint(path, v string, pattern bool) {
 		ck.fail(path, "%q: port %q is not a port from 1 to 65535", v, port)
 	}
 }
+
+// Endpoints are where to follow an engine's KV events: its own kv_events (own), else the
+// fleet's patterns with its host; pub "" when none (or its endpoint is "off").
+func (k KVEvents) Endpoints(own EngineKVEvents, host string) (pub, replay string) {
+	pub, replay = own.Endpoint, own.ReplayEndpoint
+	if pub == "" {
+		pub = k.Endpoint
+		if replay == "" {
+			replay = k.ReplayEndpoint
+		}
+	}
+	if pub == KVEventsOff {
+		return "", ""
+	}
+	if strings.Contains(host, ":") {
+		host = "[" + host + "]"
+	}
+	return strings.ReplaceAll(pub, kvEventsHost, host), strings.ReplaceAll(replay, kvEventsHost, host)
+}

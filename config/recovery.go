@@ -42,6 +42,10 @@ type RetryBudget struct {
 	WindowS Seconds `yaml:"window_s"`
 }
 
+// ReadmitByHealth says an ejected engine is readmitted by a health check (recovery.readmission:
+// health), not by an inference probe.
+func (r Recovery) ReadmitByHealth() bool { return r.Readmission == ReadmissionHealth }
+
 func defaultRecovery() Recovery {
 	return Recovery{
 		MaxAttempts:       1,

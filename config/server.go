@@ -39,7 +39,7 @@ type Server struct {
 	// MaxResponseBytes bounds the decode event data a non-streaming response is assembled from.
 	MaxResponseBytes int `yaml:"max_response_bytes"`
 	// MaxBufferedBytes bounds the client bodies and whole answers the process holds at once
-	// (0: derived from the memory limit, config/budget.go).
+	// (0: derived from the memory limit, transport/memory.Size).
 	MaxBufferedBytes int64 `yaml:"max_buffered_bytes"`
 
 	// ExposeEngineErrors relays an engine's in-stream error message to clients; off, they get
@@ -127,4 +127,18 @@ func (s Server) ProcsPolicy() (fixed int, auto bool, err error) {
 		return 0, false, fmt.Errorf("%q is not allowed; want \"all\", \"auto\" or a CPU count from 1 to %d", s.Procs, maxProcs)
 	}
 	return n, false, nil
+}
+
+// The memory budget (server.max_buffered_bytes) bounds the request bodies and whole answers the
+// router holds at once. Unset (0), transport/memory derives it from the memory limit the process
+// runs under (memory.Size); set, it must be within these bounds.
+const (
+	minBufferBudget = 64 << 20
+	maxBufferBudget = 1 << 40
+)
+
+func (ck *checker) checkBudget(s Server) {
+	if v := s.MaxBufferedBytes; v != 0 && (v < minBufferBudget || v > maxBufferBudget) {
+		ck.fail("server.max_buffered_bytes", "%d is not allowed; want 0 (derived from the memory limit) or a byte count from %d to %d", v, minBufferBudget, int64(maxBufferBudget))
+	}
 }

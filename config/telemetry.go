@@ -1,6 +1,7 @@
 package config
 
 import (
+	"log/slog"
 	"net/url"
 	"regexp"
 	"strconv"
@@ -71,6 +72,19 @@ func (m Metrics) check(ck *checker) {
 		ck.hostPort("metrics.statsd.address", s.Address, false)
 		ck.positive("metrics.statsd.flush_interval_s", s.FlushIntervalS)
 	}
+}
+
+// SlogLevel is log.level as the process log reads it.
+func (l Log) SlogLevel() slog.Level {
+	switch l.Level {
+	case "debug":
+		return slog.LevelDebug
+	case "warn":
+		return slog.LevelWarn
+	case "error":
+		return slog.LevelError
+	}
+	return slog.LevelInfo
 }
 
 func (l Log) check(ck *checker) {

@@ -7,15 +7,22 @@ import (
 	"net"
 	"strconv"
 	"strings"
-
-	"github.com/narwhal-router/narwhal/transport/kv"
 )
 
+// Connectors are the KV connector names engines may use: the registry the router runs with
+// (transport/kv's Registry is one).
+type Connectors interface {
+	Has(name string) bool
+	// Names lists them, sorted: what a message about an unknown one allows.
+	Names() []string
+}
+
 // Validate checks every value, and every engine's kv.connector against connectors (the registry
-// the router runs with), and reports all problems at once, each naming its line when c came
-// from Parse or Load. Provision runs it; call it directly to check a configuration built in Go.
-func (c *Config) Validate(connectors kv.Registry) error {
-	ck := &checker{lines: c.lines, connectors: &connectors}
+// the router runs with; nil checks no name), and reports all problems at once, each naming its
+// line when c came from Parse or Load. Provisioning runs it (node.Provision); call it directly
+// to check a configuration built in Go.
+func (c *Config) Validate(connectors Connectors) error {
+	ck := &checker{lines: c.lines, connectors: connectors}
 	c.check(ck)
 	return errors.Join(ck.errs...)
 }
@@ -26,9 +33,9 @@ type checker struct {
 	// failed are the paths reported so far, so that a general check (checkFinite) does not
 	// report again a value a key's own check refused.
 	failed map[string]bool
-	// connectors is the registry engines' connector names are checked against; nil while
-	// parsing, which cannot know the registry the file will run with (Provision checks them).
-	connectors *kv.Registry
+	// connectors are the names engines' connectors are checked against; nil while parsing,
+	// which cannot know the registry the file will run with (Validate checks them).
+	connectors Connectors
 	errs       []error
 }
 
