@@ -107,24 +107,24 @@ func serveCommand() *cobra.Command {
 			}
 			if check {
 				if !skipBindCheck {
-					if err := bindListeners(rt.Listeners()); err != nil {
+					if err := bindListeners(rt.Config.Listeners()); err != nil {
 						return fmt.Errorf("%s: %w", path, err)
 					}
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "%s: configuration valid (%d engines)\n", path, len(rt.Engines))
 				return nil
 			}
-			log, level := newLogger(rt.Log, os.Stderr)
+			log, level := newLogger(rt.Config.Log, os.Stderr)
 			// preflight.require: all is the strict start: the whole matrix, before listening.
 			// By default every engine joins on its own check instead, and serve listens at once.
-			if rt.Preflight.RequireAll && !skipPreflight {
+			if rt.Config.Preflight.Require == config.RequireAll && !skipPreflight {
 				// The matrix ends with its verdict ("preflight passed"): nothing more to say.
 				if err := runPreflight(rt, os.Stderr); err != nil {
 					return fmt.Errorf("%w (preflight.require: all; start anyway with --skip-preflight, or set preflight.require: none "+
 						"to start with the engines that pass their own checks)", err)
 				}
 			}
-			return run(rt, log, level, func() (config.Runtime, error) { return load(path) }, nil)
+			return run(rt, log, level, func() (node.Runtime, error) { return load(path) }, nil)
 		},
 	}
 	cmd.Flags().StringVarP(&path, "config", "c", "narwhal.yaml", "configuration file (YAML)")
@@ -153,21 +153,21 @@ func preflightCommand() *cobra.Command {
 
 // load reads the configuration file at path and provisions it with Narwhal's own connectors:
 // what `serve --check` accepts is what `serve` runs.
-func load(path string) (config.Runtime, error) {
+func load(path string) (node.Runtime, error) {
 	cfg, err := config.Load(path)
 	if err != nil {
-		return config.Runtime{}, err
+		return node.Runtime{}, err
 	}
-	rt, err := config.Provision(cfg, kv.Builtin())
+	rt, err := node.Provision(cfg, kv.Builtin())
 	if err != nil {
-		return config.Runtime{}, fmt.Errorf("%s: %w", path, err)
+		return node.Runtime{}, fmt.Errorf("%s: %w", path, err)
 	}
 	return rt, nil
 }
 
 // runPreflight prints the matrix and fails unless every check passed.
-func runPreflight(rt config.Runtime, w io.Writer) error {
-	res := preflight.Run(context.Background(), rt)
+func runPreflight(rt node.Runtime, w io.Writer) error {
+	res := preflight.Run(context.Background(), rt.Engines, rt.Config)
 	fmt.Fprint(w, res.Matrix())
 	if !res.OK() {
 		return errors.New("preflight failed")
@@ -272,14 +272,14 @@ func demoCommand() *cobra.Command {
 						TransferModes: []string{"pull"}},
 				})
 			}
-			rt, err := config.Provision(cfg, kv.Builtin())
+			rt, err := node.Provision(cfg, kv.Builtin())
 			if err != nil {
 				return err
 			}
 			if nodes > 1 {
 				return demoNodes(cfg, nodes, fleet)
 			}
-			log, level := newLogger(rt.Log, os.Stderr)
+			log, level := newLogger(cfg.Log, os.Stderr)
 			return run(rt, log, level, nil, func(s *node.Server) {
 				// The banner's curls should work when it appears: wait (bounded) for the
 				// simulated engines' join checks, which take a few tens of milliseconds. Past
@@ -458,7 +458,7 @@ func mustShift(shift func(string, int) (string, error), addr string, by int) str
 // delay), then in-flight requests get server.shutdown_grace_s. SIGHUP reloads the
 // configuration with reload (nil: nothing to reload); SIGUSR1 writes the supervisor tree to
 // stderr.
-func run(rt config.Runtime, log *slog.Logger, level *slog.LevelVar, reload func() (config.Runtime, error), started func(*node.Server)) error {
+func run(rt node.Runtime, log *slog.Logger, level *slog.LevelVar, reload func() (node.Runtime, error), started func(*node.Server)) error {
 	// Signals are caught before the listeners open: a SIGTERM that arrives as soon as Narwhal
 	// says it is listening is a graceful stop, not the default abrupt exit.
 	signals := make(chan os.Signal, 4)
@@ -471,11 +471,11 @@ func run(rt config.Runtime, log *slog.Logger, level *slog.LevelVar, reload func(
 	build := buildinfo.Get()
 	log.Info("narwhal listening", "addr", srv.Addr(), "admin", srv.AdminAddr(), "engines", len(rt.Engines),
 		"version", build.Version, "revision", build.Revision, "modified", build.Modified, "built", build.BuildTime)
-	if addr := srv.AdminAddr(); addr != "" && rt.Admin.Token == "" && !loopback(addr) {
+	if addr := srv.AdminAddr(); addr != "" && rt.Config.Server.AdminToken == "" && !loopback(addr) {
 		log.Warn("the admin listener is reachable beyond this host and has no token: anyone who can reach it can eject engines and read profiles; set server.admin_token or listen on 127.0.0.1",
 			"admin", addr)
 	}
-	if len(rt.Server.APIKeys) == 0 && !loopback(srv.Addr()) {
+	if len(rt.APIKeys) == 0 && !loopback(srv.Addr()) {
 		log.Warn("the client listener is reachable beyond this host and no client API key is configured: anyone who can reach it can use the fleet; set server.api_keys or listen on 127.0.0.1",
 			"addr", srv.Addr())
 	}
@@ -503,8 +503,8 @@ func run(rt config.Runtime, log *slog.Logger, level *slog.LevelVar, reload func(
 				log.Info("second stop signal: ending the drain delay", "signal", sig.String())
 				srv.EndDrain()
 			default:
-				cur := srv.Runtime().Server
-				log.Info("shutting down", "signal", sig.String(), "drain_delay", cur.DrainDelay.String(), "grace", cur.ShutdownGrace.String())
+				cur := srv.Runtime().Config.Server
+				log.Info("shutting down", "signal", sig.String(), "drain_delay", cur.DrainDelayS.Duration().String(), "grace", cur.ShutdownGraceS.Duration().String())
 				stopped = make(chan error, 1)
 				go func() { stopped <- srv.Shutdown(context.Background()) }()
 			}
@@ -534,9 +534,9 @@ func dumpTree(srv *node.Server, w io.Writer) {
 }
 
 // newLogger is the process log at log.level, which a reload changes through the returned level.
-func newLogger(c config.LogRuntime, w io.Writer) (*slog.Logger, *slog.LevelVar) {
+func newLogger(c config.Log, w io.Writer) (*slog.Logger, *slog.LevelVar) {
 	level := new(slog.LevelVar)
-	level.Set(c.Level)
+	level.Set(c.SlogLevel())
 	opts := &slog.HandlerOptions{Level: level}
 	if c.Format == "text" {
 		return slog.New(slog.NewTextHandler(w, opts)), level

@@ -9,13 +9,14 @@ import (
 
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/messages"
+	"github.com/narwhal-router/narwhal/transport"
 )
 
 // engineState is everything one engine actor owns. It lives outside the actor value so that a
 // restarted actor (after a panic) carries on with the same breaker; the reservations live in
 // the view, where supervisors take them.
 type engineState struct {
-	spec config.EngineSpec
+	spec transport.EngineSpec
 	view *engineView
 	// incarnation tells apart engines of one name: one removed and one added again under it
 	// (the pool numbers every engine it adds).
@@ -176,7 +177,7 @@ func (a *engineActor) Receive(ctx actor.Context) {
 		if m.err != nil {
 			a.r.log.Warn("engine model discovery failed; retrying", "engine", st.spec.Name, "error", m.err.Error())
 			self, root := ctx.Self(), a.r.root
-			st.timers.discovery = time.AfterFunc(a.r.current().Recovery.ProbeInterval,
+			st.timers.discovery = time.AfterFunc(a.r.current().Recovery.ProbeIntervalS.Duration(),
 				func() { root.Send(self, discoverAgain{}) })
 			return
 		}
@@ -372,7 +373,7 @@ func (a *engineActor) checkDrained(ctx actor.Context) {
 // the engine is not placed; failures retry at the probe interval.
 func (a *engineActor) discoverModels(ctx actor.Context) {
 	self, root, client := ctx.Self(), a.r.root, a.st.view.client
-	timeout := a.r.rt.Engine.Models
+	timeout := a.r.rt.Engine.ModelsTimeoutS.Duration()
 	go func() {
 		c, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/narwhal-router/narwhal/bench/sim"
 	"github.com/narwhal-router/narwhal/config"
+	"github.com/narwhal-router/narwhal/transport"
 	"github.com/narwhal-router/narwhal/transport/kv"
 )
 
@@ -52,7 +53,7 @@ func TestReadinessFollowsThePolicy(t *testing.T) {
 		t.Fatalf("always without a producer: %v %q", ready, why)
 	}
 	next := r.rt
-	next.Fleet.Disaggregation = config.DisaggAuto
+	next.Disaggregation.Policy = config.DisaggAuto
 	r.Reconfigure(next)
 	if ready, why := r.Ready(); !ready {
 		t.Fatalf("auto without a producer (it decodes locally): not ready: %s", why)
@@ -77,8 +78,8 @@ func TestReadinessFollowsThePolicy(t *testing.T) {
 func TestSetEnginesDiffsByName(t *testing.T) {
 	r, fleet := simRouter(t, 2, nil, Options{})
 	ctx := context.Background()
-	specs := func(mutate func(name string, e *config.Engine)) []config.EngineSpec {
-		var out []config.EngineSpec
+	specs := func(mutate func(name string, e *config.Engine)) []transport.EngineSpec {
+		var out []transport.EngineSpec
 		for _, e := range fleet.Engines {
 			ce := config.Engine{Name: e.Name(), URL: e.URL(), Role: config.Role(e.Role()), Models: e.Models(),
 				KV: config.KV{Connector: kv.NIXL, Endpoint: e.KVEndpoint(), TransferModes: []string{"pull"}}}
@@ -88,7 +89,7 @@ func TestSetEnginesDiffsByName(t *testing.T) {
 			if ce.Name == "" {
 				continue
 			}
-			s, err := config.ProvisionEngine(ce, kv.Builtin())
+			s, err := transport.NewProvisioner(kv.Builtin(), nil).Engine(ce)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -8,23 +8,28 @@ import (
 
 	"github.com/narwhal-router/narwhal/bench/sim"
 	"github.com/narwhal-router/narwhal/config"
+	"github.com/narwhal-router/narwhal/transport"
 	"github.com/narwhal-router/narwhal/transport/kv"
 )
 
-// provision is cfg as a router runs it (config.Provision with Narwhal's own connectors).
-func provision(t testing.TB, cfg config.Config) config.Runtime {
+// provision is cfg's engines as a router runs them: the configuration validated, the engines
+// provisioned with Narwhal's own connectors.
+func provision(t testing.TB, cfg config.Config) []transport.EngineSpec {
 	t.Helper()
-	rt, err := config.Provision(cfg, kv.Builtin())
+	if err := cfg.Validate(kv.Builtin()); err != nil {
+		t.Fatal(err)
+	}
+	specs, err := transport.NewProvisioner(kv.Builtin(), cfg.ReservedPorts()).Engines(cfg.Engines, "file")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return rt
+	return specs
 }
 
 // newRouter starts a router for cfg, closed with the test.
 func newRouter(t testing.TB, cfg config.Config, opts Options) *Router {
 	t.Helper()
-	r, err := NewRouter(provision(t, cfg), opts)
+	r, err := NewRouter(cfg, provision(t, cfg), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +47,8 @@ func recoveryWith(t testing.TB, tweak func(*config.Recovery)) config.RecoveryRun
 		tweak(&cfg.Recovery)
 	}
 	cfg.Engines = []config.Engine{{Name: "e0", URL: "http://127.0.0.1:1", Role: config.RoleBoth}}
-	return provision(t, cfg).Recovery
+	provision(t, cfg)
+	return cfg.RecoveryRuntime()
 }
 
 // simRouter starts a simulated fleet of p0 and decoders consumers (d0, d1, …) and a router in

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/narwhal-router/narwhal/config"
+	"github.com/narwhal-router/narwhal/transport"
 	"github.com/narwhal-router/narwhal/transport/kvevents"
 	"github.com/narwhal-router/narwhal/transport/telemetry"
 )
@@ -37,11 +38,11 @@ func startKVFeeds(cfg config.KVEventsRuntime, index *exactIndex, m *telemetry.Me
 }
 
 // add follows v's events if spec names (or the fleet's patterns give) an endpoint.
-func (f *kvFeeds) add(v *engineView, spec config.EngineSpec) {
+func (f *kvFeeds) add(v *engineView, spec transport.EngineSpec) {
 	if f == nil || v.idx < 0 {
 		return
 	}
-	pub, replay := f.cfg.Endpoints(spec)
+	pub, replay := f.cfg.Endpoints(spec.KVEvents, spec.KV.Host)
 	if pub == "" {
 		return
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/go-zeromq/zmq4"
 
 	"github.com/narwhal-router/narwhal/config"
+	"github.com/narwhal-router/narwhal/transport"
 	"github.com/narwhal-router/narwhal/transport/kvevents"
 	"github.com/narwhal-router/narwhal/transport/telemetry"
 )
@@ -190,7 +191,7 @@ func TestKVFeedFillsGapsByReplayAndStartsOverWhenItCannot(t *testing.T) {
 		ReplayTimeout: 2 * time.Second, Reconnect: 50 * time.Millisecond}, e, telemetry.Noop(), slog.New(slog.DiscardHandler))
 	defer f.stop()
 	v := &engineView{idx: x.takeSlot(), name: "e0"}
-	f.add(v, config.EngineSpec{Name: "e0"})
+	f.add(v, transport.EngineSpec{Name: "e0"})
 
 	// ZeroMQ's PUB drops what it sends before the subscriber connects: empty batches until one
 	// arrives, as an idle engine's steps would.
@@ -240,7 +241,7 @@ func TestKVFeedFallsBackToTheEstimateWhenThePublisherGoesAway(t *testing.T) {
 	defer f.stop()
 	v := &engineView{idx: x.takeSlot(), name: "e0"}
 	x.record([]uint64{1, 2}, v.idx) // our own placement: the estimate
-	f.add(v, config.EngineSpec{Name: "e0"})
+	f.add(v, transport.EngineSpec{Name: "e0"})
 	seq := uint64(0)
 	eventually(t, "the feed receives a batch", func() bool {
 		p.send(seq, batchOf(stored(1)), false, false)

@@ -149,5 +149,5 @@ func (s *scraper) stop() {
 
 // loadState is v's load view with the prefix index's size for it.
 func (r *Router) loadState(v *engineView) messages.LoadState {
-	return v.loadState(time.Now(), r.current().Fleet.ScrapeStale, r.fleet.index.heldBy(v.idx))
+	return v.loadState(time.Now(), r.current().Placement.ScrapeStaleS.Duration(), r.fleet.index.heldBy(v.idx))
 }

@@ -123,7 +123,7 @@ func (a *engineActor) share(from breakerState) {
 			}
 		}
 	case probing:
-		v.Until, v.Reason = now.Add(3*a.r.rt.Engine.FirstToken), "probe in flight"
+		v.Until, v.Reason = now.Add(3*a.r.rt.Engine.FirstTokenTimeoutS.Duration()), "probe in flight"
 	case admitted:
 		if from == quarantined && !st.peer.operator {
 			return // a quarantine that ran out; every node times it itself

@@ -26,7 +26,7 @@ type poolActor struct {
 // own state).
 type poolState struct {
 	self    *actor.PID
-	initial []config.EngineSpec
+	initial []transport.EngineSpec
 	started bool
 	// members are the engines of the fleet by name, in order; leaving are the removed ones
 	// whose last requests are still running.
@@ -55,7 +55,7 @@ type waiter struct {
 type awaitReady struct{}
 
 // setEngines makes specs the fleet (SetEngines); answered with true once applied.
-type setEngines struct{ specs []config.EngineSpec }
+type setEngines struct{ specs []transport.EngineSpec }
 
 // engineDrained is a leaving engine's word that its last reservation is back.
 type engineDrained struct{ st *engineState }
@@ -155,8 +155,8 @@ func (p *poolActor) Receive(ctx actor.Context) {
 // added engine joins: it is placed once its join check passes. A removed engine takes no new
 // placement; its requests finish within their deadline, then its actor stops and its prefix
 // index bit, scraper and metric series go (gone).
-func (p *poolActor) apply(ctx actor.Context, specs []config.EngineSpec) {
-	want := make(map[string]config.EngineSpec, len(specs))
+func (p *poolActor) apply(ctx actor.Context, specs []transport.EngineSpec) {
+	want := make(map[string]transport.EngineSpec, len(specs))
 	order := make([]string, 0, len(specs))
 	for _, s := range specs {
 		if _, dup := want[s.Name]; dup {
@@ -173,7 +173,7 @@ func (p *poolActor) apply(ctx actor.Context, specs []config.EngineSpec) {
 		case !keep:
 			removed = append(removed, st.spec.Name)
 			p.remove(ctx, st, "no source reports it")
-		case !config.SameEngine(st.spec, s):
+		case !transport.SameEngine(st.spec, s):
 			removed = append(removed, st.spec.Name)
 			p.remove(ctx, st, "its configuration changed: it is added again as a new engine")
 		case st.source != s.Source:
@@ -213,18 +213,18 @@ func (p *poolActor) apply(ctx actor.Context, specs []config.EngineSpec) {
 }
 
 // add makes a member of spec, joining; its actor is started by apply.
-func (p *poolActor) add(spec config.EngineSpec) *engineState {
+func (p *poolActor) add(spec transport.EngineSpec) *engineState {
 	r := p.r
 	p.incarnations++
 	v := &engineView{idx: r.fleet.index.takeSlot(), name: spec.Name, role: spec.Role, maxInflight: spec.MaxInflight,
-		client: transport.NewEngineClient(spec, r.rt.Engine)}
+		client: transport.NewEngineClient(spec, r.rt.Engine, r.rt.Server.MaxResponseBytes)}
 	if len(spec.Models) > 0 {
 		ms := append([]string(nil), spec.Models...)
 		v.models.Store(&ms)
 	}
 	v.state.Store(uint32(joining))
 	st := &engineState{spec: spec, view: v, incarnation: p.incarnations, source: spec.Source,
-		breaker: newBreaker(r.current().Recovery)}
+		breaker: newBreaker(r.current().RecoveryRuntime())}
 	if v.idx < 0 {
 		r.log.Warn("engine placed without prefix preference: every prefix-index slot is held", "engine", spec.Name, "slots", maxIndexed)
 	}

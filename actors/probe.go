@@ -112,7 +112,7 @@ func (a *engineActor) joinFinished(ctx actor.Context, m joinFinished) {
 		if st.timers.probe != nil {
 			st.timers.probe.Stop()
 		}
-		st.timers.probe = time.AfterFunc(a.r.current().Recovery.ProbeInterval, func() { root.Send(self, probeDue{}) })
+		st.timers.probe = time.AfterFunc(a.r.current().Recovery.ProbeIntervalS.Duration(), func() { root.Send(self, probeDue{}) })
 	}
 }
 
@@ -140,8 +140,8 @@ func (r *Router) planProbe(st *engineState, join bool) *probe {
 	f := r.fleet.load()
 	p := &probe{r: r, rt: cur, target: st.view, spec: st.spec, join: join}
 	model := st.view.firstModel()
-	if cur.Contract != nil && cur.Contract.Model != "" {
-		model = cur.Contract.Model
+	if cur.EngineContract != nil && cur.EngineContract.Model != "" {
+		model = cur.EngineContract.Model
 	}
 	partner := f.engine(st.breaker.partner)
 	now := time.Now()
@@ -157,7 +157,7 @@ func (r *Router) planProbe(st *engineState, join bool) *probe {
 			partner = f.trustedProducer(st.view, model, now)
 		}
 		p.producer, p.consumer, p.targetIsConsumer = partner, st.view, true
-		if partner == nil && join && cur.Fleet.Disaggregation != config.DisaggAlways && !f.producerJoining(st.view) {
+		if partner == nil && join && cur.Disaggregation.Policy != config.DisaggAlways && !f.producerJoining(st.view) {
 			p.local = true
 		}
 	case st.spec.Role == config.RolePrefill:
@@ -209,9 +209,9 @@ func (f *fleetSnapshot) producerJoining(not *engineView) bool {
 // model list (none configured, none found yet) is asked for it first.
 type probe struct {
 	r        *Router
-	rt       *config.Runtime // the settings the probe was planned with
+	rt       *config.Config // the settings the probe was planned with
 	target   *engineView
-	spec     config.EngineSpec
+	spec     transport.EngineSpec
 	producer *engineView
 	consumer *engineView
 	// targetIsConsumer says the target runs the decode leg; the producer is its partner.
@@ -238,15 +238,15 @@ func (p *probe) result(result, format string, args ...any) messages.Probe {
 	return out
 }
 
-func (p *probe) legTimeout() time.Duration { return p.rt.Engine.FirstToken }
+func (p *probe) legTimeout() time.Duration { return p.rt.Engine.FirstTokenTimeoutS.Duration() }
 
 func (p *probe) run() probeOutcome {
 	var out probeOutcome
-	ctx, cancel := context.WithTimeout(context.Background(), 3*p.legTimeout()+p.rt.Engine.Models)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*p.legTimeout()+p.rt.Engine.ModelsTimeoutS.Duration())
 	defer cancel()
 	model := p.target.firstModel()
 	if p.target.models.Load() == nil {
-		mctx, mcancel := context.WithTimeout(ctx, p.rt.Engine.Models)
+		mctx, mcancel := context.WithTimeout(ctx, p.rt.Engine.ModelsTimeoutS.Duration())
 		models, err := listModels(mctx, p.target.client)
 		mcancel()
 		if err != nil {
@@ -261,7 +261,7 @@ func (p *probe) run() probeOutcome {
 
 // check runs the probe proper, with the target's model.
 func (p *probe) check(ctx context.Context, model string) messages.Probe {
-	contract := p.rt.Contract
+	contract := p.rt.EngineContract
 	if p.rt.Recovery.ReadmitByHealth() {
 		if err := p.target.client.Health(ctx); err != nil {
 			return p.result(probeFailure, "health check: %v", err)

@@ -107,12 +107,12 @@ type settings struct {
 
 // newSettings reads rt's request settings; prev (nil at start) lends its retry budget, and the
 // history it counts, when the budget's configuration did not change.
-func newSettings(rt config.Runtime, prev *settings) *settings {
-	s := &settings{request: rt.Request, fleet: rt.Fleet, exposeEngineErrors: rt.Server.ExposeEngineErrors, recovery: rt.Recovery}
-	if prev != nil && prev.budget.cfg == rt.Recovery.RetryBudget {
+func newSettings(rt config.Config, prev *settings) *settings {
+	s := &settings{request: rt.RequestRuntime(), fleet: rt.FleetRuntime(), exposeEngineErrors: rt.Server.ExposeEngineErrors, recovery: rt.RecoveryRuntime()}
+	if prev != nil && prev.budget.cfg == rt.RecoveryRuntime().RetryBudget {
 		s.budget = prev.budget
 	} else {
-		s.budget = newRetryBudget(rt.Recovery.RetryBudget)
+		s.budget = newRetryBudget(rt.RecoveryRuntime().RetryBudget)
 	}
 	return s
 }

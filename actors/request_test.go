@@ -30,7 +30,7 @@ func TestCrashedRequestSupervisorAnswersAndReleasesEverything(t *testing.T) {
 		cfg.Engines = append(cfg.Engines, config.Engine{Name: e.Name(), URL: e.URL(), Role: config.Role(e.Role()),
 			Models: e.Models(), KV: config.KV{Connector: "nixl", Endpoint: e.KVEndpoint(), TransferModes: []string{"pull"}}})
 	}
-	r, err := NewRouter(provision(t, cfg), Options{})
+	r, err := NewRouter(cfg, provision(t, cfg), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func TestCrashedRequestSupervisorWakesTheQueue(t *testing.T) {
 		cfg.Engines = append(cfg.Engines, config.Engine{Name: e.Name(), URL: e.URL(), Role: config.Role(e.Role()),
 			Models: e.Models(), MaxInflight: 1, KV: config.KV{Connector: "nixl", Endpoint: e.KVEndpoint(), TransferModes: []string{"pull"}}})
 	}
-	r, err := NewRouter(provision(t, cfg), Options{})
+	r, err := NewRouter(cfg, provision(t, cfg), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/narwhal-router/narwhal/cluster"
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/messages"
+	"github.com/narwhal-router/narwhal/transport"
 	"github.com/narwhal-router/narwhal/transport/fault"
 	"github.com/narwhal-router/narwhal/transport/ingress"
 	"github.com/narwhal-router/narwhal/transport/telemetry"
@@ -40,8 +41,8 @@ type Options struct {
 
 // Router is the actor system behind the client API. It implements ingress.Dispatcher.
 type Router struct {
-	rt      config.Runtime // the runtime the router started with: what a reload cannot change
-	cur     atomic.Pointer[config.Runtime]
+	rt      config.Config // the runtime the router started with: what a reload cannot change
+	cur     atomic.Pointer[config.Config]
 	metrics *telemetry.Metrics
 	log     *slog.Logger
 
@@ -71,7 +72,7 @@ type Router struct {
 
 // NewRouter builds the engine clients from rt and starts the actor system, with rt.Engines as
 // the fleet; SetEngines changes it. Every engine joins: it is placed once its join check passes.
-func NewRouter(rt config.Runtime, opts Options) (*Router, error) {
+func NewRouter(rt config.Config, engines []transport.EngineSpec, opts Options) (*Router, error) {
 	r := &Router{rt: rt, metrics: opts.Metrics, log: opts.Logger, cluster: opts.Cluster}
 	r.cur.Store(&rt)
 	if r.metrics == nil {
@@ -80,21 +81,21 @@ func NewRouter(rt config.Runtime, opts Options) (*Router, error) {
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
 	}
-	fr := rt.Fleet
+	fr := rt.FleetRuntime()
 	exact := newExactIndex(fr.KVEvents.MaxBlocks)
 	r.fleet = &fleet{index: newPrefixIndex(fr.IndexBlocks, exact)}
 	r.kvFeeds = startKVFeeds(fr.KVEvents, exact, r.metrics, r.log)
 	r.fleet.publish(nil)
 	r.all.Store(&[]*engineState{})
-	r.pooled = &poolState{initial: rt.Engines}
+	r.pooled = &poolState{initial: engines}
 	if fr.ScrapeInterval > 0 {
-		r.scraper = startScraper(fr.ScrapeInterval, func() time.Duration { return r.current().Fleet.ScrapeTimeout }, r.metrics)
+		r.scraper = startScraper(fr.ScrapeInterval, func() time.Duration { return r.current().Placement.ScrapeTimeoutS.Duration() }, r.metrics)
 	}
 
 	if rt.Recovery.ReadmitByHealth() {
 		r.log.Warn("readmission by health check (recovery.readmission: health): an ejected engine is readmitted when GET /health answers, even if its generations still hang; for development fleets only")
 	} else {
-		r.log.Info("readmission by inference probe (recovery.readmission: probe)", "lifecycle_validation", rt.Contract != nil)
+		r.log.Info("readmission by inference probe (recovery.readmission: probe)", "lifecycle_validation", rt.EngineContract != nil)
 	}
 	logger := r.log
 	r.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
@@ -105,7 +106,7 @@ func NewRouter(rt config.Runtime, opts Options) (*Router, error) {
 		live: &liveSet{}}
 	r.env.settings.Store(newSettings(rt, nil))
 	if opts.AccessLog != nil {
-		r.env.access = newAccessLog(opts.AccessLog, rt.Log.AccessLogFlush)
+		r.env.access = newAccessLog(opts.AccessLog, rt.Log.AccessLogFlushS.Duration())
 	}
 	// A crashed request supervisor is stopped, never restarted: its Stopped handler answers the
 	// client and releases what it held. A restarted one would have lost track of both.
@@ -126,7 +127,7 @@ func NewRouter(rt config.Runtime, opts Options) (*Router, error) {
 	r.guardian = guardian
 	// Starting an engine actor builds its client and its metric scopes: a few milliseconds each
 	// on a loaded machine, so a thousand-engine fleet needs more than a fixed bound allows.
-	startBound := 10*time.Second + time.Duration(len(rt.Engines))*20*time.Millisecond
+	startBound := 10*time.Second + time.Duration(len(engines))*20*time.Millisecond
 	if _, err := r.root.RequestFuture(guardian, &awaitReady{}, startBound).Result(); err != nil {
 		r.scraper.stop()
 		r.kvFeeds.stop()
@@ -136,7 +137,7 @@ func NewRouter(rt config.Runtime, opts Options) (*Router, error) {
 }
 
 // current is the runtime as the last reload left it (Reconfigure).
-func (r *Router) current() *config.Runtime { return r.cur.Load() }
+func (r *Router) current() *config.Config { return r.cur.Load() }
 
 // SetEngines makes specs the fleet, in their order: engines with new names join (placed once
 // their join check passes), engines whose names are missing leave (no new placement; their
@@ -144,7 +145,7 @@ func (r *Router) current() *config.Runtime { return r.cur.Load() }
 // metric series go), and an engine whose spec changed in anything but its Source is replaced
 // by a new engine of the same name, with a fresh breaker. It returns once the fleet placement
 // reads is the new one. Names must be unique (the discovery catalog sees to it).
-func (r *Router) SetEngines(ctx context.Context, specs []config.EngineSpec) error {
+func (r *Router) SetEngines(ctx context.Context, specs []transport.EngineSpec) error {
 	_, err := r.ask(ctx, r.pool, &setEngines{specs: specs})
 	return err
 }
@@ -154,10 +155,10 @@ func (r *Router) SetEngines(ctx context.Context, specs []config.EngineSpec) erro
 // breakers use the recovery settings for their next decision, and probes and join checks the
 // contract. What a reload cannot change is never read from next. The engine list is not
 // applied here: it reaches the router through its source (SetEngines).
-func (r *Router) Reconfigure(next config.Runtime) {
+func (r *Router) Reconfigure(next config.Config) {
 	r.cur.Store(&next)
 	r.env.settings.Store(newSettings(next, r.env.current()))
-	r.root.Send(r.pool, &reconfigured{recovery: next.Recovery})
+	r.root.Send(r.pool, &reconfigured{recovery: next.RecoveryRuntime()})
 }
 
 // Dispatch spawns the request supervisor for x and hands it x as its first message; the
@@ -297,7 +298,7 @@ func (r *Router) admin(ctx context.Context, name string, msg any) (string, error
 // says which role lacks one and where that role's engines stand.
 func (r *Router) Ready() (ready bool, reason string) {
 	f := r.fleet.load()
-	policy := r.current().Fleet.Disaggregation
+	policy := r.current().Disaggregation.Policy
 	phases := []fault.Phase{fault.PhaseDecode}
 	if policy == config.DisaggAlways {
 		phases = []fault.Phase{fault.PhasePrefill, fault.PhaseDecode}

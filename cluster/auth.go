@@ -41,7 +41,7 @@ const heartbeatSkew = 30 * time.Second
 // credentials are the gRPC server's and dialer's transport credentials. The dialer's are
 // always plain: with cluster.tls, dialPeer has made the TLS handshake itself (clientTLS).
 func (n *Node) credentials() (server, dial credentials.TransportCredentials) {
-	c := n.cfg.TLS
+	c := n.creds
 	if c == nil {
 		return insecure.NewCredentials(), insecure.NewCredentials()
 	}
@@ -55,7 +55,7 @@ func (n *Node) credentials() (server, dial credentials.TransportCredentials) {
 
 // clientTLS is the dialer's side of the mutual TLS, nil without cluster.tls.
 func (n *Node) clientTLS() *tls.Config {
-	c := n.cfg.TLS
+	c := n.creds
 	if c == nil {
 		return nil
 	}

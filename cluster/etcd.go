@@ -41,18 +41,18 @@ func requestDeadline(timeout time.Duration) grpc.UnaryClientInterceptor {
 }
 
 // etcdClientConfig is the configuration of every etcd client of the membership.
-func etcdClientConfig(cfg config.ClusterRuntime) clientv3.Config {
-	return clientv3.Config{Endpoints: cfg.Etcd.Endpoints, DialTimeout: cfg.Etcd.DialTimeout,
-		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(requestDeadline(cfg.Etcd.RequestTimeout))}}
+func etcdClientConfig(cfg config.Cluster) clientv3.Config {
+	return clientv3.Config{Endpoints: cfg.Etcd.Endpoints, DialTimeout: cfg.Etcd.DialTimeoutS.Duration(),
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(requestDeadline(cfg.Etcd.RequestTimeoutS.Duration()))}}
 }
 
 // etcdAnswers checks that etcd answers a read of the cluster's prefix within the request
 // timeout.
-func etcdAnswers(client *clientv3.Client, cfg config.ClusterRuntime) error {
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.Etcd.RequestTimeout)
+func etcdAnswers(client *clientv3.Client, cfg config.Cluster) error {
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Etcd.RequestTimeoutS.Duration())
 	defer cancel()
 	if _, err := client.Get(ctx, cfg.Etcd.Prefix+"/", clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil {
-		return fmt.Errorf("etcd %v does not answer within %s: %w", cfg.Etcd.Endpoints, cfg.Etcd.RequestTimeout, err)
+		return fmt.Errorf("etcd %v does not answer within %s: %w", cfg.Etcd.Endpoints, cfg.Etcd.RequestTimeoutS.Duration(), err)
 	}
 	return nil
 }
@@ -72,13 +72,13 @@ type etcdRefresher struct {
 	wg     sync.WaitGroup
 }
 
-func startEtcdRefresher(client *clientv3.Client, cfg config.ClusterRuntime, memberID string, log *slog.Logger) *etcdRefresher {
+func startEtcdRefresher(client *clientv3.Client, cfg config.Cluster, memberID string, log *slog.Logger) *etcdRefresher {
 	r := &etcdRefresher{client: client, log: log,
 		key: cfg.Etcd.Prefix + "/" + cfg.Name + "/" + cfg.Name + "@" + memberID}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
-	interval := max(time.Second, cfg.SuspectAfter)
+	interval := max(time.Second, cfg.SuspectAfterS.Duration())
 	r.wg.Add(1)
-	go r.run(interval, cfg.Etcd.RequestTimeout)
+	go r.run(interval, cfg.Etcd.RequestTimeoutS.Duration())
 	return r
 }
 

@@ -40,6 +40,10 @@ const verdictKey = "narwhal.verdicts"
 // Options are a Node's collaborators.
 type Options struct {
 	Logger *slog.Logger
+	// ShutdownGrace is server.shutdown_grace_s: the deregistration when the node stops is
+	// bounded by cluster.etcd.request_timeout_s, but never past it, so that a node with its
+	// etcd gone still exits within its grace. 0 leaves it to the request timeout.
+	ShutdownGrace time.Duration
 	// OnVerdict receives each peer verdict that became the winner for its engine. It runs on
 	// protoactor's gossip goroutine and must not block.
 	OnVerdict func(Verdict)
@@ -48,8 +52,13 @@ type Options struct {
 // Node is this process's membership of the cluster. Its methods are safe for concurrent use;
 // a nil *Node is a cluster of one (every method works and shares nothing).
 type Node struct {
-	cfg  config.ClusterRuntime
-	name string
+	cfg config.Cluster
+	// name is this node's name (cluster.node_name, else advertise); advertise the address peers
+	// reach it on (cluster.advertise, else bind); creds cluster.tls's credentials, nil without;
+	// leaveTimeout bounds the deregistration when it stops (Options.ShutdownGrace).
+	name, advertise string
+	creds           *config.ClusterCredentials
+	leaveTimeout    time.Duration
 	// process is the id this process drew at start; it marks the verdicts it publishes.
 	process string
 	log     *slog.Logger
@@ -162,13 +171,21 @@ func (c *guardedConn) Write(b []byte) (int, error) {
 
 // Start joins the cluster described by cfg. A node that cannot join yet (an unreachable etcd)
 // still starts: it keeps retrying in the background and meanwhile routes on its own view.
-func Start(cfg config.ClusterRuntime, opts Options) (*Node, error) {
+func Start(cfg config.Cluster, opts Options) (*Node, error) {
 	if !cfg.Enabled {
 		return nil, nil
 	}
+	creds, err := cfg.TLS.Load() // validated: read once more, now for good
+	if err != nil {
+		return nil, fmt.Errorf("cluster.tls: %w", err)
+	}
+	leave := cfg.Etcd.RequestTimeoutS.Duration()
+	if opts.ShutdownGrace > 0 {
+		leave = min(leave, opts.ShutdownGrace)
+	}
 	process := newProcessID()
-	n := &Node{cfg: cfg, name: cfg.Node, process: process, log: opts.Logger,
-		board: newBoard(cfg.Node, process, cfg.VerdictTTL),
+	n := &Node{cfg: cfg, name: cfg.Node(), advertise: cfg.AdvertiseAddr(), creds: creds, leaveTimeout: leave, process: process, log: opts.Logger,
+		board: newBoard(cfg.Node(), process, cfg.VerdictTTLS.Duration()),
 		push:  make(chan struct{}, 1), rejoiner: make(chan rejoinRequest, 1), done: make(chan struct{}),
 		lastGossip: map[string]time.Time{}, epoch: time.Now(), faults: startFaults()}
 	n.tls = n.clientTLS()
@@ -253,7 +270,7 @@ func (n *Node) join() (err error) {
 		inc.provider = inc.static
 	}
 	serverCreds, dialCreds := n.credentials()
-	ropts := []remote.ConfigOption{remote.WithAdvertisedHost(n.cfg.Advertise),
+	ropts := []remote.ConfigOption{remote.WithAdvertisedHost(n.advertise),
 		// The default pre-allocates a million-slot queue per peer (~16 MiB).
 		remote.WithEndpointWriterQueueSize(4096), remote.WithEndpointManagerQueueSize(4096),
 		remote.WithDialOptions(grpc.WithTransportCredentials(dialCreds), grpc.WithContextDialer(inc.dialer(n, n.faults.dialer(n.dialPeer))),
@@ -261,8 +278,8 @@ func (n *Node) join() (err error) {
 		remote.WithServerOptions(grpc.Creds(n.faults.serverCreds(serverCreds)))}
 	rc := remote.Configure(host, port, ropts...)
 	cc := cluster.Configure(n.cfg.Name, inc.provider, disthash.New(), rc,
-		cluster.WithHeartbeatExpiration(max(20*time.Second, 4*n.cfg.SuspectAfter)))
-	cc.GossipInterval = n.cfg.GossipInterval
+		cluster.WithHeartbeatExpiration(max(20*time.Second, 4*n.cfg.SuspectAfterS.Duration())))
+	cc.GossipInterval = n.cfg.GossipIntervalS.Duration()
 	inc.cl = cluster.New(system, cc)
 	inc.sub = system.EventStream.Subscribe(func(evt any) { n.event(inc, evt) })
 	defer func() {
@@ -282,7 +299,7 @@ func (n *Node) join() (err error) {
 	inc.started = time.Now()
 	select {
 	case <-n.done: // the node closed while this join ran
-		inc.retire(nil, n.cfg.Etcd.LeaveTimeout)
+		inc.retire(nil, n.leaveTimeout)
 		return errors.New("node closed")
 	default:
 	}
@@ -294,7 +311,7 @@ func (n *Node) join() (err error) {
 	n.generation++
 	n.startErr = ""
 	n.mu.Unlock()
-	n.log.Info("joined the cluster", "member_id", system.ID, "address", n.cfg.Advertise, "provider", n.cfg.Provider)
+	n.log.Info("joined the cluster", "member_id", system.ID, "address", n.advertise, "provider", n.cfg.Provider)
 	n.sendNow()
 	return nil
 }
@@ -310,9 +327,9 @@ func (n *Node) leave(rejoining bool) {
 	if inc == nil {
 		return
 	}
-	within := n.cfg.Etcd.RequestTimeout
+	within := n.cfg.Etcd.RequestTimeoutS.Duration()
 	if !rejoining {
-		within = n.cfg.Etcd.LeaveTimeout
+		within = n.leaveTimeout
 	}
 	inc.retire(members, within)
 	if rejoining {
@@ -625,7 +642,7 @@ func (n *Node) watchdog() {
 	defer n.wg.Done()
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
-	suspect := n.cfg.SuspectAfter
+	suspect := n.cfg.SuspectAfterS.Duration()
 	last := time.Now()
 	for {
 		select {
@@ -640,7 +657,7 @@ func (n *Node) watchdog() {
 			// Fenced and muted before the tick says the process runs again (stallUnseen).
 			n.mu.Lock()
 			n.stalls++
-			n.fencedUntil = now.Add(suspect + n.cfg.GossipInterval)
+			n.fencedUntil = now.Add(suspect + n.cfg.GossipIntervalS.Duration())
 			n.mu.Unlock()
 			n.rejoin(n.memberID(), "stalled for "+gap.Round(time.Millisecond).String())
 			n.log.Warn("this node stalled; fencing it and rejoining the cluster", "stall", gap.String())
@@ -652,9 +669,9 @@ func (n *Node) watchdog() {
 // loop publishes, re-publishes, watches for stalls and rejoins, one thing at a time.
 func (n *Node) loop() {
 	defer n.wg.Done()
-	republish := time.NewTicker(n.cfg.RepublishInterval)
+	republish := time.NewTicker(n.cfg.RepublishIntervalS.Duration())
 	defer republish.Stop()
-	retry := time.NewTicker(n.cfg.SuspectAfter)
+	retry := time.NewTicker(n.cfg.SuspectAfterS.Duration())
 	defer retry.Stop()
 	for {
 		select {
@@ -738,7 +755,7 @@ func (n *Node) forgetGossip() {
 		live[systemID(m)] = true
 	}
 	for id, at := range n.lastGossip {
-		if !live[id] && time.Since(at) > n.cfg.VerdictTTL {
+		if !live[id] && time.Since(at) > n.cfg.VerdictTTLS.Duration() {
 			delete(n.lastGossip, id)
 		}
 	}
@@ -763,7 +780,7 @@ func (n *Node) Fenced() bool {
 // its first tick, nothing is known.)
 func (n *Node) stallUnseen() bool {
 	t := n.tick.Load()
-	return t != 0 && time.Since(n.epoch)-time.Duration(t) > n.cfg.SuspectAfter
+	return t != 0 && time.Since(n.epoch)-time.Duration(t) > n.cfg.SuspectAfterS.Duration()
 }
 
 // ShouldProbe reports whether this node is the one that probes engine this interval: the
@@ -777,7 +794,7 @@ func (n *Node) ShouldProbe(engine string) bool {
 	if !ok || w.State == StateAdmitted {
 		return true
 	}
-	return n.prober(engine) == n.cfg.Advertise
+	return n.prober(engine) == n.advertise
 }
 
 func (n *Node) memberID() string {
@@ -793,7 +810,7 @@ func (n *Node) prober(engine string) string {
 	n.mu.Lock()
 	members := n.members
 	n.mu.Unlock()
-	best, bestH := n.cfg.Advertise, uint64(0)
+	best, bestH := n.advertise, uint64(0)
 	for _, m := range members {
 		h := fnv.New64a()
 		h.Write([]byte(m.Address()))

@@ -66,17 +66,16 @@ func testConfig(bind string, seeds []string) config.Cluster {
 	return c
 }
 
-// provisioned is c as a node runs it: provisioned through the one entry point, with a fleet
-// of one engine to make the rest of the configuration valid.
-func provisioned(c config.Cluster) config.ClusterRuntime {
+// provisioned is c as a node runs it: validated with the rest of a configuration, a fleet of one
+// engine making that valid.
+func provisioned(c config.Cluster) config.Cluster {
 	cfg := config.Default()
 	cfg.Cluster = c
 	cfg.Engines = []config.Engine{{Name: "e0", URL: "http://127.0.0.1:1", Role: config.RoleBoth}}
-	rt, err := config.Provision(cfg, kv.Builtin())
-	if err != nil {
+	if err := cfg.Validate(kv.Builtin()); err != nil {
 		panic(fmt.Sprintf("test cluster configuration: %v", err))
 	}
-	return rt.Cluster
+	return cfg.Cluster
 }
 
 // waitFor polls cond until it holds or the deadline passes.

@@ -186,7 +186,7 @@ func launchProc(t *testing.T, cfg config.Cluster) (*proc, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	p := &proc{t: t, name: provisioned(cfg).Node, cmd: cmd, in: in, replies: make(chan line, 4), stderr: logPath, exited: make(chan struct{}), cutFile: cutFile}
+	p := &proc{t: t, name: provisioned(cfg).Node(), cmd: cmd, in: in, replies: make(chan line, 4), stderr: logPath, exited: make(chan struct{}), cutFile: cutFile}
 	go func() {
 		dec := json.NewDecoder(out)
 		for {

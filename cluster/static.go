@@ -56,8 +56,8 @@ type peer struct {
 }
 
 func newStaticProvider(n *Node) *staticProvider {
-	p := &staticProvider{n: n, addr: n.cfg.Advertise, peers: map[string]*peer{}, members: map[string]bool{}, dropped: map[string]bool{}, seeds: n.cfg.Seeds, done: make(chan struct{})}
-	if c := n.cfg.TLS; c != nil {
+	p := &staticProvider{n: n, addr: n.advertise, peers: map[string]*peer{}, members: map[string]bool{}, dropped: map[string]bool{}, seeds: n.cfg.Seeds, done: make(chan struct{})}
+	if c := n.creds; c != nil {
 		p.seal = &signer{creds: c, name: n.cfg.Name, start: time.Now()}
 		p.open = &verifier{creds: c, name: n.cfg.Name}
 	}
@@ -199,12 +199,12 @@ func (p *staticProvider) memberCountLocked() int {
 }
 
 func (p *staticProvider) liveLocked(pe *peer, now time.Time) bool {
-	return pe.memberID != "" && now.Sub(pe.heard) < p.n.cfg.SuspectAfter && !p.dropped[pe.memberID]
+	return pe.memberID != "" && now.Sub(pe.heard) < p.n.cfg.SuspectAfterS.Duration() && !p.dropped[pe.memberID]
 }
 
 func (p *staticProvider) tick() {
 	defer p.wg.Done()
-	interval := p.n.cfg.HeartbeatInterval
+	interval := p.n.cfg.HeartbeatIntervalS.Duration()
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	p.beat()
@@ -222,7 +222,7 @@ func (p *staticProvider) tick() {
 func (p *staticProvider) beat() {
 	now := time.Now()
 	p.mu.Lock()
-	if interval := p.n.cfg.HeartbeatInterval; now.Sub(p.lastTick) > 2*interval {
+	if interval := p.n.cfg.HeartbeatIntervalS.Duration(); now.Sub(p.lastTick) > 2*interval {
 		// This process was not running (stopped, or starved): a peer's silence while we could
 		// not listen says nothing about the peer, so that time does not count against it.
 		lost := now.Sub(p.lastTick) - interval

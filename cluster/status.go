@@ -58,9 +58,9 @@ func (n *Node) Status() Status {
 		return Status{Members: []Member{}, Verdicts: []Verdict{}}
 	}
 	now := time.Now()
-	st := Status{Enabled: true, Cluster: n.cfg.Name, Node: n.name, Process: n.process, Address: n.cfg.Advertise,
+	st := Status{Enabled: true, Cluster: n.cfg.Name, Node: n.name, Process: n.process, Address: n.advertise,
 		Provider: n.cfg.Provider, Verdicts: n.board.view(now), Members: []Member{},
-		Authenticated: n.cfg.TLS != nil, RejectedHeartbeats: n.rejected.Load()}
+		Authenticated: n.creds != nil, RejectedHeartbeats: n.rejected.Load()}
 	n.mu.Lock()
 	inc, members := n.inc, n.members
 	st.Generation, st.Stalls, st.JoinError = n.generation, n.stalls, n.startErr
@@ -139,7 +139,7 @@ func (n *Node) Tree() TreeNode {
 		"joined": st.Joined, "fenced": st.Fenced, "members": len(st.Members)}}
 	if inc := n.current(); inc != nil {
 		root.PID = inc.system.Address() + "/" + inc.system.ID
-		state := map[string]any{"interval_s": n.cfg.GossipInterval.Seconds()}
+		state := map[string]any{"interval_s": n.cfg.GossipIntervalS.Duration().Seconds()}
 		if st.LastGossip != nil {
 			state["last_gossip"] = st.LastGossip.UTC().Format(time.RFC3339Nano)
 		}

@@ -7,8 +7,9 @@ import (
 )
 
 // ClientAPIKeys returns the client API keys: server.api_keys followed by the lines of
-// server.api_keys_file (blank lines and '#' comments skipped). The file is read on every call;
-// the listener calls it once at start-up.
+// server.api_keys_file (blank lines and '#' comments skipped). The file is read on every call:
+// validation reads it to check it, provisioning (node.Provision) once more for the keys the
+// listener takes, at start and at each reload.
 func (s Server) ClientAPIKeys() ([]string, error) {
 	keys := append([]string(nil), s.APIKeys...)
 	if s.APIKeysFile == "" {

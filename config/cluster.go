@@ -66,25 +66,25 @@ func defaultCluster() Cluster {
 	}
 }
 
-// advertiseAddr is the address peers reach this node on.
-func (c Cluster) advertiseAddr() string {
+// AdvertiseAddr is the address peers reach this node on: cluster.advertise, else cluster.bind.
+func (c Cluster) AdvertiseAddr() string {
 	if c.Advertise != "" {
 		return c.Advertise
 	}
 	return c.Bind
 }
 
-// node is this node's name.
-func (c Cluster) node() string {
+// Node is this node's name: cluster.node_name, else the advertised address.
+func (c Cluster) Node() string {
 	if c.NodeName != "" {
 		return c.NodeName
 	}
-	return c.advertiseAddr()
+	return c.AdvertiseAddr()
 }
 
-// cluster checks the section whether or not it is enabled: turning it on must not be the moment
+// check checks the section whether or not it is enabled: turning it on must not be the moment
 // a mistake in it shows.
-func (ck *checker) cluster(c Cluster) {
+func (c Cluster) check(ck *checker) {
 	if c.Name == "" {
 		ck.fail("cluster.name", "must not be empty: nodes only join a cluster of the same name")
 	}
@@ -99,6 +99,12 @@ func (ck *checker) cluster(c Cluster) {
 	}
 	ck.oneOf("cluster.provider", c.Provider, ProviderStatic, ProviderEtcd)
 	ck.checkClusterTLS(c)
+	c.checkProvider(ck)
+	c.checkIntervals(ck)
+}
+
+// checkProvider checks the chosen membership provider's own keys.
+func (c Cluster) checkProvider(ck *checker) {
 	switch c.Provider {
 	case ProviderStatic:
 		for i, s := range c.Seeds {
@@ -114,6 +120,10 @@ func (ck *checker) cluster(c Cluster) {
 		ck.positive("cluster.etcd.dial_timeout_s", c.Etcd.DialTimeoutS)
 		ck.positive("cluster.etcd.request_timeout_s", c.Etcd.RequestTimeoutS)
 	}
+}
+
+// checkIntervals checks the timings, each on its own and against the one it must outlast.
+func (c Cluster) checkIntervals(ck *checker) {
 	ck.positive("cluster.gossip_interval_s", c.GossipIntervalS)
 	ck.positive("cluster.heartbeat_interval_s", c.HeartbeatIntervalS)
 	ck.positive("cluster.suspect_after_s", c.SuspectAfterS)

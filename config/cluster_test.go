@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/narwhal-router/narwhal/cluster/certs"
-	"github.com/narwhal-router/narwhal/transport/kv"
 )
 
 func TestClusterIsOffByDefaultAndKeepsItsDefaults(t *testing.T) {
@@ -18,7 +17,7 @@ func TestClusterIsOffByDefaultAndKeepsItsDefaults(t *testing.T) {
 		t.Fatal("the cluster is on by default")
 	}
 	c := cfg.Cluster
-	if !c.Enabled || c.Provider != ProviderStatic || c.Bind != "127.0.0.1:7946" || c.node() != "127.0.0.1:7946" || c.VerdictTTLS != 5 {
+	if !c.Enabled || c.Provider != ProviderStatic || c.Bind != "127.0.0.1:7946" || c.Node() != "127.0.0.1:7946" || c.VerdictTTLS != 5 {
 		t.Fatalf("cluster = %+v", c)
 	}
 }
@@ -74,12 +73,12 @@ func TestClusterCredentials(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s: %v", name, err)
 			}
-			rt, err := Provision(cfg, kv.Builtin())
+			creds, err := cfg.Cluster.TLS.Load()
 			if err != nil {
 				t.Fatalf("%s: %v", name, err)
 			}
-			if (rt.Cluster.TLS != nil) != strings.Contains(tc.doc, "tls") {
-				t.Fatalf("%s: credentials %v", name, rt.Cluster.TLS)
+			if (creds != nil) != strings.Contains(tc.doc, "tls") {
+				t.Fatalf("%s: credentials %v", name, creds)
 			}
 			continue
 		}

@@ -24,7 +24,7 @@ type ClusterTLS struct {
 
 func (t ClusterTLS) set() bool { return t.CertFile != "" || t.KeyFile != "" || t.CAFile != "" }
 
-// ClusterCredentials are cluster.tls provisioned: the files read and checked once.
+// ClusterCredentials are cluster.tls's files, read and checked (Load).
 type ClusterCredentials struct {
 	Certificate tls.Certificate
 	// Leaf is Certificate's own certificate, parsed.
@@ -32,8 +32,17 @@ type ClusterCredentials struct {
 	CAs  *x509.CertPool
 }
 
-// load reads and checks the three files: the pair must match and the CA must have signed the
-// node's certificate.
+// Load reads and checks the three files, nil when none is set: the pair must match and the CA
+// must have signed the node's certificate. Validation loads them once to check them; the
+// cluster loads them again when it starts.
+func (t ClusterTLS) Load() (*ClusterCredentials, error) {
+	if !t.set() {
+		return nil, nil
+	}
+	return t.load()
+}
+
+// load reads and checks the three files.
 func (t ClusterTLS) load() (*ClusterCredentials, error) {
 	if t.CertFile == "" || t.KeyFile == "" || t.CAFile == "" {
 		return nil, errors.New("needs all of cert_file, key_file and ca_file")

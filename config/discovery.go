@@ -2,12 +2,10 @@ package config
 
 import (
 	"fmt"
-	"net"
 	"net/netip"
 	"regexp"
 	"strconv"
 	"strings"
-	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
 )
@@ -188,7 +186,7 @@ var (
 	annotationRe = regexp.MustCompile(`^([a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$`)
 )
 
-func (ck *checker) discovery(d Discovery) {
+func (d Discovery) check(ck *checker) {
 	if f := float64(d.RetryInitialS); !finite(f) || f < minDiscoveryInterval || f > 3600 {
 		ck.fail("discovery.retry_initial_s", "%v is not allowed; want a number of seconds from %v to 3600", f, minDiscoveryInterval)
 	}
@@ -196,47 +194,53 @@ func (ck *checker) discovery(d Discovery) {
 		ck.fail("discovery.retry_max_s", "%v is not allowed; want a number of seconds from discovery.retry_initial_s (%v) to 3600", f, float64(d.RetryInitialS))
 	}
 	if k := d.Kubernetes; k != nil {
-		ck.kubernetes(k)
+		k.check(ck)
 	}
+	d.checkDNS(ck)
+	if e := d.Etcd; e != nil {
+		e.check(ck)
+	}
+}
+
+// checkDNS checks every DNS name, and that no two give their engines the same prefix.
+func (d Discovery) checkDNS(ck *checker) {
 	if len(d.DNS) > maxDiscoveryNames {
 		ck.fail("discovery.dns", "lists %d names; at most %d are allowed", len(d.DNS), maxDiscoveryNames)
 	}
 	prefixes := map[string]int{}
 	for i, n := range d.DNS {
 		p := fmt.Sprintf("discovery.dns[%d]", i)
-		ck.dnsName(p, n)
-		prefix := n.EnginePrefix
-		if prefix == "" {
-			prefix = DNSEnginePrefix(n.Name)
-		}
+		n.check(ck, p)
+		prefix := n.Prefix()
 		if j, dup := prefixes[prefix]; dup {
 			ck.fail(p+".engine_prefix", "%q is also the engine prefix of discovery.dns[%d]; engine names would collide: set a different engine_prefix on one of them", prefix, j)
 		}
 		prefixes[prefix] = i
 	}
-	if e := d.Etcd; e != nil {
-		if len(e.Endpoints) == 0 {
-			ck.fail("discovery.etcd.endpoints", "must list at least one etcd client URL (e.g. http://127.0.0.1:2379)")
-		}
-		for i, ep := range e.Endpoints {
-			ck.etcdEndpoint(fmt.Sprintf("discovery.etcd.endpoints[%d]", i), ep)
-		}
-		if !strings.HasPrefix(e.Prefix, "/") || len(e.Prefix) < 2 {
-			ck.fail("discovery.etcd.prefix", "%q is not allowed; want a key prefix starting with '/' (e.g. %s)", e.Prefix, DefaultEtcdEnginePrefix)
-		}
-		ck.positive("discovery.etcd.dial_timeout_s", e.DialTimeoutS)
-		ck.positive("discovery.etcd.request_timeout_s", e.RequestTimeoutS)
-		ck.positive("discovery.etcd.check_interval_s", e.CheckIntervalS)
-	}
 }
 
-func (ck *checker) kubernetes(k *KubernetesDiscovery) {
+func (e *EtcdDiscovery) check(ck *checker) {
+	if len(e.Endpoints) == 0 {
+		ck.fail("discovery.etcd.endpoints", "must list at least one etcd client URL (e.g. http://127.0.0.1:2379)")
+	}
+	for i, ep := range e.Endpoints {
+		ck.etcdEndpoint(fmt.Sprintf("discovery.etcd.endpoints[%d]", i), ep)
+	}
+	if !strings.HasPrefix(e.Prefix, "/") || len(e.Prefix) < 2 {
+		ck.fail("discovery.etcd.prefix", "%q is not allowed; want a key prefix starting with '/' (e.g. %s)", e.Prefix, DefaultEtcdEnginePrefix)
+	}
+	ck.positive("discovery.etcd.dial_timeout_s", e.DialTimeoutS)
+	ck.positive("discovery.etcd.request_timeout_s", e.RequestTimeoutS)
+	ck.positive("discovery.etcd.check_interval_s", e.CheckIntervalS)
+}
+
+func (k *KubernetesDiscovery) check(ck *checker) {
 	if k.Namespace != "" && !namespaceRe.MatchString(k.Namespace) {
 		ck.fail("discovery.kubernetes.namespace", "%q is not a namespace name (lowercase letters, digits and '-', up to 63)", k.Namespace)
 	}
-	for path, a := range map[string]string{"kv_engine_id": k.Annotations.EngineID, "kv_endpoint": k.Annotations.Endpoint} {
-		if !annotationRe.MatchString(a) {
-			ck.fail("discovery.kubernetes.annotations."+path, "%q is not an annotation name (an optional DNS prefix and '/', then up to 63 letters, digits, '-', '_', '.')", a)
+	for _, a := range [...]struct{ key, name string }{{"kv_engine_id", k.Annotations.EngineID}, {"kv_endpoint", k.Annotations.Endpoint}} {
+		if !annotationRe.MatchString(a.name) {
+			ck.fail("discovery.kubernetes.annotations."+a.key, "%q is not an annotation name (an optional DNS prefix and '/', then up to 63 letters, digits, '-', '_', '.')", a.name)
 		}
 	}
 	if len(k.Roles) == 0 {
@@ -246,37 +250,32 @@ func (ck *checker) kubernetes(k *KubernetesDiscovery) {
 		ck.fail("discovery.kubernetes.roles", "lists %d entries; at most %d are allowed", len(k.Roles), maxDiscoveryNames)
 	}
 	for i, r := range k.Roles {
-		p := fmt.Sprintf("discovery.kubernetes.roles[%d]", i)
-		ck.oneOf(p+".role", string(r.Role), string(RolePrefill), string(RoleDecode), string(RoleBoth))
-		if strings.TrimSpace(r.Selector) == "" {
-			ck.fail(p+".selector", "must not be empty (it would select every pod of the namespace); write a label selector, e.g. app=vllm,role=decode")
-		} else if _, err := labels.Parse(r.Selector); err != nil {
-			ck.fail(p+".selector", "%q is not a label selector (kubectl's -l syntax: app=vllm,role in (decode)): %v", r.Selector, err)
-		}
-		if n, err := strconv.Atoi(r.Port); err == nil {
-			if n < 1 || n > 65535 {
-				ck.fail(p+".port", "%d is not allowed; want a port from 1 to 65535 or a container port name", n)
-			}
-		} else if !portName.MatchString(r.Port) || !strings.ContainsAny(r.Port, "abcdefghijklmnopqrstuvwxyz") || strings.Contains(r.Port, "--") {
-			ck.fail(p+".port", "%q is not allowed; want a port from 1 to 65535 or a container port name (up to 15 lowercase letters, digits and '-')", r.Port)
-		}
-		ck.oneOf(p+".scheme", r.Scheme, "http", "https")
-		ck.engineFields(p+".template", r.Template.engine())
+		r.check(ck, fmt.Sprintf("discovery.kubernetes.roles[%d]", i))
 	}
 }
 
-func (ck *checker) dnsName(p string, n DNSDiscovery) {
-	name := strings.TrimSuffix(n.Name, ".")
-	if name == "" || len(name) > 253 {
-		ck.fail(p+".name", "%q is not a DNS name; write a fully qualified name such as vllm-decode.llm.svc.cluster.local", n.Name)
-	} else {
-		for _, l := range strings.Split(name, ".") {
-			if !dnsLabel.MatchString(l) {
-				ck.fail(p+".name", "%q is not a DNS name (label %q); write a fully qualified name such as vllm-decode.llm.svc.cluster.local", n.Name, l)
-				break
-			}
-		}
+// check checks one role's entry at path p.
+func (r KubernetesRole) check(ck *checker, p string) {
+	ck.oneOf(p+".role", string(r.Role), string(RolePrefill), string(RoleDecode), string(RoleBoth))
+	if strings.TrimSpace(r.Selector) == "" {
+		ck.fail(p+".selector", "must not be empty (it would select every pod of the namespace); write a label selector, e.g. app=vllm,role=decode")
+	} else if _, err := labels.Parse(r.Selector); err != nil {
+		ck.fail(p+".selector", "%q is not a label selector (kubectl's -l syntax: app=vllm,role in (decode)): %v", r.Selector, err)
 	}
+	if n, err := strconv.Atoi(r.Port); err == nil {
+		if n < 1 || n > 65535 {
+			ck.fail(p+".port", "%d is not allowed; want a port from 1 to 65535 or a container port name", n)
+		}
+	} else if !portName.MatchString(r.Port) || !strings.ContainsAny(r.Port, "abcdefghijklmnopqrstuvwxyz") || strings.Contains(r.Port, "--") {
+		ck.fail(p+".port", "%q is not allowed; want a port from 1 to 65535 or a container port name (up to 15 lowercase letters, digits and '-')", r.Port)
+	}
+	ck.oneOf(p+".scheme", r.Scheme, "http", "https")
+	ck.engineFields(p+".template", r.Template.Engine())
+}
+
+// check checks one DNS name's entry at path p.
+func (n DNSDiscovery) check(ck *checker, p string) {
+	n.checkName(ck, p)
 	ck.oneOf(p+".type", n.Type, DNSTypeA, DNSTypeAAAA, DNSTypeSRV)
 	ck.oneOf(p+".role", string(n.Role), string(RolePrefill), string(RoleDecode), string(RoleBoth))
 	switch {
@@ -301,7 +300,22 @@ func (ck *checker) dnsName(p string, n DNSDiscovery) {
 	if n.EnginePrefix != "" && !prefixName.MatchString(n.EnginePrefix) {
 		ck.fail(p+".engine_prefix", "%q is not allowed; want up to 24 letters, digits, '_' and '-', starting with a letter or digit", n.EnginePrefix)
 	}
-	ck.engineFields(p+".template", n.Template.engine())
+	ck.engineFields(p+".template", n.Template.Engine())
+}
+
+// checkName checks that the name is a DNS name, label by label.
+func (n DNSDiscovery) checkName(ck *checker, p string) {
+	name := strings.TrimSuffix(n.Name, ".")
+	if name == "" || len(name) > 253 {
+		ck.fail(p+".name", "%q is not a DNS name; write a fully qualified name such as vllm-decode.llm.svc.cluster.local", n.Name)
+		return
+	}
+	for _, l := range strings.Split(name, ".") {
+		if !dnsLabel.MatchString(l) {
+			ck.fail(p+".name", "%q is not a DNS name (label %q); write a fully qualified name such as vllm-decode.llm.svc.cluster.local", n.Name, l)
+			return
+		}
+	}
 }
 
 func (ck *checker) etcdEndpoint(p, ep string) {
@@ -311,6 +325,15 @@ func (ck *checker) etcdEndpoint(p, ep string) {
 		return
 	}
 	ck.hostPort(p, rest, false)
+}
+
+// Prefix begins the name of every engine the name's records give: engine_prefix, else
+// DNSEnginePrefix of the name.
+func (n DNSDiscovery) Prefix() string {
+	if n.EnginePrefix != "" {
+		return n.EnginePrefix
+	}
+	return DNSEnginePrefix(n.Name)
 }
 
 // DNSEnginePrefix is the engine prefix of a DNS name without engine_prefix: its first label that
@@ -331,115 +354,11 @@ func DNSEnginePrefix(name string) string {
 	return "dns"
 }
 
-// engine is the template as an engine without a name, URL or role, its defaults filled.
-func (t EngineTemplate) engine() Engine {
+// Engine is the template as an engine without a name, URL or role, its defaults filled: what a
+// source completes for every engine it finds.
+func (t EngineTemplate) Engine() Engine {
 	e := Engine{MaxInflight: t.MaxInflight, Models: t.Models, APIKey: t.APIKey,
 		KV: KV{Connector: t.KV.Connector, TransferModes: t.KV.TransferModes, AllowedEndpoints: t.KV.AllowedEndpoints}}
 	e.applyDefaults()
 	return e.Clone()
-}
-
-// Clone returns a copy of e that shares no slice with it.
-func (e Engine) Clone() Engine {
-	e.Models = append([]string(nil), e.Models...)
-	e.KV.TransferModes = append([]string(nil), e.KV.TransferModes...)
-	e.KV.AllowedEndpoints = append([]string(nil), e.KV.AllowedEndpoints...)
-	return e
-}
-
-// DiscoveryRuntime is discovery.* provisioned: the sources to run (none configured: all nil or
-// empty) and the backoff of a failing one.
-type DiscoveryRuntime struct {
-	Kubernetes *KubernetesRuntime
-	DNS        []DNSRuntime
-	Etcd       *EtcdSourceRuntime
-	// RetryInitial and RetryMax bound a failing source's backoff.
-	RetryInitial time.Duration
-	RetryMax     time.Duration
-}
-
-// KubernetesRuntime is discovery.kubernetes.
-type KubernetesRuntime struct {
-	Kubeconfig         string // "": in-cluster
-	Namespace          string // "": Narwhal's own (in-cluster) or the kubeconfig context's
-	EngineIDAnnotation string
-	EndpointAnnotation string
-	// Roles are discovery.kubernetes.roles in their order: a pod several entries select is
-	// reported under the first.
-	Roles []KubernetesRoleRuntime
-}
-
-// KubernetesRoleRuntime is one role's selector, port and template.
-type KubernetesRoleRuntime struct {
-	Role     Role
-	Selector string
-	// PortNumber is the port when it was given as a number, else PortName is the container
-	// port's name.
-	PortNumber int
-	PortName   string
-	Scheme     string
-	// Template is every engine of the role before its name, URL, role and KV identity.
-	Template Engine
-}
-
-// DNSRuntime is one discovery.dns entry.
-type DNSRuntime struct {
-	// Name is fully qualified (with its final dot).
-	Name     string
-	Type     string // DNSTypeA, DNSTypeAAAA or DNSTypeSRV
-	Role     Role
-	Port     int // 0 for srv
-	Scheme   string
-	Interval time.Duration
-	Timeout  time.Duration
-	// Resolver is host:port; "" uses /etc/resolv.conf's servers.
-	Resolver     string
-	EnginePrefix string
-	Template     Engine
-}
-
-// EtcdSourceRuntime is discovery.etcd.
-type EtcdSourceRuntime struct {
-	Endpoints      []string
-	Prefix         string
-	DialTimeout    time.Duration
-	RequestTimeout time.Duration
-	CheckInterval  time.Duration
-}
-
-func (d Discovery) provision() DiscoveryRuntime {
-	rt := DiscoveryRuntime{RetryInitial: d.RetryInitialS.Duration(), RetryMax: d.RetryMaxS.Duration()}
-	if k := d.Kubernetes; k != nil {
-		kr := &KubernetesRuntime{Kubeconfig: k.Kubeconfig, Namespace: k.Namespace,
-			EngineIDAnnotation: k.Annotations.EngineID, EndpointAnnotation: k.Annotations.Endpoint}
-		for _, r := range k.Roles {
-			role := KubernetesRoleRuntime{Role: r.Role, Selector: r.Selector, Scheme: r.Scheme, Template: r.Template.engine()}
-			if n, err := strconv.Atoi(r.Port); err == nil {
-				role.PortNumber = n
-			} else {
-				role.PortName = r.Port
-			}
-			kr.Roles = append(kr.Roles, role)
-		}
-		rt.Kubernetes = kr
-	}
-	for _, n := range d.DNS {
-		resolver := n.Resolver
-		if _, err := netip.ParseAddr(resolver); err == nil {
-			resolver = net.JoinHostPort(resolver, "53")
-		}
-		prefix := n.EnginePrefix
-		if prefix == "" {
-			prefix = DNSEnginePrefix(n.Name)
-		}
-		rt.DNS = append(rt.DNS, DNSRuntime{Name: strings.TrimSuffix(n.Name, ".") + ".", Type: n.Type, Role: n.Role,
-			Port: n.Port, Scheme: n.Scheme, Interval: n.IntervalS.Duration(), Timeout: n.TimeoutS.Duration(),
-			Resolver: resolver, EnginePrefix: prefix, Template: n.Template.engine()})
-	}
-	if e := d.Etcd; e != nil {
-		rt.Etcd = &EtcdSourceRuntime{Endpoints: append([]string(nil), e.Endpoints...), Prefix: e.Prefix,
-			DialTimeout: e.DialTimeoutS.Duration(), RequestTimeout: e.RequestTimeoutS.Duration(),
-			CheckInterval: e.CheckIntervalS.Duration()}
-	}
-	return rt
 }

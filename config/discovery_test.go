@@ -3,9 +3,6 @@ package config
 import (
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/narwhal-router/narwhal/transport/kv"
 )
 
 const discoveryOnly = `
@@ -25,53 +22,57 @@ discovery:
 `
 
 // With a discovery source the engines list may be empty; every default is documented and
-// filled, and the runtime carries each source provisioned.
-func TestDiscoveryDefaultsAndRuntime(t *testing.T) {
+// filled. (What each source derives from its section, it tests: transport/discovery/...)
+func TestDiscoveryDefaults(t *testing.T) {
 	cfg, err := Parse([]byte(discoveryOnly), noEnv)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt, err := Provision(cfg, kv.Builtin())
-	if err != nil {
+	if err := cfg.Validate(builtin); err != nil {
 		t.Fatal(err)
 	}
-	d := rt.Discovery
-	if d.RetryInitial != 500*time.Millisecond || d.RetryMax != 30*time.Second {
-		t.Errorf("retry %v..%v", d.RetryInitial, d.RetryMax)
+	d := cfg.Discovery
+	if d.RetryInitialS != 0.5 || d.RetryMaxS != 30 || len(cfg.Engines) != 0 {
+		t.Errorf("retry %v..%v, engines %v", d.RetryInitialS, d.RetryMaxS, cfg.Engines)
 	}
-	k := d.Kubernetes
-	if k == nil || k.Namespace != "llm" || k.EngineIDAnnotation != DefaultEngineIDAnnotation || k.EndpointAnnotation != DefaultEndpointAnnotation || len(k.Roles) != 2 {
-		t.Fatalf("kubernetes %+v", k)
-	}
-	if r := k.Roles[0]; r.Role != RolePrefill || r.PortName != "http" || r.PortNumber != 0 || r.Scheme != "http" || r.Template.KV.Connector != kv.NIXL {
-		t.Errorf("prefill role %+v", r)
-	}
-	if r := k.Roles[1]; r.PortNumber != 8000 || r.Template.MaxInflight != 8 || r.Template.KV.AllowedEndpoints[0] != "10.244.0.0/16" || r.Template.KV.TransferModes[0] != "pull" {
-		t.Errorf("decode role %+v", r)
-	}
-	if len(d.DNS) != 3 {
-		t.Fatalf("dns %+v", d.DNS)
-	}
-	if n := d.DNS[0]; n.Name != "vllm-decode.llm.svc.cluster.local." || n.Type != DNSTypeA || n.Interval != 5*time.Second || n.Timeout != 2*time.Second ||
-		n.Resolver != "" || n.EnginePrefix != "vllm-decode" || n.Scheme != "http" {
-		t.Errorf("dns[0] %+v", n)
-	}
-	if n := d.DNS[1]; n.Name != "_http._tcp.vllm.service.consul." || n.Port != 0 || n.EnginePrefix != "vllm" || n.Interval != time.Second || n.Resolver != "127.0.0.1:8600" {
-		t.Errorf("dns[1] %+v", n)
-	}
-	if n := d.DNS[2]; n.Resolver != "10.0.0.10:53" || n.EnginePrefix != "other" {
-		t.Errorf("dns[2] %+v", n)
-	}
-	if e := d.Etcd; e == nil || e.Prefix != DefaultEtcdEnginePrefix || e.DialTimeout != 5*time.Second || e.RequestTimeout != 5*time.Second || e.CheckInterval != 5*time.Second {
+	t.Run("kubernetes", func(t *testing.T) { checkKubernetesDefaults(t, d.Kubernetes) })
+	t.Run("dns", func(t *testing.T) { checkDNSDefaults(t, d.DNS) })
+	if e := d.Etcd; e == nil || e.Prefix != DefaultEtcdEnginePrefix || e.DialTimeoutS != 5 || e.RequestTimeoutS != 5 || e.CheckIntervalS != 5 {
 		t.Errorf("etcd %+v", e)
 	}
-	if len(rt.Engines) != 0 {
-		t.Errorf("engines %v", rt.Engines)
-	}
 	// Off unless configured.
-	rt, err = Provision(withEngines(Default()), kv.Builtin())
-	if err != nil || rt.Discovery.Kubernetes != nil || rt.Discovery.DNS != nil || rt.Discovery.Etcd != nil {
-		t.Fatalf("a configuration without discovery runs a source: %+v, %v", rt.Discovery, err)
+	if d := Default().Discovery; d.Kubernetes != nil || d.DNS != nil || d.Etcd != nil {
+		t.Fatalf("a configuration without discovery runs a source: %+v", d)
+	}
+}
+
+func checkKubernetesDefaults(t *testing.T, k *KubernetesDiscovery) {
+	if k == nil || k.Namespace != "llm" || k.Annotations.EngineID != DefaultEngineIDAnnotation || k.Annotations.Endpoint != DefaultEndpointAnnotation || len(k.Roles) != 2 {
+		t.Fatalf("kubernetes %+v", k)
+	}
+	if r := k.Roles[0]; r.Role != RolePrefill || r.Port != "http" || r.Scheme != "http" || r.Template.Engine().KV.Connector != DefaultConnector {
+		t.Errorf("prefill role %+v", r)
+	}
+	if r := k.Roles[1]; r.Port != "8000" || r.Template.MaxInflight != 8 {
+		t.Errorf("decode role %+v", r)
+	}
+	if e := k.Roles[1].Template.Engine(); e.MaxInflight != 8 || e.KV.AllowedEndpoints[0] != "10.244.0.0/16" || e.KV.TransferModes[0] != "pull" {
+		t.Errorf("decode template %+v", e)
+	}
+}
+
+func checkDNSDefaults(t *testing.T, names []DNSDiscovery) {
+	if len(names) != 3 {
+		t.Fatalf("dns %+v", names)
+	}
+	if n := names[0]; n.Type != DNSTypeA || n.IntervalS != 5 || n.TimeoutS != 2 || n.Resolver != "" || n.Prefix() != "vllm-decode" || n.Scheme != "http" {
+		t.Errorf("dns[0] %+v", n)
+	}
+	if n := names[1]; n.Port != 0 || n.Prefix() != "vllm" || n.IntervalS != 1 {
+		t.Errorf("dns[1] %+v", n)
+	}
+	if n := names[2]; n.Prefix() != "other" {
+		t.Errorf("dns[2] %+v", n)
 	}
 }
 
@@ -118,12 +119,13 @@ func TestDiscoveryRefusesBadValuesByName(t *testing.T) {
 
 // An engine from elsewhere than the file is checked as the file's are.
 func TestCheckEngine(t *testing.T) {
-	if err := CheckEngine(Engine{Name: "d1", URL: "http://10.0.0.1:8000", Role: RoleDecode}); err != nil {
+	if err := CheckEngine(Engine{Name: "d1", URL: "http://10.0.0.1:8000", Role: RoleDecode}, nil); err != nil {
 		t.Fatal(err)
 	}
-	err := CheckEngine(Engine{Name: "-d", URL: "http://10.0.0.1:8000/v1", Role: "x", MaxInflight: -1, KV: KV{Endpoint: "x"}})
+	err := CheckEngine(Engine{Name: "-d", URL: "http://10.0.0.1:8000/v1", Role: "x", MaxInflight: -1, KV: KV{Endpoint: "x", Connector: "tcp"}}, builtin)
 	for _, want := range []string{`name: "-d" is not a usable name`, `url: "http://10.0.0.1:8000/v1" is not an engine base URL`,
-		`role: "x" is not allowed`, "max_inflight: must be 0 (no cap) or more", `kv.endpoint: "x" is not an address`} {
+		`role: "x" is not allowed`, "max_inflight: must be 0 (no cap) or more", `kv.endpoint: "x" is not an address`,
+		`kv.connector: "tcp" is not allowed (allowed: nixl)`} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("CheckEngine: %v, want %q", err, want)
 		}

@@ -71,7 +71,7 @@ func TestEveryFloatKeyRejectsNonFiniteValues(t *testing.T) {
 			}
 		}
 	}
-	// The same check holds for a configuration built in Go (Validate, which Provision runs).
+	// The same check holds for a configuration built in Go (Validate, which provisioning runs).
 	for _, key := range keys {
 		cfg, err := Parse([]byte(minimal), noEnv)
 		if err != nil {

@@ -3,8 +3,6 @@ package config
 import (
 	"math"
 	"testing"
-
-	"github.com/narwhal-router/narwhal/transport/kv"
 )
 
 // FuzzParse checks that whatever a configuration file holds, Parse never panics, and that a
@@ -45,6 +43,6 @@ func FuzzParse(f *testing.F) {
 		if r := c.Recovery.RetryBudget; math.IsNaN(r.Ratio) || math.IsNaN(r.MinPerS) || math.IsInf(r.MinPerS, 0) {
 			t.Fatalf("accepted a retry budget %+v from %q", r, in)
 		}
-		_, _ = Provision(c, kv.Builtin())
+		_ = c.Validate(builtin)
 	})
 }

@@ -1,10 +1,9 @@
 package config
 
 import (
+	"net/url"
 	"strings"
 	"testing"
-
-	"github.com/narwhal-router/narwhal/transport/kv"
 )
 
 // placement.kv_events and engines[].kv_events: endpoints are ZeroMQ TCP endpoints (a pattern
@@ -19,10 +18,7 @@ func TestKVEventsEndpointsAreCheckedAndResolved(t *testing.T) {
 		{"placement: {kv_events: {reconnect_s: 0}}\n", "placement.kv_events.reconnect_s"},
 	}
 	for _, c := range bad {
-		cfg, err := Parse([]byte(c.yaml+minimal), noEnv)
-		if err == nil {
-			_, err = Provision(cfg, kv.Builtin())
-		}
+		_, err := Parse([]byte(c.yaml+minimal), noEnv)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q: got %v, want %q", c.yaml, err, c.want)
 		}
@@ -33,10 +29,7 @@ func TestKVEventsEndpointsAreCheckedAndResolved(t *testing.T) {
 	}
 	for _, c := range engineBad {
 		doc := "engines:\n  - {name: p0, url: \"http://10.0.0.1:8000\", role: both, kv_events: " + c.kvEvents + "}\n"
-		cfg, err := Parse([]byte(doc), noEnv)
-		if err == nil {
-			_, err = Provision(cfg, kv.Builtin())
-		}
+		_, err := Parse([]byte(doc), noEnv)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: got %v, want %q", c.kvEvents, err, c.want)
 		}
@@ -53,23 +46,23 @@ engines:
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt, err := Provision(cfg, kv.Builtin())
-	if err != nil {
-		t.Fatal(err)
-	}
 	want := map[string][2]string{
 		"a": {"tcp://10.0.0.1:5557", "tcp://10.0.0.1:5558"},
 		"b": {"tcp://[fd00::2]:5557", "tcp://[fd00::2]:5558"},
 		"c": {"tcp://10.9.9.9:6000", ""}, // its own endpoint, and no replay of its own
 		"d": {"", ""},
 	}
-	for _, e := range rt.Engines {
-		pub, replay := rt.Fleet.KVEvents.Endpoints(e)
+	for _, e := range cfg.Engines {
+		u, err := url.Parse(e.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pub, replay := cfg.Placement.KVEvents.Endpoints(e.KVEvents, u.Hostname())
 		if w := want[e.Name]; pub != w[0] || replay != w[1] {
 			t.Errorf("engine %s: %q %q, want %q %q", e.Name, pub, replay, w[0], w[1])
 		}
 	}
-	if rt.Fleet.KVEvents.MaxBlocks != 1<<20 || rt.Fleet.KVEvents.ReplayTimeout.Seconds() != 2 {
-		t.Errorf("defaults: %+v", rt.Fleet.KVEvents)
+	if k := cfg.Placement.KVEvents; k.MaxBlocks != 1<<20 || k.ReplayTimeoutS != 2 {
+		t.Errorf("defaults: %+v", k)
 	}
 }

@@ -3,15 +3,26 @@ package config
 import (
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
-
-	"github.com/narwhal-router/narwhal/transport/kv"
 )
 
-// parsePorts reads engines[].kv.allowed_ports: entries "5600" or "5600-5663".
-func parsePorts(entries []string) ([]kv.PortRange, error) {
-	var out []kv.PortRange
+// PortRange is an inclusive range of ports, one entry of engines[].kv.allowed_ports.
+type PortRange struct{ Lo, Hi int }
+
+// String writes the range as kv.allowed_ports does: "5600-5663", or "7000" for one port.
+func (r PortRange) String() string {
+	if r.Lo == r.Hi {
+		return strconv.Itoa(r.Lo)
+	}
+	return strconv.Itoa(r.Lo) + "-" + strconv.Itoa(r.Hi)
+}
+
+// ParsePorts reads engines[].kv.allowed_ports: entries "5600" or "5600-5663". The error names
+// the first bad entry by its index, as "[i] ..." (the caller puts the key before it).
+func ParsePorts(entries []string) ([]PortRange, error) {
+	var out []PortRange
 	for i, e := range entries {
 		lo, hi, isRange := strings.Cut(strings.TrimSpace(e), "-")
 		if !isRange {
@@ -22,7 +33,7 @@ func parsePorts(entries []string) ([]kv.PortRange, error) {
 		if err1 != nil || err2 != nil || l < 1 || h > 65535 || l > h {
 			return nil, fmt.Errorf("[%d] %q is not allowed; want a port (5600) or a range of ports from 1 to 65535 (5600-5663)", i, e)
 		}
-		out = append(out, kv.PortRange{Lo: l, Hi: h})
+		out = append(out, PortRange{Lo: l, Hi: h})
 	}
 	return out, nil
 }
@@ -52,7 +63,7 @@ func (c *Config) routerPorts() map[int]string {
 // that would let a descriptor name one of the router's own listeners.
 func (ck *checker) checkAllowedPorts(c *Config, i int, e Engine) {
 	path := fmt.Sprintf("engines[%d].kv.allowed_ports", i)
-	ranges, err := parsePorts(e.KV.AllowedPorts)
+	ranges, err := ParsePorts(e.KV.AllowedPorts)
 	if err != nil {
 		ck.fail(path, "%v", err)
 		return
@@ -60,17 +71,20 @@ func (ck *checker) checkAllowedPorts(c *Config, i int, e Engine) {
 	for port, key := range c.routerPorts() {
 		for _, r := range ranges {
 			if r.Lo <= port && port <= r.Hi {
-				ck.fail(path, "%s includes %d, the port of %s: a descriptor must never send a consumer to the router's own listener", kv.FormatPorts([]kv.PortRange{r}), port, key)
+				ck.fail(path, "%s includes %d, the port of %s: a descriptor must never send a consumer to the router's own listener", r, port, key)
 			}
 		}
 	}
 }
 
-// reservedPorts lists routerPorts for the engines' KV sides.
-func (c *Config) reservedPorts() []int {
+// ReservedPorts are the ports of the router's own listeners (server.listen, server.admin_listen,
+// cluster.bind when the cluster is on): no producer's descriptor may name them, whatever its
+// engine's kv.allowed_ports say (transport/kv's Side.ReservedPorts).
+func (c *Config) ReservedPorts() []int {
 	var out []int
 	for p := range c.routerPorts() {
 		out = append(out, p)
 	}
+	slices.Sort(out) // the same file reserves the same list: specs compare equal across reloads
 	return out
 }

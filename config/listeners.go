@@ -19,8 +19,8 @@ type Listener struct {
 // Listeners lists every address a running router listens on: the client listener, the admin
 // listener when there is one, and the cluster port when the cluster is on. `serve --check`
 // binds each of them to prove it can; validation refuses two that would collide.
-func (rt Runtime) Listeners() []Listener {
-	return listeners(rt.Server.Listen, rt.Admin.Listen, rt.Cluster.Enabled, rt.Cluster.Bind, rt.Cluster.Provider)
+func (c Config) Listeners() []Listener {
+	return listeners(c.Server.Listen, c.Server.AdminListen, c.Cluster.Enabled, c.Cluster.Bind, c.Cluster.Provider)
 }
 
 func listeners(listen, adminListen string, clusterOn bool, clusterBind, provider string) []Listener {

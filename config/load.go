@@ -29,7 +29,7 @@ func Load(path string) (Config, error) {
 // Parse decodes a YAML document on top of Default, then validates it. lookupEnv resolves
 // `${NAME}` references in scalar values (os.LookupEnv in production). Every problem found is
 // reported, each naming its line and key path. Engines' connector names are checked by
-// Provision, against the registry the router runs with; the result remembers each key's line
+// Validate, against the registry the router runs with; the result remembers each key's line
 // so that those problems name their line too.
 func Parse(data []byte, lookupEnv func(string) (string, bool)) (Config, error) {
 	var doc yaml.Node
@@ -65,7 +65,7 @@ func Parse(data []byte, lookupEnv func(string) (string, bool)) (Config, error) {
 // as YAML or JSON): an unknown key or a value of the wrong type is an error naming it, and
 // unset keys get the engines' defaults. `${NAME}` references are refused, not expanded: an
 // engine handed over at run time (the admin API) must not read the router's environment.
-// The values are validated by ProvisionEngine.
+// The values are validated when it is provisioned (transport.Provisioner).
 func ParseEngine(data []byte) (Engine, error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
@@ -136,34 +136,7 @@ func (w *walker) walk(n *yaml.Node, t reflect.Type, path string) {
 	}
 	switch t.Kind() {
 	case reflect.Struct:
-		fields := yamlFields(t)
-		if n.Kind != yaml.MappingNode {
-			w.fail(n.Line, path, "%s is not allowed here; want a mapping with the keys %s", describe(n), strings.Join(sortedKeys(fields), ", "))
-			drop(n)
-			return
-		}
-		seen := map[string]bool{}
-		kept := n.Content[:0]
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			key, val := n.Content[i], n.Content[i+1]
-			if key.Value == "<<" {
-				w.fail(key.Line, "", "merge keys (<<) are not supported")
-				continue
-			}
-			ft, ok := fields[key.Value]
-			if !ok {
-				w.fail(key.Line, "", "unknown key %q%s (known keys: %s)", key.Value, under(path), strings.Join(sortedKeys(fields), ", "))
-				continue
-			}
-			if seen[key.Value] {
-				w.fail(key.Line, "", "key %q appears twice%s", key.Value, under(path))
-				continue
-			}
-			seen[key.Value] = true
-			w.walk(val, ft, joinPath(path, key.Value))
-			kept = append(kept, key, val)
-		}
-		n.Content = kept
+		w.walkMapping(n, t, path)
 	case reflect.Slice:
 		if n.Kind != yaml.SequenceNode {
 			w.fail(n.Line, path, "%s is not allowed here; want a list", describe(n))
@@ -188,6 +161,38 @@ func (w *walker) walk(n *yaml.Node, t reflect.Type, path string) {
 			drop(n)
 		}
 	}
+}
+
+// walkMapping checks a mapping against the struct type t: every key must be a field, once.
+func (w *walker) walkMapping(n *yaml.Node, t reflect.Type, path string) {
+	fields := yamlFields(t)
+	if n.Kind != yaml.MappingNode {
+		w.fail(n.Line, path, "%s is not allowed here; want a mapping with the keys %s", describe(n), strings.Join(sortedKeys(fields), ", "))
+		drop(n)
+		return
+	}
+	seen := map[string]bool{}
+	kept := n.Content[:0]
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		key, val := n.Content[i], n.Content[i+1]
+		if key.Value == "<<" {
+			w.fail(key.Line, "", "merge keys (<<) are not supported")
+			continue
+		}
+		ft, ok := fields[key.Value]
+		if !ok {
+			w.fail(key.Line, "", "unknown key %q%s (known keys: %s)", key.Value, under(path), strings.Join(sortedKeys(fields), ", "))
+			continue
+		}
+		if seen[key.Value] {
+			w.fail(key.Line, "", "key %q appears twice%s", key.Value, under(path))
+			continue
+		}
+		seen[key.Value] = true
+		w.walk(val, ft, joinPath(path, key.Value))
+		kept = append(kept, key, val)
+	}
+	n.Content = kept
 }
 
 // wholeWhereWanted reports whether the scalar n suits an integer field t without losing

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/narwhal-router/narwhal/cluster/certs"
-	"github.com/narwhal-router/narwhal/transport/kv"
 )
 
 func noEnv(string) (string, bool) { return "", false }
@@ -31,7 +30,7 @@ func TestMinimalFileKeepsDocumentedDefaults(t *testing.T) {
 	if !reflect.DeepEqual(cfg.Server, def.Server) || cfg.Engine != def.Engine || cfg.Recovery != def.Recovery || cfg.Log != def.Log {
 		t.Fatalf("defaults changed by a file that does not mention them:\n got %+v\nwant %+v", cfg, def)
 	}
-	if got := cfg.Engines[0].KV.Connector; got != kv.NIXL {
+	if got := cfg.Engines[0].KV.Connector; got != DefaultConnector {
 		t.Fatalf("default connector = %q, want nixl", got)
 	}
 	if got := cfg.Engines[1].KV.TransferModes; len(got) != 1 || got[0] != "pull" {

@@ -2,7 +2,6 @@ package config
 
 import (
 	"reflect"
-	"slices"
 	"strings"
 )
 
@@ -48,22 +47,35 @@ func Reloadable(path string) bool {
 	return false
 }
 
-// Changes compares the configuration next was provisioned from with the one cur was: changed
-// lists every key path whose value differs (a list such as engines or server.api_keys counts as
-// one key), refused those of them that cannot change while the router runs (Reloadable). The
-// client API keys count as changed when server.api_keys_file now holds other keys.
-func Changes(cur, next Runtime) (changed, refused []string) {
-	diffValues(reflect.ValueOf(cur.file), reflect.ValueOf(next.file), "", &changed)
-	if !slices.Equal(cur.Server.APIKeys, next.Server.APIKeys) && !slices.Contains(changed, "server.api_keys") &&
-		!slices.Contains(changed, "server.api_keys_file") {
-		changed = append(changed, "server.api_keys_file")
-	}
+// Changes compares the configuration next with the running one, cur: changed lists every key
+// path whose value differs (a list such as engines or server.api_keys counts as one key),
+// refused those of them that cannot change while the router runs (Reloadable). What the files
+// a key names hold is not compared: a reload that reads server.api_keys_file again tells
+// whether its keys changed (node/reload.go).
+func Changes(cur, next Config) (changed, refused []string) {
+	diffValues(reflect.ValueOf(cur), reflect.ValueOf(next), "", &changed)
+	return changed, Refused(changed)
+}
+
+// Refused are those of the changed key paths that cannot change while the router runs.
+func Refused(changed []string) []string {
+	var refused []string
 	for _, p := range changed {
 		if !Reloadable(p) {
 			refused = append(refused, p)
 		}
 	}
-	return changed, refused
+	return refused
+}
+
+// FileEngines is the file's engine list, copies that share nothing with c: what the file source
+// reports (transport/discovery), so that the file's engines join the fleet like any others.
+func (c Config) FileEngines() []Engine {
+	out := make([]Engine, len(c.Engines))
+	for i, e := range c.Engines {
+		out[i] = e.Clone()
+	}
+	return out
 }
 
 // diffValues appends to out the YAML key path of every leaf where a and b differ. Structs are
@@ -95,15 +107,16 @@ func diffValues(a, b reflect.Value, path string, out *[]string) {
 	}
 }
 
-// clone returns a deep copy of c (its lists and optional sections), so that the runtime made
-// from it does not change when the caller's Config does.
-func (c Config) clone() Config {
+// Clone returns a deep copy of c (its lists and optional sections): what a running router keeps
+// does not change when the caller's Config does.
+func (c Config) Clone() Config {
 	out := c
 	deepCopy(reflect.ValueOf(&out).Elem())
 	return out
 }
 
-func (e Engine) clone() Engine {
+// Clone returns a copy of e that shares no list with it.
+func (e Engine) Clone() Engine {
 	out := e
 	deepCopy(reflect.ValueOf(&out).Elem())
 	return out

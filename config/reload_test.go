@@ -1,22 +1,18 @@
 package config
 
 import (
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/narwhal-router/narwhal/transport/kv"
 )
 
 // A reload names every key it changes, and refuses, by name, the ones a running router cannot
 // change; the engine list and the run-time settings pass.
 func TestChangesNamesEveryKeyAndRefusesTheFixedOnes(t *testing.T) {
 	base := withEngines(Default())
-	cur := provisioned(t, base)
+	cur := base.Clone()
 
-	next := base.clone()
+	next := base.Clone()
 	next.Engines = append(next.Engines, Engine{Name: "d1", URL: "http://10.0.0.3:8000", Role: RoleDecode, Models: []string{"m"}})
 	next.Log.Level = "debug"
 	next.Recovery.MaxAttempts = 3
@@ -24,7 +20,7 @@ func TestChangesNamesEveryKeyAndRefusesTheFixedOnes(t *testing.T) {
 	next.Placement.Policy = PlaceP2C
 	next.Server.APIKeys = []string{"k1"}
 	next.EngineContract = &EngineContract{Model: "m"}
-	changed, refused := Changes(cur, provisioned(t, next))
+	changed, refused := Changes(cur, next)
 	for _, want := range []string{"engines", "log.level", "recovery.max_attempts", "disaggregation.policy",
 		"placement.policy", "server.api_keys", "engine_contract"} {
 		if !slices.Contains(changed, want) {
@@ -35,13 +31,13 @@ func TestChangesNamesEveryKeyAndRefusesTheFixedOnes(t *testing.T) {
 		t.Fatalf("refused %v, want nothing refused", refused)
 	}
 
-	fixed := base.clone()
+	fixed := base.Clone()
 	fixed.Server.Listen = ":9000"
 	fixed.Engine.FirstTokenTimeoutS = 3
 	fixed.Cluster.GossipIntervalS = 1
 	fixed.Placement.PrefixIndexBlocks = 10
 	fixed.Log.Level = "warn"
-	changed, refused = Changes(cur, provisioned(t, fixed))
+	changed, refused = Changes(cur, fixed)
 	want := []string{"server.listen", "engine.first_token_timeout_s", "placement.prefix_index_blocks", "cluster.gossip_interval_s"}
 	for _, w := range want {
 		if !slices.Contains(refused, w) {
@@ -52,40 +48,25 @@ func TestChangesNamesEveryKeyAndRefusesTheFixedOnes(t *testing.T) {
 		t.Errorf("log.level: changed %v, refused %v", changed, refused)
 	}
 
-	if changed, _ := Changes(cur, provisioned(t, base.clone())); len(changed) != 0 {
+	if changed, _ := Changes(cur, base.Clone()); len(changed) != 0 {
 		t.Fatalf("the same configuration changes %v", changed)
 	}
 }
 
-// A keys file whose keys changed is a change of the client keys even when the file's name did
-// not change.
-func TestChangesSeesANewKeysFile(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "keys")
-	os.WriteFile(path, []byte("a\n"), 0o600)
-	c := withEngines(Default())
-	c.Server.APIKeysFile = path
-	cur := provisioned(t, c)
-	os.WriteFile(path, []byte("a\nb\n"), 0o600)
-	changed, refused := Changes(cur, provisioned(t, c))
-	if !slices.Equal(changed, []string{"server.api_keys_file"}) || len(refused) != 0 {
-		t.Fatalf("changed %v refused %v", changed, refused)
-	}
-}
-
-// The runtime keeps its own copy of the file's engines: the file source reports them as they
-// were provisioned, whatever the caller does with its Config afterwards.
+// The file's engines are handed out as copies: the file source reports them as the file had
+// them, whatever the caller does with its Config afterwards.
 func TestFileEnginesAreACopy(t *testing.T) {
 	c := withEngines(Default())
-	rt := provisioned(t, c)
+	kept := c.Clone()
 	c.Engines[1].Models[0] = "changed"
 	c.Engines[0].Name = "changed"
-	got := rt.FileEngines()
-	if got[0].Name != "p0" || got[1].Models[0] != "m" || rt.Engines[0].Source != SourceFile {
-		t.Fatalf("file engines %+v (source %q)", got, rt.Engines[0].Source)
+	got := kept.FileEngines()
+	if got[0].Name != "p0" || got[1].Models[0] != "m" {
+		t.Fatalf("file engines %+v", got)
 	}
 	got[1].Models[0] = "mine"
-	if rt.FileEngines()[1].Models[0] != "m" {
-		t.Fatal("FileEngines hands out the runtime's own slices")
+	if kept.FileEngines()[1].Models[0] != "m" {
+		t.Fatal("FileEngines hands out the configuration's own slices")
 	}
 }
 
@@ -97,7 +78,7 @@ func TestParseEngine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e.Name != "d4" || e.MaxInflight != 8 || e.KV.Connector != kv.Default || !slices.Equal(e.KV.TransferModes, []string{"pull"}) || e.KV.EngineID != "x" {
+	if e.Name != "d4" || e.MaxInflight != 8 || e.KV.Connector != DefaultConnector || !slices.Equal(e.KV.TransferModes, []string{"pull"}) || e.KV.EngineID != "x" {
 		t.Fatalf("parsed %+v", e)
 	}
 	for _, tc := range []struct{ body, want string }{
@@ -111,22 +92,6 @@ func TestParseEngine(t *testing.T) {
 		if _, err := ParseEngine([]byte(tc.body)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error containing %q", tc.body, err, tc.want)
 		}
-	}
-}
-
-// ProvisionEngine holds an engine on its own to the file's rules, and names every problem.
-func TestProvisionEngineValidates(t *testing.T) {
-	_, err := ProvisionEngine(Engine{Name: "bad name", URL: "http://a:1/v1", Role: "decoder",
-		KV: KV{Connector: "tcp", Endpoint: "x"}}, kv.Builtin())
-	for _, want := range []string{"engine bad name", "name: \"bad name\" is not a usable name", "url:", "role: \"decoder\"",
-		"kv.connector: \"tcp\" is not allowed", "kv.endpoint"} {
-		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("error %v lacks %q", err, want)
-		}
-	}
-	spec, err := ProvisionEngine(Engine{Name: "d4", URL: "http://10.0.0.24:8000", Role: RoleDecode}, kv.Builtin())
-	if err != nil || spec.Addr != "10.0.0.24:8000" || spec.Connector.Name() != kv.Default {
-		t.Fatalf("%+v %v", spec, err)
 	}
 }
 

@@ -5,8 +5,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/narwhal-router/narwhal/transport/kv"
 )
 
 // A secret that resolves to nothing is a configuration error naming the key, never a silently
@@ -46,7 +44,7 @@ func TestEmptySecretsFailClosed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Provision(cfg, kv.Builtin()); err != nil {
+	if err := cfg.Validate(builtin); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -69,13 +67,12 @@ func TestAllowedPorts(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s: %v", ports, err)
 			}
-			rt, err := Provision(cfg, kv.Builtin())
-			if err != nil {
-				t.Fatal(err)
+			ranges, err := ParsePorts(cfg.Engines[0].KV.AllowedPorts)
+			if err != nil || len(ranges) != 2 || ranges[0] != (PortRange{Lo: 7000, Hi: 7010}) || ranges[1].String() != "7100" {
+				t.Fatalf("%s: parsed %+v, %v", ports, ranges, err)
 			}
-			side := rt.Engines[0].KV
-			if len(side.AllowedPorts) != 2 || side.AllowedPorts[0] != (kv.PortRange{Lo: 7000, Hi: 7010}) || len(side.ReservedPorts) != 2 {
-				t.Fatalf("%s: provisioned %+v", ports, side)
+			if reserved := cfg.ReservedPorts(); len(reserved) != 2 {
+				t.Fatalf("reserved ports %v, want the two listeners'", reserved)
 			}
 			continue
 		}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/messages"
+	"github.com/narwhal-router/narwhal/transport"
 	"github.com/narwhal-router/narwhal/transport/admin"
 	"github.com/narwhal-router/narwhal/transport/discovery"
 )
@@ -17,18 +18,18 @@ import (
 // a name two of them report goes to the first — and starts the catalog that merges them into
 // the router's fleet. The router already runs the file's engines, so nothing changes until a
 // source reports something new.
-func (s *Server) startSources(rt config.Runtime) error {
-	s.file = discovery.NewFileSource(rt.FileEngines())
+func (s *Server) startSources(rt Runtime) error {
+	s.file = discovery.NewFileSource(rt.Config.FileEngines())
 	var catalog *discovery.Catalog
 	s.admins = discovery.NewAdminSource(func(name string) string { return catalog.Owner(name) })
-	found, err := discoverySources(rt, s.log)
+	found, err := discoverySources(rt.Config.Discovery, s.log)
 	if err != nil {
 		return fmt.Errorf("discovery: %w", err)
 	}
 	sources := append([]discovery.Source{s.file, s.admins}, found...)
 	catalog, err = discovery.NewCatalog(sources, discovery.Options{
-		Provision: rt.ProvisionEngine,
-		Apply: func(specs []config.EngineSpec) error {
+		Engines: rt.Provisioner,
+		Apply: func(specs []transport.EngineSpec) error {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			return s.router.SetEngines(ctx, specs)
@@ -49,7 +50,7 @@ func (s *Server) startSources(rt config.Runtime) error {
 func (s *Server) addEngine(ctx context.Context, body []byte) (messages.EngineState, error) {
 	e, err := config.ParseEngine(body)
 	if err == nil {
-		_, err = s.Runtime().ProvisionEngine(e)
+		_, err = s.Runtime().Provisioner.Engine(e)
 	}
 	if err != nil {
 		return messages.EngineState{}, marked{err, admin.ErrInvalidEngine}

@@ -1,4 +1,4 @@
-// Package node assembles a running Narwhal from a provisioned configuration (config.Runtime):
+// Package node assembles a running Narwhal from a provisioned configuration (Runtime):
 // the metrics reporters, the tracer, the cluster membership, the actor router, the engine
 // sources and their catalog (the configuration file's list, the admin API, the discovery
 // sources), the client listener and the admin listener; it reloads the configuration's run-time
@@ -26,7 +26,6 @@ import (
 
 	"github.com/narwhal-router/narwhal/actors"
 	"github.com/narwhal-router/narwhal/cluster"
-	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/messages"
 	"github.com/narwhal-router/narwhal/node/procs"
 	"github.com/narwhal-router/narwhal/transport/admin"
@@ -60,7 +59,7 @@ type Options struct {
 
 // Server is one running Narwhal.
 type Server struct {
-	cur       atomic.Pointer[config.Runtime]
+	cur       atomic.Pointer[Runtime]
 	log       *slog.Logger
 	logLevel  *slog.LevelVar
 	reporting *telemetry.Reporting
@@ -92,9 +91,10 @@ type Server struct {
 	reload   *ReloadStatus // the last reload's outcome; nil before the first
 }
 
-// Start builds everything from rt (config.Provision made it, with the connector registry the
-// process runs with) and begins serving. On error nothing is left running.
-func Start(rt config.Runtime, opts Options) (_ *Server, err error) {
+// Start builds everything from rt (Provision made it, with the connector registry the process
+// runs with), each part from the configuration sections it reads, and begins serving. On
+// error nothing is left running.
+func Start(rt Runtime, opts Options) (_ *Server, err error) {
 	s := &Server{log: opts.Logger, logLevel: opts.LogLevel, served: make(chan error, 2), endDrain: make(chan struct{})}
 	s.cur.Store(&rt)
 	if s.log == nil {
@@ -109,24 +109,26 @@ func Start(rt config.Runtime, opts Options) (_ *Server, err error) {
 		}
 	}()
 
-	if s.reporting, err = telemetry.NewReporting(rt.Metrics); err != nil {
+	cfg := rt.Config
+	if s.reporting, err = telemetry.NewReporting(cfg.Metrics); err != nil {
 		return nil, err
 	}
 	cleanup = append(cleanup, func() { s.reporting.Close() })
 	if opts.SizeProcs {
-		s.procs = sizeProcs(rt.Server.Procs, s.reporting.Metrics, s.log)
+		fixed, auto, _ := cfg.Server.ProcsPolicy() // validated
+		s.procs = sizeProcs(fixed, auto, s.reporting.Metrics, s.log)
 		cleanup = append(cleanup, s.procs.Stop)
 	}
 
 	var access io.Writer
-	if rt.Log.AccessLog {
+	if cfg.Log.AccessLog {
 		access = opts.AccessLog
 	}
-	if s.peers, err = cluster.Start(rt.Cluster, cluster.Options{Logger: s.log}); err != nil {
+	if s.peers, err = cluster.Start(cfg.Cluster, cluster.Options{Logger: s.log, ShutdownGrace: cfg.Server.ShutdownGraceS.Duration()}); err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
 	cleanup = append(cleanup, s.peers.Close)
-	if s.router, err = actors.NewRouter(rt, actors.Options{Metrics: s.reporting.Metrics, Logger: s.log, AccessLog: access,
+	if s.router, err = actors.NewRouter(cfg, rt.Engines, actors.Options{Metrics: s.reporting.Metrics, Logger: s.log, AccessLog: access,
 		Cluster: s.peers}); err != nil {
 		return nil, err
 	}
@@ -137,31 +139,31 @@ func Start(rt config.Runtime, opts Options) (_ *Server, err error) {
 	}
 	cleanup = append(cleanup, s.catalog.Close)
 
-	if s.tracer, err = tracing.New(rt.Tracing); err != nil {
+	if s.tracer, err = tracing.New(cfg.Tracing); err != nil {
 		return nil, err
 	}
 	cleanup = append(cleanup, s.shutdownTracer)
-	if rt.Tracing.Enabled {
+	if s.tracer != nil {
 		log := s.log
 		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("trace export failed", "error", err.Error()) }))
-		s.log.Info("tracing requests", "otlp_endpoint", rt.Tracing.Endpoint, "protocol", rt.Tracing.Protocol,
-			"sample_ratio", rt.Tracing.SampleRatio)
+		s.log.Info("tracing requests", "otlp_endpoint", cfg.Tracing.OTLPEndpoint, "protocol", cfg.Tracing.Protocol,
+			"sample_ratio", cfg.Tracing.SampleRatio)
 	}
 	metrics := s.reporting.Metrics
-	s.budget = memory.New(rt.Server.MaxBufferedBytes, memory.Options{Report: metrics.BufferedBytes})
+	budget, budgetFrom := memory.Size(cfg.Server.MaxBufferedBytes)
+	s.budget = memory.New(budget, memory.Options{Report: metrics.BufferedBytes})
 	if opts.SetMemoryLimit && os.Getenv("GOMEMLIMIT") == "" {
 		// The budget and room for everything else the router holds (connections, streams,
 		// actors): garbage a burst leaves (answers read in part, then refused) is collected
 		// before it takes the process much past the budget. Bodies and answers are pointer-free
 		// memory, so a collection near the limit costs little: there is nothing in them to scan.
-		limit := rt.Server.MaxBufferedBytes + 64<<20
+		limit := budget + 64<<20
 		debug.SetMemoryLimit(limit)
 		s.log.Info("Go soft memory limit set from the memory budget", "limit_bytes", limit)
 	}
 	cleanup = append(cleanup, s.budget.Close)
-	s.log.Info("memory budget for request bodies and whole answers", "max_buffered_bytes", rt.Server.MaxBufferedBytes,
-		"from", rt.Server.BufferBudgetSource)
-	if s.ingress, err = ingress.NewIngress(rt.Server, rt.Request, s.router, s.router, metrics,
+	s.log.Info("memory budget for request bodies and whole answers", "max_buffered_bytes", budget, "from", budgetFrom)
+	if s.ingress, err = ingress.NewIngress(cfg.Server, rt.APIKeys, cfg.Request, s.router, s.router, metrics,
 		ingress.Options{Logger: s.log, Budget: s.budget, Tracer: s.tracer}); err != nil {
 		return nil, err
 	}
@@ -169,15 +171,15 @@ func Start(rt config.Runtime, opts Options) (_ *Server, err error) {
 
 	s.ln = opts.Listener
 	if s.ln == nil {
-		if s.ln, err = net.Listen("tcp", rt.Server.Listen); err != nil {
-			return nil, fmt.Errorf("listen %s: %w", rt.Server.Listen, err)
+		if s.ln, err = net.Listen("tcp", cfg.Server.Listen); err != nil {
+			return nil, fmt.Errorf("listen %s: %w", cfg.Server.Listen, err)
 		}
 	}
 	cleanup = append(cleanup, func() { s.ln.Close() })
 	s.adminLn = opts.AdminListener
-	if s.adminLn == nil && rt.Admin.Listen != "" {
-		if s.adminLn, err = net.Listen("tcp", rt.Admin.Listen); err != nil {
-			return nil, fmt.Errorf("listen %s (admin): %w", rt.Admin.Listen, err)
+	if s.adminLn == nil && cfg.Server.AdminListen != "" {
+		if s.adminLn, err = net.Listen("tcp", cfg.Server.AdminListen); err != nil {
+			return nil, fmt.Errorf("listen %s (admin): %w", cfg.Server.AdminListen, err)
 		}
 	}
 
@@ -190,8 +192,8 @@ func Start(rt config.Runtime, opts Options) (_ *Server, err error) {
 		}
 	}()
 	if s.adminLn != nil {
-		s.admin = &http.Server{Handler: admin.Handler(adminFleet{s.router, s}, s.reporting.Prometheus, rt.Admin.Token, s.adminLn.Addr().String()),
-			ReadHeaderTimeout: 10 * time.Second, IdleTimeout: rt.Admin.IdleTimeout}
+		s.admin = &http.Server{Handler: admin.Handler(adminFleet{s.router, s}, s.reporting.Prometheus, cfg.Server.AdminToken, s.adminLn.Addr().String()),
+			ReadHeaderTimeout: 10 * time.Second, IdleTimeout: cfg.Server.AdminIdleTimeoutS.Duration()}
 		go func() {
 			if err := s.admin.Serve(s.adminLn); !errors.Is(err, http.ErrServerClosed) {
 				s.served <- fmt.Errorf("admin listener: %w", err)
@@ -214,7 +216,7 @@ func (s *Server) AdminAddr() string {
 
 // Runtime is the configuration the server runs: as Start provisioned it, with what reloads
 // changed since.
-func (s *Server) Runtime() config.Runtime { return *s.cur.Load() }
+func (s *Server) Runtime() Runtime { return *s.cur.Load() }
 
 // Router is the actor router, for dumps and tests.
 func (s *Server) Router() *actors.Router { return s.router }
@@ -242,9 +244,9 @@ func (s *Server) EndDrain() { s.drainEnd.Do(func() { close(s.endDrain) }) }
 func (s *Server) Draining() bool { return s.draining.Load() }
 
 func (s *Server) shutdown(ctx context.Context) error {
-	rt := s.Runtime()
+	srv := s.Runtime().Config.Server
 	s.draining.Store(true)
-	if d := rt.Server.DrainDelay; d > 0 {
+	if d := srv.DrainDelayS.Duration(); d > 0 {
 		s.log.Info("draining: /readyz answers 503; the client listener keeps serving until the drain delay ends",
 			"drain_delay", d.String(), "in_flight", s.router.InFlight())
 		t := time.NewTimer(d)
@@ -257,7 +259,7 @@ func (s *Server) shutdown(ctx context.Context) error {
 	}
 	s.stopping.Store(true)
 	s.catalog.Close() // no more fleet changes: the router is going
-	grace, cancel := context.WithTimeout(ctx, rt.Server.ShutdownGrace)
+	grace, cancel := context.WithTimeout(ctx, srv.ShutdownGraceS.Duration())
 	defer cancel()
 	err := s.ingress.Shutdown(grace)
 	// fasthttp only closes listeners Serve has registered; one that had not started yet would
@@ -306,8 +308,7 @@ func (s *Server) shutdownTracer() {
 // sizeProcs applies server.procs: every CPU (the runtime's default), a fixed count, or a
 // controller that sizes GOMAXPROCS to the load. A GOMAXPROCS environment variable is the
 // operator's explicit choice and wins.
-func sizeProcs(p config.Procs, m *telemetry.Metrics, log *slog.Logger) *procs.Controller {
-	n, auto := p.Fixed, p.Auto
+func sizeProcs(n int, auto bool, m *telemetry.Metrics, log *slog.Logger) *procs.Controller {
 	if env := os.Getenv("GOMAXPROCS"); env != "" && (n > 0 || auto) {
 		log.Info("GOMAXPROCS is set in the environment; server.procs is not applied", "gomaxprocs", runtime.GOMAXPROCS(0))
 		n, auto = 0, false

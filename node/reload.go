@@ -6,8 +6,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/narwhal-router/narwhal/config"
 )
 
 // ReloadStatus is the outcome of the last reload of the configuration file.
@@ -32,7 +30,7 @@ var ErrRefused = errors.New("the reload changes settings that cannot change whil
 // or that changes anything else, changes nothing: the error names what was wrong (each refused
 // key by name), and /discovery and the config_reload metrics say so. Connections are never
 // dropped.
-func (s *Server) Reload(load func() (config.Runtime, error)) error {
+func (s *Server) Reload(load func() (Runtime, error)) error {
 	s.reloadMu.Lock()
 	defer s.reloadMu.Unlock()
 	st := &ReloadStatus{At: time.Now()}
@@ -47,7 +45,7 @@ func (s *Server) Reload(load func() (config.Runtime, error)) error {
 		return err
 	}
 	cur := s.Runtime()
-	st.Changed, st.Refused = config.Changes(cur, next)
+	st.Changed, st.Refused = changes(cur, next)
 	if len(st.Refused) > 0 {
 		st.Result = "refused"
 		st.Error = fmt.Sprintf("%s cannot change while Narwhal runs (restart it to change them); nothing was applied",
@@ -62,13 +60,13 @@ func (s *Server) Reload(load func() (config.Runtime, error)) error {
 		return nil
 	}
 	s.cur.Store(&next)
-	s.router.Reconfigure(next)
-	s.ingress.Reconfigure(next.Server, next.Request)
+	s.router.Reconfigure(next.Config)
+	s.ingress.Reconfigure(next.Config.Server, next.APIKeys, next.Config.Request)
 	if s.logLevel != nil {
-		s.logLevel.Set(next.Log.Level)
+		s.logLevel.Set(next.Config.Log.SlogLevel())
 	}
 	if slices.Contains(st.Changed, "engines") {
-		s.file.Set(next.FileEngines())
+		s.file.Set(next.Config.FileEngines())
 	}
 	s.log.Info("configuration reloaded", "changed", st.Changed)
 	return nil

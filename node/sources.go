@@ -14,21 +14,21 @@ import (
 // names (Kubernetes, DNS, etcd), beside the configuration file's own engine list and the admin
 // API, which the node always runs. Nothing runs until the caller runs them; an error (no
 // in-cluster configuration, an unreadable kubeconfig) stops the start, naming the key.
-func discoverySources(rt config.Runtime, log *slog.Logger) ([]discovery.Source, error) {
-	d := rt.Discovery
+func discoverySources(d config.Discovery, log *slog.Logger) ([]discovery.Source, error) {
+	retryInitial, retryMax := d.RetryInitialS.Duration(), d.RetryMaxS.Duration()
 	var out []discovery.Source
 	if d.Kubernetes != nil {
-		k, err := kubernetes.New(*d.Kubernetes, d.RetryInitial, d.RetryMax, log)
+		k, err := kubernetes.New(*d.Kubernetes, retryInitial, retryMax, log)
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, k)
 	}
 	for _, name := range d.DNS {
-		out = append(out, dns.New(name, d.RetryInitial, d.RetryMax, log))
+		out = append(out, dns.New(name, retryInitial, retryMax, log))
 	}
 	if d.Etcd != nil {
-		out = append(out, etcd.New(*d.Etcd, d.RetryInitial, d.RetryMax, log))
+		out = append(out, etcd.New(*d.Etcd, retryInitial, retryMax, log))
 	}
 	return out, nil
 }

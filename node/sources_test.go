@@ -39,11 +39,10 @@ discovery:
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt, err := config.Provision(cfg, kv.Builtin())
-	if err != nil {
+	if err := cfg.Validate(kv.Builtin()); err != nil {
 		t.Fatal(err)
 	}
-	sources, err := discoverySources(rt, log)
+	sources, err := discoverySources(cfg.Discovery, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,13 +55,12 @@ discovery:
 		t.Fatalf("sources %q, want %q", names, want)
 	}
 
-	rt.Discovery.Kubernetes.Kubeconfig = filepath.Join(t.TempDir(), "missing")
-	if _, err := discoverySources(rt, log); err == nil || !strings.Contains(err.Error(), "discovery.kubernetes.kubeconfig") {
+	cfg.Discovery.Kubernetes.Kubeconfig = filepath.Join(t.TempDir(), "missing")
+	if _, err := discoverySources(cfg.Discovery, log); err == nil || !strings.Contains(err.Error(), "discovery.kubernetes.kubeconfig") {
 		t.Fatalf("a missing kubeconfig: %v", err)
 	}
 
-	rt.Discovery = config.DiscoveryRuntime{}
-	if sources, err := discoverySources(rt, log); err != nil || len(sources) != 0 {
+	if sources, err := discoverySources(config.Default().Discovery, log); err != nil || len(sources) != 0 {
 		t.Fatalf("without discovery: %v, %v", sources, err)
 	}
 }

@@ -160,7 +160,8 @@ func TestRegisteredConnectorPassesPreflightAndIsReadmittedByAProbe(t *testing.T)
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	res := preflight.Run(ctx, h.srv.Runtime())
+	rt := h.srv.Runtime()
+	res := preflight.Run(ctx, rt.Engines, rt.Config)
 	if !res.OK() || len(res.Pairs) != 2 {
 		t.Fatalf("preflight through the registered connector:\n%s", res.Matrix())
 	}

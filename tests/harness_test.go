@@ -22,6 +22,7 @@ import (
 	"github.com/narwhal-router/narwhal/node"
 
 	"github.com/narwhal-router/narwhal/transport/kv"
+	"github.com/narwhal-router/narwhal/transport/preflight"
 )
 
 // setup describes a simulated fleet and the router in front of it.
@@ -94,7 +95,7 @@ func start(t *testing.T, s setup) *harness {
 	if len(s.connectors.Names()) == 0 {
 		s.connectors = kv.Builtin()
 	}
-	rt, err := config.Provision(cfg, s.connectors)
+	rt, err := node.Provision(cfg, s.connectors)
 	if err != nil {
 		fleet.Close()
 		t.Fatal(err)
@@ -385,12 +386,13 @@ func (h *harness) waitState(name, state string, timeout time.Duration) messages.
 	return last
 }
 
-// provision is cfg as `narwhal serve` runs it: provisioned with Narwhal's own connectors.
-func provision(t *testing.T, cfg config.Config) config.Runtime {
+// runPreflight runs `narwhal preflight` on cfg: provisioned as `narwhal serve` runs it, with
+// Narwhal's own connectors.
+func runPreflight(t *testing.T, cfg config.Config) preflight.Result {
 	t.Helper()
-	rt, err := config.Provision(cfg, kv.Builtin())
+	rt, err := node.Provision(cfg, kv.Builtin())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return rt
+	return preflight.Run(context.Background(), rt.Engines, rt.Config)
 }

@@ -1,13 +1,11 @@
 package tests
 
 import (
-	"context"
 	"strings"
 	"testing"
 
 	"github.com/narwhal-router/narwhal/bench/sim"
 	"github.com/narwhal-router/narwhal/config"
-	"github.com/narwhal-router/narwhal/transport/preflight"
 )
 
 // fleetConfig describes a running fleet the way an operator would: identities and KV endpoints
@@ -29,7 +27,7 @@ func TestPreflightPassesOnAHealthyFleetWithAFullMatrix(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	res := preflight.Run(context.Background(), provision(t, fleetConfig(f)))
+	res := runPreflight(t, fleetConfig(f))
 	if !res.OK() {
 		t.Fatalf("preflight failed:\n%s", res.Matrix())
 	}
@@ -61,7 +59,7 @@ func TestPreflightFailsNamingTheBrokenPair(t *testing.T) {
 	f.Engine("d1").InjectFault("decode.status=500", 1) // the first transfer into d1 fails
 	cfg := fleetConfig(f)
 	cfg.Preflight.Concurrency = 1 // so exactly one pair meets the fault
-	res := preflight.Run(context.Background(), provision(t, cfg))
+	res := runPreflight(t, cfg)
 	if res.OK() {
 		t.Fatalf("preflight passed with a broken pair:\n%s", res.Matrix())
 	}
@@ -85,7 +83,7 @@ func TestPreflightChecksThePinnedContract(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	res := preflight.Run(context.Background(), provision(t, fleetConfig(f)))
+	res := runPreflight(t, fleetConfig(f))
 	if res.OK() || res.Engines[0].Err == nil || !strings.Contains(res.Engines[0].Err.Error(), `"0.13.0"`) {
 		t.Fatalf("a version mismatch passed:\n%s", res.Matrix())
 	}

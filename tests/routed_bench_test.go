@@ -28,7 +28,7 @@ func BenchmarkRoutedRequest(b *testing.B) {
 	cfg.Engines = fleetEngines(fleet)
 	cfg.Log.AccessLog = false
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	rt, err := config.Provision(cfg, kv.Builtin())
+	rt, err := node.Provision(cfg, kv.Builtin())
 	if err != nil {
 		b.Fatal(err)
 	}

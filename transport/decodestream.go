@@ -171,7 +171,7 @@ func (s *DecodeStream) Next() (Event, error) {
 	}
 	if s.armedAt.IsZero() || now.Sub(s.armedAt) >= s.rearmEvery() {
 		readDeadline, byRequest := s.deadline, true
-		if rt := s.c.timeouts.DecodeRead; rt > 0 {
+		if rt := s.c.timeouts.DecodeReadTimeoutS.Duration(); rt > 0 {
 			readDeadline, byRequest = earliest(now.Add(rt+silenceSlack(rt)), s.deadline)
 		}
 		if err := s.lc.setReadDeadline(readDeadline); err != nil {
@@ -199,7 +199,7 @@ func (s *DecodeStream) Next() (Event, error) {
 // rearmEvery is how often Next moves the read deadline: every silenceSlack with a silence
 // timeout, never again (the request deadline does not move) without one.
 func (s *DecodeStream) rearmEvery() time.Duration {
-	if rt := s.c.timeouts.DecodeRead; rt > 0 {
+	if rt := s.c.timeouts.DecodeReadTimeoutS.Duration(); rt > 0 {
 		return silenceSlack(rt)
 	}
 	return 1<<63 - 1
@@ -232,7 +232,7 @@ func (s *DecodeStream) readFault(err error, beforeFirst, byRequest bool) *fault.
 		return c.fault(fault.PhaseDecode, fault.FirstTokenTimeout, c.firstTokenDetail(), err)
 	case isTimeout(err):
 		return c.fault(fault.PhaseDecode, fault.Silence, "engine went silent between tokens (nothing for "+
-			c.timeouts.DecodeRead.String()+")", err)
+			c.timeouts.DecodeReadTimeoutS.Duration().String()+")", err)
 	case errors.Is(err, wire.ErrEventTooLarge), errors.Is(err, errBadChunk):
 		return c.fault(fault.PhaseDecode, fault.BadResponse, err.Error(), err)
 	}

@@ -13,12 +13,14 @@
 // Pass the PrefillResult of Prefill directly to Decode; PrefillResult.Parameters returns a
 // detached copy of the descriptor for inspection. Cancelling ctx aborts a leg at any point (the
 // engine connection is closed, so the engine frees the sequence). Clients are built from a
-// provisioned engine (config.Provision): its URL parsed, its connector resolved.
+// provisioned engine (EngineSpec): Provisioner is the one way from an engine entry of any
+// source — the file, the admin API, a discovery source — to it: its URL parsed, its connector
+// resolved against the registry, its KV side assembled.
 //
 // The rest of the wire lives in the packages below this one: transport/wire (JSON scanning,
 // body rewrites, SSE), transport/kv (handoff descriptors and connectors), transport/fault (what
 // a failure means), and above it transport/ingress (the client side) and transport/preflight.
 //
-// Only EngineClient, Request, PrefillResult, DecodeStream, Plan, Run and fault.Fault are meant
+// Only EngineClient, EngineSpec, Provisioner, Request, PrefillResult, DecodeStream, Plan, Run and fault.Fault are meant
 // for use outside Narwhal, and even they are internal APIs that may change between releases.
 package transport

@@ -30,7 +30,9 @@ type EngineClient struct {
 	auth      string
 	kv        kv.Side
 	connector kv.Connector
-	timeouts  config.EngineTimings
+	// timeouts are engine.*; maxResponse is server.max_response_bytes (a passthrough answer).
+	timeouts    config.EngineTimeouts
+	maxResponse int
 }
 
 // Request is one attempt's view of a client request, as both legs send it.
@@ -63,9 +65,10 @@ const maxPrefillBody = 16 << 20
 // maxErrorBody bounds an engine error body kept for the client.
 const maxErrorBody = 64 << 10
 
-// NewEngineClient builds the client for one provisioned engine (config.Provision resolves every
-// configured engine, its connector included; config.ProvisionEngine resolves one).
-func NewEngineClient(e config.EngineSpec, t config.EngineTimings) *EngineClient {
+// NewEngineClient builds the client for one provisioned engine (Provisioner.Engine resolves it,
+// its connector included), bounded by the engine section's timeouts and by maxResponseBytes
+// (server.max_response_bytes) for a passthrough answer.
+func NewEngineClient(e EngineSpec, t config.EngineTimeouts, maxResponseBytes int) *EngineClient {
 	maxConns := 1 << 20
 	if e.MaxInflight > 0 {
 		maxConns = e.MaxInflight + 64 // headroom for probes and connections still closing
@@ -78,15 +81,16 @@ func NewEngineClient(e config.EngineSpec, t config.EngineTimings) *EngineClient 
 			IsTLS:               e.TLS,
 			Name:                "narwhal",
 			MaxConns:            maxConns,
-			MaxIdleConnDuration: t.IdleConn,
+			MaxIdleConnDuration: t.IdleConnTimeoutS.Duration(),
 			ConnPoolStrategy:    fasthttp.LIFO,
 			// Each open decode stream holds its connection's read buffer: 2 KiB fits an engine's
 			// response headers with room to spare and halves what a stream costs.
 			ReadBufferSize: 2048,
 		},
-		kv:        e.KV,
-		connector: e.Connector,
-		timeouts:  t,
+		kv:          e.KV,
+		connector:   e.Connector,
+		timeouts:    t,
+		maxResponse: maxResponseBytes,
 	}
 	if e.APIKey != "" {
 		c.auth = "Bearer " + e.APIKey
@@ -108,7 +112,7 @@ func (c *EngineClient) Close() { c.hc.CloseIdleConnections() }
 // engine.prefill_timeout_s and the request deadline, and cancelled with ctx.
 func (c *EngineClient) Prefill(ctx context.Context, req *Request) (PrefillResult, error) {
 	start := time.Now()
-	deadline, byRequest := earliest(start.Add(c.timeouts.Prefill), req.Deadline)
+	deadline, byRequest := earliest(start.Add(c.timeouts.PrefillTimeoutS.Duration()), req.Deadline)
 
 	hreq := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(hreq)
@@ -124,10 +128,10 @@ func (c *EngineClient) Prefill(ctx context.Context, req *Request) (PrefillResult
 
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
-	lc, err := openLeg(ctx, c.hc, hreq, byRef, resp, deadline, c.timeouts.Connect, false, maxPrefillBody)
+	lc, err := openLeg(ctx, c.hc, hreq, byRef, resp, deadline, c.timeouts.ConnectTimeoutS.Duration(), false, maxPrefillBody)
 	if err != nil {
 		return PrefillResult{}, c.legFault(ctx, fault.PhasePrefill, err, byRequest, fault.Timeout,
-			fmt.Sprintf("prefill engine did not answer within %s", c.timeouts.Prefill))
+			fmt.Sprintf("prefill engine did not answer within %s", c.timeouts.PrefillTimeoutS.Duration()))
 	}
 	defer lc.close()
 	if f := c.encodingFault(fault.PhasePrefill, resp); f != nil {
@@ -199,7 +203,7 @@ func (c *EngineClient) decode(ctx context.Context, res PrefillResult, req *Reque
 	if res.descriptor != nil {
 		params = res.descriptor.Raw()
 	}
-	deadline, byRequest := earliest(start.Add(c.timeouts.FirstToken), req.Deadline)
+	deadline, byRequest := earliest(start.Add(c.timeouts.FirstTokenTimeoutS.Duration()), req.Deadline)
 
 	hreq := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(hreq)
@@ -209,7 +213,7 @@ func (c *EngineClient) decode(ctx context.Context, res PrefillResult, req *Reque
 	}
 
 	resp := fasthttp.AcquireResponse()
-	lc, err := openLeg(ctx, c.hc, hreq, byRef, resp, deadline, c.timeouts.Connect, true, 0)
+	lc, err := openLeg(ctx, c.hc, hreq, byRef, resp, deadline, c.timeouts.ConnectTimeoutS.Duration(), true, 0)
 	if err != nil {
 		fasthttp.ReleaseResponse(resp)
 		return nil, c.legFault(ctx, fault.PhaseDecode, err, byRequest, fault.FirstTokenTimeout, c.firstTokenDetail())
@@ -256,7 +260,7 @@ func planned(producer *EngineClient, req *Request, start time.Time) (PrefillResu
 }
 
 func (c *EngineClient) firstTokenDetail() string {
-	return fmt.Sprintf("no token from the decode engine within %s", c.timeouts.FirstToken)
+	return fmt.Sprintf("no token from the decode engine within %s", c.timeouts.FirstTokenTimeoutS.Duration())
 }
 
 // legBody prepares hreq for one leg with its rewritten body: for a small client body, rewritten

@@ -68,7 +68,7 @@ func (c *EngineClient) Health(ctx context.Context) error {
 func (c *EngineClient) get(ctx context.Context, path string) ([]byte, error) {
 	deadline, ok := ctx.Deadline()
 	if !ok {
-		deadline = time.Now().Add(c.timeouts.FirstToken)
+		deadline = time.Now().Add(c.timeouts.FirstTokenTimeoutS.Duration())
 	}
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
@@ -79,7 +79,7 @@ func (c *EngineClient) get(ctx context.Context, path string) ([]byte, error) {
 	}
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
-	lc, err := openLeg(ctx, c.hc, req, nil, resp, deadline, c.timeouts.Connect, false, 1<<20)
+	lc, err := openLeg(ctx, c.hc, req, nil, resp, deadline, c.timeouts.ConnectTimeoutS.Duration(), false, 1<<20)
 	if err != nil {
 		return nil, fmt.Errorf("engine %s: GET %s: %w", c.name, path, err)
 	}

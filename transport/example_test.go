@@ -25,8 +25,8 @@ func ExampleEngineClient() {
 		panic(err)
 	}
 	defer fleet.Close()
-	// Provision resolves the engines (URLs, connectors) and the timeouts once; each client is
-	// built from its engine's piece.
+	// A Provisioner resolves each engine (its URL, its connector, its KV side); each client is
+	// built from its engine's spec and the engine section's timeouts.
 	cfg := config.Default()
 	cfg.Engines = []config.Engine{
 		// The producer's KV side channel pinned, as an operator would (the simulator's is on a
@@ -34,12 +34,12 @@ func ExampleEngineClient() {
 		{Name: "p0", URL: fleet.Engine("p0").URL(), Role: config.RolePrefill, KV: config.KV{Endpoint: fleet.Engine("p0").KVEndpoint()}},
 		{Name: "d0", URL: fleet.Engine("d0").URL(), Role: config.RoleDecode},
 	}
-	rt, err := config.Provision(cfg, kv.Builtin())
+	engines, err := transport.NewProvisioner(kv.Builtin(), cfg.ReservedPorts()).Engines(cfg.Engines, "example")
 	if err != nil {
 		panic(err)
 	}
-	producer := transport.NewEngineClient(rt.Engines[0], rt.Engine)
-	consumer := transport.NewEngineClient(rt.Engines[1], rt.Engine)
+	producer := transport.NewEngineClient(engines[0], cfg.Engine, cfg.Server.MaxResponseBytes)
+	consumer := transport.NewEngineClient(engines[1], cfg.Engine, cfg.Server.MaxResponseBytes)
 	defer producer.Close()
 	defer consumer.Close()
 

@@ -7,9 +7,9 @@ import (
 	"github.com/narwhal-router/narwhal/transport/kv"
 )
 
-// ClientFor is a client for engine e provisioned as the router provisions its engines
-// (config.Provision, Narwhal's own connectors), from the default configuration with edit
-// applied (nil: none). It is closed with the test. The tests of this package and of
+// ClientFor is a client for engine e provisioned as the router provisions its engines (a
+// Provisioner with Narwhal's own connectors), from the default configuration with edit applied
+// (nil: none), which must be valid. It is closed with the test. The tests of this package and of
 // transport_test share it.
 func ClientFor(tb testing.TB, e config.Engine, edit func(*config.Config)) *EngineClient {
 	tb.Helper()
@@ -19,11 +19,14 @@ func ClientFor(tb testing.TB, e config.Engine, edit func(*config.Config)) *Engin
 	if edit != nil {
 		edit(&cfg)
 	}
-	rt, err := config.Provision(cfg, kv.Builtin())
+	if err := cfg.Validate(kv.Builtin()); err != nil {
+		tb.Fatal(err)
+	}
+	specs, err := NewProvisioner(kv.Builtin(), cfg.ReservedPorts()).Engines(cfg.Engines, "test")
 	if err != nil {
 		tb.Fatal(err)
 	}
-	c := NewEngineClient(rt.Engines[0], rt.Engine)
+	c := NewEngineClient(specs[0], cfg.Engine, cfg.Server.MaxResponseBytes)
 	tb.Cleanup(c.Close)
 	return c
 }

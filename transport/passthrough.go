@@ -38,17 +38,17 @@ type PassthroughResponse struct {
 // bad_response rather than something to hand a client.
 func (c *EngineClient) Passthrough(ctx context.Context, req *Request) (PassthroughResponse, error) {
 	start := time.Now()
-	deadline, byRequest := earliest(start.Add(c.timeouts.Passthrough), req.Deadline)
+	deadline, byRequest := earliest(start.Add(c.timeouts.PassthroughTimeoutS.Duration()), req.Deadline)
 	hreq := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(hreq)
 	c.prepare(hreq, req, req.Body.Raw())
 
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
-	lc, err := openLeg(ctx, c.hc, hreq, nil, resp, deadline, c.timeouts.Connect, true, 0)
+	lc, err := openLeg(ctx, c.hc, hreq, nil, resp, deadline, c.timeouts.ConnectTimeoutS.Duration(), true, 0)
 	if err != nil {
 		return PassthroughResponse{}, c.legFault(ctx, fault.PhaseDecode, err, byRequest, fault.Timeout,
-			fmt.Sprintf("engine did not answer within engine.passthrough_timeout_s (%s)", c.timeouts.Passthrough))
+			fmt.Sprintf("engine did not answer within engine.passthrough_timeout_s (%s)", c.timeouts.PassthroughTimeoutS.Duration()))
 	}
 	defer lc.close()
 	if f := c.encodingFault(fault.PhaseDecode, resp); f != nil {
@@ -63,7 +63,7 @@ func (c *EngineClient) Passthrough(ctx context.Context, req *Request) (Passthrou
 		return PassthroughResponse{}, c.fault(fault.PhaseDecode, fault.BadResponse,
 			"passthrough answer is "+strconv.Quote(excerptText([]byte(ct)))+", not application/json", nil)
 	}
-	limit := c.timeouts.MaxResponseBytes
+	limit := c.maxResponse
 	body, hold, err := memory.ReadChunks(resp.BodyStream(), resp.Header.ContentLength(), limit, req.Budget)
 	switch {
 	case errors.Is(err, memory.ErrTooLarge):
@@ -74,7 +74,7 @@ func (c *EngineClient) Passthrough(ctx context.Context, req *Request) (Passthrou
 			"the router's memory budget (server.max_buffered_bytes) has no room for the engine's answer", err)
 	case err != nil:
 		return PassthroughResponse{}, c.legFault(ctx, fault.PhaseDecode, err, byRequest, fault.Timeout,
-			fmt.Sprintf("engine did not answer within engine.passthrough_timeout_s (%s)", c.timeouts.Passthrough))
+			fmt.Sprintf("engine did not answer within engine.passthrough_timeout_s (%s)", c.timeouts.PassthroughTimeoutS.Duration()))
 	}
 	lc.bodyDone = true
 	return PassthroughResponse{ContentType: ct, Body: body, Completed: time.Now(), Hold: hold}, nil

@@ -37,12 +37,15 @@ func newDirectArm(s Setup) (*directArm, error) {
 			KV: config.KV{Connector: kv.NIXL, EngineID: e.EngineID, Endpoint: e.KVEndpoint, TransferModes: []string{"pull"}},
 		})
 	}
-	rt, err := config.Provision(cfg, kv.Builtin())
+	if err := cfg.Validate(kv.Builtin()); err != nil {
+		return nil, fmt.Errorf("direct arm: %w", err)
+	}
+	engines, err := transport.NewProvisioner(kv.Builtin(), cfg.ReservedPorts()).Engines(cfg.Engines, "direct")
 	if err != nil {
 		return nil, fmt.Errorf("direct arm: %w", err)
 	}
-	for _, e := range rt.Engines {
-		c := transport.NewEngineClient(e, rt.Engine)
+	for _, e := range engines {
+		c := transport.NewEngineClient(e, cfg.Engine, cfg.Server.MaxResponseBytes)
 		if e.Role.CanPrefill() {
 			d.producers = append(d.producers, c)
 		}

@@ -33,7 +33,7 @@ func rig(t *testing.T, engine sim.Options, adjust func(*config.Config)) *Generat
 	if adjust != nil {
 		adjust(&cfg)
 	}
-	rt, err := config.Provision(cfg, kv.Builtin())
+	rt, err := node.Provision(cfg, kv.Builtin())
 	if err != nil {
 		t.Fatal(err)
 	}

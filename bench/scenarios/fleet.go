@@ -407,7 +407,7 @@ func startFleetRig(p fleetPolicy, e sim.Options, blockWords int) (_ *fleetRig, e
 			fleet.Close()
 		}
 	}()
-	rt, err := config.Provision(fleetRouterConfig(p, blockWords, simEngines(fleet.Engines)), kv.Builtin())
+	rt, err := node.Provision(fleetRouterConfig(p, blockWords, simEngines(fleet.Engines)), kv.Builtin())
 	if err != nil {
 		return nil, fmt.Errorf("router configuration: %w", err)
 	}

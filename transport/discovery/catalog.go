@@ -10,27 +10,28 @@ import (
 	"time"
 
 	"github.com/narwhal-router/narwhal/config"
+	"github.com/narwhal-router/narwhal/transport"
 )
 
 // Catalog runs the sources and merges what they report into the one fleet the router runs. It
 // keeps each source's last good set: a source that fails (its API server down, its DNS name
-// SERVFAIL) keeps contributing the engines it knew, and says so in Status, the metrics and
-// the log. Every engine is provisioned as the configuration's own list is (Options.Provision:
-// the router's connector registry, its listener ports reserved): one that does not provision (a
-// bad URL, an unknown connector, a bad role) is skipped, with its error shown, and never
-// reaches the router. A name two sources report goes to the first of them in the catalog's order (the
-// order the sources were given in); the conflict is logged and shown. Apply gets the merged
-// set after every change, one call at a time, in the sources' order.
+// SERVFAIL) keeps contributing the engines it knew, and says so in Status, the metrics and the
+// log. Every engine is provisioned as the configuration's own list is (Options.Engines, the
+// router's Provisioner: its connector registry, its listener ports reserved): one that does not
+// provision (a bad URL, an unknown connector, a bad role) is skipped, with its error shown, and
+// never reaches the router. A name two sources report goes to the first of them in the
+// catalog's order (the order the sources were given in); the conflict is logged and shown.
+// Apply gets the merged set after every change, one call at a time, in the sources' order.
 type Catalog struct {
-	provision func(config.Engine) (config.EngineSpec, error)
-	apply     func([]config.EngineSpec) error
-	log       *slog.Logger
-	metrics   Metrics
+	engines transport.Provisioner
+	apply   func([]transport.EngineSpec) error
+	log     *slog.Logger
+	metrics Metrics
 
 	mu       sync.Mutex
 	sources  []*sourceState
 	owner    map[string]string // engine name → the source the merged fleet takes it from
-	applied  []config.EngineSpec
+	applied  []transport.EngineSpec
 	applyErr string
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
@@ -44,11 +45,11 @@ type Metrics interface {
 
 // Options configure a catalog. Apply is required.
 type Options struct {
-	// Provision provisions an engine a source found (config.Runtime.ProvisionEngine: the
-	// router's connector registry, its listener ports reserved). Required.
-	Provision func(config.Engine) (config.EngineSpec, error)
+	// Engines provisions every engine a source reports: the router's Provisioner (its
+	// connector registry, its listener ports reserved), the one every engine goes through.
+	Engines transport.Provisioner
 	// Apply hands the router the merged fleet (actors.Router.SetEngines).
-	Apply   func([]config.EngineSpec) error
+	Apply   func([]transport.EngineSpec) error
 	Logger  *slog.Logger
 	Metrics Metrics
 }
@@ -63,7 +64,7 @@ type sourceState struct {
 	// changed is when the source's set last changed, at when it last reported.
 	changed, at time.Time
 	// engines is the last good set, provisioned; skipped what of it could not be.
-	engines []config.EngineSpec
+	engines []transport.EngineSpec
 	skipped []Skipped
 	// conflicts are the names of its engines another source took first.
 	conflicts []Conflict
@@ -91,10 +92,10 @@ type Seeder interface {
 // NewCatalog makes a catalog of sources, in order (the first wins a name two of them report).
 // Source names must be unique.
 func NewCatalog(sources []Source, opts Options) (*Catalog, error) {
-	if opts.Provision == nil || opts.Apply == nil {
-		return nil, errors.New("discovery: a catalog needs Options.Provision and Options.Apply")
+	if opts.Apply == nil {
+		return nil, errors.New("discovery: a catalog needs Options.Apply")
 	}
-	c := &Catalog{provision: opts.Provision, apply: opts.Apply, log: opts.Logger, metrics: opts.Metrics, owner: map[string]string{}}
+	c := &Catalog{engines: opts.Engines, apply: opts.Apply, log: opts.Logger, metrics: opts.Metrics, owner: map[string]string{}}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
@@ -180,7 +181,7 @@ func (c *Catalog) report(st *sourceState, r Report) {
 // take provisions a source's set and keeps it as the source's last good one.
 func (c *Catalog) take(st *sourceState, engines []config.Engine, now time.Time) {
 	st.reported, st.up, st.err, st.at = true, true, "", now
-	var specs []config.EngineSpec
+	var specs []transport.EngineSpec
 	var skipped []Skipped
 	names := map[string]bool{}
 	for _, e := range engines {
@@ -188,7 +189,7 @@ func (c *Catalog) take(st *sourceState, engines []config.Engine, now time.Time) 
 			skipped = append(skipped, Skipped{Name: e.Name, Error: "the source reports this name twice; the first is kept"})
 			continue
 		}
-		spec, err := c.provision(e)
+		spec, err := c.engines.Engine(e)
 		if err != nil {
 			skipped = append(skipped, Skipped{Name: e.Name, Error: err.Error()})
 			c.log.Warn("discovery: engine skipped", "source", st.src.Name(), "engine", e.Name, "error", err.Error())
@@ -238,8 +239,8 @@ func hadConflict(c *Catalog, name string) bool {
 }
 
 // merged is the fleet: every source's engines it owns, sources in order.
-func (c *Catalog) merged() []config.EngineSpec {
-	var out []config.EngineSpec
+func (c *Catalog) merged() []transport.EngineSpec {
+	var out []transport.EngineSpec
 	for _, st := range c.sources {
 		for _, e := range st.engines {
 			if c.owner[e.Name] == st.src.Name() {
@@ -332,12 +333,12 @@ func (c *Catalog) Status() Status {
 }
 
 // sameSpecs reports whether two provisioned sets are equal, in order, sources included.
-func sameSpecs(a, b []config.EngineSpec) bool {
+func sameSpecs(a, b []transport.EngineSpec) bool {
 	if len(a) != len(b) {
 		return false
 	}
 	for i := range a {
-		if a[i].Source != b[i].Source || !config.SameEngine(a[i], b[i]) {
+		if a[i].Source != b[i].Source || !transport.SameEngine(a[i], b[i]) {
 			return false
 		}
 	}

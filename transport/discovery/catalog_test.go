@@ -11,6 +11,7 @@ import (
 
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/internal/testwait"
+	"github.com/narwhal-router/narwhal/transport"
 	"github.com/narwhal-router/narwhal/transport/kv"
 )
 
@@ -46,10 +47,10 @@ func (p *pushSource) push(r Report) { p.ch <- r; <-p.ack }
 // fleetLog records every fleet the catalog applies.
 type fleetLog struct {
 	mu     sync.Mutex
-	fleets [][]config.EngineSpec
+	fleets [][]transport.EngineSpec
 }
 
-func (f *fleetLog) apply(specs []config.EngineSpec) error {
+func (f *fleetLog) apply(specs []transport.EngineSpec) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.fleets = append(f.fleets, specs)
@@ -106,7 +107,7 @@ func TestCatalogMergesKeepsAndSkips(t *testing.T) {
 	dns := newPush("dns decode.svc")
 	applied := &fleetLog{}
 	var err error
-	c, err = NewCatalog([]Source{file, admins, dns}, Options{Provision: builtin, Apply: applied.apply})
+	c, err = NewCatalog([]Source{file, admins, dns}, Options{Engines: builtin, Apply: applied.apply})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +181,7 @@ func TestCatalogMergesKeepsAndSkips(t *testing.T) {
 func TestCatalogAppliesOnlyChanges(t *testing.T) {
 	src := newPush("etcd /x")
 	applied := &fleetLog{}
-	c, err := NewCatalog([]Source{src}, Options{Provision: builtin, Apply: applied.apply})
+	c, err := NewCatalog([]Source{src}, Options{Engines: builtin, Apply: applied.apply})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +198,5 @@ func TestCatalogAppliesOnlyChanges(t *testing.T) {
 	}
 }
 
-// builtin provisions an engine with Narwhal's own connectors, as a router without listeners would.
-func builtin(e config.Engine) (config.EngineSpec, error) {
-	return config.ProvisionEngine(e, kv.Builtin())
-}
+// builtin provisions engines with Narwhal's own connectors, as a router without listeners would.
+var builtin = transport.NewProvisioner(kv.Builtin(), nil)

@@ -5,7 +5,7 @@
 // the one fleet the router runs, and keeps each source's last good set while the source fails.
 //
 // Sources speak config.Engine, the configuration file's own shape, so an engine found at run
-// time is provisioned exactly like one listed in the file (config.ProvisionEngine, with the
+// time is provisioned exactly like one listed in the file (transport.Provisioner, with the
 // connector registry the router runs with) and checked the same way before it takes traffic.
 package discovery
 

@@ -8,9 +8,9 @@ import (
 	"github.com/narwhal-router/narwhal/config"
 )
 
-// Names of the two sources every node runs.
+// Names of the two sources every node runs: the Source of their engines' specs.
 const (
-	SourceFile  = config.SourceFile
+	SourceFile  = "file"
 	SourceAdmin = "admin"
 )
 

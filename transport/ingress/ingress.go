@@ -34,7 +34,7 @@ type ModelLister interface {
 // each to a request supervisor through the Dispatcher, and carries out the supervisor's verdict:
 // an error response, or the relay of a committed decode stream.
 type Ingress struct {
-	rt         config.ServerRuntime // what the listener was built with; the settings below may change
+	rt         config.Server // what the listener was built with; the settings below may change
 	dispatcher Dispatcher
 	models     ModelLister
 	metrics    *telemetry.Metrics
@@ -64,9 +64,9 @@ type liveSettings struct {
 	keys          *keyring      // server.api_keys, api_keys_file, api_key_max_concurrency
 }
 
-// NewIngress builds the listener from the server's and the requests' runtime settings; Serve
-// starts it.
-func NewIngress(srv config.ServerRuntime, req config.RequestRuntime, d Dispatcher, models ModelLister, m *telemetry.Metrics, opts Options) (*Ingress, error) {
+// NewIngress builds the listener from the server and request sections and the client API keys
+// (server.api_keys and api_keys_file's, read once by the caller); Serve starts it.
+func NewIngress(srv config.Server, keys []string, req config.Request, d Dispatcher, models ModelLister, m *telemetry.Metrics, opts Options) (*Ingress, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -76,7 +76,7 @@ func NewIngress(srv config.ServerRuntime, req config.RequestRuntime, d Dispatche
 		return nil, err
 	}
 	in := &Ingress{rt: srv, dispatcher: dispatcher, models: models, metrics: m, tracer: opts.Tracer, gone: gone, budget: opts.Budget}
-	in.Reconfigure(srv, req)
+	in.Reconfigure(srv, keys, req)
 	in.srv = &fasthttp.Server{
 		Name:               "narwhal",
 		Handler:            in.handle,
@@ -85,15 +85,15 @@ func NewIngress(srv config.ServerRuntime, req config.RequestRuntime, d Dispatche
 		MaxRequestBodySize: srv.MaxBodyBytes,
 		// Bodies are read by the handler (body.go), after the memory budget has room for them.
 		StreamRequestBody: true,
-		ReadTimeout:       srv.HeaderTimeout,
-		IdleTimeout:       srv.IdleTimeout,
+		ReadTimeout:       srv.HeaderTimeoutS.Duration(),
+		IdleTimeout:       srv.IdleTimeoutS.Duration(),
 		// The read buffer bounds the request line and headers (431 past it). ReduceMemoryUsage
 		// hands it back to the pool once a request is read, so a streaming response (and an idle
 		// keep-alive connection) holds none: a larger header allowance costs no per-stream memory.
 		ReadBufferSize:    srv.MaxHeaderBytes,
 		ReduceMemoryUsage: true,
 		// Bounds writing each non-streamed response; the relay bounds each write of a stream.
-		WriteTimeout:    srv.ClientWriteTimeout,
+		WriteTimeout:    srv.ClientWriteTimeoutS.Duration(),
 		CloseOnShutdown: true,
 		// A streaming response holds its connection's write buffer for as long as it streams,
 		// so its size is a per-stream cost (bench: streams). The response head and the first
@@ -111,13 +111,13 @@ func NewIngress(srv config.ServerRuntime, req config.RequestRuntime, d Dispatche
 // across the reload keeps counting its requests in flight). Requests that arrive from now on
 // use them; one in flight keeps what it arrived with. The rest of srv is what the listener was
 // built with and is not read again.
-func (in *Ingress) Reconfigure(srv config.ServerRuntime, req config.RequestRuntime) {
+func (in *Ingress) Reconfigure(srv config.Server, keys []string, req config.Request) {
 	var prev *keyring
 	if cur := in.live.Load(); cur != nil {
 		prev = cur.keys
 	}
-	in.live.Store(&liveSettings{deadline: req.Deadline, exposeRouting: srv.ExposeRoutingHeaders,
-		exposeErrors: srv.ExposeEngineErrors, keys: newKeyring(srv.APIKeys, srv.APIKeyMaxConcurrency, prev)})
+	in.live.Store(&liveSettings{deadline: req.DeadlineS.Duration(), exposeRouting: srv.ExposeRoutingHeaders,
+		exposeErrors: srv.ExposeEngineErrors, keys: newKeyring(keys, srv.APIKeyMaxConcurrency, prev)})
 }
 
 // Serve accepts connections on ln until Shutdown.

@@ -47,7 +47,7 @@ func newRelay(in *Ingress, ctx *fasthttp.RequestCtx, x *Exchange, s *transport.D
 // timeout and at most the slack more, for one runtime timer change per slack, not per token.
 func (r *relay) armWrite(final bool) {
 	now := time.Now()
-	wt := r.in.rt.ClientWriteTimeout
+	wt := r.in.rt.ClientWriteTimeoutS.Duration()
 	if final {
 		_ = r.ctx.SetWriteDeadline(now.Add(min(wt, deadlineGrace)))
 		r.writeArmedAt = time.Time{}

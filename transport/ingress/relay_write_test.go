@@ -81,11 +81,11 @@ func decodeClient(tb testing.TB, url, body string) (*transport.EngineClient, *wi
 	cfg := config.Default()
 	cfg.Engines = []config.Engine{{Name: "d0", URL: url, Role: config.RoleDecode},
 		{Name: "p0", URL: "http://127.0.0.1:1", Role: config.RolePrefill}}
-	rt, err := config.Provision(cfg, kv.Builtin())
+	engines, err := transport.NewProvisioner(kv.Builtin(), cfg.ReservedPorts()).Engines(cfg.Engines, "test")
 	if err != nil {
 		tb.Fatal(err)
 	}
-	client := transport.NewEngineClient(rt.Engines[0], rt.Engine)
+	client := transport.NewEngineClient(engines[0], cfg.Engine, cfg.Server.MaxResponseBytes)
 	tb.Cleanup(client.Close)
 	b, err := wire.ParseClientBody(wire.EndpointCompletions, []byte(body))
 	if err != nil {

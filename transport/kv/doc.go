@@ -4,9 +4,10 @@
 // concurrent), NIXL, and the explicit Registry of connectors engines may name.
 //
 // Adding a connector: implement Connector in a new file of this package (nixl.go is the example)
-// and list it in Builtin (registry.go). Configuration validation (config.Provision) checks every
+// and list it in Builtin (registry.go). Provisioning (node.Provision, which validates the
+// configuration, and transport.Provisioner, which every engine goes through) checks every
 // engines[].kv.connector against the registry the router runs with, and preflight, probes and
 // client requests all run the connector's plan through the one attempt runner, so nothing else
-// names it. A connector of a program's own (tests/connector_test.go has one) is passed through
-// node.Options.Connectors as kv.Builtin().With(c) instead.
+// names it. A connector of a program's own (tests/connector_test.go has one) is provisioned
+// with kv.Builtin().With(c) instead.
 package kv

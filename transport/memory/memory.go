@@ -4,7 +4,8 @@
 // refused (503 before their bodies are read) instead of growing the process without bound. When
 // what is held falls well below its high-water mark the budget hands the freed memory back to
 // the operating system, so that the process's RSS returns after a burst instead of staying at
-// its peak until the runtime's next periodic collection.
+// its peak until the runtime's next periodic collection. Size is the budget the key asks for:
+// its value, or, unset, one derived from the memory limit the process runs under.
 package memory
 
 import (

@@ -50,21 +50,22 @@ func (r Result) OK() bool {
 	return true
 }
 
-// Run checks every engine of rt against the pinned contract (and /health), then probes every
-// producer→consumer pair the roles allow, at most preflight.concurrency at a time, each leg
-// bounded by engine.first_token_timeout_s. The probes are real transfers run by the same
-// attempt runner as client requests, through each producer's own connector as rt resolved it.
-func Run(ctx context.Context, rt config.Runtime) Result {
-	clients := make([]*transport.EngineClient, len(rt.Engines))
-	for i, e := range rt.Engines {
-		c := transport.NewEngineClient(e, rt.Engine)
+// Run checks every engine of engines (provisioned) against cfg's engine_contract (and /health),
+// then probes every producer→consumer pair the roles allow, at most preflight.concurrency at a
+// time, each leg bounded by engine.first_token_timeout_s. The probes are real transfers run by
+// the same attempt runner as client requests, through each producer's own connector as its
+// provisioning resolved it.
+func Run(ctx context.Context, engines []transport.EngineSpec, cfg config.Config) Result {
+	clients := make([]*transport.EngineClient, len(engines))
+	for i, e := range engines {
+		c := transport.NewEngineClient(e, cfg.Engine, cfg.Server.MaxResponseBytes)
 		defer c.Close()
 		clients[i] = c
 	}
-	legTimeout := rt.Engine.FirstToken
+	legTimeout := cfg.Engine.FirstTokenTimeoutS.Duration()
 	res := Result{Engines: make([]EngineCheck, len(clients))}
 	models := make([][]string, len(clients))
-	sem := make(chan struct{}, rt.Preflight.Concurrency)
+	sem := make(chan struct{}, cfg.Preflight.Concurrency)
 	var wg sync.WaitGroup
 	for i, c := range clients {
 		wg.Add(1)
@@ -72,15 +73,15 @@ func Run(ctx context.Context, rt config.Runtime) Result {
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			res.Engines[i] = EngineCheck{Engine: c.Name()}
-			models[i], res.Engines[i].Err = checkEngine(ctx, c, rt.Engines[i], rt.Contract, legTimeout)
+			models[i], res.Engines[i].Err = checkEngine(ctx, c, engines[i], cfg.EngineContract, legTimeout)
 		}()
 	}
 	wg.Wait()
 
 	type job struct{ producer, consumer int }
 	var jobs []job
-	for pi, p := range rt.Engines {
-		for ci, c := range rt.Engines {
+	for pi, p := range engines {
+		for ci, c := range engines {
 			if pi != ci && p.Role.CanPrefill() && c.Role.CanDecode() {
 				jobs = append(jobs, job{pi, ci})
 				res.Pairs = append(res.Pairs, PairCheck{Producer: p.Name, Consumer: c.Name})
@@ -89,7 +90,7 @@ func Run(ctx context.Context, rt config.Runtime) Result {
 	}
 	for i, j := range jobs {
 		pc := &res.Pairs[i]
-		model := commonModel(rt.Contract, models[j.producer], models[j.consumer])
+		model := commonModel(cfg.EngineContract, models[j.producer], models[j.consumer])
 		if model == "" {
 			pc.Err = fmt.Errorf("%s and %s serve no model in common", pc.Producer, pc.Consumer)
 			continue
@@ -106,7 +107,7 @@ func Run(ctx context.Context, rt config.Runtime) Result {
 }
 
 // checkEngine checks health and the contract, and returns the models the engine serves.
-func checkEngine(ctx context.Context, c *transport.EngineClient, e config.EngineSpec, contract *config.EngineContract, timeout time.Duration) ([]string, error) {
+func checkEngine(ctx context.Context, c *transport.EngineClient, e transport.EngineSpec, contract *config.EngineContract, timeout time.Duration) ([]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if err := c.Health(ctx); err != nil {

@@ -74,7 +74,7 @@ var secondsBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1
 
 // NewReporting starts the root scope. Counters, gauges and histograms are reported every
 // flush interval (metrics.statsd.flush_interval_s, else 1 s); timers are sent at once.
-func NewReporting(cfg config.MetricsRuntime) (*Reporting, error) {
+func NewReporting(cfg config.Metrics) (*Reporting, error) {
 	reg := prom.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	pr := tallyprom.NewReporter(tallyprom.Options{
@@ -88,13 +88,13 @@ func NewReporting(cfg config.MetricsRuntime) (*Reporting, error) {
 	interval := time.Second
 	if s := cfg.Statsd; s != nil {
 		statter, err := statsd.NewClientWithConfig(&statsd.ClientConfig{
-			Address: s.Address, Prefix: s.Prefix, UseBuffered: true, FlushInterval: s.FlushInterval,
+			Address: s.Address, Prefix: s.Prefix, UseBuffered: true, FlushInterval: s.FlushIntervalS.Duration(),
 		})
 		if err != nil {
 			return nil, fmt.Errorf("statsd %s: %w", s.Address, err)
 		}
 		rep.statter = statter
-		interval = s.FlushInterval
+		interval = s.FlushIntervalS.Duration()
 	}
 	scope, closer := tally.NewRootScope(tally.ScopeOptions{
 		CachedReporter:  rep,

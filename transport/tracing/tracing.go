@@ -31,6 +31,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -71,10 +72,11 @@ type Tracer struct {
 	tracer   trace.Tracer
 }
 
-// New builds the tracer tracing.* asks for, or returns nil when tracing is off. The exporter
-// connects lazily: a collector that is down delays no start-up and fails no request.
-func New(cfg config.TracingRuntime) (*Tracer, error) {
-	if !cfg.Enabled {
+// New builds the tracer tracing.* (validated) asks for, or returns nil when tracing is off
+// (tracing.otlp_endpoint empty). The exporter connects lazily: a collector that is down delays
+// no start-up and fails no request.
+func New(cfg config.Tracing) (*Tracer, error) {
+	if cfg.OTLPEndpoint == "" {
 		return nil, nil
 	}
 	exp, err := newExporter(cfg)
@@ -86,20 +88,53 @@ func New(cfg config.TracingRuntime) (*Tracer, error) {
 		sdktrace.WithBatchTimeout(batchTimeout), sdktrace.WithExportTimeout(exportTimeout))), nil
 }
 
-func newExporter(cfg config.TracingRuntime) (*otlptrace.Exporter, error) {
+// collector is where tracing.* sends spans: the otlp_endpoint URL read once.
+type collector struct {
+	// endpoint is the collector's host:port; insecure says plaintext (an http:// endpoint);
+	// path is the OTLP/HTTP path (/v1/traces unless the endpoint names one).
+	endpoint string
+	insecure bool
+	path     string
+	headers  map[string]string
+}
+
+// collectorOf reads the collector of cfg (validated: the URL parses, with a host and a port).
+func collectorOf(cfg config.Tracing) (collector, error) {
+	u, err := url.Parse(cfg.OTLPEndpoint)
+	if err != nil {
+		return collector{}, fmt.Errorf("otlp_endpoint %q: %w", cfg.OTLPEndpoint, err)
+	}
+	c := collector{endpoint: u.Host, insecure: u.Scheme == "http", headers: map[string]string{}}
+	if cfg.Protocol == config.TracingHTTP {
+		c.path = "/v1/traces"
+		if u.Path != "" && u.Path != "/" {
+			c.path = u.Path
+		}
+	}
+	for _, h := range cfg.Headers {
+		c.headers[h.Name] = h.Value
+	}
+	return c, nil
+}
+
+func newExporter(cfg config.Tracing) (*otlptrace.Exporter, error) {
+	c, err := collectorOf(cfg)
+	if err != nil {
+		return nil, err
+	}
 	ctx := context.Background() // New connects nothing yet: the context bounds no I/O
 	switch cfg.Protocol {
 	case config.TracingGRPC:
-		opts := []otlptracegrpc.Option{otlptracegrpc.WithEndpoint(cfg.Endpoint), otlptracegrpc.WithHeaders(cfg.Headers),
+		opts := []otlptracegrpc.Option{otlptracegrpc.WithEndpoint(c.endpoint), otlptracegrpc.WithHeaders(c.headers),
 			otlptracegrpc.WithTimeout(exportTimeout)}
-		if cfg.Insecure {
+		if c.insecure {
 			opts = append(opts, otlptracegrpc.WithInsecure())
 		}
 		return otlptracegrpc.New(ctx, opts...)
 	case config.TracingHTTP:
-		opts := []otlptracehttp.Option{otlptracehttp.WithEndpoint(cfg.Endpoint), otlptracehttp.WithURLPath(cfg.URLPath),
-			otlptracehttp.WithHeaders(cfg.Headers), otlptracehttp.WithTimeout(exportTimeout)}
-		if cfg.Insecure {
+		opts := []otlptracehttp.Option{otlptracehttp.WithEndpoint(c.endpoint), otlptracehttp.WithURLPath(c.path),
+			otlptracehttp.WithHeaders(c.headers), otlptracehttp.WithTimeout(exportTimeout)}
+		if c.insecure {
 			opts = append(opts, otlptracehttp.WithInsecure())
 		}
 		return otlptracehttp.New(ctx, opts...)
@@ -109,7 +144,7 @@ func newExporter(cfg config.TracingRuntime) (*otlptrace.Exporter, error) {
 
 // newTracer builds the provider around processor: parent-based sampling at the configured
 // ratio, and the resource naming the service and its build.
-func newTracer(cfg config.TracingRuntime, processor sdktrace.SpanProcessor) *Tracer {
+func newTracer(cfg config.Tracing, processor sdktrace.SpanProcessor) *Tracer {
 	b := buildinfo.Get()
 	res := resource.NewSchemaless(attribute.String("service.name", cfg.ServiceName),
 		attribute.String("service.version", b.Version), attribute.String("narwhal.revision", b.Revision))

@@ -2,6 +2,7 @@ package tracing
 
 import (
 	"context"
+	"maps"
 	"testing"
 	"time"
 
@@ -38,7 +39,7 @@ func TestOffCostsNothing(t *testing.T) {
 	if err := off.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if tr, err := New(config.TracingRuntime{}); tr != nil || err != nil {
+	if tr, err := New(config.Default().Tracing); tr != nil || err != nil {
 		t.Fatalf("New without an endpoint: %v, %v", tr, err)
 	}
 }
@@ -46,7 +47,7 @@ func TestOffCostsNothing(t *testing.T) {
 // inMemory is a Tracer whose spans end up in an in-memory exporter, as the SDK recorded them.
 func inMemory(t *testing.T, ratio float64) (*Tracer, *tracetest.InMemoryExporter) {
 	exp := tracetest.NewInMemoryExporter()
-	tr := newTracer(config.TracingRuntime{Enabled: true, SampleRatio: ratio, ServiceName: "narwhal-test"}, sdktrace.NewSimpleSpanProcessor(exp))
+	tr := newTracer(config.Tracing{SampleRatio: ratio, ServiceName: "narwhal-test"}, sdktrace.NewSimpleSpanProcessor(exp))
 	t.Cleanup(func() { tr.Shutdown(context.Background()) })
 	return tr, exp
 }
@@ -71,11 +72,12 @@ func TestTheSpanTreeOfADisaggregatedAttempt(t *testing.T) {
 		cfg.Engines = append(cfg.Engines, config.Engine{Name: e.Name(), URL: e.URL(), Role: config.Role(e.Role()),
 			KV: config.KV{EngineID: e.EngineID(), Endpoint: e.KVEndpoint()}})
 	}
-	rt, err := config.Provision(cfg, kv.Builtin())
+	engines, err := transport.NewProvisioner(kv.Builtin(), cfg.ReservedPorts()).Engines(cfg.Engines, "test")
 	if err != nil {
 		t.Fatal(err)
 	}
-	producer, consumer := transport.NewEngineClient(rt.Engines[0], rt.Engine), transport.NewEngineClient(rt.Engines[1], rt.Engine)
+	producer := transport.NewEngineClient(engines[0], cfg.Engine, cfg.Server.MaxResponseBytes)
+	consumer := transport.NewEngineClient(engines[1], cfg.Engine, cfg.Server.MaxResponseBytes)
 	defer producer.Close()
 	defer consumer.Close()
 
@@ -159,5 +161,30 @@ func TestSamplingFollowsTheRatioAndTheParent(t *testing.T) {
 	s.End(Finish{Status: 200})
 	if spans := exp.GetSpans(); len(spans) != 1 || spans[0].SpanContext.TraceID().String() != "0af7651916cd43dd8448eb211c80319c" {
 		t.Fatalf("exported %d spans, want the sampled parent's request alone", len(spans))
+	}
+}
+
+// The collector is read from tracing.otlp_endpoint once: its host:port, plaintext for http://,
+// the OTLP/HTTP path (/v1/traces unless the URL names one; none for gRPC), the headers.
+func TestCollectorOfTheEndpoint(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  config.Tracing
+		want collector
+	}{
+		{config.Tracing{OTLPEndpoint: "http://127.0.0.1:4317", Protocol: config.TracingGRPC},
+			collector{endpoint: "127.0.0.1:4317", insecure: true}},
+		{config.Tracing{OTLPEndpoint: "https://otel.example:4318", Protocol: config.TracingHTTP},
+			collector{endpoint: "otel.example:4318", path: "/v1/traces"}},
+		{config.Tracing{OTLPEndpoint: "http://c:4318/otlp/v1/traces", Protocol: config.TracingHTTP, Headers: []config.TracingHeader{{Name: "x-scope-orgid", Value: "t1"}}},
+			collector{endpoint: "c:4318", insecure: true, path: "/otlp/v1/traces", headers: map[string]string{"x-scope-orgid": "t1"}}},
+	} {
+		got, err := collectorOf(tc.cfg)
+		if tc.want.headers == nil {
+			tc.want.headers = map[string]string{}
+		}
+		if err != nil || got.endpoint != tc.want.endpoint || got.insecure != tc.want.insecure || got.path != tc.want.path ||
+			!maps.Equal(got.headers, tc.want.headers) {
+			t.Errorf("%+v: %+v, %v; want %+v", tc.cfg, got, err, tc.want)
+		}
 	}
 }

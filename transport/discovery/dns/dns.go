@@ -31,22 +31,34 @@ const maxName = 64
 
 // Source resolves one name.
 type Source struct {
-	cfg   config.DNSRuntime
-	retry discovery.Backoff
-	log   *slog.Logger
-	// resolvConf is read for the servers when cfg.Resolver is empty.
-	resolvConf string
+	cfg config.DNSDiscovery
+	// name is cfg.Name fully qualified (with its final dot); resolver the server to ask,
+	// host:port ("" for the system's: resolvConf); prefix begins every engine's name; template
+	// is every engine before its name, URL and role.
+	name, resolver, prefix string
+	template               config.Engine
+	interval, timeout      time.Duration
+	retry                  discovery.Backoff
+	log                    *slog.Logger
+	resolvConf             string
 }
 
-// New returns the source of one discovery.dns entry; a failing name is tried again after
-// retryInitial, doubling up to retryMax (and never later than its interval).
-func New(cfg config.DNSRuntime, retryInitial, retryMax time.Duration, log *slog.Logger) *Source {
-	return &Source{cfg: cfg, retry: discovery.Backoff{Initial: retryInitial, Max: min(retryMax, cfg.Interval)},
-		log: log.With("source", "dns", "name", cfg.Name), resolvConf: resolvConf}
+// New returns the source of one discovery.dns entry (validated); a failing name is tried again
+// after retryInitial, doubling up to retryMax (and never later than its interval).
+func New(cfg config.DNSDiscovery, retryInitial, retryMax time.Duration, log *slog.Logger) *Source {
+	resolver := cfg.Resolver
+	if _, err := netip.ParseAddr(resolver); err == nil {
+		resolver = net.JoinHostPort(resolver, "53")
+	}
+	s := &Source{cfg: cfg, name: strings.TrimSuffix(cfg.Name, ".") + ".", resolver: resolver, prefix: cfg.Prefix(),
+		template: cfg.Template.Engine(), interval: cfg.IntervalS.Duration(), timeout: cfg.TimeoutS.Duration(), resolvConf: resolvConf}
+	s.retry = discovery.Backoff{Initial: retryInitial, Max: min(retryMax, s.interval)}
+	s.log = log.With("source", "dns", "name", s.name)
+	return s
 }
 
 // Name is "dns <name>".
-func (s *Source) Name() string { return "dns " + strings.TrimSuffix(s.cfg.Name, ".") }
+func (s *Source) Name() string { return "dns " + strings.TrimSuffix(s.name, ".") }
 
 // Run resolves the name every interval until ctx ends, reporting each change and each failure.
 func (s *Source) Run(ctx context.Context, report func(discovery.Report)) {
@@ -57,7 +69,7 @@ func (s *Source) Run(ctx context.Context, report func(discovery.Report)) {
 		if ctx.Err() != nil {
 			return
 		}
-		wait := s.cfg.Interval
+		wait := s.interval
 		if err != nil {
 			wait = s.retry.Next()
 			s.log.Warn("engine source failing; keeping the engines it last reported", "err", err, "retry_in", wait)
@@ -84,7 +96,7 @@ func (s *Source) resolve(ctx context.Context) ([]config.Engine, error) {
 	}
 	switch s.cfg.Type {
 	case config.DNSTypeSRV:
-		msg, err := s.query(ctx, servers, s.cfg.Name, dns.TypeSRV)
+		msg, err := s.query(ctx, servers, s.name, dns.TypeSRV)
 		if err != nil || msg == nil {
 			return nil, err
 		}
@@ -110,7 +122,7 @@ func (s *Source) resolve(ctx context.Context) ([]config.Engine, error) {
 		if s.cfg.Type == config.DNSTypeAAAA {
 			qtype = dns.TypeAAAA
 		}
-		msg, err := s.query(ctx, servers, s.cfg.Name, qtype)
+		msg, err := s.query(ctx, servers, s.name, qtype)
 		if err != nil || msg == nil {
 			return nil, err
 		}
@@ -178,8 +190,8 @@ func dedupe(engines []config.Engine) []config.Engine {
 
 // engine is the engine at addr:port: the template with its name, URL and role.
 func (s *Source) engine(addr netip.Addr, port int) config.Engine {
-	e := s.cfg.Template.Clone()
-	e.Name = EngineName(s.cfg.EnginePrefix, addr, port)
+	e := s.template.Clone()
+	e.Name = EngineName(s.prefix, addr, port)
 	e.URL = s.cfg.Scheme + "://" + netip.AddrPortFrom(addr, uint16(port)).String()
 	e.Role = s.cfg.Role
 	return e
@@ -198,8 +210,8 @@ func EngineName(prefix string, addr netip.Addr, port int) string {
 
 // servers are the DNS servers to ask, in order.
 func (s *Source) servers() ([]string, error) {
-	if s.cfg.Resolver != "" {
-		return []string{s.cfg.Resolver}, nil
+	if s.resolver != "" {
+		return []string{s.resolver}, nil
 	}
 	cc, err := dns.ClientConfigFromFile(s.resolvConf)
 	if err != nil {
@@ -249,9 +261,9 @@ func (s *Source) query(ctx context.Context, servers []string, name string, qtype
 
 // exchange sends req to server over UDP, and again over TCP when the answer was truncated.
 func (s *Source) exchange(ctx context.Context, req *dns.Msg, server string) (*dns.Msg, error) {
-	qctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	qctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	c := &dns.Client{Timeout: s.cfg.Timeout, UDPSize: 4096}
+	c := &dns.Client{Timeout: s.timeout, UDPSize: 4096}
 	msg, _, err := c.ExchangeContext(qctx, req, server)
 	if err == nil && msg.Truncated {
 		c.Net = "tcp"
@@ -260,7 +272,7 @@ func (s *Source) exchange(ctx context.Context, req *dns.Msg, server string) (*dn
 	if err != nil {
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {
-			return nil, fmt.Errorf("no answer within %v", s.cfg.Timeout)
+			return nil, fmt.Errorf("no answer within %v", s.timeout)
 		}
 		return nil, err
 	}

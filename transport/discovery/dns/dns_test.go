@@ -145,18 +145,15 @@ func mustRR(s string) dns.RR {
 	return rr
 }
 
-func newSource(cfg config.DNSRuntime) *Source {
-	if cfg.Interval == 0 {
-		cfg.Interval = 100 * time.Millisecond
+func newSource(cfg config.DNSDiscovery) *Source {
+	if cfg.IntervalS == 0 {
+		cfg.IntervalS = 0.1
 	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = 300 * time.Millisecond
+	if cfg.TimeoutS == 0 {
+		cfg.TimeoutS = 0.3
 	}
 	if cfg.Scheme == "" {
 		cfg.Scheme = "http"
-	}
-	if cfg.EnginePrefix == "" {
-		cfg.EnginePrefix = config.DNSEnginePrefix(cfg.Name)
 	}
 	cfg.Template.Models = []string{"m"}
 	return New(cfg, 50*time.Millisecond, time.Second, slog.New(slog.NewTextHandler(io.Discard, nil)))
@@ -169,7 +166,7 @@ func TestARecordsFollowTheAnswer(t *testing.T) {
 	s := startServer(t)
 	const name = "vllm-decode.llm.svc.cluster.local."
 	s.set(name, dns.TypeA, name+" 5 IN A 10.0.0.1", name+" 5 IN A 10.0.0.2")
-	rec := sourcetest.Start(t, newSource(config.DNSRuntime{Name: name, Type: config.DNSTypeA, Role: config.RoleDecode, Port: 8000, Resolver: s.addr}))
+	rec := sourcetest.Start(t, newSource(config.DNSDiscovery{Name: name, Type: config.DNSTypeA, Role: config.RoleDecode, Port: 8000, Resolver: s.addr}))
 
 	rep := rec.WaitNames(t, 5*time.Second, "vllm-decode-10.0.0.1-8000", "vllm-decode-10.0.0.2-8000")
 	if e := sourcetest.Engine(t, rep, "vllm-decode-10.0.0.2-8000"); e.URL != "http://10.0.0.2:8000" || e.Role != config.RoleDecode || !slices.Equal(e.Models, []string{"m"}) {
@@ -211,7 +208,7 @@ func TestSilentServerIsAnError(t *testing.T) {
 	s := startServer(t)
 	const name = "prefill.example."
 	s.set(name, dns.TypeA, name+" 5 IN A 10.0.1.1")
-	rec := sourcetest.Start(t, newSource(config.DNSRuntime{Name: name, Type: config.DNSTypeA, Role: config.RolePrefill, Port: 8100, Resolver: s.addr}))
+	rec := sourcetest.Start(t, newSource(config.DNSDiscovery{Name: name, Type: config.DNSTypeA, Role: config.RolePrefill, Port: 8100, Resolver: s.addr}))
 	rec.WaitNames(t, 5*time.Second, "prefill-10.0.1.1-8100")
 	s.fail(dns.RcodeSuccess, true)
 	rec.WaitErr(t, 5*time.Second, "no answer within 300ms")
@@ -220,7 +217,7 @@ func TestSilentServerIsAnError(t *testing.T) {
 
 	// Nothing listening at all is an error too.
 	addr := fmt.Sprintf("127.0.0.1:%d", sourcetest.FreePort(t))
-	rec = sourcetest.Start(t, newSource(config.DNSRuntime{Name: name, Type: config.DNSTypeA, Role: config.RolePrefill, Port: 8100, Resolver: addr, EnginePrefix: "p"}))
+	rec = sourcetest.Start(t, newSource(config.DNSDiscovery{Name: name, Type: config.DNSTypeA, Role: config.RolePrefill, Port: 8100, Resolver: addr, EnginePrefix: "p"}))
 	rec.WaitErr(t, 5*time.Second, "resolve prefill.example. A: "+addr)
 }
 
@@ -236,7 +233,7 @@ func TestSRVRecordsFollowTargetsAndPorts(t *testing.T) {
 		name+" 5 IN SRV 1 1 9000 .")
 	s.setExtra(name, dns.TypeSRV, "a.node.consul. 5 IN A 10.1.0.1")
 	s.set("b.node.consul.", dns.TypeA, "b.node.consul. 5 IN A 10.1.0.2")
-	rec := sourcetest.Start(t, newSource(config.DNSRuntime{Name: name, Type: config.DNSTypeSRV, Role: config.RoleBoth, Resolver: s.addr, Scheme: "https"}))
+	rec := sourcetest.Start(t, newSource(config.DNSDiscovery{Name: name, Type: config.DNSTypeSRV, Role: config.RoleBoth, Resolver: s.addr, Scheme: "https"}))
 	rep := rec.WaitNames(t, 5*time.Second, "vllm-10.1.0.1-8000", "vllm-10.1.0.1-8001", "vllm-10.1.0.2-9000")
 	if e := sourcetest.Engine(t, rep, "vllm-10.1.0.2-9000"); e.URL != "https://10.1.0.2:9000" || e.Role != config.RoleBoth {
 		t.Fatalf("engine %+v", e)
@@ -256,13 +253,13 @@ func TestAAAAAndTruncatedAnswers(t *testing.T) {
 	s := startServer(t)
 	const v6 = "decode6.example."
 	s.set(v6, dns.TypeAAAA, v6+" 5 IN AAAA fd00::1", v6+" 5 IN AAAA 2001:db8:ffff:ffff:ffff:ffff:ffff:1")
-	rec := sourcetest.Start(t, newSource(config.DNSRuntime{Name: v6, Type: config.DNSTypeAAAA, Role: config.RoleDecode, Port: 8000, Resolver: s.addr}))
+	rec := sourcetest.Start(t, newSource(config.DNSDiscovery{Name: v6, Type: config.DNSTypeAAAA, Role: config.RoleDecode, Port: 8000, Resolver: s.addr}))
 	rep := rec.WaitNames(t, 5*time.Second, "decode6-2001-db8-ffff-ffff-ffff-ffff-ffff-1-8000", "decode6-fd00--1-8000")
 	if e := sourcetest.Engine(t, rep, "decode6-fd00--1-8000"); e.URL != "http://[fd00::1]:8000" {
 		t.Fatalf("engine %+v", e)
 	}
 	for _, e := range rep.Engines {
-		if err := config.CheckEngine(e); err != nil {
+		if err := config.CheckEngine(e, nil); err != nil {
 			t.Errorf("engine %s: %v", e.Name, err)
 		}
 	}
@@ -276,7 +273,7 @@ func TestAAAAAndTruncatedAnswers(t *testing.T) {
 	}
 	slices.Sort(want)
 	s.set(big, dns.TypeA, rrs...)
-	rec = sourcetest.Start(t, newSource(config.DNSRuntime{Name: big, Type: config.DNSTypeA, Role: config.RoleDecode, Port: 8000, Resolver: s.addr}))
+	rec = sourcetest.Start(t, newSource(config.DNSDiscovery{Name: big, Type: config.DNSTypeA, Role: config.RoleDecode, Port: 8000, Resolver: s.addr}))
 	rec.WaitNames(t, 5*time.Second, want...)
 }
 
@@ -295,7 +292,7 @@ func TestEngineNameFitsTheNameRule(t *testing.T) {
 		if got != tc.want || len(got) > 64 {
 			t.Errorf("EngineName(%q, %s) = %q, want %q", tc.prefix, tc.addr, got, tc.want)
 		}
-		if err := config.CheckEngine(config.Engine{Name: got, URL: "http://x:1", Role: config.RoleDecode}); err != nil {
+		if err := config.CheckEngine(config.Engine{Name: got, URL: "http://x:1", Role: config.RoleDecode}, nil); err != nil {
 			t.Error(err)
 		}
 	}
@@ -322,7 +319,7 @@ func TestSystemResolversFromResolvConf(t *testing.T) {
 	if err := os.WriteFile(path, []byte("nameserver 127.53.255.254\nnameserver "+host+"\noptions ndots:5\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	src := newSource(config.DNSRuntime{Name: name, Type: config.DNSTypeA, Role: config.RoleDecode, Port: 8000})
+	src := newSource(config.DNSDiscovery{Name: name, Type: config.DNSTypeA, Role: config.RoleDecode, Port: 8000})
 	src.resolvConf = path
 	rec := sourcetest.Start(t, src)
 	rec.WaitNames(t, 5*time.Second, "sys-10.3.0.1-8000")
@@ -331,4 +328,25 @@ func TestSystemResolversFromResolvConf(t *testing.T) {
 	src.resolvConf = filepath.Join(t.TempDir(), "missing")
 	rec = sourcetest.Start(t, src)
 	rec.WaitErr(t, 5*time.Second, "read the system's DNS servers")
+}
+
+// What the source reads of its entry: the name fully qualified, a resolver given as an address
+// on port 53, the engine prefix from the first label that is not a service's, the template's
+// defaults.
+func TestNewReadsItsEntry(t *testing.T) {
+	for _, tc := range []struct {
+		cfg                    config.DNSDiscovery
+		name, resolver, prefix string
+	}{
+		{config.DNSDiscovery{Name: "vllm-decode.llm.svc.cluster.local", Type: config.DNSTypeA, Port: 8000}, "vllm-decode.llm.svc.cluster.local.", "", "vllm-decode"},
+		{config.DNSDiscovery{Name: "_http._tcp.vllm.service.consul.", Type: config.DNSTypeSRV, Resolver: "127.0.0.1:8600"}, "_http._tcp.vllm.service.consul.", "127.0.0.1:8600", "vllm"},
+		{config.DNSDiscovery{Name: "other.example", Port: 8000, Resolver: "10.0.0.10", EnginePrefix: "o"}, "other.example.", "10.0.0.10:53", "o"},
+		{config.DNSDiscovery{Name: "v6.example", Port: 8000, Resolver: "fd00::53"}, "v6.example.", "[fd00::53]:53", "v6"},
+	} {
+		s := New(tc.cfg, time.Second, time.Second, slog.New(slog.DiscardHandler))
+		if s.name != tc.name || s.resolver != tc.resolver || s.prefix != tc.prefix || s.template.KV.Connector != config.DefaultConnector ||
+			s.Name() != "dns "+strings.TrimSuffix(tc.name, ".") {
+			t.Errorf("%+v: name %q resolver %q prefix %q template %+v", tc.cfg, s.name, s.resolver, s.prefix, s.template)
+		}
+	}
 }

@@ -36,7 +36,7 @@ const keepAliveTime = 10 * time.Second
 
 // Source watches one etcd prefix.
 type Source struct {
-	cfg   config.EtcdSourceRuntime
+	cfg   config.EtcdDiscovery
 	retry discovery.Backoff
 	log   *slog.Logger
 	// warned remembers, per key, the revision whose problem was logged, so a bad value is
@@ -46,7 +46,7 @@ type Source struct {
 
 // New returns the source of cfg; a failing etcd is retried after retryInitial, doubling up to
 // retryMax.
-func New(cfg config.EtcdSourceRuntime, retryInitial, retryMax time.Duration, log *slog.Logger) *Source {
+func New(cfg config.EtcdDiscovery, retryInitial, retryMax time.Duration, log *slog.Logger) *Source {
 	return &Source{cfg: cfg, retry: discovery.Backoff{Initial: retryInitial, Max: retryMax},
 		log: log.With("source", "etcd", "prefix", cfg.Prefix), warned: map[string]int64{}}
 }
@@ -67,9 +67,9 @@ var errResync = errors.New("watch cannot resume")
 func (s *Source) session(ctx context.Context, report func(discovery.Report)) error {
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:            s.cfg.Endpoints,
-		DialTimeout:          s.cfg.DialTimeout,
+		DialTimeout:          s.cfg.DialTimeoutS.Duration(),
 		DialKeepAliveTime:    keepAliveTime,
-		DialKeepAliveTimeout: s.cfg.RequestTimeout,
+		DialKeepAliveTimeout: s.cfg.RequestTimeoutS.Duration(),
 		Logger:               zap.NewNop(),
 		Context:              ctx,
 		// Block in New until connected, so that dial_timeout_s bounds the connection and an
@@ -81,7 +81,7 @@ func (s *Source) session(ctx context.Context, report func(discovery.Report)) err
 	}
 	defer cli.Close()
 	for {
-		rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+		rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeoutS.Duration())
 		resp, err := cli.Get(rctx, s.cfg.Prefix, clientv3.WithPrefix())
 		cancel()
 		if err != nil {
@@ -111,16 +111,16 @@ func (s *Source) watch(ctx context.Context, cli *clientv3.Client, keys map[strin
 	opened := make(chan clientv3.WatchChan, 1)
 	go func() { opened <- cli.Watch(wctx, s.cfg.Prefix, clientv3.WithPrefix(), clientv3.WithRev(rev)) }()
 	var events clientv3.WatchChan
-	accept := time.NewTimer(s.cfg.RequestTimeout)
+	accept := time.NewTimer(s.cfg.RequestTimeoutS.Duration())
 	defer accept.Stop()
 	select {
 	case events = <-opened:
 	case <-accept.C:
 		cancel()
 		<-opened
-		return fmt.Errorf("etcd did not accept a watch of %s within %v", s.cfg.Prefix, s.cfg.RequestTimeout)
+		return fmt.Errorf("etcd did not accept a watch of %s within %v", s.cfg.Prefix, s.cfg.RequestTimeoutS.Duration())
 	}
-	check := time.NewTicker(s.cfg.CheckInterval)
+	check := time.NewTicker(s.cfg.CheckIntervalS.Duration())
 	defer check.Stop()
 	for {
 		select {
@@ -149,11 +149,11 @@ func (s *Source) watch(ctx context.Context, cli *clientv3.Client, keys map[strin
 				report(discovery.Report{Engines: s.engines(keys)})
 			}
 		case <-check.C:
-			rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+			rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeoutS.Duration())
 			_, err := cli.Get(rctx, s.cfg.Prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
 			cancel()
 			if err != nil && ctx.Err() == nil {
-				return fmt.Errorf("etcd stopped answering (a check within %v failed): %w", s.cfg.RequestTimeout, err)
+				return fmt.Errorf("etcd stopped answering (a check within %v failed): %w", s.cfg.RequestTimeoutS.Duration(), err)
 			}
 		}
 	}
@@ -212,7 +212,7 @@ func Parse(key, prefix string, value []byte) (config.Engine, error) {
 	if e.Name == "" {
 		e.Name = strings.TrimPrefix(key, prefix)
 	}
-	if err := config.CheckEngine(e); err != nil {
+	if err := config.CheckEngine(e, nil); err != nil {
 		return config.Engine{}, fmt.Errorf("key %s: %w", key, err)
 	}
 	return e, nil

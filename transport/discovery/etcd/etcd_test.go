@@ -19,8 +19,8 @@ import (
 const prefix = "/narwhal/engines/"
 
 func newSource(endpoint string, log *sourcetest.LogBuffer) *Source {
-	cfg := config.EtcdSourceRuntime{Endpoints: []string{endpoint}, Prefix: prefix,
-		DialTimeout: time.Second, RequestTimeout: 500 * time.Millisecond, CheckInterval: 200 * time.Millisecond}
+	cfg := config.EtcdDiscovery{Endpoints: []string{endpoint}, Prefix: prefix,
+		DialTimeoutS: 1, RequestTimeoutS: 0.5, CheckIntervalS: 0.2}
 	return New(cfg, 100*time.Millisecond, 400*time.Millisecond, slog.New(slog.NewTextHandler(log, nil)))
 }
 

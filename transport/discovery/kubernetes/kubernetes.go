@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -50,7 +51,9 @@ const namespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 // Source watches the pods of every configured role.
 type Source struct {
-	cfg       config.KubernetesRuntime
+	cfg config.KubernetesDiscovery
+	// roles are cfg.Roles as the source uses them, in their order.
+	roles     []role
 	client    *rest.RESTClient
 	params    runtime.ParameterCodec
 	conns     *connections
@@ -65,7 +68,7 @@ type Source struct {
 
 // New returns the source of cfg, with the in-cluster configuration or cfg.Kubeconfig's; a
 // failing API server is retried after retryInitial, doubling up to retryMax.
-func New(cfg config.KubernetesRuntime, retryInitial, retryMax time.Duration, log *slog.Logger) (*Source, error) {
+func New(cfg config.KubernetesDiscovery, retryInitial, retryMax time.Duration, log *slog.Logger) (*Source, error) {
 	rc, namespace, err := restConfig(cfg)
 	if err != nil {
 		return nil, err
@@ -94,12 +97,35 @@ func New(cfg config.KubernetesRuntime, retryInitial, retryMax time.Duration, log
 			return nil, fmt.Errorf("discovery.kubernetes.roles[%d].selector: %w", i, err)
 		}
 		s.selectors = append(s.selectors, sel.String())
+		s.roles = append(s.roles, newRole(r))
 	}
 	return s, nil
 }
 
+// role is one discovery.kubernetes.roles entry as the source uses it.
+type role struct {
+	role   config.Role
+	scheme string
+	// portNumber is the port when it was given as a number, else portName is the container
+	// port's name.
+	portNumber int
+	portName   string
+	// template is every engine of the role before its name, URL, role and KV identity.
+	template config.Engine
+}
+
+func newRole(r config.KubernetesRole) role {
+	out := role{role: r.Role, scheme: r.Scheme, template: r.Template.Engine()}
+	if n, err := strconv.Atoi(r.Port); err == nil {
+		out.portNumber = n
+	} else {
+		out.portName = r.Port
+	}
+	return out
+}
+
 // restConfig reads the connection settings and the namespace to watch.
-func restConfig(cfg config.KubernetesRuntime) (*rest.Config, string, error) {
+func restConfig(cfg config.KubernetesDiscovery) (*rest.Config, string, error) {
 	if cfg.Kubeconfig != "" {
 		cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
 			&clientcmd.ClientConfigLoadingRules{ExplicitPath: cfg.Kubeconfig}, &clientcmd.ConfigOverrides{})
@@ -309,7 +335,7 @@ func (s *Source) engines(informers []cache.SharedIndexInformer) []config.Engine 
 	var out []config.Engine
 	seen := map[types.UID]bool{}
 	for i, inf := range informers {
-		role := s.cfg.Roles[i]
+		role := s.roles[i]
 		for _, obj := range inf.GetStore().List() {
 			pod, ok := obj.(*corev1.Pod)
 			if !ok || seen[pod.UID] {
@@ -339,7 +365,7 @@ func (s *Source) engines(informers []cache.SharedIndexInformer) []config.Engine 
 
 // engine is the engine pod is, or none (a zero engine) while it is not Ready, has no IP or is
 // being deleted; an error says why a pod that should be an engine cannot be.
-func (s *Source) engine(pod *corev1.Pod, role config.KubernetesRoleRuntime) (config.Engine, error) {
+func (s *Source) engine(pod *corev1.Pod, role role) (config.Engine, error) {
 	if pod.DeletionTimestamp != nil || pod.Status.PodIP == "" || !podReady(pod) {
 		return config.Engine{}, nil
 	}
@@ -347,21 +373,22 @@ func (s *Source) engine(pod *corev1.Pod, role config.KubernetesRoleRuntime) (con
 	if err != nil {
 		return config.Engine{}, fmt.Errorf("pod IP %q: %w", pod.Status.PodIP, err)
 	}
-	port := role.PortNumber
-	if role.PortName != "" {
-		port = containerPort(pod, role.PortName)
+	port := role.portNumber
+	if role.portName != "" {
+		port = containerPort(pod, role.portName)
 		if port == 0 {
-			return config.Engine{}, fmt.Errorf("no container port named %q", role.PortName)
+			return config.Engine{}, fmt.Errorf("no container port named %q", role.portName)
 		}
 	}
-	e := role.Template.Clone()
+	e := role.template.Clone()
 	e.Name = EngineName(pod.Name, pod.UID)
-	e.URL = role.Scheme + "://" + netip.AddrPortFrom(ip.Unmap(), uint16(port)).String()
-	e.Role = role.Role
-	e.KV.EngineID = pod.Annotations[s.cfg.EngineIDAnnotation]
-	e.KV.Endpoint = pod.Annotations[s.cfg.EndpointAnnotation]
-	if err := config.CheckEngine(e); err != nil {
-		return config.Engine{}, fmt.Errorf("annotations %s, %s: %w", s.cfg.EngineIDAnnotation, s.cfg.EndpointAnnotation, err)
+	e.URL = role.scheme + "://" + netip.AddrPortFrom(ip.Unmap(), uint16(port)).String()
+	e.Role = role.role
+	a := s.cfg.Annotations
+	e.KV.EngineID = pod.Annotations[a.EngineID]
+	e.KV.Endpoint = pod.Annotations[a.Endpoint]
+	if err := config.CheckEngine(e, nil); err != nil {
+		return config.Engine{}, fmt.Errorf("annotations %s, %s: %w", a.EngineID, a.Endpoint, err)
 	}
 	return e, nil
 }

@@ -20,18 +20,18 @@ const ns = "llm"
 // runtimeFor is the configuration the tests run: prefill pods on their container port named
 // http, decode pods on port 8200, and every other vllm pod as both (the last entry selects
 // every pod; earlier entries keep theirs).
-func runtimeFor(kubeconfig string) config.KubernetesRuntime {
-	tmpl := config.Engine{MaxInflight: 16, Models: []string{"m"}, KV: config.KV{Connector: "nixl", TransferModes: []string{"pull"},
+func runtimeFor(kubeconfig string) config.KubernetesDiscovery {
+	tmpl := config.EngineTemplate{MaxInflight: 16, Models: []string{"m"}, KV: config.TemplateKV{Connector: "nixl", TransferModes: []string{"pull"},
 		AllowedEndpoints: []string{"10.1.0.0/16"}}}
-	return config.KubernetesRuntime{Kubeconfig: kubeconfig, EngineIDAnnotation: config.DefaultEngineIDAnnotation,
-		EndpointAnnotation: config.DefaultEndpointAnnotation, Roles: []config.KubernetesRoleRuntime{
-			{Role: config.RolePrefill, Selector: "app=vllm,role=prefill", PortName: "http", Scheme: "http", Template: tmpl},
-			{Role: config.RoleDecode, Selector: "app=vllm,role=decode", PortNumber: 8200, Scheme: "http", Template: tmpl},
-			{Role: config.RoleBoth, Selector: "app=vllm", PortNumber: 8300, Scheme: "https", Template: tmpl},
-		}}
+	return config.KubernetesDiscovery{Kubeconfig: kubeconfig, Annotations: config.KubernetesAnnotations{
+		EngineID: config.DefaultEngineIDAnnotation, Endpoint: config.DefaultEndpointAnnotation}, Roles: []config.KubernetesRole{
+		{Role: config.RolePrefill, Selector: "app=vllm,role=prefill", Port: "http", Scheme: "http", Template: tmpl},
+		{Role: config.RoleDecode, Selector: "app=vllm,role=decode", Port: "8200", Scheme: "http", Template: tmpl},
+		{Role: config.RoleBoth, Selector: "app=vllm", Port: "8300", Scheme: "https", Template: tmpl},
+	}}
 }
 
-func newSource(t *testing.T, cfg config.KubernetesRuntime, log *sourcetest.LogBuffer) *Source {
+func newSource(t *testing.T, cfg config.KubernetesDiscovery, log *sourcetest.LogBuffer) *Source {
 	t.Helper()
 	s, err := New(cfg, 100*time.Millisecond, 500*time.Millisecond, slog.New(slog.NewTextHandler(log, nil)))
 	if err != nil {
@@ -194,7 +194,7 @@ func TestAPIServerOutage(t *testing.T) {
 
 	kubeconfig := a.applyRBAC(ns)
 	cfg := runtimeFor(kubeconfig)
-	cfg.Roles[0].PortName = "vllm" // the pods' ports are named http and metrics
+	cfg.Roles[0].Port = "vllm" // the pods' ports are named http and metrics
 	var log sourcetest.LogBuffer
 	rec = sourcetest.Start(t, newSource(t, cfg, &log))
 	rec.WaitNames(t, 10*time.Second)
@@ -230,18 +230,18 @@ func TestEngineNameOfAPod(t *testing.T) {
 	if len(got) != 64 || !strings.HasSuffix(got, "-1a2b3c4d") {
 		t.Errorf("got %q (%d)", got, len(got))
 	}
-	if err := config.CheckEngine(config.Engine{Name: got, URL: "http://10.0.0.1:1", Role: config.RoleDecode}); err != nil {
+	if err := config.CheckEngine(config.Engine{Name: got, URL: "http://10.0.0.1:1", Role: config.RoleDecode}, nil); err != nil {
 		t.Error(err)
 	}
 }
 
 func TestNewNeedsACluster(t *testing.T) {
 	t.Setenv("KUBERNETES_SERVICE_HOST", "")
-	_, err := New(config.KubernetesRuntime{}, time.Second, time.Second, slog.Default())
+	_, err := New(config.KubernetesDiscovery{}, time.Second, time.Second, slog.Default())
 	if err == nil || !strings.Contains(err.Error(), "no in-cluster configuration (set discovery.kubernetes.kubeconfig") {
 		t.Fatalf("New outside a cluster: %v", err)
 	}
-	_, err = New(config.KubernetesRuntime{Kubeconfig: "/nonexistent/kubeconfig"}, time.Second, time.Second, slog.Default())
+	_, err = New(config.KubernetesDiscovery{Kubeconfig: "/nonexistent/kubeconfig"}, time.Second, time.Second, slog.Default())
 	if err == nil || !strings.Contains(err.Error(), "discovery.kubernetes.kubeconfig /nonexistent/kubeconfig") {
 		t.Fatalf("New with a missing kubeconfig: %v", err)
 	}

@@ -1,4 +1,4 @@
-package config
+package memory
 
 import (
 	"fmt"
@@ -10,31 +10,22 @@ import (
 	"strings"
 )
 
-// The memory budget (server.max_buffered_bytes) bounds the request bodies and whole answers the
-// router holds at once. Unset (0), it is half of the memory limit the process runs under — the
-// smaller of its cgroup's memory limit and GOMEMLIMIT — and, with neither, a quarter of the
-// host's memory; never less than minBufferBudget.
-const (
-	minBufferBudget = 64 << 20
-	maxBufferBudget = 1 << 40
-)
+// minDerived is the smallest budget Size derives: the smallest server.max_buffered_bytes allows.
+const minDerived = 64 << 20
 
-func (ck *checker) checkBudget(s Server) {
-	if v := s.MaxBufferedBytes; v != 0 && (v < minBufferBudget || v > maxBufferBudget) {
-		ck.fail("server.max_buffered_bytes", "%d is not allowed; want 0 (derived from the memory limit) or a byte count from %d to %d", v, minBufferBudget, int64(maxBufferBudget))
-	}
-}
-
-// bufferBudget is server.max_buffered_bytes provisioned, and where its value came from.
-func (s Server) bufferBudget() (int64, string) {
-	if s.MaxBufferedBytes > 0 {
-		return s.MaxBufferedBytes, "server.max_buffered_bytes"
+// Size is the budget server.max_buffered_bytes asks for (configured), and where its value came
+// from: configured itself when it is set; unset (0), half of the memory limit the process runs
+// under — the smaller of its cgroup's memory limit and GOMEMLIMIT — and, with neither, a quarter
+// of the host's memory; never less than 64 MiB. The process calls it once, at start.
+func Size(configured int64) (int64, string) {
+	if configured > 0 {
+		return configured, "server.max_buffered_bytes"
 	}
 	return derivedBudget(os.ReadFile, debug.SetMemoryLimit(-1))
 }
 
 // derivedBudget is half the memory limit (cgroup or GOMEMLIMIT, the smaller), else a quarter
-// of the host's memory, never below minBufferBudget. readFile reads /proc and /sys (a test gives
+// of the host's memory, never below minDerived. readFile reads /proc and /sys (a test gives
 // its own); goMemLimit is the runtime's limit (math.MaxInt64 when GOMEMLIMIT is not set).
 func derivedBudget(readFile func(string) ([]byte, error), goMemLimit int64) (int64, string) {
 	limit, source := cgroupLimit(readFile)
@@ -42,10 +33,10 @@ func derivedBudget(readFile func(string) ([]byte, error), goMemLimit int64) (int
 		limit, source = goMemLimit, "GOMEMLIMIT"
 	}
 	if limit > 0 {
-		return max(limit/2, minBufferBudget), "half of " + source + " (" + strconv.FormatInt(limit, 10) + " bytes)"
+		return max(limit/2, minDerived), "half of " + source + " (" + strconv.FormatInt(limit, 10) + " bytes)"
 	}
 	if total := memTotal(readFile); total > 0 {
-		return max(total/4, minBufferBudget), "a quarter of the host's memory (" + strconv.FormatInt(total, 10) + " bytes)"
+		return max(total/4, minDerived), "a quarter of the host's memory (" + strconv.FormatInt(total, 10) + " bytes)"
 	}
 	return 1 << 30, "1 GiB (no memory limit or host memory found)"
 }

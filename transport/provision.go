@@ -1,0 +1,138 @@
+package transport
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"reflect"
+
+	"github.com/narwhal-router/narwhal/config"
+	"github.com/narwhal-router/narwhal/transport/kv"
+)
+
+// EngineSpec is one engine as the router runs it: its configuration entry (the file's, the
+// admin API's or a discovery source's) checked and resolved — its URL parsed, its connector
+// found in the registry, its KV side assembled. A Provisioner makes it.
+type EngineSpec struct {
+	Name string
+	// Source names where the engine was found ("file" for the configuration's list, "admin",
+	// or a discovery source's name). It is a label: two specs that differ only in it describe
+	// the same engine.
+	Source string
+	// URL is the engine's base URL as configured; Base is its scheme://host[:port], Addr the
+	// host:port to dial (the scheme's port when the URL names none), TLS whether it is https.
+	URL  string
+	Base string
+	Addr string
+	TLS  bool
+	Role config.Role
+	// MaxInflight caps the engine's phase reservations (0: no cap).
+	MaxInflight int
+	// Models are the models configured for the engine; none: it is asked (/v1/models).
+	Models []string
+	APIKey string
+	// Connector is the engine's kv.connector, resolved; KV is its side of the transfer.
+	Connector kv.Connector
+	KV        kv.Side
+	// KVEvents are the engine's own KV event endpoints (engines[].kv_events), as configured.
+	KVEvents config.EngineKVEvents
+}
+
+// Provisioner is the one way from an engine entry, whichever source it came from (the file,
+// POST /engines, Kubernetes, DNS, etcd), to the spec of a running engine: it holds the entry to
+// the file's rules, resolves its connector against the registry the router runs with, and keeps
+// its descriptors off the router's own listener ports. The node makes one from the
+// configuration (config.Config.ReservedPorts); the discovery catalog provisions every source's
+// engines with it. The zero Provisioner knows no connector.
+type Provisioner struct {
+	connectors kv.Registry
+	reserved   []int
+}
+
+// NewProvisioner provisions engines against connectors, no descriptor of theirs naming one of
+// reserved (the router's own listener ports).
+func NewProvisioner(connectors kv.Registry, reserved []int) Provisioner {
+	return Provisioner{connectors: connectors, reserved: append([]int(nil), reserved...)}
+}
+
+// Connectors is the registry engines are provisioned against.
+func (p Provisioner) Connectors() kv.Registry { return p.connectors }
+
+// Engine checks e as the configuration's engine list is checked (config.CheckEngine: its name,
+// URL, role, models, KV side and connector name) and resolves it. The error names the engine and
+// every problem. The spec's Source is left to the caller.
+func (p Provisioner) Engine(e config.Engine) (EngineSpec, error) {
+	if err := config.CheckEngine(e, p.connectors); err != nil {
+		return EngineSpec{}, fmt.Errorf("engine %s: %w", e.Name, err)
+	}
+	u, err := url.Parse(e.URL)
+	if err != nil {
+		return EngineSpec{}, fmt.Errorf("engine %s: %q is not an engine base URL; write http://host:port or https://host:port", e.Name, e.URL)
+	}
+	conn, err := p.connectors.For(e.KV.Connector)
+	if err != nil {
+		return EngineSpec{}, fmt.Errorf("engine %s: %w", e.Name, err)
+	}
+	ranges, err := config.ParsePorts(e.KV.AllowedPorts)
+	if err != nil {
+		return EngineSpec{}, fmt.Errorf("engine %s: kv.allowed_ports%w", e.Name, err)
+	}
+	ports := make([]kv.PortRange, len(ranges))
+	for i, r := range ranges {
+		ports[i] = kv.PortRange(r)
+	}
+	addr := u.Host
+	if u.Port() == "" {
+		port := "80"
+		if u.Scheme == "https" {
+			port = "443"
+		}
+		addr = u.Hostname() + ":" + port
+	}
+	modes := e.KV.TransferModes
+	if len(modes) == 0 {
+		modes = []string{"pull"}
+	}
+	return EngineSpec{
+		Name: e.Name, URL: e.URL, Base: u.Scheme + "://" + u.Host, Addr: addr, TLS: u.Scheme == "https",
+		Role: e.Role, MaxInflight: e.MaxInflight, Models: append([]string(nil), e.Models...), APIKey: e.APIKey,
+		Connector: conn,
+		KV: kv.Side{
+			Engine: e.Name, Connector: conn.Name(), EngineID: e.KV.EngineID, Endpoint: e.KV.Endpoint,
+			TransferModes: append([]string(nil), modes...), Host: u.Hostname(),
+			AllowedEndpoints: append([]string(nil), e.KV.AllowedEndpoints...), AllowedPorts: ports,
+			ReservedPorts: p.reserved,
+		},
+		KVEvents: e.KVEvents,
+	}, nil
+}
+
+// Engines provisions a list of engines from one source, in order; the error joins every
+// engine's.
+func (p Provisioner) Engines(engines []config.Engine, source string) ([]EngineSpec, error) {
+	out := make([]EngineSpec, 0, len(engines))
+	var errs []error
+	for _, e := range engines {
+		spec, err := p.Engine(e)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		spec.Source = source
+		out = append(out, spec)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return out, nil
+}
+
+// SameEngine reports whether two specs describe the same engine: equal in everything but their
+// Source (connectors compared by name). An engine whose spec changes otherwise is a new engine.
+func SameEngine(a, b EngineSpec) bool {
+	if (a.Connector == nil) != (b.Connector == nil) || (a.Connector != nil && a.Connector.Name() != b.Connector.Name()) {
+		return false
+	}
+	a.Source, b.Source, a.Connector, b.Connector = "", "", nil, nil
+	return reflect.DeepEqual(a, b)
+}
