@@ -169,3 +169,12 @@ func (s *Subscriber) replay(ctx context.Context, from, upto uint64) (uint64, err
 	}
 	return next, nil
 }
+
+// Result names how a stream whose Run returned err ended, as the kv_events metric counts it:
+// "hostile" (the publisher sent what no vLLM sends: err wraps ErrHostile) or "error".
+func Result(err error) string {
+	if errors.Is(err, ErrHostile) {
+		return "hostile"
+	}
+	return "error"
+}

@@ -445,7 +445,9 @@ func (m *Metrics) EngineScrape(engine, result string) {
 
 // KVEvents counts what an engine's KV cache event stream did: "batch" (a batch applied to the
 // exact prefix index), "gap" (batches lost for good: the engine's entries are dropped), "restart"
-// (the publisher started over), "error" (the stream broke and is followed again).
+// (the publisher started over), "error" (the stream broke and is followed again), "hostile" (the
+// publisher sent what no vLLM sends — a frame, message or count over kvevents' bounds — and was
+// hung up on; it is followed again after the backoff).
 func (m *Metrics) KVEvents(engine, result string) {
 	m.counter("kv_events", "engine", engine, "result", result).Inc(1)
 }
