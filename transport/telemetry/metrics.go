@@ -4,6 +4,7 @@
 package telemetry
 
 import (
+	"io"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -35,14 +36,47 @@ type Metrics struct {
 		forget(engine string)
 		remember(engine string)
 	}
+	// direct makes an engine's counters and gauges outside tally (nil: in tally scopes), so
+	// that none of tally's per-tag-set state is made for a name that will go (fanout).
+	direct interface {
+		engineCounter(engine, name string, tags map[string]string) tally.Counter
+		engineGauge(engine, name string, tags map[string]string) tally.Gauge
+	}
+	// byEngine is, per engine name, the instruments tagged with it (as engine or producer), kept
+	// apart from the others so that ForgetEngine drops them whole (under mu).
+	byEngine map[string]*engineSet
+}
+
+// engineSet is one engine's instruments, and the tally scopes they were made in.
+type engineSet struct {
+	counters map[instrumentKey]tally.Counter
+	gauges   map[instrumentKey]tally.Gauge
+	timers   map[instrumentKey]tally.Timer
+	scopes   []tally.Scope
 }
 
 // ForgetEngine drops the series of an engine that left the fleet (every counter and gauge
 // tagged with its name as engine or producer): Prometheus no longer exports them, and statsd is
-// sent nothing more for them, until RememberEngine.
+// sent nothing more for them, until RememberEngine. Its instruments are released too: they leave
+// the caches, and their tally scopes are closed, which tally reports a last time and then drops
+// at its next report. An engine name seen once therefore costs nothing once the engine is gone
+// (Kubernetes names engines by pod, so a rolling cluster brings new names without end). Were
+// the engine to be recorded again, its instruments are made afresh, starting at 0.
 func (m *Metrics) ForgetEngine(engine string) {
 	if m.engines != nil {
 		m.engines.forget(engine)
+	}
+	m.mu.Lock()
+	set := m.byEngine[engine]
+	delete(m.byEngine, engine)
+	m.mu.Unlock()
+	if set == nil {
+		return
+	}
+	for _, scope := range set.scopes {
+		if c, ok := scope.(io.Closer); ok {
+			_ = c.Close() // closing a scope twice (instruments sharing tags) is a no-op
+		}
 	}
 }
 
@@ -61,6 +95,7 @@ func New(scope tally.Scope) *Metrics {
 		timers:   map[instrumentKey]tally.Timer{},
 		gauges:   map[instrumentKey]tally.Gauge{},
 		sets:     map[setKey]*requestSet{},
+		byEngine: map[string]*engineSet{},
 		tokenGap: scope.Histogram("inter_token_gap_s", gapBuckets),
 	}
 }
@@ -120,17 +155,83 @@ func cached[K comparable, V any](mu *sync.RWMutex, m map[K]V, k K, mk func() V) 
 // counter returns the counter name{kv...}; kv alternates tag keys and values, and one metric
 // name always uses the same keys (Prometheus requires it).
 func (m *Metrics) counter(name string, kv ...string) tally.Counter {
+	if engine := engineOf(kv); engine != "" {
+		return engineCached(m, engine, func(e *engineSet) map[instrumentKey]tally.Counter { return e.counters }, key(name, kv...),
+			func() (tally.Counter, tally.Scope) {
+				if m.direct != nil {
+					return m.direct.engineCounter(engine, name, tags(kv)), nil
+				}
+				s := m.scope.Tagged(tags(kv))
+				return s.Counter(name), s
+			})
+	}
 	return cached(&m.mu, m.counters, key(name, kv...), func() tally.Counter { return m.scope.Tagged(tags(kv)).Counter(name) })
 }
 
 // timer returns a latency timer: statsd gets every sample (it computes percentiles), Prometheus
 // a histogram in seconds.
 func (m *Metrics) timer(name string, kv ...string) tally.Timer {
+	if engine := engineOf(kv); engine != "" {
+		return engineCached(m, engine, func(e *engineSet) map[instrumentKey]tally.Timer { return e.timers }, key(name, kv...),
+			func() (tally.Timer, tally.Scope) {
+				s := m.scope.Tagged(tags(kv))
+				return s.Timer(name), s
+			})
+	}
 	return cached(&m.mu, m.timers, key(name, kv...), func() tally.Timer { return m.scope.Tagged(tags(kv)).Timer(name) })
 }
 
 func (m *Metrics) gauge(name string, kv ...string) tally.Gauge {
+	if engine := engineOf(kv); engine != "" {
+		return engineCached(m, engine, func(e *engineSet) map[instrumentKey]tally.Gauge { return e.gauges }, key(name, kv...),
+			func() (tally.Gauge, tally.Scope) {
+				if m.direct != nil {
+					return m.direct.engineGauge(engine, name, tags(kv)), nil
+				}
+				s := m.scope.Tagged(tags(kv))
+				return s.Gauge(name), s
+			})
+	}
 	return cached(&m.mu, m.gauges, key(name, kv...), func() tally.Gauge { return m.scope.Tagged(tags(kv)).Gauge(name) })
+}
+
+// engineOf is the engine an instrument's tags name (as engine or producer), or "".
+func engineOf(kv []string) string {
+	for i := 0; i+1 < len(kv); i += 2 {
+		if kv[i] == "engine" || kv[i] == "producer" {
+			return kv[i+1]
+		}
+	}
+	return ""
+}
+
+// engineCached is cached for an instrument of engine: kept in the engine's set (pick chooses
+// the map); the tally scope mk made it in, if any, is noted there for ForgetEngine.
+func engineCached[V any](m *Metrics, engine string, pick func(*engineSet) map[instrumentKey]V, k instrumentKey, mk func() (V, tally.Scope)) V {
+	m.mu.RLock()
+	if set := m.byEngine[engine]; set != nil {
+		if v, ok := pick(set)[k]; ok {
+			m.mu.RUnlock()
+			return v
+		}
+	}
+	m.mu.RUnlock()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	set := m.byEngine[engine]
+	if set == nil {
+		set = &engineSet{counters: map[instrumentKey]tally.Counter{}, gauges: map[instrumentKey]tally.Gauge{}, timers: map[instrumentKey]tally.Timer{}}
+		m.byEngine[engine] = set
+	}
+	if v, ok := pick(set)[k]; ok {
+		return v
+	}
+	v, scope := mk()
+	if scope != nil {
+		set.scopes = append(set.scopes, scope)
+	}
+	pick(set)[k] = v
+	return v
 }
 
 // The model label of the request metrics is bounded: each model the fleet serves (ServeModels)
