@@ -47,6 +47,7 @@ test: ## everything CI runs: format, vet, the tests' kube-apiserver (built once 
 	@failed=""; mkdir -p $(REPORT); rm -f $(REPORT)/*.skips $(REPORT)/go-test.rc; \
 	$(MAKE) --no-print-directory fmt-check || failed="$$failed fmt-check"; \
 	$(MAKE) --no-print-directory vet || failed="$$failed vet"; \
+	sh tests/testports.sh || failed="$$failed testports"; \
 	$(MAKE) --no-print-directory kube-apiserver || failed="$$failed kube-apiserver"; \
 	if command -v npm >/dev/null; then $(MAKE) --no-print-directory sdk-deps || failed="$$failed sdk-deps"; \
 	else echo "npm is not installed: the OpenAI SDK test will skip, and the summary fail naming it (Debian: apt-get install npm)"; fi; \
@@ -62,7 +63,7 @@ test: ## everything CI runs: format, vet, the tests' kube-apiserver (built once 
 	[ ! -x $(REPORT)/testreport ] || $(REPORT)/testreport summary $(if $(ALLOW_MISSING),-allow-missing) $(REPORT)/go.skips $(REPORT)/python.skips || \
 		failed="$$failed missing-components"; \
 	if [ -n "$$failed" ]; then echo "make test: FAILED:$$failed"; exit 1; fi; \
-	echo "make test: all passed (fmt-check vet kube-apiserver sdk-deps go-test alloc-budgets fuzz python-test; skips listed above)"
+	echo "make test: all passed (fmt-check vet testports kube-apiserver sdk-deps go-test alloc-budgets fuzz python-test; skips listed above)"
 
 # The official OpenAI JavaScript SDK tests/sdk_test.go drives Narwhal with, installed by npm from
 # its lock file (again whenever the lock file changes).
