@@ -30,7 +30,9 @@ func TestPrometheusDashboardShowsZeroOnAHealthyFleet(t *testing.T) {
 			sent++
 		}
 		eventually(t, 20*time.Second, func() bool { return rig.prom.scalar(`sum(narwhal_requests_total)`) >= float64(sent) },
-			func() string { return fmt.Sprintf("prometheus has %v requests, want %d", rig.prom.scalar(`sum(narwhal_requests_total)`), sent) })
+			func() string {
+				return fmt.Sprintf("prometheus has %v requests, want %d", rig.prom.scalar(`sum(narwhal_requests_total)`), sent)
+			})
 	}
 	rig.everyPanelHasData(t)
 }
