@@ -465,16 +465,19 @@ func (g *directGauge) report() {
 
 func (f *fanout) engineCounter(engine, name string, tags map[string]string) tally.Counter {
 	c := &directCounter{rep: f.AllocateCounter(name, tags)}
-	f.mu.Lock()
-	f.direct[engine] = append(f.direct[engine], c)
-	f.mu.Unlock()
+	f.keep(engine, c)
 	return c
 }
 
 func (f *fanout) engineGauge(engine, name string, tags map[string]string) tally.Gauge {
 	g := &directGauge{rep: f.AllocateGauge(name, tags)}
-	f.mu.Lock()
-	f.direct[engine] = append(f.direct[engine], g)
-	f.mu.Unlock()
+	f.keep(engine, g)
 	return g
+}
+
+// keep notes in, an instrument of engine, for Flush to report until forget.
+func (f *fanout) keep(engine string, in directInstrument) {
+	f.mu.Lock()
+	f.direct[engine] = append(f.direct[engine], in)
+	f.mu.Unlock()
 }
