@@ -32,7 +32,7 @@ func recordEngine(m *Metrics, engine string) {
 // uniquely named engines added, reported and removed leave the heap within 10% of the first
 // cycle's.
 func TestEngineChurnLeavesHeapFlat(t *testing.T) {
-	r, err := newReporting(config.Metrics{}, 5*time.Millisecond)
+	r, err := newReporting(config.Metrics{}, 50*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
