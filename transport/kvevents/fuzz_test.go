@@ -3,6 +3,7 @@ package kvevents
 import (
 	"bytes"
 	"encoding/hex"
+	"math"
 	"runtime/metrics"
 	"testing"
 )
@@ -26,10 +27,17 @@ func FuzzDecodeBatch(f *testing.F) {
 	f.Add(append(append(batchPrefix(TagBlockStored, 3), 0x91, 0x01, 0xc0), array32(1<<32-1)...))
 	f.Add([]byte{0x92, 0xcb, 0, 0, 0, 0, 0, 0, 0, 0, 0x91, 0x81, 0xa4, 't', 'y', 'p', 'e', 0xa4, 'N', 'o', 'p', 'e'})
 	f.Fuzz(func(t *testing.T, payload []byte) {
-		before := heapAllocs()
 		b, err := DecodeBatch(payload)
-		if n, limit := heapAllocs()-before, uint64(64<<10+32*len(payload)); n > limit {
-			t.Fatalf("decoding %d bytes allocated %d, want at most %d", len(payload), n, limit)
+		// The counter is the process's: the fuzzing engine's own goroutines allocate now and
+		// then. Decoding allocates the same every time, so the least of a few tries is its own.
+		limit, least := uint64(64<<10+32*len(payload)), uint64(math.MaxUint64)
+		for try := 0; try < 3 && least > limit; try++ {
+			before := heapAllocs()
+			_, _ = DecodeBatch(payload)
+			least = min(least, heapAllocs()-before)
+		}
+		if least > limit {
+			t.Fatalf("decoding %d bytes allocated %d, want at most %d", len(payload), least, limit)
 		}
 		if err != nil {
 			return
