@@ -45,8 +45,15 @@ func newRelay(in *Ingress, ctx *fasthttp.RequestCtx, x *Exchange, s *transport.D
 // write (final) gets the grace alone. Like the engine side's silence watchdog, the deadline moves
 // only once per writeSlack and is set that much later: every write may block for at least the
 // timeout and at most the slack more, for one runtime timer change per slack, not per token.
+//
+// The time is the stream's last read (DecodeStream.LastRead, taken right after the read that
+// brought the event being written): one clock reading per token serves the silence watchdog,
+// the inter-token histogram and this deadline alike.
 func (r *relay) armWrite(final bool) {
-	now := time.Now()
+	now := r.s.LastRead()
+	if now.IsZero() {
+		now = time.Now()
+	}
 	wt := r.in.rt.ClientWriteTimeoutS.Duration()
 	if final {
 		_ = r.ctx.SetWriteDeadline(now.Add(min(wt, deadlineGrace)))
