@@ -45,18 +45,23 @@ func newRelay(in *Ingress, ctx *fasthttp.RequestCtx, x *Exchange, s *transport.D
 // write (final) gets the grace alone. Like the engine side's silence watchdog, the deadline moves
 // only once per writeSlack and is set that much later: every write may block for at least the
 // timeout and at most the slack more, for one runtime timer change per slack, not per token.
+//
+// Whether the deadline is due to move is judged by the stream's last read time
+// (DecodeStream.LastRead, taken right after the read that brought the event being written), so
+// a token costs no clock reading here; a deadline that moves is set from a fresh one. (A write
+// that does not move it may block the timeout less the moments since that read: microseconds.)
 func (r *relay) armWrite(final bool) {
-	now := time.Now()
 	wt := r.in.rt.ClientWriteTimeoutS.Duration()
 	if final {
-		_ = r.ctx.SetWriteDeadline(now.Add(min(wt, deadlineGrace)))
+		_ = r.ctx.SetWriteDeadline(time.Now().Add(min(wt, deadlineGrace)))
 		r.writeArmedAt = time.Time{}
 		return
 	}
 	slack := writeSlack(wt)
-	if !r.writeArmedAt.IsZero() && now.Sub(r.writeArmedAt) < slack {
+	if last := r.s.LastRead(); !r.writeArmedAt.IsZero() && !last.IsZero() && last.Sub(r.writeArmedAt) < slack {
 		return
 	}
+	now := time.Now()
 	d := now.Add(wt + slack)
 	if limit := r.x.Deadline.Add(deadlineGrace); limit.Before(d) {
 		d = limit

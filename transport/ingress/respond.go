@@ -1,0 +1,96 @@
+package ingress
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/goccy/go-json"
+	"github.com/valyala/fasthttp"
+
+	"github.com/narwhal-router/narwhal/transport/fault"
+	"github.com/narwhal-router/narwhal/transport/wire"
+)
+
+// Answers before commit: the supervisor's error responses, rejections, and the headers every
+// answer carries.
+
+// answer writes the supervisor's answer before commit: an error response, or nothing for a
+// client that is gone.
+func (in *Ingress) answer(ctx *fasthttp.RequestCtx, live *liveSettings, v Answer) {
+	if v.Status == 0 {
+		hangUp(ctx)
+		return
+	}
+	in.setCommonHeaders(ctx, live, v.Timing, v.Routing)
+	if v.RetryAfter != "" {
+		ctx.Response.Header.Set("Retry-After", v.RetryAfter)
+	}
+	ctx.SetStatusCode(v.Status)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(v.Body)
+}
+
+// reject answers a request that never reached a supervisor.
+func (in *Ingress) reject(ctx *fasthttp.RequestCtx, live *liveSettings, ep wire.Endpoint, arrival time.Time, status int, e fault.ErrorBody) {
+	writeError(ctx, status, e)
+	in.setCommonHeaders(ctx, live, Timing{}, Routing{})
+	in.metrics.Rejected(ep.String(), status, time.Since(arrival))
+}
+
+func (in *Ingress) setCommonHeaders(ctx *fasthttp.RequestCtx, live *liveSettings, t Timing, r Routing) {
+	h := &ctx.Response.Header
+	h.Set("Server-Timing", serverTiming(t))
+	if live.exposeRouting {
+		if r.Producer != "" {
+			h.Set("x-narwhal-producer", r.Producer)
+		}
+		if r.Consumer != "" {
+			h.Set("x-narwhal-consumer", r.Consumer)
+		}
+		h.Set("x-narwhal-attempts", strconv.Itoa(r.Attempts))
+	}
+}
+
+func (in *Ingress) listModels(ctx *fasthttp.RequestCtx) {
+	if !ctx.IsGet() {
+		methodNotAllowed(ctx, "GET")
+		return
+	}
+	type model struct {
+		ID      string `json:"id"`
+		Object  string `json:"object"`
+		Created int64  `json:"created"`
+		OwnedBy string `json:"owned_by"`
+	}
+	out := struct {
+		Object string  `json:"object"`
+		Data   []model `json:"data"`
+	}{Object: "list", Data: []model{}}
+	now := time.Now().Unix()
+	for _, m := range in.models.Models() {
+		out.Data = append(out.Data, model{ID: m, Object: "model", Created: now, OwnedBy: "narwhal"})
+	}
+	writeJSON(ctx, fasthttp.StatusOK, out)
+}
+
+func methodNotAllowed(ctx *fasthttp.RequestCtx, allow string) {
+	ctx.Response.Header.Set("Allow", allow)
+	writeError(ctx, fasthttp.StatusMethodNotAllowed, fault.ErrorBody{Message: "use " + allow, Type: "invalid_request_error", Code: "method_not_allowed"})
+}
+
+func writeError(ctx *fasthttp.RequestCtx, status int, e fault.ErrorBody) {
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(fault.AppendErrorEnvelope(nil, e))
+}
+
+func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		writeError(ctx, fasthttp.StatusInternalServerError, fault.ErrorBody{Message: "internal error", Type: "server_error"})
+		return
+	}
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(b)
+}
