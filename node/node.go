@@ -83,8 +83,8 @@ type Server struct {
 	// knows the ports the listeners were bound to.
 	provision transport.Provisioner
 	catalog   *discovery.Catalog
-	file    *discovery.FileSource
-	admins  *discovery.AdminSource
+	file      *discovery.FileSource
+	admins    *discovery.AdminSource
 	// draining is set once a shutdown began: /readyz answers 503 while the listener still
 	// accepts for server.drain_delay_s; endDrain cuts that delay short.
 	draining atomic.Bool

@@ -130,6 +130,9 @@ func (in *Ingress) Shutdown(ctx context.Context) error { return in.srv.ShutdownW
 func (in *Ingress) Close() { in.gone.close() }
 
 func (in *Ingress) handle(ctx *fasthttp.RequestCtx) {
+	if refuseLoop(ctx) {
+		return
+	}
 	path := ctx.Path()
 	if string(path) == "/health" { // no key needed: load balancers and probes call it
 		if !ctx.IsGet() && !ctx.IsHead() {
