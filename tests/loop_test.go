@@ -102,5 +102,7 @@ func TestRequestLoopingBackIsRefused(t *testing.T) {
 		t.Fatalf("forwarded %d, refused with 508 %d: the loop was not cut at its first turn", forwarded.Load(), refused.Load())
 	}
 	testwait.Until(t, 5*time.Second, func() bool { return runtime.NumGoroutine() <= before+10 },
-		func() string { return fmt.Sprintf("goroutines %d, %d before the request", runtime.NumGoroutine(), before) })
+		func() string {
+			return fmt.Sprintf("goroutines %d, %d before the request", runtime.NumGoroutine(), before)
+		})
 }
