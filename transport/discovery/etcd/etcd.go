@@ -74,6 +74,9 @@ func (s *Source) Run(ctx context.Context, report func(discovery.Report)) {
 	discovery.Retry(ctx, &s.retry, s.log, report, func() error { return s.session(ctx, report) })
 }
 
+// reportEvery is how long a change waits for the changes that follow it before it is reported.
+const reportEvery = 50 * time.Millisecond
+
 // errResync says the watch cannot resume where it was; the prefix is read again.
 var errResync = errors.New("watch cannot resume")
 
@@ -136,6 +139,7 @@ func (s *Source) watch(ctx context.Context, cli *clientv3.Client, keys map[strin
 	}
 	check := time.NewTicker(s.cfg.CheckIntervalS.Duration())
 	defer check.Stop()
+	var flush <-chan time.Time // set while a change waits to be reported
 	for {
 		select {
 		case <-ctx.Done():
@@ -144,26 +148,15 @@ func (s *Source) watch(ctx context.Context, cli *clientv3.Client, keys map[strin
 			if err := s.ended(resp, ok, rev); err != nil {
 				return err
 			}
-			changed := apply(keys, resp.Events, &rev)
-			// Take every batch already delivered before reporting: a burst of registrations
-			// is one fleet change, not one per key.
-			var end error
-			for more := true; more && end == nil; {
-				select {
-				case next, ok := <-events:
-					if end = s.ended(next, ok, rev); end == nil {
-						changed = apply(keys, next.Events, &rev) || changed
-					}
-				default:
-					more = false
-				}
+			// A change is reported reportEvery after the first batch that made it, with every
+			// batch that arrived meanwhile: a burst of registrations is a few fleet changes,
+			// not one per key.
+			if apply(keys, resp.Events, &rev) && flush == nil {
+				flush = time.After(reportEvery)
 			}
-			if changed {
-				report(discovery.Report{Engines: s.engines(keys)})
-			}
-			if end != nil {
-				return end
-			}
+		case <-flush:
+			flush = nil
+			report(discovery.Report{Engines: s.engines(keys)})
 		case <-check.C:
 			rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeoutS.Duration())
 			_, err := cli.Get(rctx, s.cfg.Prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
