@@ -7,6 +7,15 @@ import (
 	"github.com/narwhal-router/narwhal/transport/fault"
 )
 
+// refuseLoops is next behind refuseLoop: the listener's handler.
+func refuseLoops(next fasthttp.RequestHandler) fasthttp.RequestHandler {
+	return func(ctx *fasthttp.RequestCtx) {
+		if !refuseLoop(ctx) {
+			next(ctx)
+		}
+	}
+}
+
 // refuseLoop answers 508 Loop Detected to a request carrying the hop marker the router puts on
 // every request it sends an engine (transport.HopHeader): it came back to a Narwhal listener
 // through an engine URL that leads to a router (a proxy in front of one, a name resolving to

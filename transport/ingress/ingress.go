@@ -79,7 +79,7 @@ func NewIngress(srv config.Server, keys []string, req config.Request, d Dispatch
 	in.Reconfigure(srv, keys, req)
 	in.srv = &fasthttp.Server{
 		Name:               "narwhal",
-		Handler:            in.handle,
+		Handler:            refuseLoops(in.handle),
 		ErrorHandler:       in.handleTransportError,
 		Logger:             &connLog{log: opts.Logger.With("component", "ingress")},
 		MaxRequestBodySize: srv.MaxBodyBytes,
@@ -130,9 +130,6 @@ func (in *Ingress) Shutdown(ctx context.Context) error { return in.srv.ShutdownW
 func (in *Ingress) Close() { in.gone.close() }
 
 func (in *Ingress) handle(ctx *fasthttp.RequestCtx) {
-	if refuseLoop(ctx) {
-		return
-	}
 	path := ctx.Path()
 	if string(path) == "/health" { // no key needed: load balancers and probes call it
 		if !ctx.IsGet() && !ctx.IsHead() {
