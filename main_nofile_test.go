@@ -8,22 +8,13 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/narwhal-router/narwhal/bench/sim"
 )
 
 // Running out of file descriptors pauses accepting instead of ending the process: with a
 // nofile limit of 128 and 300 idle connections, `narwhal serve` logs the exhaustion, keeps
 // serving a connection it already had, and serves new ones once the idle ones close.
 func TestServeSurvivesDescriptorExhaustion(t *testing.T) {
-	fleet, err := sim.StartFleet(sim.FleetOptions{Prefill: 1, Decode: 1, Engine: sim.Options{Models: []string{"m"}, Tokens: 2}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fleet.Close()
-	path := writeFleetConfig(t, fleet, `listen: "127.0.0.1:0", admin_listen: "127.0.0.1:0", shutdown_grace_s: 1, drain_delay_s: 0`)
-	p := startServeUnder(t, path, "prlimit", "--nofile=128:128")
-	waitFor(t, 5*time.Second, func() bool { code, _ := p.get("/readyz"); return code == 200 }, func() string { return "never ready" })
+	p := serveFleet(t, "drain_delay_s: 0", "prlimit", "--nofile=128:128")
 	kept := &http.Client{Timeout: 5 * time.Second} // keeps its connection across the exhaustion
 	health := func(c *http.Client) int {
 		resp, err := c.Get("http://" + p.addr + "/health")

@@ -15,19 +15,11 @@ import (
 // of blocking it for ever; SIGHUPs sent meanwhile are served (coalesced while one runs), and a
 // SIGTERM behind them starts the drain at once: reloads run off the signal loop.
 func TestReloadOfAFIFONeverHoldsBackSIGTERM(t *testing.T) {
-	fleet, err := sim.StartFleet(sim.FleetOptions{Prefill: 1, Decode: 1, Engine: sim.Options{Models: []string{"m"}, Tokens: 2}})
-	if err != nil {
+	p := serveFleet(t, "drain_delay_s: 5")
+	if err := os.Remove(p.path); err != nil {
 		t.Fatal(err)
 	}
-	defer fleet.Close()
-	path := writeFleetConfig(t, fleet, `listen: "127.0.0.1:0", admin_listen: "127.0.0.1:0", shutdown_grace_s: 1, drain_delay_s: 5`)
-	p := startServe(t, path)
-	waitFor(t, 5*time.Second, func() bool { code, _ := p.get("/readyz"); return code == 200 }, func() string { return "never ready" })
-
-	if err := os.Remove(path); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Mkfifo(path, 0o600); err != nil {
+	if err := syscall.Mkfifo(p.path, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	for range 3 {
@@ -43,4 +35,19 @@ func TestReloadOfAFIFONeverHoldsBackSIGTERM(t *testing.T) {
 		return fmt.Sprintf("/readyz %d %s after SIGTERM behind reloads, want 503 (draining)", code, body)
 	})
 	t.Logf("drain began %v after SIGTERM", time.Since(sent).Round(time.Millisecond))
+}
+
+// serveFleet runs `narwhal serve` (under wrapper, if any) in front of a simulated engine pair,
+// its server section on free loopback ports plus server, and waits until it is ready.
+func serveFleet(t *testing.T, server string, wrapper ...string) *serveProc {
+	t.Helper()
+	fleet, err := sim.StartFleet(sim.FleetOptions{Prefill: 1, Decode: 1, Engine: sim.Options{Models: []string{"m"}, Tokens: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fleet.Close() })
+	path := writeFleetConfig(t, fleet, `listen: "127.0.0.1:0", admin_listen: "127.0.0.1:0", shutdown_grace_s: 1, `+server)
+	p := startServeUnder(t, path, wrapper...)
+	waitFor(t, 5*time.Second, func() bool { code, _ := p.get("/readyz"); return code == 200 }, func() string { return "never ready" })
+	return p
 }

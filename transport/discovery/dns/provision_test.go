@@ -1,7 +1,6 @@
 package dns
 
 import (
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -9,10 +8,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/narwhal-router/narwhal/config"
-	"github.com/narwhal-router/narwhal/transport"
-	"github.com/narwhal-router/narwhal/transport/discovery"
 	"github.com/narwhal-router/narwhal/transport/discovery/internal/sourcetest"
-	"github.com/narwhal-router/narwhal/transport/kv"
 )
 
 // A DNS record is a registration too: through the real path (a DNS server, the source, the
@@ -23,17 +19,8 @@ func TestRecordsAtTheRoutersListenerAreSkipped(t *testing.T) {
 	const name = "vllm.llm.svc.cluster.local."
 	s.set(name, dns.TypeA, name+" 5 IN A 127.0.0.1", name+" 5 IN A 10.0.0.2")
 	var log sourcetest.LogBuffer
-	cat, err := discovery.NewCatalog([]discovery.Source{newSource(config.DNSDiscovery{Name: name, Type: config.DNSTypeA, Role: config.RoleBoth,
-		Port: 8000, Resolver: s.addr})}, discovery.Options{
-		Engines: transport.NewProvisioner(kv.Builtin(), []int{8000}),
-		Apply:   func([]transport.EngineSpec) error { return nil },
-		Logger:  slog.New(slog.NewTextHandler(&log, nil)),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cat.Start()
-	defer cat.Close()
+	cat := sourcetest.Catalog(t, newSource(config.DNSDiscovery{Name: name, Type: config.DNSTypeA, Role: config.RoleBoth,
+		Port: 8000, Resolver: s.addr}), &log, 8000)
 	sourcetest.WaitUntil(t, 5*time.Second, "both records reported", func() bool {
 		st := cat.Status().Sources[0]
 		return len(st.Engines)+len(st.Skipped) == 2

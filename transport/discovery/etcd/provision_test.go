@@ -1,15 +1,11 @@
 package etcd
 
 import (
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/narwhal-router/narwhal/transport"
-	"github.com/narwhal-router/narwhal/transport/discovery"
 	"github.com/narwhal-router/narwhal/transport/discovery/internal/sourcetest"
-	"github.com/narwhal-router/narwhal/transport/kv"
 )
 
 // An etcd registrant is held to the checks every engine passes, through the real path (etcd,
@@ -22,17 +18,7 @@ func TestRegistrantsPassTheProvisioner(t *testing.T) {
 	c := client(t, e.URL)
 	var log sourcetest.LogBuffer
 	src := newSource(e.URL, &log)
-	applied := make(chan []transport.EngineSpec, 16)
-	cat, err := discovery.NewCatalog([]discovery.Source{src}, discovery.Options{
-		Engines: transport.NewProvisioner(kv.Builtin(), []int{8000, 8001}),
-		Apply:   func(s []transport.EngineSpec) error { applied <- s; return nil },
-		Logger:  slog.New(slog.NewTextHandler(&log, nil)),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cat.Start()
-	defer cat.Close()
+	cat := sourcetest.Catalog(t, src, &log, 8000, 8001)
 	put(t, c, prefix+"self", `{"url": "http://127.0.0.1:8000", "role": "both"}`)
 	put(t, c, prefix+"pin-admin", `{"url": "http://127.0.0.1:9100", "role": "prefill", "kv": {"endpoint": "127.0.0.1:8001"}}`)
 	put(t, c, prefix+"pin-elsewhere", `{"url": "http://10.0.0.6:8000", "role": "prefill", "kv": {"endpoint": "10.0.0.5:5600"}}`)

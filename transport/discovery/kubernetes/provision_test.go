@@ -1,16 +1,12 @@
 package kubernetes
 
 import (
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/narwhal-router/narwhal/config"
-	"github.com/narwhal-router/narwhal/transport"
-	"github.com/narwhal-router/narwhal/transport/discovery"
 	"github.com/narwhal-router/narwhal/transport/discovery/internal/sourcetest"
-	"github.com/narwhal-router/narwhal/transport/kv"
 )
 
 // A pod's KV endpoint annotation is a registrant's pin: through the real path (the API server,
@@ -22,16 +18,7 @@ func TestAnnotationPinsPassTheProvisioner(t *testing.T) {
 	a.namespace(ns)
 	kubeconfig := a.applyRBAC(ns)
 	var log sourcetest.LogBuffer
-	cat, err := discovery.NewCatalog([]discovery.Source{newSource(t, runtimeFor(kubeconfig), &log)}, discovery.Options{
-		Engines: transport.NewProvisioner(kv.Builtin(), []int{8000, 8001}),
-		Apply:   func([]transport.EngineSpec) error { return nil },
-		Logger:  slog.New(slog.NewTextHandler(&log, nil)),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cat.Start()
-	defer cat.Close()
+	cat := sourcetest.Catalog(t, newSource(t, runtimeFor(kubeconfig), &log), &log, 8000, 8001)
 	want := map[string]string{}
 	for i, tc := range []struct{ pin, why string }{
 		{"10.1.0.1:8001", "router's own listeners"},
