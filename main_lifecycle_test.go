@@ -402,7 +402,7 @@ func TestServeReloadsOnSIGHUP(t *testing.T) {
 	}
 
 	// 3: a listener changed (and d0 back): refused by name, nothing applied.
-	write(`listen: "127.0.0.1:1", admin_listen: "127.0.0.1:0", shutdown_grace_s: 1, drain_delay_s: 0`, []string{"p0", "d0", "d1"},
+	write(`listen: "127.0.0.1:1", admin_listen: "127.0.0.1:0", shutdown_grace_s: 1, drain_delay_s: 0`, []string{"p0", "d0", "d1"}, // testports: not bound (a listener change the reload refuses)
 		"log: {level: warn, format: text}", "recovery: {max_attempts: 2}")
 	hup()
 	st = waitReloads(3, "refused")

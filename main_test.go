@@ -82,7 +82,7 @@ func TestServeCheckValidatesAndExits(t *testing.T) {
 		t.Fatalf("valid file: %q, %v", out, err)
 	}
 	bad := filepath.Join(dir, "bad.yaml")
-	os.WriteFile(bad, []byte("server: {listen: \":99999\"}\nengines: []\n"), 0o644)
+	os.WriteFile(bad, []byte("server: {listen: \":99999\"}\nengines: []\n"), 0o644) // testports: not bound (an invalid port, refused)
 	if _, err := execute(t, "serve", "--check", "--config", bad); err == nil || !strings.Contains(err.Error(), "server.listen") {
 		t.Fatalf("invalid file: %v", err)
 	}
@@ -123,8 +123,8 @@ func TestServeCheckRefusesWhatServeWould(t *testing.T) {
 	for _, tc := range []struct{ name, yaml, want string }{
 		{"a fraction for max_inflight", free + fmt.Sprintf(engines, ", max_inflight: 1.5"),
 			`line 3: engines[0].max_inflight: "1.5" is not allowed; want a whole number`},
-		{"listen equal to admin_listen", "server:\n  listen: \"127.0.0.1:18011\"\n  admin_listen: \"127.0.0.1:18011\"\n" + fmt.Sprintf(engines, ""),
-			`line 3: server.admin_listen: "127.0.0.1:18011" takes the port of server.listen ("127.0.0.1:18011", line 2)`},
+		{"listen equal to admin_listen", "server:\n  listen: \"127.0.0.1:18011\"\n  admin_listen: \"127.0.0.1:18011\"\n" + fmt.Sprintf(engines, ""), // testports: not bound (refused by validation)
+			`line 3: server.admin_listen: "127.0.0.1:18011" takes the port of server.listen ("127.0.0.1:18011", line 2)`}, // testports: not bound (the refusal)
 		{"a port another process holds", fmt.Sprintf("server: {listen: %q, admin_listen: \"127.0.0.1:0\"}\n", held.Addr().String()) + fmt.Sprintf(engines, ""),
 			fmt.Sprintf("server.listen: cannot listen on %q: bind: address already in use", held.Addr().String())},
 		{"the cluster port held", free + fmt.Sprintf("cluster: {enabled: true, bind: %q}\n", held.Addr().String()) + fmt.Sprintf(engines, ""),
@@ -338,13 +338,13 @@ func TestClusterCertsMakeWhatServeAccepts(t *testing.T) {
 	engines := "engines:\n  - {name: p0, url: \"http://10.0.0.1:8000\", role: prefill}\n  - {name: d0, url: \"http://10.0.0.2:8000\", role: decode}\n"
 	c := filepath.Join(dir, "certs")
 	withTLS := filepath.Join(dir, "tls.yaml")
-	os.WriteFile(withTLS, []byte("cluster: {enabled: true, bind: \"0.0.0.0:7946\", advertise: \"10.0.0.1:7946\", tls: {cert_file: "+
+	os.WriteFile(withTLS, []byte("cluster: {enabled: true, bind: \"0.0.0.0:7946\", advertise: \"10.0.0.1:7946\", tls: {cert_file: "+ // testports: not bound (serve --check)
 		filepath.Join(c, "a.pem")+", key_file: "+filepath.Join(c, "a-key.pem")+", ca_file: "+filepath.Join(c, "ca.pem")+"}}\n"+engines), 0o644)
 	if out, err := execute(t, "serve", "--check", "--config", withTLS); err != nil || !strings.Contains(out, "configuration valid") {
 		t.Fatalf("with the certificates: %q, %v", out, err)
 	}
 	without := filepath.Join(dir, "plain.yaml")
-	os.WriteFile(without, []byte("cluster: {enabled: true, bind: \"0.0.0.0:7946\", advertise: \"10.0.0.1:7946\"}\n"+engines), 0o644)
+	os.WriteFile(without, []byte("cluster: {enabled: true, bind: \"0.0.0.0:7946\", advertise: \"10.0.0.1:7946\"}\n"+engines), 0o644) // testports: not bound (serve --check)
 	if _, err := execute(t, "serve", "--check", "--config", without); err == nil || !strings.Contains(err.Error(), "cluster.tls: required") {
 		t.Fatalf("beyond loopback without credentials: %v", err)
 	}

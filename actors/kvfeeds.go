@@ -34,7 +34,7 @@ type kvFeeds struct {
 }
 
 func startKVFeeds(cfg config.KVEventsRuntime, index *exactIndex, m *telemetry.Metrics, log *slog.Logger) *kvFeeds {
-	return &kvFeeds{perEngine: newPerEngine(), cfg: cfg, index: index, m: m, log: log}
+	return &kvFeeds{perEngine: newPerEngine(), cfg: cfg, index: index, m: m, log: telemetry.Throttle(log, time.Minute, 10)}
 }
 
 // add follows v's events if spec names (or the fleet's patterns give) an endpoint.
@@ -94,7 +94,7 @@ func (f *kvFeeds) follow(ctx context.Context, v *engineView, en *exactEngine, pu
 			return
 		}
 		f.index.lost(en)
-		f.m.KVEvents(v.name, "error")
+		f.m.KVEvents(v.name, kvevents.Result(err))
 		report()
 		f.log.Warn("KV event stream broke: placing on the estimate until it is followed again", "engine", v.name,
 			"endpoint", pub, "error", err, "retry_in", wait)

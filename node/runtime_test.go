@@ -95,7 +95,7 @@ func TestChangesSeesANewKeysFile(t *testing.T) {
 	if !slices.Equal(changed, []string{"server.api_keys_file"}) || len(refused) != 0 {
 		t.Fatalf("changed %v refused %v", changed, refused)
 	}
-	c.Server.Listen = ":9000"
+	c.Server.Listen = ":9000" // testports: not bound (a listener change the reload refuses)
 	next, err = Provision(c, kv.Builtin())
 	if err != nil {
 		t.Fatal(err)

@@ -255,49 +255,8 @@ func TestPrometheusDashboardQueriesReturnData(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs narwhal serve and prometheus")
 	}
-	promBin, err := exec.LookPath("prometheus")
-	if err != nil {
-		t.Skip("prometheus is not installed (Debian: apt-get install prometheus; .ci/run does it): the dashboard's queries are not run")
-	}
-	interval := promScrapeInterval(t)
-	panels := prometheusDashboard(t, "1m")
-
-	// One producer (at most one prefill at a time, so that a second long prompt waits in the
-	// queue) and two consumers; the capacity model's prefix cache reports cached tokens.
-	fleet, err := sim.StartFleet(sim.FleetOptions{Prefill: 1, Decode: 2, Engine: sim.Options{
-		Models: []string{"sim-model"}, TTFT: 5 * time.Millisecond, ITL: 2 * time.Millisecond, Tokens: 4,
-		MaxNumSeqs: 16, BlockSize: 4, PromptTokensDetails: true,
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { fleet.Close() })
-
-	const token = "prometheus-scrapes-with-this"
-	cfg := config.Default()
-	cfg.Engines = fleetEngines(fleet)
-	cfg.Engines[0].MaxInflight = 1
-	pinContract(&cfg)
-	cfg.Log.AccessLog = false
-	cfg.Server.Listen, cfg.Server.AdminListen, cfg.Server.AdminToken = freeTCPAddr(t), freeTCPAddr(t), token
-	cfg.Server.ShutdownGraceS = 1
-	cfg.Engine.FirstTokenTimeoutS = 2
-	cfg.Disaggregation.MinPromptTokens, cfg.Disaggregation.MaxLocalPromptTokens = 8, 8
-	cfg.Placement.PrefixBlockWords = 4
-	cfg.Recovery.MaxAttempts, cfg.Recovery.EjectAfter = 2, 1
-	cfg.Recovery.RetryBudget = config.RetryBudget{Ratio: 0, MinPerS: 0.1, WindowS: 10} // one retry per 10 s
-	cfg.Recovery.ProbeIntervalS, cfg.Recovery.ProbeMaxIntervalS = 0.05, 0.1
-	cfg.Admission.QueueTimeoutS = 0.2
-	bind := freeClusterAddr(t) // a cluster of one: its breakers' verdicts are published
-	cl := &cfg.Cluster
-	cl.Enabled, cl.Name, cl.NodeName, cl.Bind, cl.Seeds = true, "prom", "node-0", bind, []string{bind}
-	n := servedNode{routerProcess(t, cfg)}
-
-	prom := startPrometheus(t, promBin, cfg.Server.AdminListen, token, interval)
-	eventually(t, 20*time.Second, func() bool { return prom.scalar(`up{job="narwhal"}`) == 1 },
-		func() string {
-			return "prometheus never scraped narwhal with its token (up != 1):\n" + string(prom.log.Bytes())
-		})
+	rig := startDashboardRig(t)
+	fleet, n, prom := rig.fleet, rig.node, rig.prom
 
 	// A round of traffic; the second round makes every counter and histogram grow between two
 	// scrapes, so that rates and quantiles over the window are numbers, not NaN.
@@ -369,7 +328,73 @@ func TestPrometheusDashboardQueriesReturnData(t *testing.T) {
 	round(2)
 	waitForRound(2)
 
-	// Every query of every panel parses and returns at least one number.
+	rig.everyPanelHasData(t)
+}
+
+// dashboardRig is a real `narwhal serve` in front of a simulated fleet (one producer, at most
+// one prefill at a time, and two consumers), a cluster of one so that its breakers' verdicts are
+// published, and Debian's prometheus scraping it.
+type dashboardRig struct {
+	fleet  *sim.Fleet
+	node   servedNode
+	prom   *promServer
+	panels []dashboardPanel
+}
+
+func startDashboardRig(t *testing.T) dashboardRig {
+	t.Helper()
+	promBin, err := exec.LookPath("prometheus")
+	if err != nil {
+		t.Skip("prometheus is not installed (Debian: apt-get install prometheus; .ci/run does it): the dashboard's queries are not run")
+	}
+	interval := promScrapeInterval(t)
+	panels := prometheusDashboard(t, "1m")
+
+	// One producer (at most one prefill at a time, so that a second long prompt waits in the
+	// queue) and two consumers; the capacity model's prefix cache reports cached tokens.
+	fleet, err := sim.StartFleet(sim.FleetOptions{Prefill: 1, Decode: 2, Engine: sim.Options{
+		Models: []string{"sim-model"}, TTFT: 5 * time.Millisecond, ITL: 2 * time.Millisecond, Tokens: 4,
+		MaxNumSeqs: 16, BlockSize: 4, PromptTokensDetails: true,
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fleet.Close() })
+
+	const token = "prometheus-scrapes-with-this"
+	cfg := config.Default()
+	cfg.Engines = fleetEngines(fleet)
+	cfg.Engines[0].MaxInflight = 1
+	pinContract(&cfg)
+	cfg.Log.AccessLog = false
+	cfg.Server.Listen, cfg.Server.AdminListen, cfg.Server.AdminToken = freeTCPAddr(t), freeTCPAddr(t), token
+	cfg.Server.ShutdownGraceS = 1
+	cfg.Engine.FirstTokenTimeoutS = 2
+	cfg.Disaggregation.MinPromptTokens, cfg.Disaggregation.MaxLocalPromptTokens = 8, 8
+	cfg.Placement.PrefixBlockWords = 4
+	cfg.Recovery.MaxAttempts, cfg.Recovery.EjectAfter = 2, 1
+	cfg.Recovery.RetryBudget = config.RetryBudget{Ratio: 0, MinPerS: 0.1, WindowS: 10} // one retry per 10 s
+	cfg.Recovery.ProbeIntervalS, cfg.Recovery.ProbeMaxIntervalS = 0.05, 0.1
+	cfg.Admission.QueueTimeoutS = 0.2
+	bind := freeClusterAddr(t) // a cluster of one: its breakers' verdicts are published
+	cl := &cfg.Cluster
+	cl.Enabled, cl.Name, cl.NodeName, cl.Bind, cl.Seeds = true, "prom", "node-0", bind, []string{bind}
+	n := servedNode{routerProcess(t, cfg)}
+
+	prom := startPrometheus(t, promBin, cfg.Server.AdminListen, token, interval)
+	eventually(t, 20*time.Second, func() bool { return prom.scalar(`up{job="narwhal"}`) == 1 },
+		func() string {
+			return "prometheus never scraped narwhal with its token (up != 1):\n" + string(prom.log.Bytes())
+		})
+
+	return dashboardRig{fleet: fleet, node: n, prom: prom, panels: panels}
+}
+
+// everyPanelHasData runs every query of every panel until each parses and returns at least one
+// number (a panel showing "No data" fails), and logs what they returned.
+func (rig dashboardRig) everyPanelHasData(t *testing.T) {
+	t.Helper()
+	panels, prom := rig.panels, rig.prom
 	type failure struct{ panel, expr, why string }
 	var failures []failure
 	results := map[string]string{}

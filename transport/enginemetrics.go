@@ -3,8 +3,11 @@ package transport
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
-	"strconv"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
 )
 
 // EngineLoad is what a router reads of an engine's own load from its Prometheus /metrics,
@@ -25,71 +28,61 @@ func (c *EngineClient) Load(ctx context.Context) (EngineLoad, error) {
 	if err != nil {
 		return EngineLoad{}, err
 	}
-	l, ok := ParseEngineLoad(body)
-	if !ok {
-		return l, fmt.Errorf("engine %s: GET /metrics: no vllm:num_requests_running, vllm:num_requests_waiting or vllm:kv_cache_usage_perc", c.name)
+	l, err := ParseEngineLoad(body)
+	if err != nil {
+		return l, fmt.Errorf("engine %s: GET /metrics: %w", c.name, err)
 	}
 	return l, nil
 }
 
-// ParseEngineLoad reads the vLLM gauges out of Prometheus text; ok is false when none is there.
-func ParseEngineLoad(body []byte) (l EngineLoad, ok bool) {
-	var usageSum float64
-	usageN := 0
-	for len(body) > 0 {
-		line := body
-		if i := bytes.IndexByte(body, '\n'); i >= 0 {
-			line, body = body[:i], body[i+1:]
-		} else {
-			body = nil
-		}
-		if len(line) == 0 || line[0] == '#' {
-			continue
-		}
-		name, value, found := sample(line)
-		if !found {
-			continue
-		}
-		switch string(name) {
-		case "vllm:num_requests_running":
-			l.Running += int(value)
-			ok = true
-		case "vllm:num_requests_waiting":
-			l.Waiting += int(value)
-			ok = true
-		case "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc": // the latter: vLLM before 0.10
-			usageSum += value
-			usageN++
-			ok = true
-		}
+// ParseEngineLoad reads the vLLM gauges out of Prometheus text exposition, with the Prometheus
+// text parser (a label value may hold any character, '}' and escaped quotes included). It is an
+// error when the text does not parse or has none of the gauges.
+func ParseEngineLoad(body []byte) (EngineLoad, error) {
+	var parser expfmt.TextParser
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(body))
+	if err != nil {
+		return EngineLoad{}, fmt.Errorf("not Prometheus text: %w", err)
 	}
-	if usageN > 0 {
-		l.KVUsage, l.HasKVUsage = usageSum/float64(usageN), true
+	var l EngineLoad
+	found := false
+	sum := func(name string) (total float64, n int) {
+		f := families[name]
+		if f == nil {
+			return 0, 0
+		}
+		found = true
+		for _, m := range f.GetMetric() {
+			total += value(m)
+			n++
+		}
+		return total, n
 	}
-	return l, ok
+	running, _ := sum("vllm:num_requests_running")
+	waiting, _ := sum("vllm:num_requests_waiting")
+	usage, n := sum("vllm:kv_cache_usage_perc")
+	old, oldN := sum("vllm:gpu_cache_usage_perc") // vLLM before 0.10
+	usage, n = usage+old, n+oldN
+	if !found {
+		return l, errors.New("no vllm:num_requests_running, vllm:num_requests_waiting or vllm:kv_cache_usage_perc")
+	}
+	l.Running, l.Waiting = int(running), int(waiting)
+	if n > 0 {
+		l.KVUsage, l.HasKVUsage = usage/float64(n), true
+	}
+	return l, nil
 }
 
-// sample splits a Prometheus text sample line into its metric name and value.
-func sample(line []byte) (name []byte, value float64, ok bool) {
-	end := bytes.IndexAny(line, "{ ")
-	if end <= 0 {
-		return nil, 0, false
+// value is a sample's value whatever its declared type (vLLM's are gauges; an untyped sample
+// from a bare exposition reads the same).
+func value(m *dto.Metric) float64 {
+	switch {
+	case m.Gauge != nil:
+		return m.Gauge.GetValue()
+	case m.Counter != nil:
+		return m.Counter.GetValue()
+	case m.Untyped != nil:
+		return m.Untyped.GetValue()
 	}
-	name, rest := line[:end], line[end:]
-	if rest[0] == '{' {
-		close := bytes.IndexByte(rest, '}')
-		if close < 0 {
-			return nil, 0, false
-		}
-		rest = rest[close+1:]
-	}
-	fields := bytes.Fields(rest)
-	if len(fields) == 0 {
-		return nil, 0, false
-	}
-	v, err := strconv.ParseFloat(string(fields[0]), 64)
-	if err != nil {
-		return nil, 0, false
-	}
-	return name, v, true
+	return 0
 }

@@ -15,7 +15,7 @@ import (
 // testRouterConfig is the default configuration in front of one producer and one consumer.
 func testRouterConfig() RouterConfig {
 	c := DefaultRouterConfig()
-	c.Listen, c.AdminListen = "127.0.0.1:18000", "127.0.0.1:18001"
+	c.Listen, c.AdminListen = "127.0.0.1:18000", "127.0.0.1:18001" // testports: not bound (the config is only written and checked)
 	c.Engines = []loadgen.Engine{
 		{Name: "p0", Role: "prefill", URL: "http://127.0.0.1:9000", EngineID: "id-p0", KVEndpoint: "127.0.0.1:9100"},
 		{Name: "d0", Role: "decode", URL: "http://127.0.0.1:9001", EngineID: "id-d0", KVEndpoint: "127.0.0.1:9101"},

@@ -81,6 +81,7 @@ class Sim:
         self.url = info["url"]
         self.engine_id = info["engine_id"]
         self.kv_endpoint = info["kv_endpoint"]
+        self.kv_port = int(self.kv_endpoint.rsplit(":", 1)[1])  # a free port, outside vLLM's 5600-5663
         wait_until(self._healthy, 10.0, f"{name} /health")
 
     def _first_line(self, timeout: float) -> bytes:

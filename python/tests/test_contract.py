@@ -36,7 +36,9 @@ def side(defaults: dict, override: dict) -> KVSide:
     d = dict(defaults, **(override or {}))
     return KVSide(engine=d["engine"], connector=d["connector"], engine_id=d["engine_id"],
                   endpoint=d["endpoint"], transfer_modes=tuple(d["transfer_modes"]),
-                  host=d.get("host", ""), allowed_endpoints=tuple(d.get("allowed_endpoints", ())))
+                  host=d.get("host", ""), allowed_endpoints=tuple(d.get("allowed_endpoints", ())),
+                  allowed_ports=tuple((r["lo"], r["hi"]) for r in d.get("allowed_ports", ())),
+                  reserved_ports=tuple(d.get("reserved_ports", ())))
 
 
 class DescriptorVectors(unittest.TestCase):

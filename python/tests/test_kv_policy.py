@@ -55,7 +55,39 @@ class KVEndpointPolicy(unittest.TestCase):
 
     def test_an_unpinned_producer_may_point_at_its_own_host(self):
         p = self.producer_sim()
-        self.assert_handed_off(p, EngineClient(p.url, name="p0"))
+        self.assert_handed_off(p, EngineClient(p.url, name="p0", kv_allowed_ports=[p.kv_port]))
+
+    def test_an_unpinned_producer_may_name_only_allowed_ports(self):
+        # The simulator's KV port is a free one, outside vLLM's NIXL range: refused by default,
+        # and so are ssh and redis on the producer's own host even when its KV port is allowed.
+        p = self.producer_sim()
+        self.assert_refused(EngineClient(p.url, name="p0"), "endpoint_mismatch",
+                            "kv.allowed_ports do not include (5600-5663)")
+        for port in (22, 6379):
+            with self.subTest(port=port):
+                q = self.producer_sim("--descriptor-extra", f'"remote_port":{port}')
+                self.assert_refused(EngineClient(q.url, name="p0", kv_allowed_ports=[q.kv_port]), "endpoint_mismatch",
+                                    f"127.0.0.1:{port}, on a port producer p0's kv.allowed_ports do not include")
+
+    def test_the_router_s_own_ports_are_never_allowed(self):
+        # A client working for a router passes the router's listener ports: a descriptor naming
+        # one is refused even when kv_allowed_ports cover it; a pin may still name it.
+        router = self.producer_sim()  # stands for the router's listener: a port that is taken
+        port = int(router.url.rsplit(":", 1)[1])
+        p = self.producer_sim("--descriptor-extra", f'"remote_port":{port}')
+        self.assert_refused(EngineClient(p.url, name="p0", kv_allowed_ports=[f"{port}-{port}"], kv_reserved_ports=[port]),
+                            "endpoint_mismatch", "a port of the router's own listeners")
+        self.assert_refused(EngineClient(p.url, name="p0", kv_allowed_endpoints=["127.0.0.0/8"],
+                                         kv_allowed_ports=[port], kv_reserved_ports=[port]),
+                            "endpoint_mismatch", "a port of the router's own listeners")
+
+    def test_allowed_ports_are_checked_when_given(self):
+        for bad in (22, "22", [0], ["70000"], ["x"], [(5, 1)]):
+            with self.subTest(bad=bad):
+                with self.assertRaises(ValueError):
+                    EngineClient("http://127.0.0.1:1", kv_allowed_ports=bad)
+        c = EngineClient("http://127.0.0.1:1", kv_allowed_ports=[7000, "5600-5663", (8000, 8001)])
+        self.assertEqual(c.kv.allowed_ports, ((7000, 7000), (5600, 5663), (8000, 8001)))
 
     def test_an_unpinned_producer_may_not_point_at_another_host(self):
         p = self.producer_sim("--descriptor-extra", '"remote_host":"10.1.2.3"')
@@ -71,7 +103,8 @@ class KVEndpointPolicy(unittest.TestCase):
         p = self.producer_sim()
         local = p.url.replace("127.0.0.1", "localhost")
         self.assert_refused(EngineClient(local, name="p0"), "endpoint_mismatch", "not producer p0's own host localhost")
-        self.assert_handed_off(p, EngineClient(local, name="p0", kv_allowed_endpoints=["127.0.0.0/8"]))
+        self.assert_handed_off(p, EngineClient(local, name="p0", kv_allowed_endpoints=["127.0.0.0/8"],
+                                               kv_allowed_ports=[p.kv_port]))
         self.assert_handed_off(p, EngineClient(local, name="p0", kv_allowed_endpoints=[p.kv_endpoint]))
 
     def test_an_allow_list_replaces_the_same_host_rule(self):

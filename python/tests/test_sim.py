@@ -209,7 +209,7 @@ class Rejections(SimTest):
     def test_a_transfer_mode_the_consumer_does_not_speak(self):
         grouped = Sim("p1", "prefill", "--kv-layout", "grouped")
         self.addCleanup(grouped.close)
-        producer = EngineClient(grouped.url, name="p0")
+        producer = EngineClient(grouped.url, name="p0", kv_allowed_ports=[grouped.kv_port])
         res = producer.prefill(completion("x"))
         self.assertEqual(res.parameters()["transfer_mode"], "pull")
         with self.assertRaises(EngineFault) as cm:

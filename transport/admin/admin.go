@@ -162,12 +162,12 @@ func Handler(router Fleet, prom http.Handler, token, addr string) http.Handler {
 	if prom != nil {
 		mux.Handle("GET /metrics", prom)
 	}
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.Handle("/debug/pprof/", profiling(pprof.Index))
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.Handle("/debug/pprof/profile", profiling(pprof.Profile))
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	return open
+	mux.Handle("/debug/pprof/trace", profiling(pprof.Trace))
+	return deadlines(open)
 }
 
 func askContext(r *http.Request) context.Context {

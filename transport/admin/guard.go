@@ -23,7 +23,9 @@ import (
 // own DNS name), and a mutation (POST) is accepted only from loopback and only as a request a
 // browser cannot send across sites without asking first: with a JSON Content-Type or an
 // X-Narwhal-Admin header (either makes a cross-site fetch preflighted, and this listener
-// answers no preflight). curl, scripts and `narwhal` itself send one of them.
+// answers no preflight). curl, scripts and `narwhal` itself send one of them. A request that
+// starts work running on after it (a CPU profile, a trace, a delta profile: costly) is held to
+// the same rules as a change, since an <img> tag on any page could otherwise start one.
 type guard struct {
 	want []byte // "Bearer <token>"; nil: no token
 	port string // the admin listener's port, for the Host check
@@ -49,13 +51,14 @@ func (g guard) wrap(next http.Handler) http.Handler {
 			http.Error(w, "the Host header does not name this admin listener (use 127.0.0.1:"+g.port+" or localhost:"+g.port+"; set server.admin_token to reach it by another name)", http.StatusMisdirectedRequest)
 			return
 		}
-		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		if (r.Method != http.MethodGet && r.Method != http.MethodHead) || costly(r) {
 			switch {
 			case !local:
-				http.Error(w, "admin changes without server.admin_token are accepted from this host only; set server.admin_token", http.StatusForbidden)
+				http.Error(w, "admin changes and profiles without server.admin_token are accepted from this host only; set server.admin_token", http.StatusForbidden)
 				return
 			case !nonSimple(r):
-				http.Error(w, "a change without server.admin_token needs Content-Type: application/json or an "+AdminHeader+" header (a browser cannot send either across sites without asking)", http.StatusForbidden)
+				http.Error(w, "a change or a profile without server.admin_token needs Content-Type: application/json or an "+AdminHeader+
+					" header (a browser cannot send either across sites without asking): curl -H '"+AdminHeader+": 1'", http.StatusForbidden)
 				return
 			}
 		}

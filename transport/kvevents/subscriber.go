@@ -37,14 +37,21 @@ type Subscriber struct {
 }
 
 // Run subscribes and delivers batches until ctx ends (it then returns nil) or the stream
-// fails. A payload that does not decode is an error: the index it feeds would be wrong.
+// fails. A payload that does not decode is an error: the index it feeds would be wrong. An
+// error that wraps ErrHostile is the publisher's doing (a frame, message or batch over the
+// bounds, or one that does not parse); the connection is closed before anything is allocated
+// for what it claimed.
 func (s *Subscriber) Run(ctx context.Context) error {
 	sub := zmq4.NewSub(ctx)
 	defer sub.Close()
 	if err := sub.SetOption(zmq4.OptionSubscribe, s.Topic); err != nil {
 		return fmt.Errorf("kvevents: subscribe %q: %w", s.Topic, err)
 	}
-	if err := sub.Dial(s.Endpoint); err != nil {
+	endpoint, err := boundedEndpoint(s.Endpoint)
+	if err != nil {
+		return err
+	}
+	if err := sub.Dial(endpoint); err != nil {
 		return fmt.Errorf("kvevents: dial %s: %w", s.Endpoint, err)
 	}
 	next, started, live := uint64(0), false, false
@@ -61,7 +68,7 @@ func (s *Subscriber) Run(ctx context.Context) error {
 		}
 		m, err := ParseMessage(msg.Frames)
 		if err != nil {
-			return err
+			return fmt.Errorf("%w: %s: %w", ErrHostile, s.Endpoint, err)
 		}
 		if !started {
 			next, started = m.Seq, true
@@ -86,7 +93,7 @@ func (s *Subscriber) Run(ctx context.Context) error {
 		}
 		b, err := DecodeBatch(m.Payload)
 		if err != nil {
-			return fmt.Errorf("kvevents: batch %d from %s: %w", m.Seq, s.Endpoint, err)
+			return fmt.Errorf("%w: batch %d from %s: %w", ErrHostile, m.Seq, s.Endpoint, err)
 		}
 		s.Handle(m.Seq, b)
 		next = m.Seq + 1
@@ -99,7 +106,8 @@ func (s *Subscriber) fill(ctx context.Context, from, upto uint64) error {
 	next := from
 	if s.Replay != "" {
 		var err error
-		if next, err = s.replay(ctx, from, upto); err != nil && ctx.Err() == nil && s.Gap == nil {
+		// A hostile replay endpoint ends the stream too; any other failure is a gap.
+		if next, err = s.replay(ctx, from, upto); err != nil && ctx.Err() == nil && (s.Gap == nil || errors.Is(err, ErrHostile)) {
 			return err
 		}
 	}
@@ -120,7 +128,11 @@ func (s *Subscriber) replay(ctx context.Context, from, upto uint64) (uint64, err
 	defer cancel()
 	dealer := zmq4.NewDealer(rctx)
 	defer dealer.Close()
-	if err := dealer.Dial(s.Replay); err != nil {
+	endpoint, err := boundedEndpoint(s.Replay)
+	if err != nil {
+		return from, err
+	}
+	if err := dealer.Dial(endpoint); err != nil {
 		return from, fmt.Errorf("kvevents: dial replay %s: %w", s.Replay, err)
 	}
 	if err := dealer.SendMulti(zmq4.NewMsgFrom(ReplayRequest(from)...)); err != nil {
@@ -137,7 +149,7 @@ func (s *Subscriber) replay(ctx context.Context, from, upto uint64) (uint64, err
 		}
 		seq, payload, end, err := ParseReplayReply(msg.Frames)
 		if err != nil {
-			return next, err
+			return next, fmt.Errorf("%w: %s: %w", ErrHostile, s.Replay, err)
 		}
 		if end {
 			return next, nil
@@ -150,10 +162,19 @@ func (s *Subscriber) replay(ctx context.Context, from, upto uint64) (uint64, err
 		}
 		b, err := DecodeBatch(payload)
 		if err != nil {
-			return next, fmt.Errorf("kvevents: replayed batch %d from %s: %w", seq, s.Replay, err)
+			return next, fmt.Errorf("%w: replayed batch %d from %s: %w", ErrHostile, seq, s.Replay, err)
 		}
 		s.Handle(seq, b)
 		next = seq + 1
 	}
 	return next, nil
+}
+
+// Result names how a stream whose Run returned err ended, as the kv_events metric counts it:
+// "hostile" (the publisher sent what no vLLM sends: err wraps ErrHostile) or "error".
+func Result(err error) string {
+	if errors.Is(err, ErrHostile) {
+		return "hostile"
+	}
+	return "error"
 }

@@ -35,22 +35,15 @@ type Metrics struct {
 		forget(engine string)
 		remember(engine string)
 	}
-}
-
-// ForgetEngine drops the series of an engine that left the fleet (every counter and gauge
-// tagged with its name as engine or producer): Prometheus no longer exports them, and statsd is
-// sent nothing more for them, until RememberEngine.
-func (m *Metrics) ForgetEngine(engine string) {
-	if m.engines != nil {
-		m.engines.forget(engine)
+	// direct makes an engine's counters and gauges outside tally (nil: in tally scopes), so
+	// that none of tally's per-tag-set state is made for a name that will go (fanout).
+	direct interface {
+		engineCounter(engine, name string, tags map[string]string) tally.Counter
+		engineGauge(engine, name string, tags map[string]string) tally.Gauge
 	}
-}
-
-// RememberEngine undoes ForgetEngine for an engine (re)joining the fleet under that name.
-func (m *Metrics) RememberEngine(engine string) {
-	if m.engines != nil {
-		m.engines.remember(engine)
-	}
+	// byEngine is, per engine name, the instruments tagged with it (as engine or producer), kept
+	// apart from the others so that ForgetEngine drops them whole (under mu).
+	byEngine map[string]*engineSet
 }
 
 // New records into scope (tally.NoopScope for none).
@@ -61,6 +54,7 @@ func New(scope tally.Scope) *Metrics {
 		timers:   map[instrumentKey]tally.Timer{},
 		gauges:   map[instrumentKey]tally.Gauge{},
 		sets:     map[setKey]*requestSet{},
+		byEngine: map[string]*engineSet{},
 		tokenGap: scope.Histogram("inter_token_gap_s", gapBuckets),
 	}
 }
@@ -120,16 +114,43 @@ func cached[K comparable, V any](mu *sync.RWMutex, m map[K]V, k K, mk func() V) 
 // counter returns the counter name{kv...}; kv alternates tag keys and values, and one metric
 // name always uses the same keys (Prometheus requires it).
 func (m *Metrics) counter(name string, kv ...string) tally.Counter {
+	if engine := engineOf(kv); engine != "" {
+		return engineCached(m, engine, func(e *engineSet) map[instrumentKey]tally.Counter { return e.counters }, key(name, kv...),
+			func() (tally.Counter, tally.Scope) {
+				if m.direct != nil {
+					return m.direct.engineCounter(engine, name, tags(kv)), nil
+				}
+				s := m.scope.Tagged(tags(kv))
+				return s.Counter(name), s
+			})
+	}
 	return cached(&m.mu, m.counters, key(name, kv...), func() tally.Counter { return m.scope.Tagged(tags(kv)).Counter(name) })
 }
 
 // timer returns a latency timer: statsd gets every sample (it computes percentiles), Prometheus
 // a histogram in seconds.
 func (m *Metrics) timer(name string, kv ...string) tally.Timer {
+	if engine := engineOf(kv); engine != "" {
+		return engineCached(m, engine, func(e *engineSet) map[instrumentKey]tally.Timer { return e.timers }, key(name, kv...),
+			func() (tally.Timer, tally.Scope) {
+				s := m.scope.Tagged(tags(kv))
+				return s.Timer(name), s
+			})
+	}
 	return cached(&m.mu, m.timers, key(name, kv...), func() tally.Timer { return m.scope.Tagged(tags(kv)).Timer(name) })
 }
 
 func (m *Metrics) gauge(name string, kv ...string) tally.Gauge {
+	if engine := engineOf(kv); engine != "" {
+		return engineCached(m, engine, func(e *engineSet) map[instrumentKey]tally.Gauge { return e.gauges }, key(name, kv...),
+			func() (tally.Gauge, tally.Scope) {
+				if m.direct != nil {
+					return m.direct.engineGauge(engine, name, tags(kv)), nil
+				}
+				s := m.scope.Tagged(tags(kv))
+				return s.Gauge(name), s
+			})
+	}
 	return cached(&m.mu, m.gauges, key(name, kv...), func() tally.Gauge { return m.scope.Tagged(tags(kv)).Gauge(name) })
 }
 
@@ -445,7 +466,9 @@ func (m *Metrics) EngineScrape(engine, result string) {
 
 // KVEvents counts what an engine's KV cache event stream did: "batch" (a batch applied to the
 // exact prefix index), "gap" (batches lost for good: the engine's entries are dropped), "restart"
-// (the publisher started over), "error" (the stream broke and is followed again).
+// (the publisher started over), "error" (the stream broke and is followed again), "hostile" (the
+// publisher sent what no vLLM sends — a frame, message or count over kvevents' bounds — and was
+// hung up on; it is followed again after the backoff).
 func (m *Metrics) KVEvents(engine, result string) {
 	m.counter("kv_events", "engine", engine, "result", result).Inc(1)
 }

@@ -126,7 +126,7 @@ func TestPrometheusNamesFollowTheConventions(t *testing.T) {
 func TestForgottenEngineSeriesLeaveTheScrape(t *testing.T) {
 	reg := prom.NewRegistry()
 	pr := tallyprom.NewReporter(tallyprom.Options{Registerer: reg, Gatherer: reg, OnRegisterError: func(error) {}})
-	f := &fanout{prom: pr, forgotten: map[string]bool{}}
+	f := newFanout(pr)
 	d0 := f.AllocateCounter("engine_faults", map[string]string{"engine": "d0", "leg": "decode", "kind": "silence"})
 	d1 := f.AllocateCounter("engine_faults", map[string]string{"engine": "d1", "leg": "decode", "kind": "silence"})
 	g0 := f.AllocateGauge("engine_inflight", map[string]string{"engine": "d0", "phase": "decode"})

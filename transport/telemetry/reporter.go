@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"net/http"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cactus/go-statsd-client/v5/statsd"
@@ -29,6 +31,7 @@ type Reporting struct {
 
 	closer  io.Closer
 	statter statsd.Statter
+	flushes *atomic.Uint64 // reports done (fanout.flushes)
 }
 
 // PrometheusPrefix starts every Prometheus metric name.
@@ -74,7 +77,10 @@ var secondsBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1
 
 // NewReporting starts the root scope. Counters, gauges and histograms are reported every
 // flush interval (metrics.statsd.flush_interval_s, else 1 s); timers are sent at once.
-func NewReporting(cfg config.Metrics) (*Reporting, error) {
+func NewReporting(cfg config.Metrics) (*Reporting, error) { return newReporting(cfg, time.Second) }
+
+// newReporting is NewReporting with the flush interval used when statsd is off.
+func newReporting(cfg config.Metrics, interval time.Duration) (*Reporting, error) {
 	reg := prom.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	pr := tallyprom.NewReporter(tallyprom.Options{
@@ -84,8 +90,7 @@ func NewReporting(cfg config.Metrics) (*Reporting, error) {
 		DefaultHistogramBuckets: secondsBuckets,
 		OnRegisterError:         func(error) {}, // one name, one tag-key set: enforced by Metrics
 	})
-	rep := &fanout{prom: pr, forgotten: map[string]bool{}}
-	interval := time.Second
+	rep := newFanout(pr)
 	if s := cfg.Statsd; s != nil {
 		statter, err := statsd.NewClientWithConfig(&statsd.ClientConfig{
 			Address: s.Address, Prefix: s.Prefix, UseBuffered: true, FlushInterval: s.FlushIntervalS.Duration(),
@@ -107,7 +112,8 @@ func NewReporting(cfg config.Metrics) (*Reporting, error) {
 	m := New(scope)
 	m.BuildInfo(buildinfo.Get())
 	m.engines = rep
-	return &Reporting{Metrics: m, Prometheus: pr.HTTPHandler(), closer: closer, statter: rep.statter}, nil
+	m.direct = rep
+	return &Reporting{Metrics: m, Prometheus: pr.HTTPHandler(), closer: closer, statter: rep.statter, flushes: &rep.flushes}, nil
 }
 
 // Close reports what is pending and closes the statsd client.
@@ -126,25 +132,35 @@ func (r *Reporting) Close() error {
 //
 // The counters and gauges of one engine (tagged engine or producer) can be forgotten when the
 // engine leaves the fleet: their Prometheus series are deleted, and what tally still reports
-// for them (it never drops an instrument: a gauge set while the engine drained is reported at
-// the next flush) is dropped, to Prometheus and statsd alike, until an engine of that name is
-// added again. Such an instrument looks its Prometheus series up at each report (once per
-// flush, not per request), so a series deleted and wanted again is made afresh, starting at 0.
+// for them (a gauge set while the engine drained is reported at the next flush, and a closed
+// scope once more) is dropped, to Prometheus and statsd alike, until an engine of that name is
+// added again or two reports have run. Such an instrument looks its Prometheus series up at each
+// report (once per flush, not per request), so a series deleted and wanted again is made afresh,
+// starting at 0.
 type fanout struct {
 	prom    tallyprom.Reporter
 	statter statsd.Statter // nil: statsd off
 
-	mu        sync.RWMutex
-	forgotten map[string]bool // engine names whose series are gone
-	vecs      []engineVec     // every Prometheus vector with an engine or producer label
+	flushes atomic.Uint64 // reports done
+
+	mu sync.RWMutex
+	// forgotten is the engine names whose series are gone, each with the number of reports done
+	// when it was forgotten. A name is kept until two more reports have run: by then tally has
+	// reported the engine's closed scopes a last time (dropped here) and let them go, and the
+	// name costs nothing more.
+	forgotten map[string]uint64
+	// series is, per engine name, the Prometheus series its instruments report to: forgetting
+	// an engine deletes exactly those, at a cost of its own series rather than the fleet's.
+	series map[string][]engineSeries
+	// direct is, per engine name, its counters and gauges made outside tally (directCounter,
+	// directGauge), reported at each Flush.
+	direct map[string][]directInstrument
 }
 
-// engineVec is a Prometheus vector whose label key names an engine.
-type engineVec struct {
-	vec interface {
-		DeletePartialMatch(prom.Labels) int
-	}
-	key string
+// engineSeries is one series of an engine: its vector and labels.
+type engineSeries struct {
+	vec    interface{ Delete(prom.Labels) bool }
+	labels prom.Labels
 }
 
 // engineTag returns the key and value of the tag naming an engine, if any.
@@ -161,10 +177,12 @@ func engineTag(tags map[string]string) (key, engine string) {
 func (f *fanout) forget(engine string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.forgotten[engine] = true
-	for _, v := range f.vecs {
-		v.vec.DeletePartialMatch(prom.Labels{v.key: engine})
+	f.forgotten[engine] = f.flushes.Load()
+	for _, s := range f.series[engine] {
+		s.vec.Delete(s.labels)
 	}
+	delete(f.series, engine)
+	delete(f.direct, engine)
 }
 
 // remember lets engine's series be reported again (an engine of that name joined the fleet).
@@ -174,25 +192,15 @@ func (f *fanout) remember(engine string) {
 	f.mu.Unlock()
 }
 
-// export makes a new instrument's series, unless its engine is forgotten.
-func (f *fanout) export(engine string, create func()) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	if !f.forgotten[engine] {
-		create()
-	}
-}
-
-// track records vec, whose label key names an engine, once.
-func (f *fanout) track(vec engineVec) {
+// export notes a new instrument's series under its engine and, unless the engine is forgotten,
+// makes it (exported from now on, at 0, as tally's own instruments are).
+func (f *fanout) export(engine string, s engineSeries, create func()) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for _, v := range f.vecs {
-		if v.vec == vec.vec {
-			return
-		}
+	f.series[engine] = append(f.series[engine], s)
+	if _, gone := f.forgotten[engine]; !gone {
+		create()
 	}
-	f.vecs = append(f.vecs, vec)
 }
 
 // StatsdName is the statsd name of a metric: the name, then each tag as ".key.value" in key
@@ -228,7 +236,33 @@ func statsdSafe(s string) string {
 func (f *fanout) Capabilities() tally.Capabilities { return f }
 func (f *fanout) Reporting() bool                  { return true }
 func (f *fanout) Tagging() bool                    { return true }
-func (f *fanout) Flush()                           { f.prom.Flush() }
+
+func newFanout(pr tallyprom.Reporter) *fanout {
+	return &fanout{prom: pr, forgotten: map[string]uint64{}, series: map[string][]engineSeries{}, direct: map[string][]directInstrument{}}
+}
+
+// Flush ends one report of every instrument (tally calls it after reporting its own): it
+// reports the engines' direct instruments, and lets go of the names forgotten two reports ago.
+func (f *fanout) Flush() {
+	f.mu.RLock()
+	var direct []directInstrument
+	for _, in := range f.direct {
+		direct = append(direct, in...)
+	}
+	f.mu.RUnlock()
+	for _, in := range direct {
+		in.report()
+	}
+	f.prom.Flush()
+	done := f.flushes.Add(1)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for engine, at := range f.forgotten {
+		if done >= at+2 {
+			delete(f.forgotten, engine)
+		}
+	}
+}
 
 type (
 	count struct {
@@ -260,13 +294,13 @@ type (
 
 func (f *fanout) AllocateCounter(name string, tags map[string]string) tally.CachedCount {
 	pn := PrometheusName(name, KindCounter)
-	if key, engine := engineTag(tags); key != "" {
+	if _, engine := engineTag(tags); engine != "" {
 		// The description is the one tally's reporter gives the vector it registers.
 		vec, err := f.prom.RegisterCounter(pn, keysOf(tags), pn+" counter")
 		if err == nil {
-			f.track(engineVec{vec, key})
-			f.export(engine, func() { _, _ = vec.GetMetricWith(tags) }) // exported from now on, at 0, as tally's own
-			return &engineCount{f: f, vec: vec, labels: maps.Clone(tags), engine: engine, s: f.statter, sn: StatsdName(name, tags)}
+			labels := maps.Clone(tags)
+			f.export(engine, engineSeries{vec, labels}, func() { _, _ = vec.GetMetricWith(labels) })
+			return &engineCount{f: f, vec: vec, labels: labels, engine: engine, s: f.statter, sn: StatsdName(name, tags)}
 		}
 	}
 	return &count{p: f.prom.AllocateCounter(pn, tags), s: f.statter, sn: StatsdName(name, tags)}
@@ -274,12 +308,12 @@ func (f *fanout) AllocateCounter(name string, tags map[string]string) tally.Cach
 
 func (f *fanout) AllocateGauge(name string, tags map[string]string) tally.CachedGauge {
 	pn := PrometheusName(name, KindGauge)
-	if key, engine := engineTag(tags); key != "" {
+	if _, engine := engineTag(tags); engine != "" {
 		vec, err := f.prom.RegisterGauge(pn, keysOf(tags), pn+" gauge")
 		if err == nil {
-			f.track(engineVec{vec, key})
-			f.export(engine, func() { _, _ = vec.GetMetricWith(tags) })
-			return &engineGauge{f: f, vec: vec, labels: maps.Clone(tags), engine: engine, g: gauge{s: f.statter, sn: StatsdName(name, tags)}}
+			labels := maps.Clone(tags)
+			f.export(engine, engineSeries{vec, labels}, func() { _, _ = vec.GetMetricWith(labels) })
+			return &engineGauge{f: f, vec: vec, labels: labels, engine: engine, g: gauge{s: f.statter, sn: StatsdName(name, tags)}}
 		}
 	}
 	return &gauge{p: f.prom.AllocateGauge(pn, tags), s: f.statter, sn: StatsdName(name, tags)}
@@ -316,7 +350,7 @@ type (
 func (c *engineCount) ReportCount(v int64) {
 	c.f.mu.RLock()
 	defer c.f.mu.RUnlock()
-	if c.f.forgotten[c.engine] {
+	if _, gone := c.f.forgotten[c.engine]; gone {
 		return
 	}
 	if m, err := c.vec.GetMetricWith(c.labels); err == nil {
@@ -330,7 +364,7 @@ func (c *engineCount) ReportCount(v int64) {
 func (g *engineGauge) ReportGauge(v float64) {
 	g.f.mu.RLock()
 	defer g.f.mu.RUnlock()
-	if g.f.forgotten[g.engine] {
+	if _, gone := g.f.forgotten[g.engine]; gone {
 		return
 	}
 	if m, err := g.vec.GetMetricWith(g.labels); err == nil {
@@ -391,4 +425,59 @@ func (b *bucket) ReportSamples(v int64) {
 	if b.s != nil {
 		_ = b.s.Inc(b.sn, v, 1)
 	}
+}
+
+// An engine's counters and gauges are made here rather than in tally: tally keeps a scope, and
+// its instruments, for every tag set it was ever asked for, where these are dropped with the
+// engine (forget). They keep what was recorded since the last report, as tally's do, and report
+// it at Flush through the same cached instruments (engineCount, engineGauge).
+type (
+	directInstrument interface{ report() }
+	directCounter    struct {
+		n   atomic.Int64
+		rep tally.CachedCount
+	}
+	directGauge struct {
+		bits atomic.Uint64
+		set  atomic.Bool
+		rep  tally.CachedGauge
+	}
+)
+
+func (c *directCounter) Inc(n int64) { c.n.Add(n) }
+
+func (c *directCounter) report() {
+	if n := c.n.Swap(0); n != 0 {
+		c.rep.ReportCount(n)
+	}
+}
+
+func (g *directGauge) Update(v float64) {
+	g.bits.Store(math.Float64bits(v))
+	g.set.Store(true)
+}
+
+func (g *directGauge) report() {
+	if g.set.Swap(false) {
+		g.rep.ReportGauge(math.Float64frombits(g.bits.Load()))
+	}
+}
+
+func (f *fanout) engineCounter(engine, name string, tags map[string]string) tally.Counter {
+	c := &directCounter{rep: f.AllocateCounter(name, tags)}
+	f.keep(engine, c)
+	return c
+}
+
+func (f *fanout) engineGauge(engine, name string, tags map[string]string) tally.Gauge {
+	g := &directGauge{rep: f.AllocateGauge(name, tags)}
+	f.keep(engine, g)
+	return g
+}
+
+// keep notes in, an instrument of engine, for Flush to report until forget.
+func (f *fanout) keep(engine string, in directInstrument) {
+	f.mu.Lock()
+	f.direct[engine] = append(f.direct[engine], in)
+	f.mu.Unlock()
 }

@@ -34,7 +34,7 @@ from typing import Iterator, Optional, Union
 from urllib.parse import urlsplit
 
 from . import wire
-from .connector import (KVSide, Pair, PrefillResult, Rejection, check_allowed_endpoint, lookup_connector,
+from .connector import (KVSide, Pair, PrefillResult, Rejection, check_allowed_endpoint, lookup_connector, parse_ports,
                         parse_descriptor, validate_descriptor)
 from .faults import DECODE, PREFILL, EngineFault, FaultKind, go_duration, go_duration_ns
 
@@ -76,7 +76,10 @@ class EngineClient:
     pin, a descriptor's KV endpoint must be in ``kv_allowed_endpoints`` (CIDRs such as
     ``"10.0.0.0/8"``, exact ``"host:port"`` entries) when that is given, else on this engine's
     own host (never a link-local or metadata address), as the router's
-    ``engines[].kv.endpoint`` and ``kv.allowed_endpoints`` decide. As a consumer,
+    ``engines[].kv.endpoint`` and ``kv.allowed_endpoints`` decide; on its own host or a CIDR's, on
+    a port of ``kv_allowed_ports`` (ports or ``"lo-hi"`` ranges; by default vLLM's NIXL range
+    5600-5663) and never on one of ``kv_reserved_ports`` (the ports of the router's own
+    listeners, when the client works for one), as the router's ``kv.allowed_ports`` decide. As a consumer,
     ``transfer_modes`` lists the ``transfer_mode`` values it accepts. The timeouts
     are the router's ``engine.*`` settings with the same defaults; ``decode_read_timeout_s=0``
     bounds a stream by the request deadline alone.
@@ -84,7 +87,8 @@ class EngineClient:
 
     def __init__(self, url: str, *, api_key: Optional[str] = None, connector: str = "nixl",
                  name: Optional[str] = None, engine_id: str = "", kv_endpoint: str = "",
-                 kv_allowed_endpoints=(), transfer_modes=("pull",), prefill_timeout_s: float = 60.0,
+                 kv_allowed_endpoints=(), kv_allowed_ports=(), kv_reserved_ports=(),
+                 transfer_modes=("pull",), prefill_timeout_s: float = 60.0,
                  first_token_timeout_s: float = 60.0, decode_read_timeout_s: float = 30.0,
                  connect_timeout_s: float = 5.0):
         u = _base_url(url)
@@ -93,6 +97,8 @@ class EngineClient:
             raise ValueError("kv_allowed_endpoints must be a list of CIDRs and host:port entries, not one string")
         for a in kv_allowed_endpoints:
             check_allowed_endpoint(a)
+        allowed_ports = parse_ports(kv_allowed_ports)
+        reserved_ports = tuple(p for lo, hi in parse_ports(kv_reserved_ports) for p in range(lo, hi + 1))
         for key, v in (("prefill_timeout_s", prefill_timeout_s), ("first_token_timeout_s", first_token_timeout_s),
                        ("connect_timeout_s", connect_timeout_s)):
             if not v > 0:
@@ -109,7 +115,8 @@ class EngineClient:
         self.connector = connector
         self.kv = KVSide(engine=self.name, connector=connector, engine_id=engine_id, endpoint=kv_endpoint,
                          transfer_modes=tuple(transfer_modes), host=self.host,
-                         allowed_endpoints=tuple(kv_allowed_endpoints))
+                         allowed_endpoints=tuple(kv_allowed_endpoints), allowed_ports=allowed_ports,
+                         reserved_ports=reserved_ports)
         self.prefill_timeout_s = float(prefill_timeout_s)
         self.first_token_timeout_s = float(first_token_timeout_s)
         self.decode_read_timeout_s = float(decode_read_timeout_s)

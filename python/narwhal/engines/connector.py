@@ -54,6 +54,11 @@ class KVSide:
     # built by hand without a URL): no same-host check.
     host: str = ""
     allowed_endpoints: tuple = ()
+    # The ports an unpinned producer's descriptor may name on its own host or on a host an
+    # allowed_endpoints CIDR covers: (lo, hi) ranges, none meaning DEFAULT_ALLOWED_PORTS.
+    # reserved_ports (the router's own listeners) are refused there whatever allowed_ports say.
+    allowed_ports: tuple = ()
+    reserved_ports: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -206,6 +211,10 @@ def _join_host_port(host: str, port: int) -> str:
 #  3. otherwise the KV host must be the producer's own host, as written in its URL, and must not
 #     be a link-local, metadata, unspecified or multicast address.
 #
+# In the same-host case and for a CIDR entry the port must be an allowed one (kv_allowed_ports,
+# by default vLLM's NIXL range 5600-5663) and never one of the router's own listeners
+# (kv_reserved_ports): a producer must not send consumers to any other service on its host.
+#
 # Link-local and metadata addresses pass only when named (a pin, or an allow-list entry that
 # covers them). The host must always be a bare host name or IP address.
 
@@ -258,6 +267,49 @@ def _forbidden(host: str, ip) -> bool:
     return ip is not None and (ip.is_link_local or ip.is_unspecified or ip.is_multicast)
 
 
+# Where vLLM's NIXL connector listens for its side channel: VLLM_NIXL_SIDE_CHANNEL_PORT (5600
+# unless set) up, one port per data-parallel rank; 64 ports cover up to 64 ranks.
+DEFAULT_ALLOWED_PORTS = ((5600, 5663),)
+
+
+def format_ports(ranges) -> str:
+    """ranges as kv.allowed_ports writes them: "5600-5663, 7000"."""
+    return ", ".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in ranges)
+
+
+def parse_ports(ports) -> tuple:
+    """kv_allowed_ports as given (ints, "lo-hi" strings or (lo, hi) pairs) as (lo, hi) ranges."""
+    if isinstance(ports, (str, int)):
+        raise ValueError("kv_allowed_ports must be a list of ports and ranges, not one value")
+    out = []
+    for p in ports:
+        if isinstance(p, tuple) and len(p) == 2:
+            lo, hi = p
+        elif isinstance(p, int):
+            lo = hi = p
+        elif isinstance(p, str) and p.replace("-", "", 1).isdigit():
+            a, _, b = p.partition("-")
+            lo, hi = int(a), int(b or a)
+        else:
+            raise ValueError(f"kv allowed port {p!r} is not a port or a range (5600-5663)")
+        if not (isinstance(lo, int) and isinstance(hi, int) and 1 <= lo <= hi <= 65535):
+            raise ValueError(f"kv allowed port {p!r} is not a port or a range from 1 to 65535")
+        out.append((lo, hi))
+    return tuple(out)
+
+
+def _check_port(got: str, port: int, producer: KVSide) -> None:
+    """The port rule of the same-host and CIDR cases."""
+    if port in producer.reserved_ports:
+        raise Rejection(ENDPOINT_MISMATCH, f"descriptor names KV endpoint {got}, a port of the router's own "
+                        "listeners (pin kv.endpoint to allow a port)")
+    ranges = producer.allowed_ports or DEFAULT_ALLOWED_PORTS
+    if any(lo <= port <= hi for lo, hi in ranges):
+        return
+    raise Rejection(ENDPOINT_MISMATCH, f"descriptor names KV endpoint {got}, on a port producer "
+                    f"{producer.engine}'s kv.allowed_ports do not include ({format_ports(ranges)})")
+
+
 def check_endpoint(host: str, port: int, producer: KVSide) -> None:
     """Apply the KV endpoint policy to the host and port a descriptor names."""
     got = _join_host_port(host, port)
@@ -274,7 +326,7 @@ def check_endpoint(host: str, port: int, producer: KVSide) -> None:
             net = parse_prefix(a)
             if net is not None:
                 if ip is not None and ip.version == net.version and ip in net:
-                    return
+                    return _check_port(got, port, producer)
             elif a.lower() == got.lower():
                 return
         raise Rejection(ENDPOINT_MISMATCH, f"descriptor names KV endpoint {got}, which producer "
@@ -286,7 +338,7 @@ def check_endpoint(host: str, port: int, producer: KVSide) -> None:
         return  # a side built without a URL: nothing to compare with
     pip = _parse_host(producer.host)
     if host.lower() == producer.host.lower() or (ip is not None and pip is not None and ip == pip):
-        return
+        return _check_port(got, port, producer)
     raise Rejection(ENDPOINT_MISMATCH, f"descriptor names KV host {excerpt(host.encode())}, not producer "
                     f"{producer.engine}'s own host {producer.host} (pin kv.endpoint or set "
                     "kv.allowed_endpoints to allow others)")
