@@ -50,12 +50,19 @@ var listeningLine = regexp.MustCompile(`msg="narwhal listening" addr=(\S+) admin
 // startServe runs `narwhal serve --config path` and waits until it says it listens.
 func startServe(t *testing.T, path string) *serveProc {
 	t.Helper()
+	return startServeUnder(t, path)
+}
+
+// startServeUnder is startServe with the command run under wrapper (e.g. prlimit and its flags).
+func startServeUnder(t *testing.T, path string, wrapper ...string) *serveProc {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("starts a process")
 	}
 	p := &serveProc{t: t, path: path, log: &lockedBuffer{}, exited: make(chan struct{}),
 		client: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}}
-	p.cmd = exec.Command(os.Args[0], "serve", "--config", path)
+	args := append(append([]string(nil), wrapper...), os.Args[0], "serve", "--config", path)
+	p.cmd = exec.Command(args[0], args[1:]...)
 	p.cmd.Env = append(os.Environ(), "NARWHAL_TEST_MAIN=1")
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {

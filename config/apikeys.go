@@ -2,7 +2,6 @@ package config
 
 import (
 	"fmt"
-	"os"
 	"strings"
 )
 
@@ -15,7 +14,7 @@ func (s Server) ClientAPIKeys() ([]string, error) {
 	if s.APIKeysFile == "" {
 		return keys, nil
 	}
-	b, err := os.ReadFile(s.APIKeysFile)
+	b, err := ReadRegularFile(s.APIKeysFile, MaxFileBytes) // a FIFO here would block a reload
 	if err != nil {
 		return nil, fmt.Errorf("server.api_keys_file: %w", err)
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"net/url"
 	"regexp"
 	"strings"
 )
@@ -170,12 +169,7 @@ func (ck *checker) engine(p string, e Engine) {
 	if !engineName.MatchString(e.Name) {
 		ck.fail(joinPath(p, "name"), "%q is not a usable name (letters, digits, '_', '.', '-', up to 64, starting with a letter or digit)", e.Name)
 	}
-	if u, err := url.Parse(e.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" ||
-		(u.Path != "" && u.Path != "/") || u.RawQuery != "" {
-		ck.fail(joinPath(p, "url"), "%q is not an engine base URL; write http://host:port or https://host:port (no path)", e.URL)
-	} else if port := u.Port(); port != "" {
-		ck.port(joinPath(p, "url"), e.URL, port, false)
-	}
+	ck.engineURL(joinPath(p, "url"), e.URL)
 	ck.oneOf(joinPath(p, "role"), string(e.Role), string(RolePrefill), string(RoleDecode), string(RoleBoth))
 	if e.KV.Endpoint != "" {
 		ck.hostPort(joinPath(p, "kv.endpoint"), e.KV.Endpoint, false)

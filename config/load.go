@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"reflect"
@@ -13,9 +14,15 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// Load reads, expands, strictly decodes and validates the file at path.
+// MaxFileBytes bounds the configuration file: 16 MiB, a hundred thousand engines' worth. A
+// larger file is refused rather than read.
+const MaxFileBytes = 16 << 20
+
+// Load reads, expands, strictly decodes and validates the file at path. Only a regular file of
+// at most MaxFileBytes is read: a FIFO or a device in its place would block the read (or never
+// end it), so it is refused with an error saying what it is.
 func Load(path string) (Config, error) {
-	data, err := os.ReadFile(path)
+	data, err := ReadRegularFile(path, MaxFileBytes)
 	if err != nil {
 		return Config{}, fmt.Errorf("config: %w", err)
 	}
@@ -328,4 +335,55 @@ func tidyYAMLError(err error) error {
 		return errors.New(strings.Join(te.Errors, "; "))
 	}
 	return err
+}
+
+// ReadRegularFile reads the regular file at path, refusing anything else (a FIFO, a device, a
+// socket, a directory) before opening it and again after (it may have been replaced between),
+// and a file larger than limit bytes.
+func ReadRegularFile(path string, limit int64) ([]byte, error) {
+	if err := regular(path, os.Stat); err != nil {
+		return nil, err
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if err := regular(path, func(string) (os.FileInfo, error) { return f.Stat() }); err != nil {
+		return nil, err
+	}
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("%s is larger than %d bytes; refused", path, limit)
+	}
+	return data, nil
+}
+
+// regular fails unless stat says path is a regular file.
+func regular(path string, stat func(string) (os.FileInfo, error)) error {
+	fi, err := stat(path)
+	if err != nil {
+		return err
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("%s is not a regular file (%s); only a regular file is read", path, fileKind(fi.Mode()))
+	}
+	return nil
+}
+
+func fileKind(m os.FileMode) string {
+	switch {
+	case m&os.ModeNamedPipe != 0:
+		return "a FIFO"
+	case m&os.ModeDevice != 0 || m&os.ModeCharDevice != 0:
+		return "a device"
+	case m&os.ModeSocket != 0:
+		return "a socket"
+	case m.IsDir():
+		return "a directory"
+	}
+	return m.Type().String()
 }

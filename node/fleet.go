@@ -28,7 +28,7 @@ func (s *Server) startSources(rt Runtime) error {
 	}
 	sources := append([]discovery.Source{s.file, s.admins}, found...)
 	catalog, err = discovery.NewCatalog(sources, discovery.Options{
-		Engines: rt.Provisioner,
+		Engines: s.provision,
 		Apply: func(specs []transport.EngineSpec) error {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
@@ -50,7 +50,7 @@ func (s *Server) startSources(rt Runtime) error {
 func (s *Server) addEngine(ctx context.Context, body []byte) (messages.EngineState, error) {
 	e, err := config.ParseEngine(body)
 	if err == nil {
-		_, err = s.Runtime().Provisioner.Engine(e)
+		_, err = s.provision.From(discovery.SourceAdmin, e)
 	}
 	if err != nil {
 		return messages.EngineState{}, marked{err, admin.ErrInvalidEngine}

@@ -28,6 +28,7 @@ import (
 	"github.com/narwhal-router/narwhal/cluster"
 	"github.com/narwhal-router/narwhal/messages"
 	"github.com/narwhal-router/narwhal/node/procs"
+	"github.com/narwhal-router/narwhal/transport"
 	"github.com/narwhal-router/narwhal/transport/admin"
 	"github.com/narwhal-router/narwhal/transport/discovery"
 	"github.com/narwhal-router/narwhal/transport/ingress"
@@ -78,9 +79,12 @@ type Server struct {
 	procs     *procs.Controller // nil unless server.procs is auto and SizeProcs is set
 	budget    *memory.Budget    // server.max_buffered_bytes
 
-	catalog *discovery.Catalog
-	file    *discovery.FileSource
-	admins  *discovery.AdminSource
+	// provision provisions every engine from every source (rt.Provisioner of the start): it
+	// knows the ports the listeners were bound to.
+	provision transport.Provisioner
+	catalog   *discovery.Catalog
+	file      *discovery.FileSource
+	admins    *discovery.AdminSource
 	// draining is set once a shutdown began: /readyz answers 503 while the listener still
 	// accepts for server.drain_delay_s; endDrain cuts that delay short.
 	draining atomic.Bool
@@ -134,6 +138,14 @@ func Start(rt Runtime, opts Options) (_ *Server, err error) {
 	}
 	cleanup = append(cleanup, s.router.Close)
 	s.peers.Attach(s.router.PeerVerdict)
+	// The listeners are bound before any source runs, so that no engine naming one of them —
+	// on a port the configuration left to the kernel (0) — is ever provisioned.
+	if err := s.listen(cfg, opts); err != nil {
+		return nil, err
+	}
+	cleanup = append(cleanup, s.closeListeners)
+	s.provision = rt.Provisioner
+	s.provision.Listening(s.listenerAddrs()...)
 	if err := s.startSources(rt); err != nil {
 		return nil, err
 	}
@@ -168,20 +180,6 @@ func Start(rt Runtime, opts Options) (_ *Server, err error) {
 		return nil, err
 	}
 	cleanup = append(cleanup, s.ingress.Close)
-
-	s.ln = opts.Listener
-	if s.ln == nil {
-		if s.ln, err = net.Listen("tcp", cfg.Server.Listen); err != nil {
-			return nil, fmt.Errorf("listen %s: %w", cfg.Server.Listen, err)
-		}
-	}
-	cleanup = append(cleanup, func() { s.ln.Close() })
-	s.adminLn = opts.AdminListener
-	if s.adminLn == nil && cfg.Server.AdminListen != "" {
-		if s.adminLn, err = net.Listen("tcp", cfg.Server.AdminListen); err != nil {
-			return nil, fmt.Errorf("listen %s (admin): %w", cfg.Server.AdminListen, err)
-		}
-	}
 
 	s.serving = make(chan struct{})
 	go func() {

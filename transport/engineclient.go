@@ -297,6 +297,7 @@ func (c *EngineClient) prepare(hreq *fasthttp.Request, req *Request, body []byte
 	// (encodingFault refuses one that compresses anyway).
 	hreq.Header.Set("Accept-Encoding", "identity")
 	hreq.Header.Set("X-Request-Id", req.BackendRequestID)
+	hreq.Header.Set(HopHeader, "1")
 	if req.TraceParent != "" {
 		hreq.Header.Set("traceparent", req.TraceParent)
 		if req.TraceState != "" {

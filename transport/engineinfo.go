@@ -74,6 +74,7 @@ func (c *EngineClient) get(ctx context.Context, path string) ([]byte, error) {
 	defer fasthttp.ReleaseRequest(req)
 	req.Header.SetMethod(fasthttp.MethodGet)
 	req.SetRequestURI(c.base + path)
+	req.Header.Set(HopHeader, "1")
 	if c.auth != "" {
 		req.Header.Set("Authorization", c.auth)
 	}

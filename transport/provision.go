@@ -47,35 +47,77 @@ type EngineSpec struct {
 type Provisioner struct {
 	connectors kv.Registry
 	reserved   []int
+	// own are the ports of the router's listeners: reserved, then what Listening adds.
+	own *ownListeners
 }
 
+// Names of the sources whose engines the operator writes (the configuration file, the admin
+// API behind server.admin_token): their kv.endpoint pins are the operator's word. Every other
+// source is a registrant, whose pins are held to the endpoint policy (kv.CheckPin).
+const (
+	SourceFile  = "file"
+	SourceAdmin = "admin"
+)
+
 // NewProvisioner provisions engines against connectors, no descriptor of theirs naming one of
-// reserved (the router's own listener ports).
+// reserved (the router's own listener ports), and no engine's URL, KV pin or KV event endpoint
+// naming one of the router's listeners (reserved, and what Listening adds).
 func NewProvisioner(connectors kv.Registry, reserved []int) Provisioner {
-	return Provisioner{connectors: connectors, reserved: append([]int(nil), reserved...)}
+	own := &ownListeners{}
+	own.add(reserved...)
+	return Provisioner{connectors: connectors, reserved: append([]int(nil), reserved...), own: own}
 }
 
 // Connectors is the registry engines are provisioned against.
 func (p Provisioner) Connectors() kv.Registry { return p.connectors }
 
-// Engine checks e as the configuration's engine list is checked (config.CheckEngine: its name,
-// URL, role, models, KV side and connector name) and resolves it. The error names the engine and
-// every problem. The spec's Source is left to the caller.
+// Engine checks e as an engine the operator wrote (From with SourceFile) and resolves it. The
+// spec's Source is left to the caller.
 func (p Provisioner) Engine(e config.Engine) (EngineSpec, error) {
+	spec, err := p.From(SourceFile, e)
+	spec.Source = ""
+	return spec, err
+}
+
+// From checks e, reported by source, and resolves it. Every source's engines pass the same
+// checks: the configuration's (config.CheckEngine: its name, URL — no credentials, a bounded
+// host — role, models, KV side and connector name), then the router's own (no URL, KV pin or
+// KV event endpoint naming one of the router's listeners; no kv.allowed_ports covering one;
+// the pin held to the endpoint policy, kv.CheckPin, by the trust its source has). The error
+// names the engine and every problem.
+func (p Provisioner) From(source string, e config.Engine) (EngineSpec, error) {
+	return p.from(source, source == SourceFile || source == SourceAdmin, e)
+}
+
+// from is From, the source's trust given: operator for engines the operator wrote.
+func (p Provisioner) from(source string, operator bool, e config.Engine) (EngineSpec, error) {
 	if err := config.CheckEngine(e, p.connectors); err != nil {
 		return EngineSpec{}, fmt.Errorf("engine %s: %w", e.Name, err)
 	}
-	u, err := url.Parse(e.URL)
-	if err != nil {
-		return EngineSpec{}, fmt.Errorf("engine %s: %q is not an engine base URL; write http://host:port or https://host:port", e.Name, e.URL)
-	}
-	conn, err := p.connectors.For(e.KV.Connector)
+	spec, err := p.resolve(e)
 	if err != nil {
 		return EngineSpec{}, fmt.Errorf("engine %s: %w", e.Name, err)
 	}
+	if err := p.checkOwn(operator, spec); err != nil {
+		return EngineSpec{}, fmt.Errorf("engine %s: %w", e.Name, err)
+	}
+	spec.Source = source
+	return spec, nil
+}
+
+// resolve makes the spec of a checked engine.
+func (p Provisioner) resolve(e config.Engine) (EngineSpec, error) {
+	u, err := url.Parse(e.URL)
+	if err != nil {
+		return EngineSpec{}, errors.New("url: not an engine base URL") // unreachable after config.CheckEngine
+	}
+	conn, err := p.connectors.For(e.KV.Connector)
+	if err != nil {
+		return EngineSpec{}, err
+	}
 	ranges, err := config.ParsePorts(e.KV.AllowedPorts)
 	if err != nil {
-		return EngineSpec{}, fmt.Errorf("engine %s: kv.allowed_ports%w", e.Name, err)
+		return EngineSpec{}, fmt.Errorf("kv.allowed_ports%w", err)
 	}
 	ports := make([]kv.PortRange, len(ranges))
 	for i, r := range ranges {
@@ -107,18 +149,18 @@ func (p Provisioner) Engine(e config.Engine) (EngineSpec, error) {
 	}, nil
 }
 
-// Engines provisions a list of engines from one source, in order; the error joins every
-// engine's.
+// Engines provisions the operator's own list of engines (the configuration file's), in order,
+// their Source set to source; the error joins every engine's. Their pins are the operator's
+// word, as From takes the file's.
 func (p Provisioner) Engines(engines []config.Engine, source string) ([]EngineSpec, error) {
 	out := make([]EngineSpec, 0, len(engines))
 	var errs []error
 	for _, e := range engines {
-		spec, err := p.Engine(e)
+		spec, err := p.from(source, true, e)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		spec.Source = source
 		out = append(out, spec)
 	}
 	if len(errs) > 0 {

@@ -184,19 +184,24 @@ func (c *Catalog) take(st *sourceState, engines []config.Engine, now time.Time) 
 	var specs []transport.EngineSpec
 	var skipped []Skipped
 	names := map[string]bool{}
+	prev := make(map[string]string, len(st.skipped)) // what the last set skipped, and why
+	for _, x := range st.skipped {
+		prev[x.Name] = x.Error
+	}
 	for _, e := range engines {
 		if names[e.Name] {
 			skipped = append(skipped, Skipped{Name: e.Name, Error: "the source reports this name twice; the first is kept"})
 			continue
 		}
-		spec, err := c.engines.Engine(e)
+		spec, err := c.engines.From(st.src.Name(), e)
 		if err != nil {
 			skipped = append(skipped, Skipped{Name: e.Name, Error: err.Error()})
-			c.log.Warn("discovery: engine skipped", "source", st.src.Name(), "engine", e.Name, "error", err.Error())
+			if prev[e.Name] != err.Error() { // logged once, not at every report
+				c.log.Warn("discovery: engine skipped", "source", st.src.Name(), "engine", e.Name, "error", err.Error())
+			}
 			continue
 		}
 		names[e.Name] = true
-		spec.Source = st.src.Name()
 		specs = append(specs, spec)
 	}
 	if !sameSpecs(st.engines, specs) {

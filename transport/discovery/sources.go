@@ -6,12 +6,13 @@ import (
 	"sync"
 
 	"github.com/narwhal-router/narwhal/config"
+	"github.com/narwhal-router/narwhal/transport"
 )
 
 // Names of the two sources every node runs: the Source of their engines' specs.
 const (
-	SourceFile  = "file"
-	SourceAdmin = "admin"
+	SourceFile  = transport.SourceFile
+	SourceAdmin = transport.SourceAdmin
 )
 
 // FileSource is the configuration file's engine list: its set is the file's engines: as the

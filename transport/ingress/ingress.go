@@ -74,7 +74,7 @@ func NewIngress(srv config.Server, keys []string, req config.Request, d Dispatch
 	in.Reconfigure(srv, keys, req)
 	in.srv = &fasthttp.Server{
 		Name:               "narwhal",
-		Handler:            in.handle,
+		Handler:            refuseLoops(in.handle),
 		ErrorHandler:       in.handleTransportError,
 		Logger:             &connLog{log: opts.Logger.With("component", "ingress")},
 		MaxRequestBodySize: srv.MaxBodyBytes,

@@ -42,13 +42,27 @@ type Source struct {
 	// warned remembers, per key, the revision whose problem was logged, so a bad value is
 	// logged once, not at every change of the prefix.
 	warned map[string]int64
+	// parsed holds each key's value as last parsed, by its revision: a change to the prefix
+	// parses only the keys it changed, whatever the number of registrations.
+	parsed map[string]parsedValue
 }
+
+// parsedValue is one key's value parsed at a revision.
+type parsedValue struct {
+	rev    int64
+	engine config.Engine
+	err    error
+}
+
+// MaxValueBytes bounds one registration's value: 64 KiB, a hundred times what an engine entry
+// takes. A larger value is left out (logged once per revision) without being parsed.
+const MaxValueBytes = 64 << 10
 
 // New returns the source of cfg; a failing etcd is retried after retryInitial, doubling up to
 // retryMax.
 func New(cfg config.EtcdDiscovery, retryInitial, retryMax time.Duration, log *slog.Logger) *Source {
 	return &Source{cfg: cfg, retry: discovery.Backoff{Initial: retryInitial, Max: retryMax},
-		log: log.With("source", "etcd", "prefix", cfg.Prefix), warned: map[string]int64{}}
+		log: log.With("source", "etcd", "prefix", cfg.Prefix), warned: map[string]int64{}, parsed: map[string]parsedValue{}}
 }
 
 // Name is "etcd <prefix>".
@@ -59,6 +73,9 @@ func (s *Source) Run(ctx context.Context, report func(discovery.Report)) {
 	report = discovery.Changes(report)
 	discovery.Retry(ctx, &s.retry, s.log, report, func() error { return s.session(ctx, report) })
 }
+
+// reportEvery is how long a change waits for the changes that follow it before it is reported.
+const reportEvery = 50 * time.Millisecond
 
 // errResync says the watch cannot resume where it was; the prefix is read again.
 var errResync = errors.New("watch cannot resume")
@@ -122,32 +139,24 @@ func (s *Source) watch(ctx context.Context, cli *clientv3.Client, keys map[strin
 	}
 	check := time.NewTicker(s.cfg.CheckIntervalS.Duration())
 	defer check.Stop()
+	var flush <-chan time.Time // set while a change waits to be reported
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case resp, ok := <-events:
-			switch {
-			case !ok:
-				return fmt.Errorf("%w: the watch of %s closed", errResync, s.cfg.Prefix)
-			case resp.CompactRevision != 0 || errors.Is(resp.Err(), rpctypes.ErrCompacted):
-				return fmt.Errorf("%w: revision %d was compacted", errResync, rev)
-			case resp.Err() != nil:
-				return fmt.Errorf("watch %s: %w", s.cfg.Prefix, resp.Err())
-			case resp.Canceled:
-				return fmt.Errorf("%w: etcd canceled the watch of %s", errResync, s.cfg.Prefix)
+			if err := s.ended(resp, ok, rev); err != nil {
+				return err
 			}
-			for _, ev := range resp.Events {
-				if ev.Type == clientv3.EventTypeDelete {
-					delete(keys, string(ev.Kv.Key))
-				} else {
-					keys[string(ev.Kv.Key)] = ev.Kv
-				}
-				rev = ev.Kv.ModRevision + 1
+			// A change is reported reportEvery after the first batch that made it, with every
+			// batch that arrived meanwhile: a burst of registrations is a few fleet changes,
+			// not one per key.
+			if apply(keys, resp.Events, &rev) && flush == nil {
+				flush = time.After(reportEvery)
 			}
-			if len(resp.Events) > 0 {
-				report(discovery.Report{Engines: s.engines(keys)})
-			}
+		case <-flush:
+			flush = nil
+			report(discovery.Report{Engines: s.engines(keys)})
 		case <-check.C:
 			rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeoutS.Duration())
 			_, err := cli.Get(rctx, s.cfg.Prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
@@ -157,6 +166,50 @@ func (s *Source) watch(ctx context.Context, cli *clientv3.Client, keys map[strin
 			}
 		}
 	}
+}
+
+// ended says why the watch cannot go on after resp (ok false: the channel closed), or nil.
+func (s *Source) ended(resp clientv3.WatchResponse, ok bool, rev int64) error {
+	switch {
+	case !ok:
+		return fmt.Errorf("%w: the watch of %s closed", errResync, s.cfg.Prefix)
+	case resp.CompactRevision != 0 || errors.Is(resp.Err(), rpctypes.ErrCompacted):
+		return fmt.Errorf("%w: revision %d was compacted", errResync, rev)
+	case resp.Err() != nil:
+		return fmt.Errorf("watch %s: %w", s.cfg.Prefix, resp.Err())
+	case resp.Canceled:
+		return fmt.Errorf("%w: etcd canceled the watch of %s", errResync, s.cfg.Prefix)
+	}
+	return nil
+}
+
+// apply applies a watch batch to keys and moves rev past it; it reports whether it held any event.
+func apply(keys map[string]*mvccpb.KeyValue, events []*clientv3.Event, rev *int64) bool {
+	for _, ev := range events {
+		if ev.Type == clientv3.EventTypeDelete {
+			delete(keys, string(ev.Kv.Key))
+		} else {
+			keys[string(ev.Kv.Key)] = ev.Kv
+		}
+		*rev = ev.Kv.ModRevision + 1
+	}
+	return len(events) > 0
+}
+
+// parse is Parse of the key's value, from the cache when the key has not changed since.
+func (s *Source) parse(k string, kv *mvccpb.KeyValue) (config.Engine, error) {
+	if p, ok := s.parsed[k]; ok && p.rev == kv.ModRevision {
+		return p.engine, p.err
+	}
+	var e config.Engine
+	var err error
+	if len(kv.Value) > MaxValueBytes {
+		err = fmt.Errorf("key %s: its value of %d bytes is larger than the %d a registration may have", k, len(kv.Value), MaxValueBytes)
+	} else {
+		e, err = Parse(k, s.cfg.Prefix, kv.Value)
+	}
+	s.parsed[k] = parsedValue{rev: kv.ModRevision, engine: e, err: err}
+	return e, err
 }
 
 // engines makes the set of keys into engines: each value parsed and checked, a bad one or a
@@ -172,11 +225,16 @@ func (s *Source) engines(keys map[string]*mvccpb.KeyValue) []config.Engine {
 			delete(s.warned, k)
 		}
 	}
+	for k := range s.parsed {
+		if _, ok := keys[k]; !ok {
+			delete(s.parsed, k)
+		}
+	}
 	var out []config.Engine
 	owner := map[string]string{} // engine name → key
 	for _, k := range names {
 		kv := keys[k]
-		e, err := Parse(k, s.cfg.Prefix, kv.Value)
+		e, err := s.parse(k, kv)
 		if err == nil {
 			if first, dup := owner[e.Name]; dup {
 				err = fmt.Errorf("key %s: engine name %q is already registered by key %s; this registration is ignored", k, e.Name, first)
