@@ -38,6 +38,7 @@ type Ingress struct {
 	srv        *fasthttp.Server
 	budget     *memory.Budget
 	live       atomic.Pointer[liveSettings]
+	rejections RejectionLog // nil: requests ingress answers itself are not logged
 }
 
 // Options are an Ingress's collaborators beyond the router.
@@ -48,6 +49,9 @@ type Options struct {
 	Budget *memory.Budget
 	// Tracer traces every request the listener admits; nil: tracing off.
 	Tracer *tracing.Tracer
+	// Rejections hears of every request ingress answers itself, before any supervisor (a
+	// missing key, a malformed body, a bad header): the access log's line for it. nil: none.
+	Rejections RejectionLog
 }
 
 // liveSettings are the listener's settings a reload may change (Reconfigure), as one value: a
@@ -70,7 +74,8 @@ func NewIngress(srv config.Server, keys []string, req config.Request, d Dispatch
 	if err != nil {
 		return nil, err
 	}
-	in := &Ingress{rt: srv, dispatcher: dispatcher, models: models, metrics: m, tracer: opts.Tracer, gone: gone, budget: opts.Budget}
+	in := &Ingress{rt: srv, dispatcher: dispatcher, models: models, metrics: m, tracer: opts.Tracer, gone: gone, budget: opts.Budget,
+		rejections: opts.Rejections}
 	in.Reconfigure(srv, keys, req)
 	in.srv = &fasthttp.Server{
 		Name:               "narwhal",
@@ -135,6 +140,7 @@ func (in *Ingress) handle(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	live := in.live.Load()
+	arrival := time.Now()
 	slot, ok := live.keys.admit(ctx)
 	if !ok {
 		name := "other"
@@ -142,6 +148,8 @@ func (in *Ingress) handle(ctx *fasthttp.RequestCtx) {
 			name = ep.String()
 		}
 		in.metrics.Rejected(name, ctx.Response.StatusCode(), 0)
+		ctx.Response.Header.Set("x-request-id", clientRequestID(ctx.Request.Header.Peek("X-Request-Id")))
+		in.logRejected(ctx, name, arrival, "unauthorized")
 		return
 	}
 	switch string(path) {

@@ -35,6 +35,37 @@ func (in *Ingress) reject(ctx *fasthttp.RequestCtx, live *liveSettings, ep wire.
 	writeError(ctx, status, e)
 	in.setCommonHeaders(ctx, live, Timing{}, Routing{})
 	in.metrics.Rejected(ep.String(), status, time.Since(arrival))
+	code, _ := e.Code.(string)
+	in.logRejected(ctx, ep.String(), arrival, code)
+}
+
+// RejectionLog records the requests ingress answers itself (the router's access log).
+type RejectionLog interface {
+	Rejected(r Rejected)
+}
+
+// Rejected is a request ingress answered itself, before any supervisor.
+type Rejected struct {
+	// ID is the request's X-Request-Id as the response carries it ("" before one was given).
+	ID       string
+	Endpoint string
+	Status   int
+	// Code is the error's code (invalid_request, invalid_deadline, unauthorized, …).
+	Code    string
+	Arrival time.Time
+	Total   time.Duration
+}
+
+// logRejected tells the rejection log of a request answered here.
+func (in *Ingress) logRejected(ctx *fasthttp.RequestCtx, endpoint string, arrival time.Time, code string) {
+	if in.rejections == nil {
+		return
+	}
+	if ctx.Response.StatusCode() == fasthttp.StatusTooManyRequests {
+		code = "rate_limit_exceeded"
+	}
+	in.rejections.Rejected(Rejected{ID: string(ctx.Response.Header.Peek("x-request-id")), Endpoint: endpoint,
+		Status: ctx.Response.StatusCode(), Code: code, Arrival: arrival, Total: time.Since(arrival)})
 }
 
 func (in *Ingress) setCommonHeaders(ctx *fasthttp.RequestCtx, live *liveSettings, t Timing, r Routing) {

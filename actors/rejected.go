@@ -1,0 +1,20 @@
+package actors
+
+import (
+	"time"
+
+	"github.com/narwhal-router/narwhal/transport/ingress"
+)
+
+// Rejected writes the access-log line of a request ingress answered itself, before any
+// supervisor (a missing key, a malformed body or header): every request gets one line.
+func (r *Router) Rejected(m ingress.Rejected) {
+	if r.env.access == nil {
+		return
+	}
+	r.env.access.write(&accessLine{
+		Time: m.Arrival.Add(m.Total).UTC().Format(time.RFC3339Nano), RequestID: m.ID,
+		Endpoint: m.Endpoint, Status: m.Status, Outcome: outcomeRejected,
+		Total: m.Total.Seconds(), ErrorKind: m.Code,
+	})
+}
