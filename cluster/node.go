@@ -20,7 +20,6 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/cluster"
-	"github.com/asynkron/protoactor-go/cluster/clusterproviders/etcd"
 	"github.com/asynkron/protoactor-go/cluster/identitylookup/disthash"
 	"github.com/asynkron/protoactor-go/eventstream"
 	"github.com/asynkron/protoactor-go/remote"
@@ -70,8 +69,8 @@ type Node struct {
 	rejected atomic.Int64
 	// tls is the dialer's side of the cluster's mutual TLS; nil without cluster.tls.
 	tls *tls.Config
-	// etcd is the node's own etcd client (provider etcd): it checks that etcd answers before a
-	// join and refreshes the registration. protoactor's provider has a client of its own.
+	// etcd is the node's etcd client (provider etcd), shared by its incarnations' memberships
+	// (etcdMembers).
 	etcd *clientv3.Client
 
 	push     chan struct{} // a local verdict to send now
@@ -105,7 +104,6 @@ type incarnation struct {
 	cl       *cluster.Cluster
 	provider cluster.ClusterProvider
 	static   *staticProvider
-	refresh  *etcdRefresher // etcd only
 	sub      *eventstream.Subscription
 	started  time.Time
 	// retired is set when the incarnation is being replaced: its remote dials nothing more.
@@ -259,12 +257,7 @@ func (n *Node) join() (err error) {
 			system.Shutdown()
 			return err
 		}
-		p, perr := etcd.NewWithConfig(n.cfg.Etcd.Prefix, etcdClientConfig(n.cfg))
-		if perr != nil {
-			system.Shutdown()
-			return fmt.Errorf("etcd provider: %w", perr)
-		}
-		inc.provider = p
+		inc.provider = newEtcdMembers(n)
 	default:
 		inc.static = newStaticProvider(n)
 		inc.provider = inc.static
@@ -302,9 +295,6 @@ func (n *Node) join() (err error) {
 		inc.retire(nil, n.leaveTimeout)
 		return errors.New("node closed")
 	default:
-	}
-	if n.cfg.Provider == config.ProviderEtcd {
-		inc.refresh = startEtcdRefresher(n.etcd, n.cfg, system.ID, n.log)
 	}
 	n.mu.Lock()
 	n.inc = inc
@@ -357,7 +347,6 @@ func (n *Node) leave(rejoining bool) {
 //     at most its 60 s period; then its memory (about 3 MB) is released.
 func (inc *incarnation) retire(members []*cluster.Member, within time.Duration) {
 	inc.retired.Store(true)
-	inc.refresh.stop()
 	inc.system.EventStream.Unsubscribe(inc.sub)
 	if inc.static != nil {
 		inc.provider.Shutdown(false) // local: it stops at once
