@@ -38,8 +38,8 @@ type etcdMembers struct {
 	self   *cluster.Member
 	// topology receives every change of the member list (protoactor's MemberList).
 	topology func(cluster.Members)
-	dir    string // <prefix>/<cluster>/
-	key    string // dir + this member's id
+	dir      string // <prefix>/<cluster>/
+	key      string // dir + this member's id
 
 	mu      sync.Mutex
 	members map[string]*cluster.Member // member id → member, this node included
