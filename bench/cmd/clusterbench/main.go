@@ -20,7 +20,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"sort"
 	"syscall"
 	"time"
@@ -45,7 +44,7 @@ func main() {
 	flag.StringVar(&o.provider, "provider", config.ProviderStatic, "membership: static (seed list) or etcd")
 	flag.StringVar(&o.etcd, "etcd", "", "with -provider etcd: the etcd endpoint; empty starts an etcd of its own")
 	flag.BoolVar(&o.tls, "tls", false, "cluster.tls on (certificates of a CA of the bench's own)")
-	flag.BoolVar(&o.cold, "cold", false, "start timing as soon as every node has joined, before they have found one another, and report the first verdict apart")
+	flag.BoolVar(&o.cold, "cold", false, "also time how long after the last node joined every node lists all members (a verdict reaches only the members a node knows)")
 	flag.Parse()
 	if err := run(*bin, *idle, *trials, o); err != nil {
 		fmt.Fprintln(os.Stderr, "clusterbench:", err)
@@ -158,6 +157,18 @@ func run(bin string, idle time.Duration, trials int, o options) error {
 	if err := waitFor(20*time.Second, func() bool { var st cluster.Status; return get(baseline.admin+"/cluster", &st) == nil }); err != nil {
 		return fmt.Errorf("baseline not up: %w", err)
 	}
+	if o.cold {
+		joined := time.Now()
+		for _, p := range members {
+			if err := waitFor(20*time.Second, func() bool {
+				var st cluster.Status
+				return get(p.admin+"/cluster", &st) == nil && len(st.Members) == o.nodes
+			}); err != nil {
+				return fmt.Errorf("%s: cluster of %d not formed: %w", p.name, o.nodes, err)
+			}
+		}
+		fmt.Printf("Every node lists all %d members %s after the last one joined (-cold)\n", o.nodes, ms(time.Since(joined)))
+	}
 	if idle > 0 && !o.cold {
 		if err := idleCost(procs, idle, o); err != nil {
 			return err
@@ -200,9 +211,6 @@ func convergence(procs []*proc, trials int, o options) error {
 	// Convergence: eject then readmit d0 on one node after another; time until both others show it.
 	var lat []time.Duration
 	for i := range trials {
-		if i == 1 && o.cold {
-			fmt.Printf("First verdict after every node joined (-cold), %s membership: slowest receiver %s\n", o.provider, ms(slices.Max(lat)))
-		}
 		src := procs[i%len(procs)]
 		path, want := "/engines/d0/eject?reason=bench", "ejected"
 		if i%2 == 1 {
