@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -335,16 +336,25 @@ func TestClusterCertsMakeWhatServeAccepts(t *testing.T) {
 	if st, err := os.Stat(filepath.Join(dir, "certs", "a-key.pem")); err != nil || st.Mode().Perm() != 0o600 {
 		t.Fatalf("a's key: %v, %v", st, err)
 	}
-	engines := "engines:\n  - {name: p0, url: \"http://10.0.0.1:8000\", role: prefill}\n  - {name: d0, url: \"http://10.0.0.2:8000\", role: decode}\n"
+	// serve --check binds every listener: the API and admin on ports the kernel picks, the
+	// cluster on a port free now (never the defaults, which a router on this machine may hold).
+	engines := "server: {listen: \"127.0.0.1:0\", admin_listen: \"127.0.0.1:0\"}\n" +
+		"engines:\n  - {name: p0, url: \"http://10.0.0.1:8000\", role: prefill}\n  - {name: d0, url: \"http://10.0.0.2:8000\", role: decode}\n"
+	ln, err := net.Listen("tcp", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	ln.Close()
 	c := filepath.Join(dir, "certs")
 	withTLS := filepath.Join(dir, "tls.yaml")
-	os.WriteFile(withTLS, []byte("cluster: {enabled: true, bind: \"0.0.0.0:7946\", advertise: \"10.0.0.1:7946\", tls: {cert_file: "+ // testports: not bound (serve --check)
+	os.WriteFile(withTLS, []byte("cluster: {enabled: true, bind: \"0.0.0.0:"+port+"\", advertise: \"10.0.0.1:"+port+"\", tls: {cert_file: "+
 		filepath.Join(c, "a.pem")+", key_file: "+filepath.Join(c, "a-key.pem")+", ca_file: "+filepath.Join(c, "ca.pem")+"}}\n"+engines), 0o644)
 	if out, err := execute(t, "serve", "--check", "--config", withTLS); err != nil || !strings.Contains(out, "configuration valid") {
 		t.Fatalf("with the certificates: %q, %v", out, err)
 	}
 	without := filepath.Join(dir, "plain.yaml")
-	os.WriteFile(without, []byte("cluster: {enabled: true, bind: \"0.0.0.0:7946\", advertise: \"10.0.0.1:7946\"}\n"+engines), 0o644) // testports: not bound (serve --check)
+	os.WriteFile(without, []byte("cluster: {enabled: true, bind: \"0.0.0.0:"+port+"\", advertise: \"10.0.0.1:"+port+"\"}\n"+engines), 0o644)
 	if _, err := execute(t, "serve", "--check", "--config", without); err == nil || !strings.Contains(err.Error(), "cluster.tls: required") {
 		t.Fatalf("beyond loopback without credentials: %v", err)
 	}

@@ -4,8 +4,8 @@
 // probe, and operators' admin actions — with their own deadlines.
 //
 // The package owns membership (a static seed list through its own UDP heartbeat provider, or
-// protoactor's etcd provider, its etcd requests bounded), the verdict board (each node's live
-// verdicts, merged latest decision first, told apart by the publishing process rather than the
+// etcd through its own registration, listing and watch, its etcd requests bounded), the
+// verdict board (each node's live verdicts, merged latest decision first, told apart by the publishing process rather than the
 // node's name, expired when no node re-publishes them — a node that still holds an engine out
 // on a verdict whose node went quiet re-owns it), the choice of the one node
 // that probes an engine, and the fencing of a node that stalled (it rejoins under a new member
