@@ -92,4 +92,3 @@ func TestLoadAcceptsPairMerges(t *testing.T) {
 func jsonEsc(s string) string {
 	return strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(s)
 }
-
