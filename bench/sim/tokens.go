@@ -25,20 +25,3 @@ func tokenLogprob(i int) float64 { return -float64(i%8+1) / 8 }
 func altToken(i, rank int) string { return TokenText(i + rank) }
 
 func altLogprob(i, rank int) float64 { return tokenLogprob(i) - float64(rank) - 0.5 }
-
-// countWords counts whitespace-separated words without allocating.
-func countWords(s string) int {
-	n, in := 0, false
-	for i := 0; i < len(s); i++ {
-		switch s[i] {
-		case ' ', '\t', '\n', '\r', '\v', '\f':
-			in = false
-		default:
-			if !in {
-				n++
-				in = true
-			}
-		}
-	}
-	return n
-}
