@@ -3,7 +3,6 @@ package sim
 import (
 	"bufio"
 	"fmt"
-	"hash/fnv"
 	"net/http"
 	"strconv"
 	"strings"
@@ -14,46 +13,7 @@ import (
 	"github.com/narwhal-router/narwhal/bench/sim/tokenizer"
 )
 
-// words returns n words tagged with tag, each one token of the simulator's tokenizer with
-// or without a leading space, so a prompt of n words is n tokens; prompts with different
-// tags start at different words of the pool and share no block.
-func words(tag string, n int) string {
-	pool := singleTokenWords()
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(tag))
-	off := int(h.Sum32() % uint32(len(pool)))
-	var b strings.Builder
-	for i := range n {
-		if i > 0 {
-			b.WriteByte(' ')
-		}
-		b.WriteString(pool[(off+i)%len(pool)])
-	}
-	return b.String()
-}
-
-var (
-	poolOnce sync.Once
-	pool     []string
-)
-
-// singleTokenWords are the vocabulary's lower-case words that are one token both after a
-// space and at the start of a text.
-func singleTokenWords() []string {
-	poolOnce.Do(func() {
-		tok := tokenizer.Default()
-		for id := range tok.VocabSize() {
-			s, ok := strings.CutPrefix(tok.TokenString(uint32(id)), "Ġ")
-			if !ok || len(s) < 2 || strings.Trim(s, "abcdefghijklmnopqrstuvwxyz") != "" {
-				continue
-			}
-			if tok.Count(s) == 1 && tok.Count(" "+s) == 1 {
-				pool = append(pool, s)
-			}
-		}
-	})
-	return pool
-}
+func words(tag string, n int) string { return Words(tag, n) }
 
 // metrics scrapes e's /metrics, checks that it parses as Prometheus text (every sample
 // follows the HELP and TYPE of its family, names and values well formed) and returns
