@@ -51,12 +51,22 @@ type passthroughRequest struct {
 	Encoding            string          `json:"encoding_format"`
 }
 
-func (e *Engine) servePassthrough(w http.ResponseWriter, r *http.Request) {
-	arrived := time.Now()
+// readRecorded reads a non-generation request's body and records it; on a read error it
+// answers 400 and returns false.
+func (e *Engine) readRecorded(w http.ResponseWriter, r *http.Request, arrived time.Time) ([]byte, bool) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxBodyBytes))
 	e.recorded.add(newRecord(legNone, r, body, arrived))
 	if err != nil {
 		invalidRequest("", "cannot read the request body: "+err.Error()).write(w)
+		return nil, false
+	}
+	return body, true
+}
+
+func (e *Engine) servePassthrough(w http.ResponseWriter, r *http.Request) {
+	arrived := time.Now()
+	body, ok := e.readRecorded(w, r, arrived)
+	if !ok {
 		return
 	}
 	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/json" {

@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"io"
 	"net/http"
 	"strconv"
 	"time"
@@ -23,11 +22,8 @@ var renderPaths = [...]string{"/v1/completions/render", "/v1/chat/completions/re
 
 func (e *Engine) serveRender(api endpoint) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		arrived := time.Now()
-		body, err := io.ReadAll(io.LimitReader(r.Body, maxBodyBytes))
-		e.recorded.add(newRecord(legNone, r, body, arrived))
-		if err != nil {
-			invalidRequest("", "cannot read the request body: "+err.Error()).write(w)
+		body, ok := e.readRecorded(w, r, time.Now())
+		if !ok {
 			return
 		}
 		req, apiErr := e.parseGeneration(api, r, body)

@@ -60,21 +60,9 @@ func pickleValue(b []byte, v any) ([]byte, error) {
 	case int64:
 		return pickleInt(b, x), nil
 	case []byte:
-		if len(x) < 256 {
-			b = append(b, opShortBinBytes, byte(len(x)))
-		} else {
-			b = append(b, opBinBytes)
-			b = binary.LittleEndian.AppendUint32(b, uint32(len(x)))
-		}
-		return append(append(b, x...), opMemoize), nil
+		return pickleData(b, opShortBinBytes, opBinBytes, x), nil
 	case string:
-		if len(x) < 256 {
-			b = append(b, opShortBinUnicod, byte(len(x)))
-		} else {
-			b = append(b, opBinUnicode)
-			b = binary.LittleEndian.AppendUint32(b, uint32(len(x)))
-		}
-		return append(append(b, x...), opMemoize), nil
+		return pickleData(b, opShortBinUnicod, opBinUnicode, []byte(x)), nil
 	case Tuple:
 		if len(x) == 0 {
 			return append(b, opEmptyTuple), nil
@@ -96,6 +84,17 @@ func pickleValue(b []byte, v any) ([]byte, error) {
 		return append(b, opMemoize), nil
 	}
 	return nil, fmt.Errorf("pickle: cannot encode %T", v)
+}
+
+// pickleData writes bytes or a str's UTF-8: the short opcode with a 1-byte length below 256
+// bytes, else the long one with a 4-byte little-endian length; then MEMOIZE.
+func pickleData(b []byte, short, long byte, data []byte) []byte {
+	if len(data) < 256 {
+		b = append(b, short, byte(len(data)))
+	} else {
+		b = binary.LittleEndian.AppendUint32(append(b, long), uint32(len(data)))
+	}
+	return append(append(b, data...), opMemoize)
 }
 
 func pickleInt(b []byte, x int64) []byte {
