@@ -2,7 +2,7 @@
 // Face tokenizer.json, the file real models ship (model.type "BPE" with its vocab and merges,
 // a ByteLevel pre-tokenizer with GPT-2's split pattern, and added tokens such as ChatML's
 // <|im_start|>), and the ChatML chat template. Default is the small tokenizer.json next to this
-// file, trained by gen/ on the repository's own documentation (see README there).
+// file, trained by gen/ on the repository's own documentation (gen/main.go says how).
 //
 // It owns text ↔ token ids and nothing else: what a block or a hash is belongs to the
 // simulator's KV cache.
