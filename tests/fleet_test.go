@@ -16,16 +16,7 @@ import (
 )
 
 // words returns n distinct words starting with prefix, space-separated.
-func words(prefix string, n int) string {
-	var b strings.Builder
-	for i := 0; i < n; i++ {
-		if i > 0 {
-			b.WriteByte(' ')
-		}
-		fmt.Fprintf(&b, "%s%d", prefix, i)
-	}
-	return b.String()
-}
+func words(prefix string, n int) string { return sim.Words(prefix, n) } // n words, n tokens
 
 func completions(prompt string, extra ...string) string {
 	return `{"model":"sim-model","prompt":"` + prompt + `","max_tokens":2` + strings.Join(extra, "") + `}`

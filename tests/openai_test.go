@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/narwhal-router/narwhal/bench/sim"
+	"github.com/narwhal-router/narwhal/bench/sim/tokenizer"
 	"github.com/narwhal-router/narwhal/config"
 )
 
@@ -169,8 +170,8 @@ func TestAPIKeyConcurrencyLimit(t *testing.T) {
 // passthrough bodies, one per endpoint.
 var passthroughCases = []struct{ path, body, want string }{
 	{"/v1/embeddings", `{"model":"sim-model","input":["one two","three"] , "encoding_format":"float"}`, `"object":"embedding"`},
-	{"/tokenize", `{"prompt":"one two three"}`, `"count":3`},
-	{"/detokenize", `{"model":"sim-model","tokens":[7,8]}`, `{"prompt":" w7 w8"}`},
+	{"/tokenize", `{"prompt":"` + words("tok", 3) + `"}`, `"count":3`}, // three one-token words
+	{"/detokenize", `{"model":"sim-model","tokens":` + strings.ReplaceAll(fmt.Sprint(tokenizer.Default().Encode(" alpha beta")), " ", ",") + `}`, `{"prompt":" alpha beta"}`},
 	{"/v1/score", `{"model":"sim-model","text_1":"a b","text_2":["a","c"]}`, `"object":"score","score":1.0`},
 	{"/v1/rerank", `{"model":"sim-model","query":"a b","documents":["c","a b"],"top_n":1}`, `"results":[{"index":1,"document":{"text":"a b"},"relevance_score":1.0}]`},
 	{"/rerank", `{"query":"a","documents":["a"]}`, `"relevance_score":1.0`},

@@ -17,6 +17,8 @@ func (e *Engine) apiRoutes() http.Handler {
 	mux.HandleFunc("POST /v1/completions", e.serveGeneration(completionsAPI))
 	mux.HandleFunc("POST /v1/chat/completions", e.serveGeneration(chatAPI))
 	mux.HandleFunc("POST /v1/responses", e.serveGeneration(responsesAPI))
+	mux.HandleFunc("POST "+renderPaths[0], e.serveRender(completionsAPI))
+	mux.HandleFunc("POST "+renderPaths[1], e.serveRender(chatAPI))
 	for _, p := range passthroughPaths {
 		mux.HandleFunc("POST "+p, e.servePassthrough)
 	}
@@ -45,7 +47,7 @@ func (e *Engine) recordOthers(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p := r.URL.Path
 		if !strings.HasPrefix(p, "/sim/") && p != "/v1/completions" && p != "/v1/chat/completions" &&
-			p != "/v1/responses" && !slices.Contains(passthroughPaths[:], p) {
+			p != "/v1/responses" && !slices.Contains(passthroughPaths[:], p) && !slices.Contains(renderPaths[:], p) {
 			e.recorded.add(newRecord(legNone, r, nil, time.Now()))
 		}
 		next.ServeHTTP(w, r)

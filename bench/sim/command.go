@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	json "github.com/goccy/go-json"
@@ -29,6 +30,7 @@ func Command() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Role = Role(role)
 			calibrateUnset(cmd.Flags(), &o)
+			applyHashSeed(cmd.Flags(), &o)
 			return runUntilSignal(cmd.Context(), cmd.OutOrStdout(), func() (any, func() error, error) {
 				e, err := Start(o)
 				if err != nil {
@@ -61,6 +63,7 @@ func fleetCommand(template *Options) *cobra.Command {
 			fo.Engine = *template
 			fo.Engine.Name, fo.Engine.EngineID = "", ""
 			calibrateUnset(cmd.Flags(), &fo.Engine)
+			applyHashSeed(cmd.Flags(), &fo.Engine)
 			return runUntilSignal(cmd.Context(), cmd.OutOrStdout(), func() (any, func() error, error) {
 				f, err := StartFleet(fo)
 				if err != nil {
@@ -120,6 +123,24 @@ func addEngineFlags(fs *pflag.FlagSet, o *Options) {
 	fs.StringVar(&o.KVEventsReplay, "kv-events-replay", "", "the KV events' ROUTER replay socket, e.g. tcp://127.0.0.1:5558 (port 0: a free one)")
 	fs.StringVar(&o.KVEventsTopic, "kv-events-topic", "", "the KV events' topic frame (vLLM's default: empty)")
 	fs.BoolVar(&o.PromptTokensDetails, "enable-prompt-tokens-details", false, "report usage.prompt_tokens_details.cached_tokens (vLLM's flag of the same name)")
+	fs.StringVar(&o.TokenizerJSON, "tokenizer", "", "a Hugging Face tokenizer.json (byte-level BPE) to tokenize with (default: the simulator's own)")
+	fs.StringVar(&o.HashAlgo, "prefix-caching-hash-algo", "sha256", "block hash: sha256, sha256_cbor, xxhash or xxhash_cbor (vLLM's flag)")
+	fs.String("hash-seed", "", "PYTHONHASHSEED for block hashes (default: $PYTHONHASHSEED if set, else random per engine start, as vLLM)")
+	fs.StringSliceVar(&o.LoRAModules, "lora-modules", nil, "LoRA adapter names served beside the models (name or name=path, repeatable)")
+}
+
+// applyHashSeed sets o.HashSeed from --hash-seed, else from PYTHONHASHSEED as vLLM reads it,
+// and strips "=path" from --lora-modules entries.
+func applyHashSeed(fs *pflag.FlagSet, o *Options) {
+	if f := fs.Lookup("hash-seed"); f != nil && f.Changed {
+		seed := f.Value.String()
+		o.HashSeed = &seed
+	} else if seed, ok := os.LookupEnv("PYTHONHASHSEED"); ok {
+		o.HashSeed = &seed
+	}
+	for i, m := range o.LoRAModules {
+		o.LoRAModules[i], _, _ = strings.Cut(m, "=")
+	}
 }
 
 // runUntilSignal starts something, prints its description as one JSON line, and

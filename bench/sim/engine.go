@@ -15,6 +15,9 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/narwhal-router/narwhal/bench/sim/blockhash"
+	"github.com/narwhal-router/narwhal/bench/sim/tokenizer"
 )
 
 // Engine is one running simulated vLLM engine: an API listener and a KV side-channel
@@ -32,6 +35,9 @@ type Engine struct {
 	dead     atomic.Bool
 	// metricsFault bends /metrics for scrape tests (nil: none).
 	metricsFault atomic.Pointer[MetricsFault]
+
+	tok    *tokenizer.Tokenizer
+	hasher *blockhash.Hasher // this process's block hashes: NONE_HASH is per start
 
 	blocks   *blockTable
 	sched    *scheduler   // nil unless the capacity model is on (Options.MaxNumSeqs > 0)
@@ -61,6 +67,12 @@ func Start(o Options) (*Engine, error) {
 		return nil, fmt.Errorf("sim: %w", err)
 	}
 	e := &Engine{opts: o, blocks: newBlockTable(o.KVLease, o.BlockSize), kvClient: newKVClient()}
+	if e.tok, err = loadTokenizer(o); err != nil {
+		return nil, fmt.Errorf("sim %s: %w", o.Name, err)
+	}
+	if e.hasher, err = blockhash.New(o.HashAlgo, o.HashSeed); err != nil {
+		return nil, fmt.Errorf("sim %s: %w", o.Name, err)
+	}
 	if o.MaxNumSeqs > 0 {
 		e.sched = newScheduler(o, func() { e.blocks.counts(time.Now()) })
 	}
@@ -186,7 +198,18 @@ func (e *Engine) EngineID() string { return *e.identity.Load() }
 // Models returns the served model names.
 func (e *Engine) Models() []string { return slices.Clone(e.opts.Models) }
 
-func (e *Engine) serves(model string) bool { return slices.Contains(e.opts.Models, model) }
+func (e *Engine) serves(model string) bool {
+	return slices.Contains(e.opts.Models, model) || slices.Contains(e.opts.LoRAModules, model)
+}
+
+// loraOf returns the adapter name and vLLM's lora_int_id (1-based, in --lora-modules
+// order) when model is a LoRA adapter, else "", 0.
+func (e *Engine) loraOf(model string) (string, int) {
+	if i := slices.Index(e.opts.LoRAModules, model); i >= 0 {
+		return model, i + 1
+	}
+	return "", 0
+}
 
 // Requests returns the last requests the engine received, oldest first.
 func (e *Engine) Requests() []RecordedRequest { return e.recorded.list() }

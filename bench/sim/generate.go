@@ -277,7 +277,7 @@ func (g *generation) prefill(w http.ResponseWriter) {
 		// The prompt is computed in the scheduler; the leg's one token ends it, and its
 		// blocks stay held for the consumer.
 		g.seq = newSeq(g.req.promptTokens, g.req.hashes, 1, false, true)
-		g.seq.tokens = g.req.tokenIDs
+		g.seq.tokens, g.seq.keys = g.req.tokenIDs, g.req.keys
 		if !g.waitFirst(g.arrived.Add(f.slowHeaders + e.opts.TTFT + f.slow)) {
 			return
 		}
@@ -330,7 +330,7 @@ func (g *generation) decode(w http.ResponseWriter) {
 	}
 	if e.sched != nil {
 		g.seq = newSeq(g.req.promptTokens, g.req.hashes, g.plan.len(), !computePrompt, false)
-		g.seq.tokens = g.req.tokenIDs
+		g.seq.tokens, g.seq.keys = g.req.tokenIDs, g.req.keys
 		if moved > 0 {
 			// vLLM pulls only the blocks its own prefix cache lacks.
 			moved = max(moved-e.sched.cachedPrefix(g.req.hashes), 0)

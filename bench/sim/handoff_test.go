@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"fmt"
 	"net"
 	"regexp"
 	"strings"
@@ -8,10 +9,20 @@ import (
 	"time"
 
 	json "github.com/goccy/go-json"
+
+	"github.com/narwhal-router/narwhal/bench/sim/tokenizer"
 )
 
-// fortyWords is a 40-token prompt: ceil(40/16) = 3 blocks.
-var fortyWords = strings.Repeat("word ", 40)
+// fortyWords is a 40-token prompt: 3 blocks of 16, the last partial.
+var fortyWords = words("forty", 40)
+
+// chatBlocks is the KV blocks of a one-message chat prompt of content, template included,
+// in the grouped layout (a sliding-window group of up to 4 blocks beside the full one).
+func chatBlocksGrouped(content string) int64 {
+	n := int64(tokenizer.Default().Count(tokenizer.ChatML([]tokenizer.Message{{Role: "user", Content: content}}, true)))
+	b := (n + 15) / 16
+	return b + min(b, slidingWindowBlocks)
+}
 
 func TestHandoffEndToEnd(t *testing.T) {
 	t.Parallel()
@@ -27,7 +38,7 @@ func TestHandoffEndToEnd(t *testing.T) {
 			`^cmpl-h1-0-[0-9a-f]{8}$`, 3},
 		{"chat grouped", KVLayoutGrouped, "/v1/chat/completions", chatPrefillBody(fortyWords),
 			`{"model":"sim-model","messages":[{"role":"user","content":"` + fortyWords + `"}],"max_tokens":3,"stream":true,"stream_options":{"include_usage":true}}`,
-			`^chatcmpl-h1-[0-9a-f]{8}$`, 6},
+			`^chatcmpl-h1-[0-9a-f]{8}$`, chatBlocksGrouped(fortyWords)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -73,6 +84,10 @@ func TestHandoffEndToEnd(t *testing.T) {
 				t.Errorf("decode took %v: the first token should come after ttft (%v), without the prefill time", took, ttft)
 			}
 			ev := sseData(t, body)
+			prompt := 40
+			if tc.layout == KVLayoutGrouped { // the chat case: the template's tokens too
+				prompt = tokenizer.Default().Count(tokenizer.ChatML([]tokenizer.Message{{Role: "user", Content: fortyWords}}, true))
+			}
 			text := ""
 			for _, e := range ev[:len(ev)-2] {
 				var chunk struct {
@@ -89,7 +104,7 @@ func TestHandoffEndToEnd(t *testing.T) {
 				text += chunk.Choices[0].Text + chunk.Choices[0].Delta.Content
 			}
 			if text != " alpha beta gamma" || ev[len(ev)-1] != "[DONE]" ||
-				!strings.Contains(ev[len(ev)-2], `"usage":{"prompt_tokens":40,"total_tokens":43,"completion_tokens":3}`) {
+				!strings.Contains(ev[len(ev)-2], fmt.Sprintf(`"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":3}`, prompt, prompt+3)) {
 				t.Errorf("decode stream %q: text %q", ev, text)
 			}
 			if s := p.Stats(); s.BlocksRead != tc.blocks || s.BlocksPinned != 0 {

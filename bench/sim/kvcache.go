@@ -3,7 +3,7 @@ package sim
 import (
 	"container/list"
 
-	"github.com/narwhal-router/narwhal/transport/kvevents"
+	"github.com/narwhal-router/narwhal/bench/sim/kvwire"
 )
 
 // kvCache is the capacity model's KV cache: a fixed number of blocks, some held by
@@ -20,16 +20,16 @@ type kvCache struct {
 	byHash   map[uint64]*cachedBlock
 	lru      list.List // *cachedBlock with refs == 0, most recently released first
 	evicted  int64
-	// events, when on, collects the KV events of the changes since takeEvents (kvevents.go).
+	// events, when on, collects the KV events of the changes since takeEvents (kvwire.go).
 	events    bool
-	pending   []kvevents.Event
+	pending   []kvwire.Event
 	blockSize int
 }
 
-var mediumGPU = kvevents.MediumGPU
+var mediumGPU = kvwire.MediumGPU
 
 // takeEvents returns the events collected since the last call.
-func (c *kvCache) takeEvents() []kvevents.Event {
+func (c *kvCache) takeEvents() []kvwire.Event {
 	ev := c.pending
 	c.pending = nil
 	return ev
@@ -101,7 +101,7 @@ func (c *kvCache) acquire(hashes []uint64, maxHit, total int) (h blockHold, hit 
 		}
 	}
 	if len(removed) > 0 {
-		c.pending = append(c.pending, kvevents.BlockRemoved{BlockHashes: removed, Medium: &mediumGPU})
+		c.pending = append(c.pending, kvwire.BlockRemoved{BlockHashes: removed, Medium: &mediumGPU})
 	}
 	c.held += need
 	return blockHold{hashed: append([]uint64(nil), hashes[:hit]...), plain: need}, hit, true
@@ -111,11 +111,11 @@ func (c *kvCache) acquire(hashes []uint64, maxHit, total int) (h blockHold, hit 
 // cached: each moves from h's plain blocks to its hashed ones, unless another holder
 // cached the same block first. tokens are the prompt's token ids, for the BlockStored
 // events (one per run of consecutive blocks stored).
-func (c *kvCache) commit(h *blockHold, hashes []uint64, tokens []uint32) {
+func (c *kvCache) commit(h *blockHold, hashes []uint64, tokens []uint32, keys extraKeys) {
 	run, last := -1, -1 // the run of consecutive blocks stored so far: hashes[run:last+1]
 	emit := func() {
 		if run >= 0 && c.events {
-			c.pending = append(c.pending, c.stored(hashes, tokens, run, last+1))
+			c.pending = append(c.pending, c.stored(hashes, tokens, keys, run, last+1))
 		}
 		run = -1
 	}
@@ -136,15 +136,24 @@ func (c *kvCache) commit(h *blockHold, hashes []uint64, tokens []uint32) {
 	emit()
 }
 
-// stored is the BlockStored event of hashes[from:to].
-func (c *kvCache) stored(hashes []uint64, tokens []uint32, from, to int) kvevents.BlockStored {
-	ev := kvevents.BlockStored{BlockHashes: append([]uint64(nil), hashes[from:to]...), BlockSize: c.blockSize, Medium: &mediumGPU}
+// stored is the BlockStored event of hashes[from:to], as vLLM's BlockPool.cache_full_blocks
+// writes it: the parent's hash (nil for a prompt's first block), the blocks' token ids, the
+// LoRA adapter (lora_id, lora_name) and one extra_keys entry per block.
+func (c *kvCache) stored(hashes []uint64, tokens []uint32, keys extraKeys, from, to int) kvwire.BlockStored {
+	ev := kvwire.BlockStored{BlockHashes: append([]uint64(nil), hashes[from:to]...), BlockSize: c.blockSize, Medium: &mediumGPU}
 	if from > 0 {
 		parent := hashes[from-1]
 		ev.ParentBlockHash = &parent
 	}
 	if lo, hi := from*c.blockSize, to*c.blockSize; hi <= len(tokens) {
 		ev.TokenIDs = append([]uint32(nil), tokens[lo:hi]...)
+	}
+	if keys.lora != "" {
+		id, name := keys.loraID, keys.lora
+		ev.LoraID, ev.LoraName = &id, &name
+	}
+	for i := from; i < to; i++ {
+		ev.ExtraKeys = append(ev.ExtraKeys, keys.block(i))
 	}
 	return ev
 }
@@ -180,8 +189,8 @@ func (c *kvCache) dropCached() {
 	switch {
 	case !c.events:
 	case len(c.byHash) == 0:
-		c.pending = append(c.pending, kvevents.AllBlocksCleared{})
+		c.pending = append(c.pending, kvwire.AllBlocksCleared{})
 	case len(removed) > 0:
-		c.pending = append(c.pending, kvevents.BlockRemoved{BlockHashes: removed, Medium: &mediumGPU})
+		c.pending = append(c.pending, kvwire.BlockRemoved{BlockHashes: removed, Medium: &mediumGPU})
 	}
 }

@@ -11,11 +11,11 @@ import (
 
 	"github.com/go-zeromq/zmq4"
 
-	"github.com/narwhal-router/narwhal/transport/kvevents"
+	"github.com/narwhal-router/narwhal/bench/sim/kvwire"
 )
 
-// KV cache events, as vLLM publishes them with --kv-events-config (transport/kvevents has
-// the wire format): with Options.KVEvents set, each scheduler step whose prefix cache changed
+// KV cache events, as vLLM publishes them with --kv-events-config (kvwire writes the bytes,
+// from vLLM's kv_events.py): with Options.KVEvents set, each scheduler step whose prefix cache changed
 // publishes one KVEventBatch — BlockStored when a prompt's computed blocks enter the cache,
 // BlockRemoved when blocks are evicted to make room (or dropped by a restart while others
 // are still held), AllBlocksCleared when a restart empties it — on a ZeroMQ PUB socket, and
@@ -32,7 +32,7 @@ const kvEventsQueue = 4096
 type kvPublisher struct {
 	pub, replay zmq4.Socket
 	topic       []byte
-	queue       chan kvevents.Batch
+	queue       chan kvwire.Batch
 	// queued counts the batches handed to publish, dropped those it could not queue,
 	// published those sent.
 	queued, dropped, published atomic.Int64
@@ -55,7 +55,7 @@ type bufferedBatch struct {
 // to replay (tcp://host:port; port 0 takes a free one).
 func startKVPublisher(endpoint, replay, topic string) (*kvPublisher, error) {
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &kvPublisher{topic: []byte(topic), queue: make(chan kvevents.Batch, kvEventsQueue), cancel: cancel}
+	p := &kvPublisher{topic: []byte(topic), queue: make(chan kvwire.Batch, kvEventsQueue), cancel: cancel}
 	p.pub = zmq4.NewPub(ctx)
 	if err := p.pub.Listen(endpoint); err != nil {
 		cancel()
@@ -88,8 +88,8 @@ func (p *kvPublisher) endpoints() (pub, replay string) {
 }
 
 // publish queues one batch of events without waiting.
-func (p *kvPublisher) publish(events []kvevents.Event) {
-	b := kvevents.Batch{TS: float64(time.Now().UnixNano()) / 1e9, Events: events, DataParallelRank: new(int)}
+func (p *kvPublisher) publish(events []kvwire.Event) {
+	b := kvwire.Batch{TS: float64(time.Now().UnixNano()) / 1e9, Events: events}
 	p.queued.Add(1)
 	select {
 	case p.queue <- b:
@@ -108,10 +108,7 @@ func (p *kvPublisher) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case b := <-p.queue:
-			payload, err := kvevents.AppendBatch(nil, b)
-			if err != nil {
-				continue // never: every event is one of the three
-			}
+			payload := kvwire.Append(nil, b)
 			p.mu.Lock()
 			seq := p.seq
 			p.seq++
@@ -122,8 +119,7 @@ func (p *kvPublisher) run(ctx context.Context) {
 				p.head = (p.head + 1) % len(p.buffer)
 			}
 			p.mu.Unlock()
-			m := kvevents.Message{Topic: p.topic, Seq: seq, Payload: payload}
-			if p.pub.SendMulti(zmq4.NewMsgFrom(m.Frames()...)) == nil {
+			if p.pub.SendMulti(zmq4.NewMsgFrom(kvwire.Frames(p.topic, seq, payload)...)) == nil {
 				p.published.Add(1)
 			}
 		}
@@ -138,16 +134,16 @@ func (p *kvPublisher) serveReplay() {
 		if err != nil {
 			return // closed
 		}
-		id, start, err := kvevents.ParseReplayRequest(msg.Frames)
+		id, start, err := kvwire.ParseReplayRequest(msg.Frames)
 		if err != nil {
 			continue // vLLM logs and ignores a malformed request
 		}
 		for _, b := range p.since(start) {
-			if p.replay.SendMulti(zmq4.NewMsgFrom(kvevents.ReplayReply(id, b.seq, b.payload)...)) != nil {
+			if p.replay.SendMulti(zmq4.NewMsgFrom(kvwire.ReplayFrames(id, b.seq, b.payload)...)) != nil {
 				break
 			}
 		}
-		_ = p.replay.SendMulti(zmq4.NewMsgFrom(kvevents.ReplayEnd(id)...))
+		_ = p.replay.SendMulti(zmq4.NewMsgFrom(kvwire.ReplayEndFrames(id)...))
 	}
 }
 

@@ -106,7 +106,7 @@ func TestKVEventsMirrorThePrefixCache(t *testing.T) {
 			t.Fatalf("%d %s", status, body)
 		}
 	}
-	// Batch 0, before anyone listens: a 64-word prompt, 4 blocks of 16.
+	// Batch 0, before anyone listens: a 64-word prompt, several blocks of 16 tokens.
 	first := prompt("a", 64)
 	complete(first)
 	eventually(t, 10*time.Second, "the first batch", func() bool { return e.kvPub.published.Load() == 1 && e.kvPub.queued.Load() == 1 })
@@ -136,10 +136,11 @@ func TestKVEventsMirrorThePrefixCache(t *testing.T) {
 	st := m.stored[0]
 	gaps := m.gaps
 	m.mu.Unlock()
-	want := BlockHashes(first, 16)
+	firstIDs := e.tok.Encode(first)
+	want := blockHashes(e.hasher, firstIDs, 16, extraKeys{})
 	if fmt.Sprint(st.BlockHashes) != fmt.Sprint(want) || st.ParentBlockHash != nil || st.BlockSize != 16 ||
-		len(st.TokenIDs) != 64 || st.TokenIDs[0] != tokenID("a0") || st.Medium == nil || *st.Medium != "GPU" {
-		t.Errorf("first BlockStored %+v, want the prompt's 4 block hashes %v, no parent, 64 token ids", st, want)
+		fmt.Sprint(st.TokenIDs) != fmt.Sprint(firstIDs[:16*len(want)]) || st.Medium == nil || *st.Medium != "GPU" {
+		t.Errorf("first BlockStored %+v, want the prompt's %d block hashes %v, no parent, its token ids", st, len(want), want)
 	}
 	if len(gaps) != 0 {
 		t.Errorf("gaps reported %v: the replay had them all", gaps)
@@ -147,18 +148,24 @@ func TestKVEventsMirrorThePrefixCache(t *testing.T) {
 
 	// A prompt that shares the first prompt's first two blocks stores the rest with the
 	// second block as parent.
-	complete(prompt("a", 32) + " " + prompt("c", 40))
+	shared := prompt("a", 32) + " " + prompt("c", 40)
+	complete(shared)
 	eventually(t, 10*time.Second, "the shared prompt's batch", settled)
 	m.mu.Lock()
 	last := m.stored[len(m.stored)-1]
 	m.mu.Unlock()
-	if last.ParentBlockHash == nil || *last.ParentBlockHash != want[1] || len(last.BlockHashes) != 2 {
-		t.Errorf("the shared prompt's BlockStored %+v: want 2 new blocks after parent %x", last, want[1])
+	hs := blockHashes(e.hasher, e.tok.Encode(shared), 16, extraKeys{})
+	k := 0
+	for k < len(hs) && k < len(want) && hs[k] == want[k] {
+		k++
+	}
+	if k < 2 || last.ParentBlockHash == nil || *last.ParentBlockHash != want[k-1] || fmt.Sprint(last.BlockHashes) != fmt.Sprint(hs[k:]) {
+		t.Errorf("the shared prompt's BlockStored %+v: want blocks %v after parent %x", last, hs[k:], want[max(k-1, 0)])
 	}
 
 	// Fill the 256-block cache twice over: evictions, and the mirror still matches.
 	for i := 0; i < 24; i++ {
-		complete(prompt(fmt.Sprintf("d%d_", i), 320))
+		complete(prompt(fmt.Sprintf("d%d_", i), 120))
 	}
 	eventually(t, 10*time.Second, "the evictions' batches", settled)
 	_, cached, removed, _ := m.snapshot()

@@ -110,7 +110,7 @@ type Options struct {
 	// KVBlocks is the KV cache size in blocks (default 8192); with the capacity model
 	// on, a request waits until its blocks fit. It must hold MaxModelLen tokens.
 	KVBlocks int
-	// BlockSize is the number of prompt tokens (words) per KV block and per prefix
+	// BlockSize is the number of prompt tokens per KV block and per prefix
 	// hash (default 16, vLLM's).
 	BlockSize int
 
@@ -128,6 +128,20 @@ type Options struct {
 	// KVEventsReplay is the ROUTER replay socket's address ("" for none) and KVEventsTopic
 	// the topic frame (vLLM's default: ""). They need the capacity model.
 	KVEvents, KVEventsReplay, KVEventsTopic string
+
+	// TokenizerJSON is a Hugging Face tokenizer.json (byte-level BPE) to tokenize with; ""
+	// uses the simulator's own small one (bench/sim/tokenizer).
+	TokenizerJSON string
+	// HashAlgo is vLLM's --prefix-caching-hash-algo: sha256 (default), sha256_cbor, xxhash
+	// or xxhash_cbor.
+	HashAlgo string
+	// HashSeed is PYTHONHASHSEED: nil gives every start a random NONE_HASH, as vLLM does, so
+	// nothing outside the engine can reproduce its block hashes.
+	HashSeed *string
+	// LoRAModules are adapter names served next to the models (vLLM's --lora-modules): a
+	// request for one has the adapter's name among its blocks' extra hash keys and in its
+	// KV events (lora_name, lora_id = its 1-based position here).
+	LoRAModules []string
 
 	// DescriptorExtra is raw JSON members (`"a":1,"b":{"c":[2]}`) appended to every
 	// descriptor, standing for runtime fields a router has never heard of.
@@ -158,6 +172,10 @@ func (o Options) normalized() (Options, error) {
 			return o, fmt.Errorf("models: empty model name")
 		}
 	}
+	if o.HashAlgo == "" {
+		o.HashAlgo = "sha256"
+	}
+	o.LoRAModules = append([]string(nil), o.LoRAModules...)
 	if o.KVEndpoint == "" {
 		o.KVEndpoint = "127.0.0.1:0"
 	}

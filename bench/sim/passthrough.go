@@ -5,24 +5,27 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"math"
 	"mime"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
 	json "github.com/goccy/go-json"
 	"github.com/google/uuid"
+
+	"github.com/narwhal-router/narwhal/bench/sim/tokenizer"
 )
 
 // The non-generative endpoints vLLM serves next to the generation ones: /v1/embeddings,
 // /tokenize, /detokenize, /v1/score, /v1/rerank (also /rerank and /v2/rerank). A router
-// forwards them to one engine as they are, so the simulator answers them in vLLM's shapes with
-// deterministic values: a token is a whitespace-separated word whose id is a hash of it
-// (detokenize renders id n as " w<n>"), an embedding is 8 floats derived from the input's
-// tokens, a score or relevance is a fixed function of the two texts. The engine-level faults of
+// forwards them to one engine as they are, so the simulator answers them in vLLM's shapes:
+// /tokenize and /detokenize with the engine's tokenizer (bench/sim/tokenizer; chat messages
+// through the ChatML template), and deterministic values elsewhere: an embedding is 8 floats
+// derived from the input's token ids, a score or relevance is a fixed function of the two
+// texts. The engine-level faults of
 // the decode leg apply (a router's only leg for these): refuse, status, hang_headers,
 // slow_headers, slow_first_token (answer delayed) and close_after (connection dropped).
 // They are recorded with their bodies under leg "other".
@@ -31,25 +34,39 @@ import (
 var passthroughPaths = [...]string{"/v1/embeddings", "/tokenize", "/detokenize", "/v1/score", "/v1/rerank", "/rerank", "/v2/rerank"}
 
 type passthroughRequest struct {
-	Model     *string         `json:"model"`
-	Input     json.RawMessage `json:"input"`
-	Prompt    *string         `json:"prompt"`
-	Messages  json.RawMessage `json:"messages"`
-	Tokens    []int64         `json:"tokens"`
-	Text1     json.RawMessage `json:"text_1"`
-	Text2     json.RawMessage `json:"text_2"`
-	Query     *string         `json:"query"`
-	Documents []string        `json:"documents"`
-	TopN      *int            `json:"top_n"`
-	Encoding  string          `json:"encoding_format"`
+	Model    *string         `json:"model"`
+	Input    json.RawMessage `json:"input"`
+	Prompt   *string         `json:"prompt"`
+	Messages json.RawMessage `json:"messages"`
+	Tokens   []int64         `json:"tokens"`
+	// /tokenize: vLLM's TokenizeCompletionRequest / TokenizeChatRequest options.
+	AddSpecialTokens    *bool           `json:"add_special_tokens"`
+	AddGenerationPrompt *bool           `json:"add_generation_prompt"`
+	ReturnTokenStrs     bool            `json:"return_token_strs"`
+	Text1               json.RawMessage `json:"text_1"`
+	Text2               json.RawMessage `json:"text_2"`
+	Query               *string         `json:"query"`
+	Documents           []string        `json:"documents"`
+	TopN                *int            `json:"top_n"`
+	Encoding            string          `json:"encoding_format"`
 }
 
-func (e *Engine) servePassthrough(w http.ResponseWriter, r *http.Request) {
-	arrived := time.Now()
+// readRecorded reads a non-generation request's body and records it; on a read error it
+// answers 400 and returns false.
+func (e *Engine) readRecorded(w http.ResponseWriter, r *http.Request, arrived time.Time) ([]byte, bool) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxBodyBytes))
 	e.recorded.add(newRecord(legNone, r, body, arrived))
 	if err != nil {
 		invalidRequest("", "cannot read the request body: "+err.Error()).write(w)
+		return nil, false
+	}
+	return body, true
+}
+
+func (e *Engine) servePassthrough(w http.ResponseWriter, r *http.Request) {
+	arrived := time.Now()
+	body, ok := e.readRecorded(w, r, arrived)
+	if !ok {
 		return
 	}
 	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/json" {
@@ -102,15 +119,15 @@ func (e *Engine) servePassthrough(w http.ResponseWriter, r *http.Request) {
 	var apiErr *apiError
 	switch r.URL.Path {
 	case "/v1/embeddings":
-		out, apiErr = embeddingsBody(r, model, req, arrived)
+		out, apiErr = embeddingsBody(r, e.tok, model, req, arrived)
 	case "/tokenize":
-		out, apiErr = tokenizeBody(req, e.opts.MaxModelLen)
+		out, apiErr = tokenizeBody(e.tok, req, e.opts.MaxModelLen)
 	case "/detokenize":
-		out, apiErr = detokenizeBody(req)
+		out, apiErr = detokenizeBody(e.tok, req)
 	case "/v1/score":
-		out, apiErr = scoreBody(r, model, req, arrived)
+		out, apiErr = scoreBody(r, e.tok, model, req, arrived)
 	default:
-		out, apiErr = rerankBody(r, model, req)
+		out, apiErr = rerankBody(r, e.tok, model, req)
 	}
 	if apiErr != nil {
 		apiErr.write(w)
@@ -119,21 +136,6 @@ func (e *Engine) servePassthrough(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(out)
-}
-
-// TokenID is the simulator's id of a word (a token).
-func TokenID(word string) int64 {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(word))
-	return int64(h.Sum32() % 100000)
-}
-
-func textTokens(s string) []int64 {
-	ids := []int64{}
-	for _, w := range strings.Fields(s) {
-		ids = append(ids, TokenID(w))
-	}
-	return ids
 }
 
 func responseID(r *http.Request, prefix string) string {
@@ -162,7 +164,7 @@ func usageJSON(b []byte, tokens int) []byte {
 	return fmt.Appendf(b, `"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":0,"prompt_tokens_details":null}`, tokens, tokens)
 }
 
-func embeddingsBody(r *http.Request, model string, req passthroughRequest, arrived time.Time) ([]byte, *apiError) {
+func embeddingsBody(r *http.Request, tok *tokenizer.Tokenizer, model string, req passthroughRequest, arrived time.Time) ([]byte, *apiError) {
 	inputs, ok := stringsOf(req.Input)
 	if !ok {
 		return nil, invalidRequest("input", "input must be a string or a non-empty list of strings")
@@ -170,7 +172,7 @@ func embeddingsBody(r *http.Request, model string, req passthroughRequest, arriv
 	b := fmt.Appendf(nil, `{"id":%q,"object":"list","created":%d,"model":%q,"data":[`, responseID(r, "embd-"), arrived.Unix(), model)
 	tokens := 0
 	for i, in := range inputs {
-		ids := textTokens(in)
+		ids := tok.Encode(in)
 		tokens += len(ids)
 		if i > 0 {
 			b = append(b, ',')
@@ -180,7 +182,7 @@ func embeddingsBody(r *http.Request, model string, req passthroughRequest, arriv
 		for k := range vec {
 			var sum int64
 			for _, id := range ids {
-				sum += (id >> k) & 7
+				sum += int64(id>>k) & 7
 			}
 			vec[k] = float64(sum%8) / 8
 		}
@@ -207,41 +209,68 @@ func embeddingsBody(r *http.Request, model string, req passthroughRequest, arriv
 	return append(b, '}'), nil
 }
 
-func tokenizeBody(req passthroughRequest, maxLen int) ([]byte, *apiError) {
+// tokenizeBody answers /tokenize as vLLM's serve/tokenize does: a prompt is encoded with
+// add_special_tokens (default true; this tokenizer adds none), messages are rendered with the
+// chat template (add_generation_prompt defaults to true) first; token_strs only when asked.
+func tokenizeBody(tok *tokenizer.Tokenizer, req passthroughRequest, maxLen int) ([]byte, *apiError) {
 	var text string
 	switch {
 	case req.Prompt != nil:
 		text = *req.Prompt
 	case len(req.Messages) > 0:
-		var msgs []wireMessage
-		if err := json.Unmarshal(req.Messages, &msgs); err != nil {
-			return nil, invalidRequest("messages", "messages must be a list of message objects")
+		msgs, err := chatMessages(req.Messages)
+		if err != nil {
+			return nil, err
 		}
-		var parts []string
-		for _, m := range msgs {
-			t, _ := messageText(m.Content)
-			parts = append(parts, t)
-		}
-		text = strings.Join(parts, " ")
+		text = tokenizer.ChatML(msgs, req.AddGenerationPrompt == nil || *req.AddGenerationPrompt)
 	default:
 		return nil, invalidRequest("prompt", "Field required: prompt or messages")
 	}
-	ids := textTokens(text)
+	ids := tok.Encode(text)
 	b := fmt.Appendf(nil, `{"count":%d,"max_model_len":%d,"tokens":`, len(ids), maxLen)
-	enc, _ := json.Marshal(ids)
-	b = append(b, enc...)
-	return append(b, `,"token_strs":null}`...), nil
+	b = appendIDs(b, ids)
+	if !req.ReturnTokenStrs {
+		return append(b, `,"token_strs":null}`...), nil
+	}
+	b = append(b, `,"token_strs":[`...)
+	for i, id := range ids {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendString(b, tok.TokenString(id))
+	}
+	return append(b, "]}"...), nil
 }
 
-func detokenizeBody(req passthroughRequest) ([]byte, *apiError) {
+func appendIDs(b []byte, ids []uint32) []byte {
+	b = append(b, '[')
+	for i, id := range ids {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendUint(b, uint64(id), 10)
+	}
+	return append(b, ']')
+}
+
+// detokenizeBody answers /detokenize: the text of the ids, special tokens included, or a
+// 400 naming an id outside the vocabulary.
+func detokenizeBody(tok *tokenizer.Tokenizer, req passthroughRequest) ([]byte, *apiError) {
 	if req.Tokens == nil {
 		return nil, invalidRequest("tokens", "Field required: tokens")
 	}
-	var s strings.Builder
-	for _, id := range req.Tokens {
-		fmt.Fprintf(&s, " w%d", id)
+	ids := make([]uint32, len(req.Tokens))
+	for i, id := range req.Tokens {
+		if id < 0 || id > math.MaxUint32 {
+			return nil, invalidRequest("tokens", fmt.Sprintf("token id %d is out of vocabulary", id))
+		}
+		ids[i] = uint32(id)
 	}
-	b := append([]byte(`{"prompt":`), appendString(nil, s.String())...)
+	text, err := tok.Decode(ids, false)
+	if err != nil {
+		return nil, invalidRequest("tokens", err.Error())
+	}
+	b := append([]byte(`{"prompt":`), appendString(nil, text)...)
 	return append(b, '}'), nil
 }
 
@@ -264,7 +293,7 @@ func relevance(a, b string) float64 {
 	return float64(n) / float64(len(words))
 }
 
-func scoreBody(r *http.Request, model string, req passthroughRequest, arrived time.Time) ([]byte, *apiError) {
+func scoreBody(r *http.Request, tok *tokenizer.Tokenizer, model string, req passthroughRequest, arrived time.Time) ([]byte, *apiError) {
 	t1, ok1 := stringsOf(req.Text1)
 	t2, ok2 := stringsOf(req.Text2)
 	if !ok1 {
@@ -277,7 +306,7 @@ func scoreBody(r *http.Request, model string, req passthroughRequest, arrived ti
 	tokens := 0
 	for i, t := range t2 {
 		q := t1[min(i, len(t1)-1)]
-		tokens += countWords(q) + countWords(t)
+		tokens += tok.Count(q) + tok.Count(t)
 		if i > 0 {
 			b = append(b, ',')
 		}
@@ -290,7 +319,7 @@ func scoreBody(r *http.Request, model string, req passthroughRequest, arrived ti
 	return append(b, '}'), nil
 }
 
-func rerankBody(r *http.Request, model string, req passthroughRequest) ([]byte, *apiError) {
+func rerankBody(r *http.Request, tok *tokenizer.Tokenizer, model string, req passthroughRequest) ([]byte, *apiError) {
 	if req.Query == nil {
 		return nil, invalidRequest("query", "Field required: query")
 	}
@@ -304,10 +333,10 @@ func rerankBody(r *http.Request, model string, req passthroughRequest) ([]byte, 
 	// Results by relevance, highest first; ties keep document order.
 	order := make([]int, len(req.Documents))
 	score := make([]float64, len(req.Documents))
-	tokens := countWords(*req.Query)
+	tokens := tok.Count(*req.Query)
 	for i, d := range req.Documents {
 		order[i], score[i] = i, relevance(*req.Query, d)
-		tokens += countWords(d)
+		tokens += tok.Count(d)
 	}
 	for i := 1; i < len(order); i++ {
 		for j := i; j > 0 && score[order[j]] > score[order[j-1]]; j-- {

@@ -58,6 +58,7 @@ type wireRequest struct {
 	Logprobs            json.RawMessage            `json:"logprobs"`
 	TopLogprobs         *int                       `json:"top_logprobs"`
 	KVTransferParams    map[string]json.RawMessage `json:"kv_transfer_params"`
+	CacheSalt           *string                    `json:"cache_salt"`
 }
 
 type wireStreamOptions struct {
@@ -89,8 +90,9 @@ type genRequest struct {
 	kvParams     map[string]json.RawMessage
 	instructions json.RawMessage // Responses API, echoed in the response
 	directives   []fault
-	hashes       []uint64 // prefix-cache keys of the prompt's full blocks (capacity model only)
-	tokenIDs     []uint32 // the prompt's token ids (KV events only)
+	tokenIDs     []uint32  // the prompt's token ids
+	keys         extraKeys // LoRA adapter and cache salt, the extra block-hash keys
+	hashes       []uint64  // block hashes of the prompt's full blocks (capacity model only)
 }
 
 // maxN bounds n, the choices of one request.
@@ -115,15 +117,22 @@ func (e *Engine) parseGeneration(api endpoint, r *http.Request, body []byte) (*g
 	var err *apiError
 	switch api {
 	case chatAPI:
-		g.promptTokens, text, err = parseMessages(w.Messages)
+		g.tokenIDs, text, err = parseMessages(e.tok, w.Messages)
 	case responsesAPI:
-		g.promptTokens, text, err = parseInput(w.Input, w.Instructions)
+		g.tokenIDs, text, err = parseInput(e.tok, w.Input, w.Instructions)
 		g.instructions = w.Instructions
 	default:
-		g.promptTokens, text, err = parsePrompt(w.Prompt)
+		g.tokenIDs, text, err = parsePrompt(e.tok, w.Prompt)
 	}
 	if err != nil {
 		return nil, err
+	}
+	g.promptTokens = max(len(g.tokenIDs), 1)
+	if w.CacheSalt != nil {
+		if *w.CacheSalt == "" {
+			return nil, invalidRequest("cache_salt", "Parameter 'cache_salt' must be a non-empty string if provided.")
+		}
+		g.keys.salt = *w.CacheSalt
 	}
 
 	g.stream = w.Stream != nil && *w.Stream
@@ -148,6 +157,7 @@ func (e *Engine) parseGeneration(api endpoint, r *http.Request, body []byte) (*g
 			return nil, newError(http.StatusNotFound, "model", fmt.Sprintf("The model `%s` does not exist.", *w.Model))
 		}
 		g.model = *w.Model
+		g.keys.lora, g.keys.loraID = e.loraOf(g.model)
 	}
 	g.n = 1
 	if w.N != nil && api != responsesAPI { // vLLM's ResponsesRequest has no n: it is ignored there
@@ -209,7 +219,7 @@ func (e *Engine) parseGeneration(api endpoint, r *http.Request, body []byte) (*g
 		g.directives = ds
 	}
 	if e.sched != nil {
-		g.hashes, g.tokenIDs = promptHashes(api, &w, e.opts.BlockSize, e.kvPub != nil)
+		g.hashes = blockHashes(e.hasher, g.tokenIDs, e.opts.BlockSize, g.keys)
 	}
 	return g, nil
 }
@@ -251,75 +261,6 @@ func (g *genRequest) parseLogprobs(w wireRequest) *apiError {
 			"Requested sample logprobs of %d, which is greater than max allowed: %d", g.logprobs, maxLogprobs))
 	}
 	return nil
-}
-
-// parsePrompt counts the prompt's tokens and returns the text directives live in.
-// A prompt is a string, a list of one string, a list of token ids or a list of one
-// such list.
-func parsePrompt(raw json.RawMessage) (int, string, *apiError) {
-	missing := invalidRequest("prompt", "Either prompt or prompt_embeds must be provided and non-empty.")
-	if len(raw) == 0 || string(raw) == "null" {
-		return 0, "", missing
-	}
-	var v any
-	if err := json.Unmarshal(raw, &v); err != nil {
-		return 0, "", invalidRequest("prompt", "invalid prompt: "+err.Error())
-	}
-	switch p := v.(type) {
-	case string:
-		if p == "" {
-			return 0, "", missing
-		}
-		return max(countWords(p), 1), p, nil
-	case []any:
-		if len(p) == 0 {
-			return 0, "", missing
-		}
-		if len(p) > 1 {
-			if _, isID := p[0].(float64); !isID {
-				return 0, "", newError(http.StatusBadRequest, "prompt",
-					fmt.Sprintf("The simulator supports one prompt per request, got %d.", len(p)))
-			}
-			return len(p), "", nil // token ids
-		}
-		switch first := p[0].(type) {
-		case string:
-			return max(countWords(first), 1), first, nil
-		case float64:
-			return 1, "", nil
-		case []any:
-			return max(len(first), 1), "", nil
-		}
-	}
-	return 0, "", invalidRequest("prompt", "prompt must be a string, a list of strings or a list of token ids")
-}
-
-// parseMessages counts the tokens of every message's text and returns the last
-// message's text, where directives live.
-func parseMessages(raw json.RawMessage) (int, string, *apiError) {
-	if len(raw) == 0 || string(raw) == "null" {
-		return 0, "", invalidRequest("messages", "Field required: messages")
-	}
-	var msgs []wireMessage
-	if err := json.Unmarshal(raw, &msgs); err != nil {
-		return 0, "", invalidRequest("messages", "messages must be a list of message objects: "+err.Error())
-	}
-	if len(msgs) == 0 {
-		return 0, "", invalidRequest("messages", "messages must not be empty")
-	}
-	tokens, last := 0, ""
-	for i, m := range msgs {
-		if m.Role == nil {
-			return 0, "", invalidRequest("messages", fmt.Sprintf("messages[%d].role: Field required", i))
-		}
-		text, err := messageText(m.Content)
-		if err != nil {
-			return 0, "", invalidRequest("messages", fmt.Sprintf("messages[%d].content: %v", i, err))
-		}
-		tokens += countWords(text)
-		last = text
-	}
-	return max(tokens, 1), last, nil
 }
 
 // messageText joins the text of a message's content: a string, null, or a list of

@@ -217,20 +217,6 @@ func orNullJSON(raw json.RawMessage) []byte {
 	return raw
 }
 
-// parseInput counts the tokens of a Responses input plus its instructions and returns the
-// last item's text, where directives live.
-func parseInput(raw, instructions json.RawMessage) (int, string, *apiError) {
-	texts, err := responsesTexts(raw, instructions)
-	if err != nil {
-		return 0, "", err
-	}
-	tokens := 0
-	for _, t := range texts {
-		tokens += countWords(t)
-	}
-	return max(tokens, 1), texts[len(texts)-1], nil
-}
-
 // responsesTexts returns the text of a Responses request in prompt order: the instructions,
 // then the input (a string, or a list of items whose content is a string or a list of
 // input_text parts), one entry per item; the last entry is the last item's.

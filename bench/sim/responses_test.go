@@ -1,12 +1,16 @@
 package sim
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/narwhal-router/narwhal/bench/sim/tokenizer"
 )
 
 var eventLine = regexp.MustCompile(`(?m)^event: (\S+)$`)
@@ -81,7 +85,8 @@ func TestPassthroughEndpointsAnswerInVLLMShapes(t *testing.T) {
 		{"/v1/embeddings", `{"model":"sim-model","input":"a b"}`, `{"id":"embd-6f1c2d3e","object":"list","created":`},
 		{"/v1/embeddings", `{"input":"a b","encoding_format":"base64"}`, `"embedding":"`},
 		{"/tokenize", `{"prompt":"a b"}`, `{"count":2,"max_model_len":4096,"tokens":[`},
-		{"/detokenize", `{"tokens":[1]}`, `{"prompt":" w1"}`},
+		{"/tokenize", `{"prompt":" alpha","return_token_strs":true}`, `"token_strs":["Ġalpha"]}`},
+		{"/detokenize", `{"tokens":[` + ids(" alpha beta") + `]}`, `{"prompt":" alpha beta"}`},
 		{"/v1/score", `{"text_1":"a","text_2":"a"}`, `"data":[{"index":0,"object":"score","score":1.0}]`},
 		{"/v2/rerank", `{"query":"a","documents":["b","a"]}`, `"results":[{"index":1,`},
 	}
@@ -117,7 +122,18 @@ func TestResponsesInputHitsThePrefixCache(t *testing.T) {
 		}
 		cached = append(cached, string(m[1]))
 	}
-	if cached[0] != "0" || cached[1] != "12" {
-		t.Fatalf("cached tokens %v, want 0 then 12 (three full blocks of the 14-token prompt)", cached)
+	n := tokenizer.Default().Count(tokenizer.ChatML([]tokenizer.Message{{Role: "system", Content: "be brief"},
+		{Role: "user", Content: "one two three four five six seven eight nine ten eleven twelve"}}, true))
+	if want := strconv.Itoa((n - 1) / 4 * 4); cached[0] != "0" || cached[1] != want {
+		t.Fatalf("cached tokens %v, want 0 then %s (the full blocks of the %d-token rendered prompt)", cached, want, n)
 	}
+}
+
+// ids is text's token ids as a JSON list's members.
+func ids(text string) string {
+	var parts []string
+	for _, id := range tokenizer.Default().Encode(text) {
+		parts = append(parts, fmt.Sprint(id))
+	}
+	return strings.Join(parts, ",")
 }

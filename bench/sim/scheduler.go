@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/narwhal-router/narwhal/transport/kvevents"
+	"github.com/narwhal-router/narwhal/bench/sim/kvwire"
 )
 
 // The capacity model: one scheduler per engine runs vLLM-style steps on a goroutine of
@@ -43,7 +43,7 @@ type scheduler struct {
 	expire func()
 	// publish, when KV events are on, sends the events of one step (called with mu held;
 	// it must not block).
-	publish func([]kvevents.Event)
+	publish func([]kvwire.Event)
 
 	mu      sync.Mutex
 	kv      *kvCache
@@ -74,11 +74,12 @@ const (
 // submits it, waits on notify for produced to grow, and releases it at its end.
 type seq struct {
 	prompt int
-	hashes []uint64 // chained hashes of the full prompt blocks
-	tokens []uint32 // the prompt's token ids, for BlockStored events (nil when they are off)
-	out    int      // tokens to produce
-	loaded bool     // the prompt's KV came from a producer
-	keep   bool     // a prefill leg: keep the blocks after the last token
+	hashes []uint64  // chained hashes of the full prompt blocks
+	tokens []uint32  // the prompt's token ids, for BlockStored events
+	keys   extraKeys // the prompt's extra hash keys, for BlockStored events
+	out    int       // tokens to produce
+	loaded bool      // the prompt's KV came from a producer
+	keep   bool      // a prefill leg: keep the blocks after the last token
 
 	notify chan struct{} // signalled whenever produced grows
 
@@ -262,7 +263,7 @@ func (s *scheduler) applyLocked(items []stepItem) {
 			if q.toCompute > 0 {
 				continue
 			}
-			s.kv.commit(&q.hold, q.hashes, q.tokens)
+			s.kv.commit(&q.hold, q.hashes, q.tokens, q.keys)
 		}
 		q.produced++
 		notify(q.notify)

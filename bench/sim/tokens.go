@@ -1,5 +1,12 @@
 package sim
 
+import (
+	"strings"
+	"sync"
+
+	"github.com/narwhal-router/narwhal/bench/sim/tokenizer"
+)
+
 // The simulator's "model": token i of every output is contentWords[i mod len], reasoning
 // token i is reasoningWords[i mod len], and every logprob is a fixed function of i, so
 // tests can compare bytes.
@@ -26,19 +33,54 @@ func altToken(i, rank int) string { return TokenText(i + rank) }
 
 func altLogprob(i, rank int) float64 { return tokenLogprob(i) - float64(rank) - 0.5 }
 
-// countWords counts whitespace-separated words without allocating.
-func countWords(s string) int {
-	n, in := 0, false
-	for i := 0; i < len(s); i++ {
-		switch s[i] {
-		case ' ', '\t', '\n', '\r', '\v', '\f':
-			in = false
-		default:
-			if !in {
-				n++
-				in = true
+// Words returns a text of n words that is exactly n tokens for the default tokenizer (each
+// word is one token with or without a leading space), for tests and benchmarks that count
+// tokens. Texts of different tags start at different words of the pool (tags are numbered in
+// the order first seen, up to the pool's size), so they share no leading block; the text of
+// a tag is a prefix of its longer texts.
+func Words(tag string, n int) string {
+	pool := singleTokenWords()
+	wordTags.Lock()
+	off, ok := wordTags.offset[tag]
+	if !ok {
+		off = len(wordTags.offset) % len(pool)
+		wordTags.offset[tag] = off
+	}
+	wordTags.Unlock()
+	var b strings.Builder
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(pool[(off+i)%len(pool)])
+	}
+	return b.String()
+}
+
+var wordTags = struct {
+	sync.Mutex
+	offset map[string]int
+}{offset: map[string]int{}}
+
+var (
+	poolOnce sync.Once
+	pool     []string
+)
+
+// singleTokenWords are the default vocabulary's lower-case words that are one token both
+// after a space and at the start of a text.
+func singleTokenWords() []string {
+	poolOnce.Do(func() {
+		tok := tokenizer.Default()
+		for id := range tok.VocabSize() {
+			s, ok := strings.CutPrefix(tok.TokenString(uint32(id)), "Ġ")
+			if !ok || len(s) < 2 || strings.Trim(s, "abcdefghijklmnopqrstuvwxyz") != "" {
+				continue
+			}
+			if tok.Count(s) == 1 && tok.Count(" "+s) == 1 {
+				pool = append(pool, s)
 			}
 		}
-	}
-	return n
+	})
+	return pool
 }

@@ -1,10 +1,13 @@
 package sim
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
 	json "github.com/goccy/go-json"
+
+	"github.com/narwhal-router/narwhal/bench/sim/tokenizer"
 )
 
 // The simulator rejects what vLLM rejects, with vLLM's envelope, status, type and param.
@@ -79,7 +82,7 @@ func TestRequestsVLLMAccepts(t *testing.T) {
 		{"prompt as token ids", "/v1/completions", `{"prompt":[1,2,3,4]}`, `"prompt_tokens":4`},
 		{"content parts", "/v1/chat/completions",
 			`{"messages":[{"role":"system","content":"be brief"},{"role":"user","content":[{"type":"text","text":"a b"},{"type":"image_url","image_url":{"url":"x"}}]}]}`,
-			`"prompt_tokens":4`},
+			fmt.Sprintf(`"prompt_tokens":%d`, tokenizer.Default().Count(tokenizer.ChatML([]tokenizer.Message{{Role: "system", Content: "be brief"}, {Role: "user", Content: "a b"}}, true)))},
 		{"max_completion_tokens wins on chat", "/v1/chat/completions",
 			`{"messages":[{"role":"user","content":"x"}],"max_tokens":2,"max_completion_tokens":1}`, `"completion_tokens":1`},
 		{"stop when the model ends before max_tokens", "/v1/completions", `{"prompt":"x","max_tokens":5}`, `"finish_reason":"stop"`},
