@@ -67,20 +67,9 @@ var (
 	pool     []string
 )
 
-// singleTokenWords are the default vocabulary's lower-case words that are one token both
-// after a space and at the start of a text.
+// singleTokenWords are the default vocabulary's one-token words (tokenizer.SingleTokenWords),
+// computed once.
 func singleTokenWords() []string {
-	poolOnce.Do(func() {
-		tok := tokenizer.Default()
-		for id := range tok.VocabSize() {
-			s, ok := strings.CutPrefix(tok.TokenString(uint32(id)), "Ġ")
-			if !ok || len(s) < 2 || strings.Trim(s, "abcdefghijklmnopqrstuvwxyz") != "" {
-				continue
-			}
-			if tok.Count(s) == 1 && tok.Count(" "+s) == 1 {
-				pool = append(pool, s)
-			}
-		}
-	})
+	poolOnce.Do(func() { pool = tokenizer.Default().SingleTokenWords() })
 	return pool
 }

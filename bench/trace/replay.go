@@ -5,9 +5,12 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	json "github.com/goccy/go-json"
+
+	"github.com/narwhal-router/narwhal/bench/sim/tokenizer"
 )
 
 // Scale fits a trace to the machine that replays it. The zero value replays the trace
@@ -151,34 +154,55 @@ func (s Scale) request(index int, rec Record, t0 int64) Request {
 	}
 }
 
-// Prompt returns n words: block after block of blockTokens words each, block i's words
-// depending only on hashIDs[i] and the position in the block. Word j of block h is
-// "<h>.<j>" in base 36, so every (block, position) pair has its own word.
+// Prompt returns n words that are n tokens for the simulator's default tokenizer: block after
+// block of blockTokens words each, block i's words depending only on hashIDs[i] and the
+// position in the block. A block's first words spell its hash id in base len(words), so two
+// blocks of different ids differ; the rest cycle through the words from an offset the id
+// gives.
 func Prompt(hashIDs []int, blockTokens, n int) string {
+	words := promptWords()
+	base := len(words)
 	var b strings.Builder
 	b.Grow(n * 8)
 	written := 0
-	for _, h := range hashIDs {
-		for j := 0; j < blockTokens && written < n; j++ {
-			if written > 0 {
-				b.WriteByte(' ')
-			}
-			b.WriteString(strconv.FormatInt(int64(h), 36))
-			b.WriteByte('.')
-			b.WriteString(strconv.FormatInt(int64(j), 36))
-			written++
-		}
-	}
-	// A prompt longer than its hash ids cover (never in a well-formed trace) is padded
-	// with words no other block uses.
-	for ; written < n; written++ {
+	word := func(w string) {
 		if written > 0 {
 			b.WriteByte(' ')
 		}
-		b.WriteString("pad.")
-		b.WriteString(strconv.Itoa(written))
+		b.WriteString(w)
+		written++
+	}
+	for _, h := range hashIDs {
+		digits := h
+		for j := 0; j < blockTokens && written < n; j++ {
+			if j < idDigits {
+				word(words[digits%base])
+				digits /= base
+				continue
+			}
+			word(words[(h+j)%base])
+		}
+	}
+	// A prompt longer than its hash ids cover (never in a well-formed trace) is padded with
+	// words from the end of the list, which blocks use only by chance.
+	for i := 0; written < n; i++ {
+		word(words[base-1-i%base])
 	}
 	return b.String()
+}
+
+// idDigits is how many words of a block spell its hash id: enough for every id below
+// len(words)^idDigits (about 10^8 with the default tokenizer's ~500 such words).
+const idDigits = 3
+
+var (
+	wordsOnce sync.Once
+	words     []string
+)
+
+func promptWords() []string {
+	wordsOnce.Do(func() { words = tokenizer.Default().SingleTokenWords() })
+	return words
 }
 
 // Summary describes a replay for a report.

@@ -6,7 +6,7 @@
 // whose leading blocks are shared exactly as the hash ids say, so that an engine's or a
 // router's prefix hashing sees the sharing the trace records.
 //
-// A prompt token is a whitespace-separated word, as in the engine simulator (bench/sim).
+// A prompt token is a word the simulator's default tokenizer takes as one token (bench/sim).
 // Trace block h becomes BlockTokens words that depend on h alone; a request's prompt is
 // the words of its blocks in order, cut to its scaled input length. Two requests whose
 // hash ids agree on the first k blocks therefore have identical first k·BlockTokens
