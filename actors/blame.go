@@ -54,7 +54,7 @@ func (env *requestEnv) breakerNews(l legEnd, requestsFault bool) (m messages.Leg
 	case l.neutral:
 		return m, false
 	case l.fault == nil:
-		return messages.LegOutcome{Partner: l.partner}, l.engine.streak.Load() != 0
+		return messages.LegOutcome{Partner: l.partner}, l.engine.Streak.Load() != 0
 	case !l.fault.CountsAgainstEngine(), requestsFault, env.cluster.Fenced():
 		return m, false
 	}
@@ -130,7 +130,7 @@ func (env *requestEnv) handoffNews(l legEnd) (m messages.LegOutcome, ok bool) {
 		return m, false
 	}
 	return messages.LegOutcome{Failed: true,
-		Note: "its handoff failed on consumer " + l.engine.name + " (" + l.fault.Kind.String() + " on the decode leg)"}, true
+		Note: "its handoff failed on consumer " + l.engine.Name + " (" + l.fault.Kind.String() + " on the decode leg)"}, true
 }
 
 // fingerprintOf is a request's fingerprint: the FNV-1a hash of its body's length and of at most

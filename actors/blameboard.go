@@ -146,7 +146,7 @@ func (b *blameBoard) report(ctx actor.Context, r *blameReport) {
 // window (or has had none fail): its handoffs are readable, so a consumer's failed read of one
 // is the consumer's.
 func (b *blameBoard) handoffsWork(p *engineView) bool {
-	lc := p.lastCommit.Load()
+	lc := p.LastCommit.Load()
 	for _, rec := range b.recent {
 		if rec.producer == p && rec.l.transfer() {
 			return lc > rec.at.UnixNano()
@@ -158,8 +158,8 @@ func (b *blameBoard) handoffsWork(p *engineView) bool {
 // fleetCommitted says some engine of the fleet committed a request within the window.
 func (b *blameBoard) fleetCommitted(now time.Time) bool {
 	cut := now.Add(-b.window()).UnixNano()
-	for _, e := range b.env.fleet.load().engines {
-		if e.lastCommit.Load() > cut {
+	for _, e := range b.env.fleet.Load().Engines {
+		if e.LastCommit.Load() > cut {
 			return true
 		}
 	}
@@ -180,7 +180,7 @@ func (b *blameBoard) failedOnOthers(l legEnd) bool {
 // attribute records a failure found to be its request's.
 func (b *blameBoard) attribute(l legEnd) {
 	b.env.metrics.RequestAttributedFailure(l.phase.String(), l.fault.Kind.String())
-	b.env.log.Debug("failure attributed to the request", "engine", l.engine.name,
+	b.env.log.Debug("failure attributed to the request", "engine", l.engine.Name,
 		"leg", l.phase.String(), "kind", l.fault.Kind.String())
 }
 
@@ -271,7 +271,7 @@ func (b *blameBoard) producerSuspect(p *engineView, now time.Time) bool {
 		if first == nil {
 			first = rec.engine
 		} else if rec.engine != first {
-			p.suspect.Store(now.Add(b.window()).UnixNano())
+			p.Suspect.Store(now.Add(b.window()).UnixNano())
 			return true
 		}
 	}
@@ -283,10 +283,10 @@ func (b *blameBoard) producerSuspect(p *engineView, now time.Time) bool {
 // same cause as this one (sameCause).
 func (b *blameBoard) served(h *heldFailure, sameCause func(failureRecord) bool) bool {
 	e := h.l.engine
-	if e.commits.Load() > h.commits {
+	if e.Commits.Load() > h.commits {
 		return true
 	}
-	lc := e.lastCommit.Load()
+	lc := e.LastCommit.Load()
 	if lc == 0 || time.Duration(h.at.UnixNano()-lc) > b.window() {
 		return false
 	}
@@ -299,9 +299,9 @@ func (b *blameBoard) served(h *heldFailure, sameCause func(failureRecord) bool) 
 }
 
 func (b *blameBoard) newHeld(l legEnd, fp uint64, why suspicion, now time.Time) heldFailure {
-	h := heldFailure{l: l, fp: fp, why: why, at: now, commits: l.engine.commits.Load()}
+	h := heldFailure{l: l, fp: fp, why: why, at: now, commits: l.engine.Commits.Load()}
 	if l.producer != nil {
-		h.producerCommits = l.producer.commits.Load()
+		h.producerCommits = l.producer.Commits.Load()
 	}
 	return h
 }
@@ -361,10 +361,10 @@ func (b *blameBoard) decide(ctx actor.Context, h *heldFailure, now time.Time) bo
 					ctx.Send(p.pid, &m)
 				}
 				b.env.log.Info("failed handoff blamed on the producer: its handoffs fail on two or more consumers",
-					"producer", p.name, "consumer", h.l.engine.name, "kind", h.l.fault.Kind.String())
+					"producer", p.Name, "consumer", h.l.engine.Name, "kind", h.l.fault.Kind.String())
 				return true
 			}
-		case p.commits.Load() > h.producerCommits: // the producer's handoffs commit elsewhere
+		case p.Commits.Load() > h.producerCommits: // the producer's handoffs commit elsewhere
 			b.count(ctx, h.l)
 			return true
 		}

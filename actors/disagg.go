@@ -108,8 +108,8 @@ func (s *requestSupervisor) prefillSaturated(f *fleetSnapshot, cons *engineView)
 		return false
 	}
 	seen := false
-	for _, v := range f.engines {
-		if v == cons || !v.canServe(fault.PhasePrefill) || !v.serves(s.x.Body.Model) || !v.placeable.Load() {
+	for _, v := range f.Engines {
+		if v == cons || !v.CanServe(fault.PhasePrefill) || !v.Serves(s.x.Body.Model) || !v.Placeable.Load() {
 			continue
 		}
 		seen = true

@@ -39,7 +39,7 @@ func startKVFeeds(cfg config.KVEventsRuntime, index *exactIndex, m *telemetry.Me
 
 // add follows v's events if spec names (or the fleet's patterns give) an endpoint.
 func (f *kvFeeds) add(v *engineView, spec transport.EngineSpec) {
-	if f == nil || v.idx < 0 {
+	if f == nil || v.Idx < 0 {
 		return
 	}
 	pub, replay := f.cfg.Endpoints(spec.KVEvents, spec.KV.Host)
@@ -47,13 +47,13 @@ func (f *kvFeeds) add(v *engineView, spec transport.EngineSpec) {
 		return
 	}
 	var en *exactEngine
-	f.start(v, func() { en = f.index.open(v.idx) }, func(ctx context.Context) { f.follow(ctx, v, en, pub, replay) })
+	f.start(v, func() { en = f.index.open(v.Idx) }, func(ctx context.Context) { f.follow(ctx, v, en, pub, replay) })
 }
 
 // remove stops following v and drops its entries from the index.
 func (f *kvFeeds) remove(v *engineView) {
 	if f != nil && f.end(v) {
-		f.index.forget(v.idx)
+		f.index.forget(v.Idx)
 	}
 }
 
@@ -66,27 +66,27 @@ func (f *kvFeeds) stop() {
 // follow runs v's subscription until ctx ends, following it again after each failure.
 func (f *kvFeeds) follow(ctx context.Context, v *engineView, en *exactEngine, pub, replay string) {
 	wait := f.cfg.Reconnect
-	report := func() { f.m.KVIndexBlocks(v.name, f.index.held(en)) }
+	report := func() { f.m.KVIndexBlocks(v.Name, f.index.held(en)) }
 	for {
 		sub := kvevents.Subscriber{Endpoint: pub, Replay: replay, Topic: f.cfg.Topic, ReplayTimeout: f.cfg.ReplayTimeout,
 			Handle: func(_ uint64, b kvevents.Batch) {
 				f.index.apply(en, b)
-				f.m.KVEvents(v.name, "batch")
+				f.m.KVEvents(v.Name, "batch")
 				report()
 				wait = f.cfg.Reconnect
 			},
 			Gap: func(first, last uint64) {
 				f.index.lost(en)
-				f.m.KVEvents(v.name, "gap")
+				f.m.KVEvents(v.Name, "gap")
 				report()
-				f.log.Warn("KV events lost: the engine's exact prefix index starts over", "engine", v.name,
+				f.log.Warn("KV events lost: the engine's exact prefix index starts over", "engine", v.Name,
 					"first", first, "last", last, "replay", replay)
 			},
 			Restart: func(seq uint64) {
 				f.index.lost(en)
-				f.m.KVEvents(v.name, "restart")
+				f.m.KVEvents(v.Name, "restart")
 				report()
-				f.log.Info("KV event publisher started over: the engine's exact prefix index starts over", "engine", v.name, "seq", seq)
+				f.log.Info("KV event publisher started over: the engine's exact prefix index starts over", "engine", v.Name, "seq", seq)
 			},
 		}
 		err := sub.Run(ctx)
@@ -94,9 +94,9 @@ func (f *kvFeeds) follow(ctx context.Context, v *engineView, en *exactEngine, pu
 			return
 		}
 		f.index.lost(en)
-		f.m.KVEvents(v.name, "error")
+		f.m.KVEvents(v.Name, "error")
 		report()
-		f.log.Warn("KV event stream broke: placing on the estimate until it is followed again", "engine", v.name,
+		f.log.Warn("KV event stream broke: placing on the estimate until it is followed again", "engine", v.Name,
 			"endpoint", pub, "error", err, "retry_in", wait)
 		select {
 		case <-ctx.Done():

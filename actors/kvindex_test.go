@@ -190,7 +190,7 @@ func TestKVFeedFillsGapsByReplayAndStartsOverWhenItCannot(t *testing.T) {
 	f := startKVFeeds(config.KVEventsRuntime{Endpoint: pub, Replay: replay, MaxBlocks: 1 << 10,
 		ReplayTimeout: 2 * time.Second, Reconnect: 50 * time.Millisecond}, e, telemetry.Noop(), slog.New(slog.DiscardHandler))
 	defer f.stop()
-	v := &engineView{idx: x.takeSlot(), name: "e0"}
+	v := &engineView{Idx: x.takeSlot(), Name: "e0"}
 	f.add(v, transport.EngineSpec{Name: "e0"})
 
 	// ZeroMQ's PUB drops what it sends before the subscriber connects: empty batches until one
@@ -199,28 +199,28 @@ func TestKVFeedFillsGapsByReplayAndStartsOverWhenItCannot(t *testing.T) {
 	eventually(t, "the feed receives a batch", func() bool {
 		p.send(seq, batchOf(), false, false)
 		seq++
-		return e.isLive(v.idx)
+		return e.isLive(v.Idx)
 	})
 	p.send(seq, batchOf(stored(1, 2)), false, false)
 	p.send(seq+1, batchOf(stored(3)), true, false) // dropped live, in the replay buffer
 	p.send(seq+2, batchOf(stored(4)), false, false)
 	seq += 3
-	eventually(t, "the gap is filled by replay", func() bool { return matchOf(x, []uint64{1, 2, 3, 4}).of(v.idx) == 4 })
+	eventually(t, "the gap is filled by replay", func() bool { return matchOf(x, []uint64{1, 2, 3, 4}).of(v.Idx) == 4 })
 
 	p.send(seq, batchOf(stored(5)), true, true) // lost for good
 	p.send(seq+1, batchOf(stored(9)), false, false)
 	seq += 2
 	eventually(t, "a lost gap drops what the engine held", func() bool {
-		return matchOf(x, []uint64{1}).of(v.idx) == 0 && matchOf(x, []uint64{9}).of(v.idx) == 1
+		return matchOf(x, []uint64{1}).of(v.Idx) == 0 && matchOf(x, []uint64{9}).of(v.Idx) == 1
 	})
 
 	p.send(0, batchOf(stored(7)), false, false) // the publisher restarted: numbers from 0
 	eventually(t, "a restart starts the engine over", func() bool {
-		return matchOf(x, []uint64{9}).of(v.idx) == 0 && matchOf(x, []uint64{7}).of(v.idx) == 1
+		return matchOf(x, []uint64{9}).of(v.Idx) == 0 && matchOf(x, []uint64{7}).of(v.Idx) == 1
 	})
 
 	f.remove(v)
-	if m := matchOf(x, []uint64{7}); m.of(v.idx) != 0 || e.isLive(v.idx) {
+	if m := matchOf(x, []uint64{7}); m.of(v.Idx) != 0 || e.isLive(v.Idx) {
 		t.Fatalf("a removed engine is still indexed: %v", m)
 	}
 	p.send(1, batchOf(stored(8)), false, false)
@@ -239,21 +239,21 @@ func TestKVFeedFallsBackToTheEstimateWhenThePublisherGoesAway(t *testing.T) {
 	f := startKVFeeds(config.KVEventsRuntime{Endpoint: pub, Replay: replay, MaxBlocks: 1 << 10,
 		ReplayTimeout: time.Second, Reconnect: 20 * time.Millisecond}, e, telemetry.Noop(), slog.New(slog.DiscardHandler))
 	defer f.stop()
-	v := &engineView{idx: x.takeSlot(), name: "e0"}
-	x.record([]uint64{1, 2}, v.idx) // our own placement: the estimate
+	v := &engineView{Idx: x.takeSlot(), Name: "e0"}
+	x.record([]uint64{1, 2}, v.Idx) // our own placement: the estimate
 	f.add(v, transport.EngineSpec{Name: "e0"})
 	seq := uint64(0)
 	eventually(t, "the feed receives a batch", func() bool {
 		p.send(seq, batchOf(stored(1)), false, false)
 		seq++
-		return e.isLive(v.idx)
+		return e.isLive(v.Idx)
 	})
-	if m := matchOf(x, []uint64{1, 2}); m.of(v.idx) != 1 {
+	if m := matchOf(x, []uint64{1, 2}); m.of(v.Idx) != 1 {
 		t.Fatalf("live: the events say one block, got %v", m)
 	}
 	p.close()
-	eventually(t, "the engine falls back to the estimate", func() bool { return !e.isLive(v.idx) })
-	if m := matchOf(x, []uint64{1, 2}); m.of(v.idx) != 2 {
+	eventually(t, "the engine falls back to the estimate", func() bool { return !e.isLive(v.Idx) })
+	if m := matchOf(x, []uint64{1, 2}); m.of(v.Idx) != 2 {
 		t.Fatalf("after the publisher went away the estimate should place it: %v", m)
 	}
 }

@@ -21,7 +21,7 @@ type loadSample struct {
 
 // fresh returns the scraped load when it is younger than stale.
 func (v *engineView) fresh(now time.Time, stale time.Duration) (transport.EngineLoad, bool) {
-	s := v.scraped.Load()
+	s := v.Scraped.Load()
 	if s == nil || s.at.IsZero() || now.Sub(s.at) > stale {
 		return transport.EngineLoad{}, false
 	}
@@ -32,7 +32,7 @@ func (v *engineView) fresh(now time.Time, stale time.Duration) (transport.Engine
 // larger of those and the engine's running sequences (which include ours), plus its waiting
 // queue.
 func (v *engineView) loadScore(now time.Time, stale time.Duration) int {
-	n := v.load()
+	n := v.Load()
 	if l, ok := v.fresh(now, stale); ok {
 		n = max(n, l.Running) + l.Waiting
 	}
@@ -43,8 +43,8 @@ func (v *engineView) loadScore(now time.Time, stale time.Duration) int {
 // uncapped), raised to the scraped KV usage, and to 1 once requests wait in the engine.
 func (v *engineView) busyness(now time.Time, stale time.Duration) float64 {
 	b := 0.0
-	if v.maxInflight > 0 {
-		b = float64(v.load()) / float64(v.maxInflight)
+	if v.MaxInflight > 0 {
+		b = float64(v.Load()) / float64(v.MaxInflight)
 	}
 	if l, ok := v.fresh(now, stale); ok {
 		if l.HasKVUsage {
@@ -59,8 +59,8 @@ func (v *engineView) busyness(now time.Time, stale time.Duration) float64 {
 
 // loadState is the engine's load view for /engines and the tree dump.
 func (v *engineView) loadState(now time.Time, stale time.Duration, prefixBlocks int) messages.LoadState {
-	st := messages.LoadState{Reservations: v.load(), Score: v.loadScore(now, stale), PrefixBlocks: prefixBlocks}
-	if s := v.scraped.Load(); s != nil {
+	st := messages.LoadState{Reservations: v.Load(), Score: v.loadScore(now, stale), PrefixBlocks: prefixBlocks}
+	if s := v.Scraped.Load(); s != nil {
 		if !s.at.IsZero() {
 			at := s.at
 			st.ScrapedAt = &at
@@ -119,12 +119,12 @@ func (s *scraper) remove(v *engineView) {
 
 func scrapeOnce(ctx context.Context, v *engineView, timeout time.Duration, m *telemetry.Metrics) {
 	sctx, cancel := context.WithTimeout(ctx, timeout)
-	l, err := v.client.Load(sctx)
+	l, err := v.Client.Load(sctx)
 	cancel()
 	if ctx.Err() != nil {
 		return // shutting down: not the engine's failure
 	}
-	prev := v.scraped.Load()
+	prev := v.Scraped.Load()
 	next := &loadSample{}
 	if prev != nil {
 		*next = *prev
@@ -132,13 +132,13 @@ func scrapeOnce(ctx context.Context, v *engineView, timeout time.Duration, m *te
 	if err != nil {
 		next.err, next.failedAt = err.Error(), time.Now()
 		next.failures++
-		m.EngineScrape(v.name, "error")
+		m.EngineScrape(v.Name, "error")
 	} else {
 		next.at, next.load, next.err, next.failures = time.Now(), l, "", 0
-		m.EngineScrape(v.name, "ok")
-		m.EngineLoad(v.name, l.Running, l.Waiting, l.KVUsage)
+		m.EngineScrape(v.Name, "ok")
+		m.EngineLoad(v.Name, l.Running, l.Waiting, l.KVUsage)
 	}
-	v.scraped.Store(next)
+	v.Scraped.Store(next)
 }
 
 func (s *scraper) stop() {
@@ -149,5 +149,5 @@ func (s *scraper) stop() {
 
 // loadState is v's load view with the prefix index's size for it.
 func (r *Router) loadState(v *engineView) messages.LoadState {
-	return v.loadState(time.Now(), r.current().Placement.ScrapeStaleS.Duration(), r.fleet.index.heldBy(v.idx))
+	return v.loadState(time.Now(), r.current().Placement.ScrapeStaleS.Duration(), r.fleet.Index.heldBy(v.Idx))
 }

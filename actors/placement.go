@@ -25,50 +25,50 @@ import (
 type engineView struct {
 	// What placement reads of every candidate comes first, so that a walk over the candidates
 	// (sift) reads one cache line of each engine.
-	slots     atomic.Uint64 // reservations held: prefill in the high 32 bits, decode in the low
-	placeable atomic.Bool   // admitted: neither joining, quarantined nor ejected
-	// prefillTokens is the estimated prompt tokens of the prefill reservations held: a
+	Slots     atomic.Uint64 // reservations held: prefill in the high 32 bits, decode in the low
+	Placeable atomic.Bool   // admitted: neither joining, quarantined nor ejected
+	// PrefillTokens is the estimated prompt tokens of the prefill reservations held: a
 	// producer's load is its work, and prompts differ a hundredfold in length.
-	prefillTokens atomic.Int64
-	// scraped is the last /metrics scrape (placement.scrape_interval_s), written by its scraper.
-	scraped     atomic.Pointer[loadSample]
-	maxInflight int
-	// pushback is the engine's backpressure record (backpressure.go).
-	pushback pushback
+	PrefillTokens atomic.Int64
+	// Scraped is the last /metrics scrape (placement.scrape_interval_s), written by its scraper.
+	Scraped     atomic.Pointer[loadSample]
+	MaxInflight int
+	// Pushback is the engine's backpressure record (backpressure.go).
+	Pushback pushback
 
-	idx    int // the engine's prefix-index slot (its bit), -1 when it has none
-	name   string
-	role   config.Role
-	client *transport.EngineClient
+	Idx    int // the engine's prefix-index slot (its bit), -1 when it has none
+	Name   string
+	Role   config.Role
+	Client *transport.EngineClient
 	pid    *actor.PID
 
-	models modelList
-	// state is the engine's lifecycle state as the engine actor publishes it (breakerState),
+	Models modelList
+	// State is the engine's lifecycle State as the engine actor publishes it (breakerState),
 	// for readiness's reasons.
-	state atomic.Uint32
-	// removed is set by the engine actor when the engine leaves the fleet: reserve refuses it
+	State atomic.Uint32
+	// Removed is set by the engine actor when the engine leaves the fleet: reserve refuses it
 	// from then on, even to a supervisor that picked the engine from an older snapshot.
-	removed atomic.Bool
-	streak  atomic.Int32 // the breaker's failure streak, so a success is reported only if it matters
-	// takesOut is the consequence of the next counted failure, as the engine actor publishes it:
-	// true when that failure quarantines or ejects the engine (breaker.takesOut).
-	takesOut atomic.Bool
-	// localTokens is the estimated uncached prompt tokens of the local decodes placed on this
+	Removed atomic.Bool
+	Streak  atomic.Int32 // the breaker's failure streak, so a success is reported only if it matters
+	// TakesOut is the consequence of the next counted failure, as the engine actor publishes it:
+	// true when that failure quarantines or ejects the engine (breaker.TakesOut).
+	TakesOut atomic.Bool
+	// LocalTokens is the estimated uncached prompt tokens of the local decodes placed on this
 	// consumer that have not produced their first token: the prompts it is computing for us.
-	localTokens atomic.Int64
-	// rate is the engine's measured prefill rate (ttft.go), as a producer or computing a local
+	LocalTokens atomic.Int64
+	// Rate is the engine's measured prefill Rate (ttft.go), as a producer or computing a local
 	// decode's prompt.
-	rate rateEWMA
+	Rate rateEWMA
 
-	// commits counts the requests that committed with the engine as their consumer or producer,
+	// Commits counts the requests that committed with the engine as their consumer or producer,
 	// and lastCommit is the newest one's time (unix nanoseconds): the evidence the blame board
 	// (blameboard.go) reads that the engine serves other requests. Supervisors write them.
-	commits    atomic.Uint64
-	lastCommit atomic.Int64
-	// suspect, while in the future (unix nanoseconds), says the blame board holds the
+	Commits    atomic.Uint64
+	LastCommit atomic.Int64
+	// Suspect, while in the future (unix nanoseconds), says the blame board holds the
 	// producer's handoffs responsible for failures on two or more consumers: a consumer's
 	// probe picks another partner.
-	suspect atomic.Int64
+	Suspect atomic.Int64
 }
 
 // modelsChanged counts changes to any engine's model list: a snapshot's candidate lists
@@ -92,24 +92,24 @@ func packSlots(prefill, decode uint32) uint64 { return uint64(prefill)<<32 | uin
 
 func unpackSlots(v uint64) (prefill, decode uint32) { return uint32(v >> 32), uint32(v) }
 
-// reserved returns the reservations held per phase.
-func (v *engineView) reserved() (prefill, decode int) {
-	p, d := unpackSlots(v.slots.Load())
+// Reserved returns the reservations held per phase.
+func (v *engineView) Reserved() (prefill, decode int) {
+	p, d := unpackSlots(v.Slots.Load())
 	return int(p), int(d)
 }
 
-// load is the reservations held in both phases.
-func (v *engineView) load() int {
-	p, d := v.reserved()
+// Load is the reservations held in both phases.
+func (v *engineView) Load() int {
+	p, d := v.Reserved()
 	return p + d
 }
 
-// reserve takes a slot in phase unless the engine is out of placement or at max_inflight.
-func (v *engineView) reserve(phase fault.Phase) bool {
+// Reserve takes a slot in phase unless the engine is out of placement or at max_inflight.
+func (v *engineView) Reserve(phase fault.Phase) bool {
 	for {
-		cur := v.slots.Load()
+		cur := v.Slots.Load()
 		p, d := unpackSlots(cur)
-		if !v.placeable.Load() || (v.maxInflight > 0 && int(p+d) >= v.maxInflight) {
+		if !v.Placeable.Load() || (v.MaxInflight > 0 && int(p+d) >= v.MaxInflight) {
 			return false
 		}
 		if phase == fault.PhasePrefill {
@@ -117,39 +117,39 @@ func (v *engineView) reserve(phase fault.Phase) bool {
 		} else {
 			d++
 		}
-		if v.slots.CompareAndSwap(cur, packSlots(p, d)) {
+		if v.Slots.CompareAndSwap(cur, packSlots(p, d)) {
 			break
 		}
 	}
 	// The engine actor marks a leaving engine removed, then waits for its slots to reach zero;
 	// a slot is taken, then removed is read. Either this reads removed and gives the slot back,
 	// or the actor sees the slot and waits for it: no slot outlives the engine's drain.
-	if v.removed.Load() {
-		v.release(phase)
+	if v.Removed.Load() {
+		v.Release(phase)
 		return false
 	}
 	return true
 }
 
-// release returns a slot taken with reserve, reporting whether the engine was full before.
-func (v *engineView) release(phase fault.Phase) (wasFull bool) {
+// Release returns a slot taken with reserve, reporting whether the engine was full before.
+func (v *engineView) Release(phase fault.Phase) (wasFull bool) {
 	for {
-		cur := v.slots.Load()
+		cur := v.Slots.Load()
 		p, d := unpackSlots(cur)
-		wasFull = v.maxInflight > 0 && int(p+d) >= v.maxInflight
+		wasFull = v.MaxInflight > 0 && int(p+d) >= v.MaxInflight
 		if phase == fault.PhasePrefill {
 			p--
 		} else {
 			d--
 		}
-		if v.slots.CompareAndSwap(cur, packSlots(p, d)) {
+		if v.Slots.CompareAndSwap(cur, packSlots(p, d)) {
 			return wasFull
 		}
 	}
 }
 
-func (v *engineView) serves(model string) bool {
-	p := v.models.Load()
+func (v *engineView) Serves(model string) bool {
+	p := v.Models.Load()
 	if p == nil {
 		return false
 	}
@@ -161,22 +161,22 @@ func (v *engineView) serves(model string) bool {
 	return false
 }
 
-func (v *engineView) firstModel() string {
-	if p := v.models.Load(); p != nil && len(*p) > 0 {
+func (v *engineView) FirstModel() string {
+	if p := v.Models.Load(); p != nil && len(*p) > 0 {
 		return (*p)[0]
 	}
 	return ""
 }
 
-func (v *engineView) hasRoom() bool {
-	return v.maxInflight == 0 || v.load() < v.maxInflight
+func (v *engineView) HasRoom() bool {
+	return v.MaxInflight == 0 || v.Load() < v.MaxInflight
 }
 
-func (v *engineView) canServe(p fault.Phase) bool {
+func (v *engineView) CanServe(p fault.Phase) bool {
 	if p == fault.PhasePrefill {
-		return v.role.CanPrefill()
+		return v.Role.CanPrefill()
 	}
-	return v.role.CanDecode()
+	return v.Role.CanDecode()
 }
 
 // fleet is the engines placement may use, as an immutable snapshot swapped whole when the
@@ -185,30 +185,30 @@ func (v *engineView) canServe(p fault.Phase) bool {
 // robin positions outlive the snapshots.
 type fleet struct {
 	cur   atomic.Pointer[fleetSnapshot]
-	index *prefixIndex
+	Index *prefixIndex
 	rr    [2]atomic.Uint64 // round robin position per phase
 }
 
-// load is the fleet as it is now.
-func (f *fleet) load() *fleetSnapshot { return f.cur.Load() }
+// Load is the fleet as it is now.
+func (f *fleet) Load() *fleetSnapshot { return f.cur.Load() }
 
-// publish makes engines (in their sources' order) the fleet placement sees.
-func (f *fleet) publish(engines []*engineView) {
-	s := &fleetSnapshot{engines: engines, byName: make(map[string]*engineView, len(engines)), index: f.index, rr: &f.rr}
+// Publish makes engines (in their sources' order) the fleet placement sees.
+func (f *fleet) Publish(engines []*engineView) {
+	s := &fleetSnapshot{Engines: engines, byName: make(map[string]*engineView, len(engines)), Index: f.Index, rr: &f.rr}
 	slots := 0
 	for _, v := range engines {
-		s.byName[v.name] = v
-		if v.idx >= 0 && v.idx < maxIndexed {
-			slots = max(slots, v.idx+1)
+		s.byName[v.Name] = v
+		if v.Idx >= 0 && v.Idx < maxIndexed {
+			slots = max(slots, v.Idx+1)
 		}
 	}
 	s.bySlot = make([]int32, slots)
 	for i, v := range engines {
-		if v.idx >= 0 && v.idx < maxIndexed {
-			s.bySlot[v.idx] = int32(i + 1)
+		if v.Idx >= 0 && v.Idx < maxIndexed {
+			s.bySlot[v.Idx] = int32(i + 1)
 		}
 		for _, p := range []fault.Phase{fault.PhasePrefill, fault.PhaseDecode} {
-			if v.canServe(p) {
+			if v.CanServe(p) {
 				s.byPhase[p] = append(s.byPhase[p], v)
 			}
 		}
@@ -220,7 +220,7 @@ func (f *fleet) publish(engines []*engineView) {
 // admitted, out of placement), in their sources' order. It is never modified, but for lists
 // derived from it (candidates), made when first asked for.
 type fleetSnapshot struct {
-	engines []*engineView
+	Engines []*engineView
 	byName  map[string]*engineView
 	// byPhase are the engines whose role runs each phase, and bySlot the position in engines
 	// plus one of the engine holding each prefix index slot (0: none), so that placement reads
@@ -228,7 +228,7 @@ type fleetSnapshot struct {
 	byPhase [2][]*engineView
 	bySlot  []int32
 	lists   atomic.Pointer[candidateLists]
-	index   *prefixIndex
+	Index   *prefixIndex
 	rr      *[2]atomic.Uint64
 }
 
@@ -240,16 +240,16 @@ type candidateLists struct {
 }
 
 type candidateKey struct {
-	phase fault.Phase
-	model string
+	Phase fault.Phase
+	Model string
 }
 
-func (f *fleetSnapshot) engine(name string) *engineView { return f.byName[name] }
+func (f *fleetSnapshot) Engine(name string) *engineView { return f.byName[name] }
 
-// candidates are the engines whose role runs phase and which serve model, in the snapshot's
+// Candidates are the engines whose role runs phase and which serve model, in the snapshot's
 // order: made by one walk of the fleet, then kept until an engine's models change. A model no
 // engine serves is not kept, so requests naming arbitrary models cannot grow the lists.
-func (f *fleetSnapshot) candidates(phase fault.Phase, model string) []*engineView {
+func (f *fleetSnapshot) Candidates(phase fault.Phase, model string) []*engineView {
 	gen := modelsChanged.Load()
 	c := f.lists.Load()
 	k := candidateKey{phase, model}
@@ -260,7 +260,7 @@ func (f *fleetSnapshot) candidates(phase fault.Phase, model string) []*engineVie
 	}
 	var l []*engineView
 	for _, v := range f.byPhase[phase] {
-		if v.serves(model) {
+		if v.Serves(model) {
 			l = append(l, v)
 		}
 	}
@@ -293,30 +293,30 @@ const (
 type ask struct {
 	phase fault.Phase
 	model string
-	// avoid lists engines to use only if nothing else can serve (a failed engine on retry; the
-	// other leg's engine); full lists engines that just refused a slot; exclude lists engines
+	// Avoid lists engines to use only if nothing else can serve (a failed engine on retry; the
+	// other leg's engine); Full lists engines that just refused a slot; Exclude lists engines
 	// never to use.
-	avoid, full, exclude []string
-	// blocks are the prompt's block hashes, for prefix preference; tokens its token estimate,
+	Avoid, Full, Exclude []string
+	// Blocks are the prompt's block hashes, for prefix preference; tokens its token estimate,
 	// the request's weight on a producer.
-	blocks []uint64
-	tokens int
-	// rules are the placement settings the request runs with (placement.*).
-	rules *config.FleetRuntime
+	Blocks []uint64
+	Tokens int
+	// Rules are the placement settings the request runs with (placement.*).
+	Rules *config.FleetRuntime
 }
 
 // placed is a leg's placement: the engine, or why there is none; match is the number of the
 // prompt's leading blocks the prefix index says the engine served.
 type placed struct {
-	engine *engineView
-	why    scarcity
-	match  int
+	Engine *engineView
+	Why    scarcity
+	Match  int
 }
 
-// pick chooses an engine for phase by power of two choices on load (pickFor without a prompt).
-func (f *fleetSnapshot) pick(rules *config.FleetRuntime, phase fault.Phase, model string, avoid, full, exclude []string) (*engineView, scarcity) {
-	p := f.pickFor(ask{phase: phase, model: model, avoid: avoid, full: full, exclude: exclude, rules: rules}, nil)
-	return p.engine, p.why
+// Pick chooses an engine for phase by power of two choices on load (pickFor without a prompt).
+func (f *fleetSnapshot) Pick(rules *config.FleetRuntime, phase fault.Phase, model string, avoid, full, exclude []string) (*engineView, scarcity) {
+	p := f.Place(ask{phase: phase, model: model, Avoid: avoid, Full: full, Exclude: exclude, Rules: rules}, nil)
+	return p.Engine, p.Why
 }
 
 // tier is how a candidate engine stands for one leg. The candidates are the engines of the
@@ -353,7 +353,7 @@ const (
 )
 
 func (f *fleetSnapshot) marksOf(a *ask) (mk marks) {
-	mk.names = [...][]string{markAvoid: a.avoid, markFull: a.full, markExclude: a.exclude}
+	mk.names = [...][]string{markAvoid: a.Avoid, markFull: a.Full, markExclude: a.Exclude}
 	for k, names := range mk.names {
 		for _, name := range names {
 			v := f.byName[name]
@@ -374,7 +374,7 @@ func (f *fleetSnapshot) marksOf(a *ask) (mk marks) {
 // has says whether v is on the list of kind k.
 func (mk *marks) has(v *engineView, k markKind) bool {
 	if mk.over {
-		return contains(mk.names[k], v.name)
+		return contains(mk.names[k], v.Name)
 	}
 	for i := range mk.n {
 		if mk.v[i] == v && mk.kind[i] == k {
@@ -388,11 +388,11 @@ func (mk *marks) has(v *engineView, k markKind) bool {
 // out of placement or excluded (503), full or just refused a slot (queue).
 func classify(v *engineView, mk *marks, now time.Time) (tier, scarcity) {
 	switch {
-	case !v.placeable.Load() || mk.has(v, markExclude):
+	case !v.Placeable.Load() || mk.has(v, markExclude):
 		return ineligible, noAdmitted
-	case !v.hasRoom() || mk.has(v, markFull):
+	case !v.HasRoom() || mk.has(v, markFull):
 		return ineligible, noRoom
-	case v.pushback.passedOver(now):
+	case v.Pushback.passedOver(now):
 		return passedOver, available
 	case mk.has(v, markAvoid):
 		return avoided, available
@@ -400,7 +400,7 @@ func classify(v *engineView, mk *marks, now time.Time) (tier, scarcity) {
 	return preferred, available
 }
 
-// pickFor chooses an engine for a leg under placement.policy:
+// Place chooses an engine for a leg under placement.policy:
 //
 //   - prefix: among the candidates under the load bound (load + 1 ≤ ⌈load_factor × (total
 //     load + 1) / candidates⌉, consistent hashing with bounded loads' rule), the one with the
@@ -413,19 +413,19 @@ func classify(v *engineView, mk *marks, now time.Time) (tier, scarcity) {
 // draws while draws find them (drawTwo); prefix reads each of them once for the load bound's
 // total (tally), then only the engines the index matched. The reason there is no candidate
 // comes from a walk over them all, as before.
-func (f *fleetSnapshot) pickFor(a ask, m *telemetry.Metrics) placed {
-	list := f.candidates(a.phase, a.model)
+func (f *fleetSnapshot) Place(a ask, m *telemetry.Metrics) placed {
+	list := f.Candidates(a.phase, a.model)
 	if len(list) == 0 {
-		return placed{why: unknownModel}
+		return placed{Why: unknownModel}
 	}
 	mk := f.marksOf(&a)
 	now := time.Now()
-	if a.rules.Placement == config.PlacePrefix && f.index != nil && len(a.blocks) > 0 {
+	if a.Rules.Placement == config.PlacePrefix && f.Index != nil && len(a.Blocks) > 0 {
 		return f.pickByPrefix(list, &a, &mk, now, m)
 	}
-	if a.rules.Placement != config.PlaceRoundRobin {
+	if a.Rules.Placement != config.PlaceRoundRobin {
 		if v := f.drawTwo(list, &a, &mk, now, preferred, math.MaxInt); v != nil {
-			return placed{engine: v, match: f.matchOf(v, a.blocks)}
+			return placed{Engine: v, Match: f.matchOf(v, a.Blocks)}
 		}
 	}
 	sc := scratchPool.Get().(*scratch)
@@ -433,17 +433,17 @@ func (f *fleetSnapshot) pickFor(a ask, m *telemetry.Metrics) placed {
 	cands, why := sc.sift(list, &mk, now)
 	switch len(cands) {
 	case 0:
-		return placed{why: why}
+		return placed{Why: why}
 	case 1:
-		return placed{engine: cands[0], match: f.matchOf(cands[0], a.blocks)}
+		return placed{Engine: cands[0], Match: f.matchOf(cands[0], a.Blocks)}
 	}
 	var v *engineView
-	if a.rules.Placement == config.PlaceRoundRobin {
+	if a.Rules.Placement == config.PlaceRoundRobin {
 		v = cands[int(f.rr[a.phase].Add(1)%uint64(len(cands)))]
 	} else {
 		v = f.eitherOf(cands, &a, now)
 	}
-	return placed{engine: v, match: f.matchOf(v, a.blocks)}
+	return placed{Engine: v, Match: f.matchOf(v, a.Blocks)}
 }
 
 // pickByPrefix is pickFor under placement.policy prefix for a prompt.
@@ -451,31 +451,31 @@ func (f *fleetSnapshot) pickByPrefix(list []*engineView, a *ask, mk *marks, now 
 	t, n, total, least, leastLoad, why := f.tally(list, a, mk, now)
 	switch n {
 	case 0:
-		return placed{why: why}
+		return placed{Why: why}
 	case 1:
-		return placed{engine: least, match: f.matchOf(least, a.blocks)}
+		return placed{Engine: least, Match: f.matchOf(least, a.Blocks)}
 	}
 	sc := scratchPool.Get().(*scratch)
 	defer scratchPool.Put(sc)
-	match := f.index.match(a.blocks, sc.match[:0])
+	match := f.Index.match(a.Blocks, sc.match[:0])
 	sc.match = match
 	// Only engines under the bound are candidates, for their cache or, failing a match among
 	// them, for p2c: the bound holds whichever way the choice goes. When none is under it (a
 	// prefill heavier than the bound allows anywhere), the least loaded alone is.
 	w := a.weight()
-	limit := int(math.Ceil(a.rules.LoadFactor * float64(total+w) / float64(n)))
+	limit := int(math.Ceil(a.Rules.LoadFactor * float64(total+w) / float64(n)))
 	noneUnder := leastLoad+w > limit
 	if match.longest() > 0 {
 		if v, n := f.longest(match, a, mk, now, t, limit, noneUnder, least); v != nil {
 			countPrefix(m, a.phase, "hit")
-			return placed{engine: v, match: n}
+			return placed{Engine: v, Match: n}
 		}
 		countPrefix(m, a.phase, "bounded")
 	} else {
 		countPrefix(m, a.phase, "miss")
 	}
 	if noneUnder {
-		return placed{engine: least, match: matchIn(match, least)}
+		return placed{Engine: least, Match: matchIn(match, least)}
 	}
 	v := f.drawTwo(list, a, mk, now, t, limit-w)
 	if v == nil {
@@ -495,7 +495,7 @@ func (f *fleetSnapshot) pickByPrefix(list []*engineView, a *ask, mk *marks, now 
 			v = f.eitherOf(under, a, now)
 		}
 	}
-	return placed{engine: v, match: matchIn(match, v)}
+	return placed{Engine: v, Match: matchIn(match, v)}
 }
 
 // eitherOf is power of two choices among cands (two or more): two distinct at random, the less
@@ -613,25 +613,25 @@ func tierOf(v *engineView, mk *marks, now time.Time) tier {
 	return t
 }
 
-// loadFor is v's load as a's placement weighs it: for a decode its load score (requests), for
+// LoadFor is v's load as a's placement weighs it: for a decode its load score (requests), for
 // a prefill the prompt tokens it is computing for us, plus one request's worth (a's prompt) per
 // request a fresh scrape shows beyond our reservations there (another router's, say). Our own
 // requests are not counted twice: they are in the prompt tokens already, and counting each
 // scraped request at a's size would make a producer holding a few long prompts look lighter
 // than one holding many short ones, and draw every long prompt to it.
-func (f *fleetSnapshot) loadFor(v *engineView, a ask, now time.Time) int {
+func (f *fleetSnapshot) LoadFor(v *engineView, a ask, now time.Time) int {
 	return f.loadOf(v, &a, now)
 }
 
 // loadOf is loadFor without copying a, for the walks over every candidate.
 func (f *fleetSnapshot) loadOf(v *engineView, a *ask, now time.Time) int {
 	if a.phase != fault.PhasePrefill {
-		return v.loadScore(now, a.rules.ScrapeStale)
+		return v.loadScore(now, a.Rules.ScrapeStale)
 	}
-	n := int(v.prefillTokens.Load())
-	if l, ok := v.fresh(now, a.rules.ScrapeStale); ok {
-		if other := l.Running + l.Waiting - v.load(); other > 0 {
-			n += other * max(1, a.tokens)
+	n := int(v.PrefillTokens.Load())
+	if l, ok := v.fresh(now, a.Rules.ScrapeStale); ok {
+		if other := l.Running + l.Waiting - v.Load(); other > 0 {
+			n += other * max(1, a.Tokens)
 		}
 	}
 	return n
@@ -640,7 +640,7 @@ func (f *fleetSnapshot) loadOf(v *engineView, a *ask, now time.Time) int {
 // weight is what a's request adds to the engine's load.
 func (a ask) weight() int {
 	if a.phase == fault.PhasePrefill {
-		return max(1, a.tokens)
+		return max(1, a.Tokens)
 	}
 	return 1
 }
@@ -659,8 +659,8 @@ func (f *fleetSnapshot) longest(match prefixMatches, a *ask, mk *marks, now time
 			continue
 		}
 		pos := f.bySlot[e.slot]
-		v := f.engines[pos-1]
-		if !v.canServe(a.phase) || !v.serves(a.model) || tierOf(v, mk, now) != t {
+		v := f.Engines[pos-1]
+		if !v.CanServe(a.phase) || !v.Serves(a.model) || tierOf(v, mk, now) != t {
 			continue
 		}
 		l := f.loadOf(v, a, now)
@@ -676,10 +676,10 @@ func (f *fleetSnapshot) longest(match prefixMatches, a *ask, mk *marks, now time
 
 // matchIn is v's match in a prompt's matches.
 func matchIn(match prefixMatches, v *engineView) int {
-	if v.idx < 0 || v.idx >= maxIndexed {
+	if v.Idx < 0 || v.Idx >= maxIndexed {
 		return 0
 	}
-	return match.of(v.idx)
+	return match.of(v.Idx)
 }
 
 func countPrefix(m *telemetry.Metrics, phase fault.Phase, result string) {
@@ -690,20 +690,20 @@ func countPrefix(m *telemetry.Metrics, phase fault.Phase, result string) {
 
 // matchOf is how many of blocks the prefix index says v served.
 func (f *fleetSnapshot) matchOf(v *engineView, blocks []uint64) int {
-	if f.index == nil || len(blocks) == 0 || v.idx < 0 || v.idx >= maxIndexed {
+	if f.Index == nil || len(blocks) == 0 || v.Idx < 0 || v.Idx >= maxIndexed {
 		return 0
 	}
 	var mbuf [32]slotDepth
-	return f.index.match(blocks, mbuf[:0]).of(v.idx)
+	return f.Index.match(blocks, mbuf[:0]).of(v.Idx)
 }
 
-// anyAdmitted returns an admitted engine able to run phase, other than not, or nil; one that
+// AnyAdmitted returns an admitted engine able to run phase, other than not, or nil; one that
 // serves model is preferred.
-func (f *fleetSnapshot) anyAdmitted(phase fault.Phase, not *engineView, model string) *engineView {
+func (f *fleetSnapshot) AnyAdmitted(phase fault.Phase, not *engineView, model string) *engineView {
 	var other *engineView
-	for _, v := range f.engines {
-		if v != not && v.canServe(phase) && v.placeable.Load() {
-			if model == "" || v.serves(model) {
+	for _, v := range f.Engines {
+		if v != not && v.CanServe(phase) && v.Placeable.Load() {
+			if model == "" || v.Serves(model) {
 				return v
 			}
 			if other == nil {
@@ -714,12 +714,12 @@ func (f *fleetSnapshot) anyAdmitted(phase fault.Phase, not *engineView, model st
 	return other
 }
 
-// Models is the union of the models the fleet's engines serve, for GET /v1/models.
-func (f *fleetSnapshot) models() []string {
+// Models is the union of the Models the fleet's engines serve, for GET /v1/Models.
+func (f *fleetSnapshot) Models() []string {
 	seen := map[string]bool{}
 	var out []string
-	for _, v := range f.engines {
-		if p := v.models.Load(); p != nil {
+	for _, v := range f.Engines {
+		if p := v.Models.Load(); p != nil {
 			for _, m := range *p {
 				if !seen[m] {
 					seen[m] = true

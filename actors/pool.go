@@ -128,7 +128,7 @@ func (p *poolActor) Receive(ctx actor.Context) {
 		}
 		p.depthChanged()
 	case *messages.CapacityFreed:
-		if v := p.r.fleet.load().engine(m.Engine); v != nil && v.placeable.Load() {
+		if v := p.r.fleet.Load().Engine(m.Engine); v != nil && v.Placeable.Load() {
 			p.wake(ctx, v)
 		}
 	case *messages.EngineChanged:
@@ -216,16 +216,16 @@ func (p *poolActor) apply(ctx actor.Context, specs []transport.EngineSpec) {
 func (p *poolActor) add(spec transport.EngineSpec) *engineState {
 	r := p.r
 	p.incarnations++
-	v := &engineView{idx: r.fleet.index.takeSlot(), name: spec.Name, role: spec.Role, maxInflight: spec.MaxInflight,
-		client: transport.NewEngineClient(spec, r.rt.Engine, r.rt.Server.MaxResponseBytes)}
+	v := &engineView{Idx: r.fleet.Index.takeSlot(), Name: spec.Name, Role: spec.Role, MaxInflight: spec.MaxInflight,
+		Client: transport.NewEngineClient(spec, r.rt.Engine, r.rt.Server.MaxResponseBytes)}
 	if len(spec.Models) > 0 {
 		ms := append([]string(nil), spec.Models...)
-		v.models.Store(&ms)
+		v.Models.Store(&ms)
 	}
-	v.state.Store(uint32(joining))
+	v.State.Store(uint32(joining))
 	st := &engineState{spec: spec, view: v, incarnation: p.incarnations, source: spec.Source,
 		breaker: newBreaker(r.current().RecoveryRuntime())}
-	if v.idx < 0 {
+	if v.Idx < 0 {
 		r.log.Warn("engine placed without prefix preference: every prefix-index slot is held", "engine", spec.Name, "slots", maxIndexed)
 	}
 	if spec.Role.CanPrefill() && spec.KV.Endpoint == "" && len(spec.KV.AllowedEndpoints) == 0 {
@@ -283,8 +283,8 @@ const drainSlack = 2 * time.Second
 func (p *poolActor) gone(st *engineState) {
 	delete(p.leaving, st)
 	st.timers.stop()
-	st.view.client.Close()
-	p.r.fleet.index.retire(st.view.idx)
+	st.view.Client.Close()
+	p.r.fleet.Index.retire(st.view.Idx)
 	if p.members[st.spec.Name] == nil {
 		p.r.metrics.ForgetEngine(st.spec.Name)
 	}
@@ -305,7 +305,7 @@ func (p *poolActor) publish() {
 	for st := range p.leaving {
 		all = append(all, st)
 	}
-	p.r.fleet.publish(views)
+	p.r.fleet.Publish(views)
 	p.r.all.Store(&all)
 }
 
@@ -313,7 +313,7 @@ func (p *poolActor) publish() {
 func (p *poolActor) countStates() {
 	counts := map[string]int{}
 	for _, st := range p.order {
-		counts[breakerState(st.view.state.Load()).String()]++
+		counts[breakerState(st.view.State.Load()).String()]++
 	}
 	for _, s := range []breakerState{admitted, quarantined, ejected, probing, joining} {
 		p.r.metrics.FleetEngines(s.String(), counts[s.String()])
@@ -325,7 +325,7 @@ func (p *poolActor) countStates() {
 // for; changed itself is skipped.
 func (p *poolActor) nudgeJoining(ctx actor.Context, changed *engineState) {
 	for _, st := range p.order {
-		if st != changed && breakerState(st.view.state.Load()) == joining {
+		if st != changed && breakerState(st.view.State.Load()) == joining {
 			ctx.Send(st.view.pid, partnerReady{})
 		}
 	}
@@ -346,19 +346,19 @@ func (p *poolActor) checkWaves(ctx actor.Context) {
 		all := true
 		for _, st := range p.order {
 			v := st.view
-			if !v.canServe(phase) {
+			if !v.CanServe(phase) {
 				continue
 			}
-			if s := p.breaker[v.name]; s != ejected.String() && s != probing.String() {
+			if s := p.breaker[v.Name]; s != ejected.String() && s != probing.String() {
 				all = false
 				break
 			}
-			if p.byAdmin[v.name] {
+			if p.byAdmin[v.Name] {
 				continue
 			}
 			wave = append(wave, v.pid)
-			names = append(names, v.name)
-			causes = append(causes, v.name+": "+p.cause[v.name])
+			names = append(names, v.Name)
+			causes = append(causes, v.Name+": "+p.cause[v.Name])
 		}
 		switch {
 		case !all || len(wave) == 0:
@@ -382,12 +382,12 @@ func (p *poolActor) wake(ctx actor.Context, v *engineView) {
 		return
 	}
 	room := len(p.waiters)
-	if v.maxInflight > 0 {
-		room = v.maxInflight - v.load()
+	if v.MaxInflight > 0 {
+		room = v.MaxInflight - v.Load()
 	}
 	kept := p.waiters[:0]
 	for _, w := range p.waiters {
-		if room > 0 && v.serves(w.model) {
+		if room > 0 && v.Serves(w.model) {
 			ctx.Send(w.pid, &messages.CapacityAvailable{})
 			room--
 			continue

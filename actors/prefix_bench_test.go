@@ -28,7 +28,7 @@ func BenchmarkPlacementAtAThousandEngines(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			exact := newExactIndex(1 << 20)
 			x := newPrefixIndex(1<<20, exact)
-			f := &fleet{index: x}
+			f := &fleet{Index: x}
 			var views []*engineView
 			for i := range producers + consumers {
 				role := config.RoleDecode
@@ -36,37 +36,37 @@ func BenchmarkPlacementAtAThousandEngines(b *testing.B) {
 					role = config.RolePrefill
 				}
 				v := view(fmt.Sprintf("e%d", i), role, int32(i%7), 0)
-				v.idx = x.takeSlot()
+				v.Idx = x.takeSlot()
 				views = append(views, v)
 			}
-			f.publish(views)
+			f.Publish(views)
 			fillIndex(x, exact, views, c.exact)
 			prompt := chain(1<<40, promptBlocks)
 			if c.hot {
 				for _, v := range views {
-					x.record(prompt[:1], v.idx)
+					x.record(prompt[:1], v.Idx)
 					if c.exact {
-						exact.apply(exact.engines[v.idx], batchOf(stored(prompt[0])))
+						exact.apply(exact.engines[v.Idx], batchOf(stored(prompt[0])))
 					}
 				}
 			}
 			home := views[producers+17]
-			x.record(prompt[:40], home.idx)
+			x.record(prompt[:40], home.Idx)
 			if c.exact {
-				exact.apply(exact.engines[home.idx], batchOf(stored(prompt[:40]...)))
+				exact.apply(exact.engines[home.Idx], batchOf(stored(prompt[:40]...)))
 			}
 			rules := &config.FleetRuntime{Placement: config.PlacePrefix, LoadFactor: 1.25}
 			if c.p2c {
 				rules.Placement = config.PlaceP2C
 			}
-			s := f.load()
+			s := f.Load()
 			b.ReportAllocs()
 			b.ResetTimer()
 			for b.Loop() {
-				c := s.pickFor(ask{phase: fault.PhaseDecode, model: "m", blocks: prompt, rules: rules}, nil)
-				p := s.pickFor(ask{phase: fault.PhasePrefill, model: "m", blocks: prompt, tokens: 4000, rules: rules,
-					avoid: []string{c.engine.name}}, nil)
-				if c.engine == nil || p.engine == nil {
+				c := s.Place(ask{phase: fault.PhaseDecode, model: "m", Blocks: prompt, Rules: rules}, nil)
+				p := s.Place(ask{phase: fault.PhasePrefill, model: "m", Blocks: prompt, Tokens: 4000, Rules: rules,
+					Avoid: []string{c.Engine.Name}}, nil)
+				if c.Engine == nil || p.Engine == nil {
 					b.Fatal("no placement")
 				}
 			}
@@ -89,14 +89,14 @@ func chain(seed uint64, n int) []uint64 {
 // block) pairs.
 func fillIndex(x *prefixIndex, exact *exactIndex, views []*engineView, withExact bool) {
 	for i := range 1 << 16 {
-		x.record(chain(uint64(i), 32), views[i%len(views)].idx)
+		x.record(chain(uint64(i), 32), views[i%len(views)].Idx)
 	}
 	if !withExact {
 		return
 	}
 	ens := make([]*exactEngine, len(views))
 	for i, v := range views {
-		ens[i] = exact.open(v.idx)
+		ens[i] = exact.open(v.Idx)
 	}
 	for i := range 1 << 15 {
 		exact.apply(ens[i%len(ens)], kvevents.Batch{Events: []kvevents.Event{stored(chain(uint64(i)+1<<30, 32)...)}})
@@ -149,7 +149,7 @@ func BenchmarkPrefixMatchAtAMillionBlocks(b *testing.B) {
 			x := newPrefixIndex(1<<20, exact)
 			views := make([]*engineView, 1000)
 			for i := range views {
-				views[i] = &engineView{idx: x.takeSlot()}
+				views[i] = &engineView{Idx: x.takeSlot()}
 			}
 			fillIndex(x, exact, views, withExact)
 			prompt := chain(1<<40, 62)

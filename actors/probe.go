@@ -118,9 +118,9 @@ func (a *engineActor) joinFinished(ctx actor.Context, m joinFinished) {
 
 // storeModels keeps the model list a check found, for an engine that had none.
 func (a *engineActor) storeModels(models []string) {
-	if len(models) > 0 && a.st.view.models.Load() == nil {
+	if len(models) > 0 && a.st.view.Models.Load() == nil {
 		ms := models
-		a.st.view.models.Store(&ms)
+		a.st.view.Models.Store(&ms)
 	}
 }
 
@@ -137,17 +137,17 @@ func (a *engineActor) storeModels(models []string) {
 // with the first admitted producer.
 func (r *Router) planProbe(st *engineState, join bool) *probe {
 	cur := r.current()
-	f := r.fleet.load()
+	f := r.fleet.Load()
 	p := &probe{r: r, rt: cur, target: st.view, spec: st.spec, join: join}
-	model := st.view.firstModel()
+	model := st.view.FirstModel()
 	if cur.EngineContract != nil && cur.EngineContract.Model != "" {
 		model = cur.EngineContract.Model
 	}
-	partner := f.engine(st.breaker.partner)
+	partner := f.Engine(st.breaker.partner)
 	now := time.Now()
 	switch {
 	case st.spec.Role == config.RoleDecode || (st.spec.Role == config.RoleBoth && partner != nil):
-		if partner != nil && (partner.suspected(now) || !partner.placeable.Load()) {
+		if partner != nil && (partner.suspected(now) || !partner.Placeable.Load()) {
 			// The producer whose handoff failed here is out, or its handoffs fail on other
 			// consumers too: another producer's handoff judges this consumer, or none does
 			// (inconclusive).
@@ -161,7 +161,7 @@ func (r *Router) planProbe(st *engineState, join bool) *probe {
 			p.local = true
 		}
 	case st.spec.Role == config.RolePrefill:
-		p.producer, p.consumer = st.view, f.anyAdmitted(fault.PhaseDecode, st.view, model)
+		p.producer, p.consumer = st.view, f.AnyAdmitted(fault.PhaseDecode, st.view, model)
 	default:
 		p.producer, p.consumer = st.view, st.view
 	}
@@ -172,11 +172,11 @@ func (r *Router) planProbe(st *engineState, join bool) *probe {
 // not suspect, for a probe; one serving model is preferred. Nil when there is none.
 func (f *fleetSnapshot) trustedProducer(not *engineView, model string, now time.Time) *engineView {
 	var other *engineView
-	for _, v := range f.engines {
-		if v == not || !v.canServe(fault.PhasePrefill) || !v.placeable.Load() || v.suspected(now) {
+	for _, v := range f.Engines {
+		if v == not || !v.CanServe(fault.PhasePrefill) || !v.Placeable.Load() || v.suspected(now) {
 			continue
 		}
-		if model == "" || v.serves(model) {
+		if model == "" || v.Serves(model) {
 			return v
 		}
 		if other == nil {
@@ -188,12 +188,12 @@ func (f *fleetSnapshot) trustedProducer(not *engineView, model string, now time.
 
 // suspected says the blame board holds the engine's handoffs responsible for failures on two or
 // more consumers (blameboard.go, producerSuspect), until the window passes.
-func (v *engineView) suspected(now time.Time) bool { return now.UnixNano() < v.suspect.Load() }
+func (v *engineView) suspected(now time.Time) bool { return now.UnixNano() < v.Suspect.Load() }
 
 // producerJoining reports whether an engine able to prefill, other than not, is joining.
 func (f *fleetSnapshot) producerJoining(not *engineView) bool {
-	for _, v := range f.engines {
-		if v != not && v.canServe(fault.PhasePrefill) && breakerState(v.state.Load()) == joining {
+	for _, v := range f.Engines {
+		if v != not && v.CanServe(fault.PhasePrefill) && breakerState(v.State.Load()) == joining {
 			return true
 		}
 	}
@@ -233,7 +233,7 @@ func (p *probe) partner() *engineView {
 func (p *probe) result(result, format string, args ...any) messages.Probe {
 	out := messages.Probe{At: time.Now(), Result: result, Reason: fmt.Sprintf(format, args...), Mode: p.rt.Recovery.Readmission}
 	if partner := p.partner(); partner != nil {
-		out.Partner = partner.name
+		out.Partner = partner.Name
 	}
 	return out
 }
@@ -244,10 +244,10 @@ func (p *probe) run() probeOutcome {
 	var out probeOutcome
 	ctx, cancel := context.WithTimeout(context.Background(), 3*p.legTimeout()+p.rt.Engine.ModelsTimeoutS.Duration())
 	defer cancel()
-	model := p.target.firstModel()
-	if p.target.models.Load() == nil {
+	model := p.target.FirstModel()
+	if p.target.Models.Load() == nil {
 		mctx, mcancel := context.WithTimeout(ctx, p.rt.Engine.ModelsTimeoutS.Duration())
-		models, err := listModels(mctx, p.target.client)
+		models, err := listModels(mctx, p.target.Client)
 		mcancel()
 		if err != nil {
 			out.Probe = p.result(probeFailure, "model list: %v", err)
@@ -263,13 +263,13 @@ func (p *probe) run() probeOutcome {
 func (p *probe) check(ctx context.Context, model string) messages.Probe {
 	contract := p.rt.EngineContract
 	if p.rt.Recovery.ReadmitByHealth() {
-		if err := p.target.client.Health(ctx); err != nil {
+		if err := p.target.Client.Health(ctx); err != nil {
 			return p.result(probeFailure, "health check: %v", err)
 		}
 		return p.result(probeSuccess, "health check passed")
 	}
 	if contract != nil {
-		if err := transport.CheckContract(ctx, p.target.client, contract); err != nil {
+		if err := transport.CheckContract(ctx, p.target.Client, contract); err != nil {
 			return p.result(probeFailure, "lifecycle: %v", err)
 		}
 		if contract.Model != "" {
@@ -287,10 +287,10 @@ func (p *probe) check(ctx context.Context, model string) messages.Probe {
 	}
 	var producer, consumer *transport.EngineClient // consumer nil: a producer with no admitted consumer is judged on its prefill
 	if p.producer != nil {
-		producer = p.producer.client
+		producer = p.producer.Client
 	}
 	if p.consumer != nil {
-		consumer = p.consumer.client
+		consumer = p.consumer.Client
 	}
 	_, err := transport.ProbeTransfer(ctx, producer, consumer, model, p.legTimeout())
 	if err == nil {
@@ -315,7 +315,7 @@ func (p *probe) check(ctx context.Context, model string) messages.Probe {
 	if p.producer == p.consumer || p.local || leg == targetLeg {
 		return p.result(probeFailure, "%v", err)
 	}
-	return p.result(probeInconclusive, "partner %s failed its leg: %v", p.partner().name, err)
+	return p.result(probeInconclusive, "partner %s failed its leg: %v", p.partner().Name, err)
 }
 
 // listModels asks the engine which models it serves; none is an error.

@@ -260,9 +260,9 @@ func (s *requestSupervisor) snapshot() *messages.RequestState {
 		st.HandoffAgeS = s.handoffAge.Seconds()
 	}
 	if (s.stage == stageRunning || s.stage == stageStreaming) && s.consumer != nil {
-		st.Consumer = s.consumer.name
+		st.Consumer = s.consumer.Name
 		if s.producer != nil {
-			st.Producer = s.producer.name
+			st.Producer = s.producer.Name
 		}
 	}
 	if s.held[fault.PhasePrefill] != nil {

@@ -83,9 +83,9 @@ func NewRouter(rt config.Config, engines []transport.EngineSpec, opts Options) (
 	}
 	fr := rt.FleetRuntime()
 	exact := newExactIndex(fr.KVEvents.MaxBlocks)
-	r.fleet = &fleet{index: newPrefixIndex(fr.IndexBlocks, exact)}
+	r.fleet = &fleet{Index: newPrefixIndex(fr.IndexBlocks, exact)}
 	r.kvFeeds = startKVFeeds(fr.KVEvents, exact, r.metrics, r.log)
-	r.fleet.publish(nil)
+	r.fleet.Publish(nil)
 	r.all.Store(&[]*engineState{})
 	r.pooled = &poolState{initial: engines}
 	if fr.ScrapeInterval > 0 {
@@ -190,7 +190,7 @@ func (r *Router) Finished(x *ingress.Exchange, m *ingress.StreamFinished) {
 }
 
 // Models implements ingress.ModelLister.
-func (r *Router) Models() []string { return r.fleet.load().models() }
+func (r *Router) Models() []string { return r.fleet.Load().Models() }
 
 // Engines returns every engine actor's state: the fleet's engines in their sources' order,
 // then the engines leaving it (state "removing") while their last requests finish.
@@ -277,7 +277,7 @@ func (r *Router) Readmit(ctx context.Context, name string, force bool) (string, 
 }
 
 func (r *Router) admin(ctx context.Context, name string, msg any) (string, error) {
-	v := r.fleet.load().engine(name)
+	v := r.fleet.Load().Engine(name)
 	if v == nil {
 		return "", fmt.Errorf("%w: %q", ErrUnknownEngine, name)
 	}
@@ -297,7 +297,7 @@ func (r *Router) admin(ctx context.Context, name string, msg any) (string, error
 // (auto decodes on the consumer alone when no producer is admitted). While it cannot, reason
 // says which role lacks one and where that role's engines stand.
 func (r *Router) Ready() (ready bool, reason string) {
-	f := r.fleet.load()
+	f := r.fleet.Load()
 	policy := r.current().Disaggregation.Policy
 	phases := []fault.Phase{fault.PhaseDecode}
 	if policy == config.DisaggAlways {
@@ -307,15 +307,15 @@ func (r *Router) Ready() (ready bool, reason string) {
 	for _, phase := range phases {
 		var states []string
 		admittedOne := false
-		for _, v := range f.engines {
-			if !v.canServe(phase) {
+		for _, v := range f.Engines {
+			if !v.CanServe(phase) {
 				continue
 			}
-			if v.placeable.Load() {
+			if v.Placeable.Load() {
 				admittedOne = true
 				break
 			}
-			states = append(states, v.name+" "+breakerState(v.state.Load()).String())
+			states = append(states, v.Name+" "+breakerState(v.State.Load()).String())
 		}
 		if admittedOne {
 			continue
@@ -359,7 +359,7 @@ func (r *Router) Close() {
 	r.root.StopFuture(r.guardian).Wait()
 	for _, st := range *r.all.Load() {
 		st.timers.stop()
-		st.view.client.Close()
+		st.view.Client.Close()
 	}
 	r.system.Shutdown()
 	if r.env.access != nil {

@@ -65,7 +65,7 @@ type prefillRates struct {
 
 // rateOf is v's measured prefill rate, the fleet's where v has none yet; 0: nothing measured.
 func (r *prefillRates) rateOf(v *engineView) float64 {
-	if x := v.rate.get(); x > 0 {
+	if x := v.Rate.get(); x > 0 {
 		return x
 	}
 	return r.fleet.get()
@@ -97,7 +97,7 @@ func (r *prefillRates) observe(l computeLeg, done time.Time) {
 		return
 	}
 	sample := float64(l.queued+l.tokens) / dt
-	l.engine.rate.observe(sample)
+	l.engine.Rate.observe(sample)
 	r.fleet.observe(sample)
 }
 
@@ -113,9 +113,9 @@ func (s *requestSupervisor) predict(f *fleetSnapshot, cons *engineView, consMatc
 	fr := &s.set.fleet
 	rates := &s.env.rates
 	now := time.Now()
-	prodRest := s.uncachedOn(p.match)
-	queued := f.loadFor(p.engine, ask{phase: fault.PhasePrefill, tokens: s.prompt.Tokens, rules: fr}, now)
-	pd := seconds(float64(queued+prodRest)/rates.rateOf(p.engine) + rates.tail.get())
+	prodRest := s.uncachedOn(p.Match)
+	queued := f.LoadFor(p.Engine, ask{phase: fault.PhasePrefill, Tokens: s.prompt.Tokens, Rules: fr}, now)
+	pd := seconds(float64(queued+prodRest)/rates.rateOf(p.Engine) + rates.tail.get())
 
 	rest := s.uncachedOn(consMatch)
 	local := s.localOn(cons, rest)
@@ -155,7 +155,7 @@ func (s *requestSupervisor) affordsWhileFull(cons *engineView, match int) bool {
 
 // localOn is the predicted time to the first token of rest prompt tokens computed on cons.
 func (s *requestSupervisor) localOn(cons *engineView, rest int) time.Duration {
-	return seconds(float64(int(cons.localTokens.Load())+rest) / s.env.rates.rateOf(cons))
+	return seconds(float64(int(cons.LocalTokens.Load())+rest) / s.env.rates.rateOf(cons))
 }
 
 // seconds converts a prediction in seconds to a duration, saturating: a rate near zero makes
@@ -171,13 +171,13 @@ func seconds(s float64) time.Duration {
 // part) in v.localTokens until its first token: the consumer's queue for the next decision.
 func (s *requestSupervisor) holdLocalWork(v *engineView, tokens int) {
 	s.localHeld = int64(tokens)
-	v.localTokens.Add(s.localHeld)
+	v.LocalTokens.Add(s.localHeld)
 }
 
 // dropLocalWork takes the attempt's local work off its consumer's queue, once.
 func (s *requestSupervisor) dropLocalWork() {
 	if s.localHeld != 0 && s.consumer != nil {
-		s.consumer.localTokens.Add(-s.localHeld)
+		s.consumer.LocalTokens.Add(-s.localHeld)
 	}
 	s.localHeld = 0
 }

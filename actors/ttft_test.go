@@ -37,7 +37,7 @@ func TestRateEWMA(t *testing.T) {
 
 func TestComputeLegObservesQueuedAndOwnWork(t *testing.T) {
 	var rates prefillRates
-	v := &engineView{name: "p0"}
+	v := &engineView{Name: "p0"}
 	at := time.Unix(100, 0)
 	// Too little work to say anything: the engine's fixed cost per step would dominate.
 	rates.observe(computeLeg{engine: v, queued: 5000, tokens: minRateSample - 1, at: at}, at.Add(time.Second))
@@ -45,11 +45,11 @@ func TestComputeLegObservesQueuedAndOwnWork(t *testing.T) {
 		t.Fatal("a leg under minRateSample tokens was measured")
 	}
 	rates.observe(computeLeg{engine: v, queued: 1500, tokens: 500, at: at}, at.Add(time.Second))
-	if v.rate.get() != 2000 || rates.fleet.get() != 2000 {
-		t.Fatalf("rate %v, fleet %v: want the queued work and the leg's own over its time, 2000", v.rate.get(), rates.fleet.get())
+	if v.Rate.get() != 2000 || rates.fleet.get() != 2000 {
+		t.Fatalf("rate %v, fleet %v: want the queued work and the leg's own over its time, 2000", v.Rate.get(), rates.fleet.get())
 	}
 	// An engine not measured yet borrows the fleet's rate.
-	if got := rates.rateOf(&engineView{name: "p1"}); got != 2000 {
+	if got := rates.rateOf(&engineView{Name: "p1"}); got != 2000 {
 		t.Fatalf("unmeasured engine's rate %v, want the fleet's 2000", got)
 	}
 }
