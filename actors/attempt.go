@@ -5,6 +5,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/narwhal-router/narwhal/actors/placement"
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/transport"
 	"github.com/narwhal-router/narwhal/transport/fault"
@@ -33,7 +34,7 @@ func (s *requestSupervisor) place(ctx actor.Context) {
 			continue
 		}
 		s.producer, s.consumer = nil, cons
-		s.held = [2]*engineView{nil, cons}
+		s.held = [2]*placement.Engine{nil, cons}
 		s.reportSlots(cons)
 		s.sendAttempt()
 		return
@@ -43,20 +44,20 @@ func (s *requestSupervisor) place(ctx actor.Context) {
 	}
 	blocks := s.prompt.Blocks
 	for {
-		c := f.Place(ask{phase: fault.PhaseDecode, model: model, Avoid: s.avoid, Full: s.full, Exclude: s.exclude, Blocks: blocks, Rules: rules}, s.env.metrics)
+		c := f.Place(placement.Ask{Phase: fault.PhaseDecode, Model: model, Avoid: s.avoid, Full: s.full, Exclude: s.exclude, Blocks: blocks, Rules: rules}, s.env.metrics)
 		if c.Engine == nil {
 			s.noPlacement(ctx, c.Why, fault.PhaseDecode)
 			return
 		}
 		cons := c.Engine
-		s.decision, s.prefixMatch, s.predicted = s.decide(f, cons, c.Match), c.Match, prediction{}
-		var prod *engineView
+		s.decision, s.prefixMatch, s.predicted = s.decide(f, cons, c.Match), c.Match, placement.Prediction{}
+		var prod *placement.Engine
 		prodMatch := 0 // the producer's prefix-index match, as its pick read it
 		if !s.decision.local {
-			p := f.Place(ask{phase: fault.PhasePrefill, model: model, Avoid: append(s.avoid[:len(s.avoid):len(s.avoid)], cons.Name),
+			p := f.Place(placement.Ask{Phase: fault.PhasePrefill, Model: model, Avoid: append(s.avoid[:len(s.avoid):len(s.avoid)], cons.Name),
 				Full: s.full, Exclude: s.exclude, Blocks: blocks, Tokens: s.prompt.Tokens, Rules: rules}, s.env.metrics)
 			switch auto := s.set.fleet.Disaggregation == config.DisaggAuto; {
-			case auto && p.Engine == nil && p.Why == noRoom && s.affordsWhileFull(cons, c.Match):
+			case auto && p.Engine == nil && p.Why == placement.NoRoom && s.affordsWhileFull(cons, c.Match):
 				// Every producer is full: the consumer computes a prompt it can afford rather
 				// than wait.
 				s.decision = decision{true, reasonPrefillSaturated}
@@ -65,7 +66,7 @@ func (s *requestSupervisor) place(ctx actor.Context) {
 				if s.decision = s.predict(f, cons, c.Match, p); !s.decision.local {
 					prod, prodMatch = p.Engine, p.Match
 				}
-			case auto && (p.Engine == cons || (p.Engine == nil && p.Why != noRoom)):
+			case auto && (p.Engine == cons || (p.Engine == nil && p.Why != placement.NoRoom)):
 				// Nowhere else to prefill (none admitted, or only the consumer itself): the
 				// consumer computes the prompt rather than fail or prefill twice.
 				s.decision = decision{true, reasonNoProducer}
@@ -82,11 +83,11 @@ func (s *requestSupervisor) place(ctx actor.Context) {
 			s.full = append(s.full, prod.Name)
 			continue
 		}
-		var leg computeLeg
+		var leg placement.ComputeLeg
 		if prod != nil {
 			now := time.Now()
-			leg = computeLeg{engine: prod, tokens: s.uncachedOn(prodMatch), at: now,
-				queued: f.LoadFor(prod, ask{phase: fault.PhasePrefill, Tokens: s.prompt.Tokens, Rules: rules}, now)}
+			leg = placement.ComputeLeg{Engine: prod, Tokens: s.uncachedOn(prodMatch), At: now,
+				Queued: f.LoadFor(prod, placement.Ask{Phase: fault.PhasePrefill, Tokens: s.prompt.Tokens, Rules: rules}, now)}
 			prod.PrefillTokens.Add(int64(s.prompt.Tokens)) // returned with the slot (release)
 		}
 		if !cons.Reserve(fault.PhaseDecode) {
@@ -98,19 +99,19 @@ func (s *requestSupervisor) place(ctx actor.Context) {
 			continue
 		}
 		s.producer, s.consumer = prod, cons
-		s.held = [2]*engineView{prod, cons}
+		s.held = [2]*placement.Engine{prod, cons}
 		if prod == nil {
 			rest := s.uncachedOn(c.Match)
-			leg = computeLeg{engine: cons, queued: int(cons.LocalTokens.Load()), tokens: rest, at: time.Now()}
+			leg = placement.ComputeLeg{Engine: cons, Queued: int(cons.LocalTokens.Load()), Tokens: rest, At: time.Now()}
 			s.holdLocalWork(cons, rest)
 		}
 		s.leg = leg
 		if prod != nil {
 			s.reportSlots(prod)
-			f.Index.record(blocks, prod.Idx)
+			f.Index.Record(blocks, prod.Idx)
 		}
 		s.reportSlots(cons)
-		f.Index.record(blocks, cons.Idx)
+		f.Index.Record(blocks, cons.Idx)
 		break
 	}
 	s.countDecision()
@@ -136,17 +137,17 @@ func (s *requestSupervisor) sendAttempt() {
 }
 
 // noPlacement answers, or queues, a request placement found no engine for.
-func (s *requestSupervisor) noPlacement(ctx actor.Context, why scarcity, phase fault.Phase) {
-	if why == noAdmitted && s.lastFault != nil {
+func (s *requestSupervisor) noPlacement(ctx actor.Context, why placement.Scarcity, phase fault.Phase) {
+	if why == placement.NoAdmitted && s.lastFault != nil {
 		// A retry with nowhere to go (the other engines pushed back or are out of placement):
 		// the client learns what failed, not that the fleet has no engine.
 		s.respondFault(ctx, s.lastFault)
 		return
 	}
 	switch why {
-	case unknownModel:
+	case placement.UnknownModel:
 		s.reject(ctx, 404, "the model `"+s.x.Body.Model+"` does not exist", "model_not_found")
-	case noAdmitted:
+	case placement.NoAdmitted:
 		s.reject(ctx, 503, "no admitted engine can run the "+phase.String()+" leg for model `"+s.x.Body.Model+"`", "no_engine")
 	default:
 		s.await(ctx)
@@ -231,11 +232,11 @@ func (s *requestSupervisor) onStreamFinished(ctx actor.Context, m *ingress.Strea
 // everywhere (blameboard.go); and it ends any backpressure spell of its engines.
 func (s *requestSupervisor) committed() {
 	now := time.Now()
-	for _, e := range [2]*engineView{s.consumer, s.producer} {
+	for _, e := range [2]*placement.Engine{s.consumer, s.producer} {
 		if e != nil {
 			e.Commits.Add(1)
 			e.LastCommit.Store(now.UnixNano())
-			e.Pushback.served()
+			e.Pushback.Served()
 		}
 	}
 	s.env.commits.committed(s.fingerprint, now)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/narwhal-router/narwhal/actors/placement"
 	"github.com/narwhal-router/narwhal/messages"
 	"github.com/narwhal-router/narwhal/transport/fault"
 )
@@ -19,7 +20,7 @@ import (
 
 // legEnd is how one leg of the request ended on its engine.
 type legEnd struct {
-	engine *engineView
+	engine *placement.Engine
 	phase  fault.Phase
 	// fault is nil when the leg succeeded.
 	fault *fault.Fault
@@ -29,7 +30,7 @@ type legEnd struct {
 	// partner names the attempt's other engine ("" for a local decode or a same-worker one);
 	// producer is that engine for a decode leg (nil without one).
 	partner  string
-	producer *engineView
+	producer *placement.Engine
 }
 
 // transfer says the leg is a decode that failed before its first token while reading a
@@ -82,7 +83,7 @@ func (s *requestSupervisor) legEnded(ctx actor.Context, l legEnd) {
 func (s *requestSupervisor) tell(sender actor.SenderContext, l legEnd, requestsFault bool) {
 	if m, ok := s.env.breakerNews(l, requestsFault); ok {
 		news := m // only news escapes to the heap: the common case (nothing to tell) allocates nothing
-		sender.Send(l.engine.pid, &news)
+		sender.Send(pidOf(l.engine), &news)
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/narwhal-router/narwhal/actors/placement"
 )
 
 // The blame board decides whom a request's failures blame by comparing them with other
@@ -55,7 +57,7 @@ const (
 // failureRecord is one counted failure the board has seen.
 type failureRecord struct {
 	fp               uint64
-	engine, producer *engineView
+	engine, producer *placement.Engine
 	l                legEnd
 	// committed says the request committed on another attempt.
 	committed bool
@@ -67,7 +69,7 @@ type failureRecord struct {
 type blameReport struct {
 	fp                 uint64
 	committed          bool
-	consumer, producer *engineView
+	consumer, producer *placement.Engine
 	ends               []legEnd
 }
 
@@ -145,7 +147,7 @@ func (b *blameBoard) report(ctx actor.Context, r *blameReport) {
 // handoffsWork says the producer committed a request since its first failed handoff in the
 // window (or has had none fail): its handoffs are readable, so a consumer's failed read of one
 // is the consumer's.
-func (b *blameBoard) handoffsWork(p *engineView) bool {
+func (b *blameBoard) handoffsWork(p *placement.Engine) bool {
 	lc := p.LastCommit.Load()
 	for _, rec := range b.recent {
 		if rec.producer == p && rec.l.transfer() {
@@ -246,7 +248,7 @@ func (b *blameBoard) failsEverywhere(fp uint64) bool {
 	if b.fpCommitted(fp, time.Time{}) {
 		return false
 	}
-	var first *engineView
+	var first *placement.Engine
 	for _, rec := range b.recent {
 		if rec.fp != fp || rec.committed {
 			continue
@@ -262,8 +264,8 @@ func (b *blameBoard) failsEverywhere(fp uint64) bool {
 
 // producerSuspect says the producer's handoffs failed on two or more consumers within the
 // window (handoffs of requests that do not fail everywhere), and marks it suspect for probes.
-func (b *blameBoard) producerSuspect(p *engineView, now time.Time) bool {
-	var first *engineView
+func (b *blameBoard) producerSuspect(p *placement.Engine, now time.Time) bool {
+	var first *placement.Engine
 	for _, rec := range b.recent {
 		if rec.producer != p || !rec.l.transfer() || b.failsEverywhere(rec.fp) {
 			continue
@@ -358,7 +360,7 @@ func (b *blameBoard) decide(ctx actor.Context, h *heldFailure, now time.Time) bo
 		case b.producerSuspect(p, now):
 			if b.served(h, func(rec failureRecord) bool { return rec.producer == p }) {
 				if m, ok := b.env.handoffNews(h.l); ok {
-					ctx.Send(p.pid, &m)
+					ctx.Send(pidOf(p), &m)
 				}
 				b.env.log.Info("failed handoff blamed on the producer: its handoffs fail on two or more consumers",
 					"producer", p.Name, "consumer", h.l.engine.Name, "kind", h.l.fault.Kind.String())
@@ -379,7 +381,7 @@ func (b *blameBoard) decide(ctx actor.Context, h *heldFailure, now time.Time) bo
 // count tells the engine's breaker of a failure that is its own.
 func (b *blameBoard) count(ctx actor.Context, l legEnd) {
 	if m, ok := b.env.breakerNews(l, false); ok {
-		ctx.Send(l.engine.pid, &m)
+		ctx.Send(pidOf(l.engine), &m)
 	}
 }
 

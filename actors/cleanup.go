@@ -6,6 +6,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/narwhal-router/narwhal/actors/placement"
 	"github.com/narwhal-router/narwhal/messages"
 	"github.com/narwhal-router/narwhal/transport/fault"
 	"github.com/narwhal-router/narwhal/transport/ingress"
@@ -31,7 +32,7 @@ func (s *requestSupervisor) release(ctx actor.Context, phase fault.Phase, f *fau
 	}
 	s.reportSlots(e)
 	if f != nil && f.Kind == fault.Backpressure {
-		e.Pushback.pushedBack(time.Now(), f.RetryAfter, s.set.recovery.Backpressure, e.Name, s.env.log)
+		e.Pushback.PushedBack(time.Now(), f.RetryAfter, s.set.recovery.Backpressure, e.Name, s.env.log)
 	}
 	partner := s.consumer
 	if phase == fault.PhaseDecode {
@@ -47,7 +48,7 @@ func (s *requestSupervisor) release(ctx actor.Context, phase fault.Phase, f *fau
 	s.legEnded(ctx, l)
 }
 
-func (s *requestSupervisor) reportSlots(e *engineView) {
+func (s *requestSupervisor) reportSlots(e *placement.Engine) {
 	if e.Removed.Load() {
 		return // a leaving engine's gauge is forgotten, or is its successor's under the same name
 	}
@@ -139,7 +140,7 @@ func (s *requestSupervisor) record() {
 		}
 		if !s.x.Body.Endpoint.Passthrough() {
 			line.Disaggregation, line.DisaggReason, line.PrefixMatch = s.decision.name(), s.decision.reason, s.prefixMatch
-			line.PredictedLocal, line.PredictedDisagg = s.predicted.local.Seconds(), s.predicted.disaggregated.Seconds()
+			line.PredictedLocal, line.PredictedDisagg = s.predicted.Local.Seconds(), s.predicted.Disaggregated.Seconds()
 		}
 	}
 	if s.stage != stageQueued && !s.decodeStart.IsZero() {

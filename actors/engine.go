@@ -7,6 +7,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/narwhal-router/narwhal/actors/placement"
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/messages"
 	"github.com/narwhal-router/narwhal/transport"
@@ -17,7 +18,7 @@ import (
 // the view, where supervisors take them.
 type engineState struct {
 	spec transport.EngineSpec
-	view *engineView
+	view *placement.Engine
 	// incarnation tells apart engines of one name: one removed and one added again under it
 	// (the pool numbers every engine it adds).
 	incarnation uint64
@@ -424,7 +425,7 @@ func (a *engineActor) snapshot() *messages.EngineState {
 // requests finish.
 const stateRemoving = "removing"
 
-func reservedSlots(v *engineView) messages.PhaseSlots {
+func reservedSlots(v *placement.Engine) messages.PhaseSlots {
 	p, d := v.Reserved()
 	return messages.PhaseSlots{Prefill: p, Decode: d}
 }

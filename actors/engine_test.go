@@ -44,7 +44,7 @@ func TestEngineActorRestartKeepsBreakerStateAndReservations(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	r.root.Send(d0.pid, (*messages.LegOutcome)(nil)) // a malformed message: the actor panics
+	r.root.Send(pidOf(d0), (*messages.LegOutcome)(nil)) // a malformed message: the actor panics
 
 	waitFor(t, "the engine actor was not restarted", func() bool { return describeEngine(t, r, "d0").Restarts != 0 })
 	e := describeEngine(t, r, "d0")

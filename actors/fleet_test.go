@@ -124,10 +124,7 @@ func TestSetEnginesDiffsByName(t *testing.T) {
 		}
 		return true
 	})
-	r.fleet.Index.mu.Lock()
-	retired := r.fleet.Index.retired.has(d1.Idx)
-	r.fleet.Index.mu.Unlock()
-	if !retired {
+	if !r.fleet.Index.Retired(d1.Idx) {
 		t.Fatalf("d1's prefix bit %d was not taken back", d1.Idx)
 	}
 	waitAdmitted(t, r)

@@ -55,11 +55,11 @@ type peerVerdict struct{ v cluster.Verdict }
 // the live verdicts, and an engine actor adopts the one about its engine when it starts.
 func (r *Router) PeerVerdict(v cluster.Verdict) {
 	e := r.fleet.Load().Engine(v.Engine)
-	if e == nil || e.pid == nil {
+	if e == nil || pidOf(e) == nil {
 		r.log.Debug("verdict about an engine this node does not have", "engine", v.Engine, "node", v.Node)
 		return
 	}
-	r.root.Send(e.pid, &peerVerdict{v})
+	r.root.Send(pidOf(e), &peerVerdict{v})
 }
 
 // adopt applies, to an engine just added, the live verdict a peer published about it: the

@@ -6,6 +6,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/narwhal-router/narwhal/actors/placement"
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/messages"
 	"github.com/narwhal-router/narwhal/transport"
@@ -95,17 +96,17 @@ func (p *poolActor) Receive(ctx actor.Context) {
 	case *engineDrained:
 		if p.leaving[m.st] {
 			m.st.drained = true
-			ctx.Stop(m.st.view.pid)
+			ctx.Stop(pidOf(m.st.view))
 		}
 	case *actor.Terminated:
 		for st := range p.leaving {
-			if st.drained && st.view.pid.Equal(m.Who) { // not a child stopped by the pool's own restart
+			if st.drained && pidOf(st.view).Equal(m.Who) { // not a child stopped by the pool's own restart
 				p.gone(st)
 			}
 		}
 	case *reconfigured:
 		for _, st := range p.order {
-			ctx.Send(st.view.pid, reconfigure{m.recovery})
+			ctx.Send(pidOf(st.view), reconfigure{m.recovery})
 		}
 	case *messages.AwaitCapacity:
 		if len(p.waiters) >= p.r.env.current().request.MaxQueue {
@@ -179,7 +180,7 @@ func (p *poolActor) apply(ctx actor.Context, specs []transport.EngineSpec) {
 		case st.source != s.Source:
 			p.r.log.Info("engine now reported by another source", "engine", s.Name, "from", st.source, "to", s.Source)
 			st.source = s.Source
-			ctx.Send(st.view.pid, setSource{s.Source})
+			ctx.Send(pidOf(st.view), setSource{s.Source})
 		}
 	}
 	next := make([]*engineState, 0, len(order))
@@ -216,7 +217,7 @@ func (p *poolActor) apply(ctx actor.Context, specs []transport.EngineSpec) {
 func (p *poolActor) add(spec transport.EngineSpec) *engineState {
 	r := p.r
 	p.incarnations++
-	v := &engineView{Idx: r.fleet.Index.takeSlot(), Name: spec.Name, Role: spec.Role, MaxInflight: spec.MaxInflight,
+	v := &placement.Engine{Idx: r.fleet.Index.TakeSlot(), Name: spec.Name, Role: spec.Role, MaxInflight: spec.MaxInflight,
 		Client: transport.NewEngineClient(spec, r.rt.Engine, r.rt.Server.MaxResponseBytes)}
 	if len(spec.Models) > 0 {
 		ms := append([]string(nil), spec.Models...)
@@ -226,7 +227,7 @@ func (p *poolActor) add(spec transport.EngineSpec) *engineState {
 	st := &engineState{spec: spec, view: v, incarnation: p.incarnations, source: spec.Source,
 		breaker: newBreaker(r.current().RecoveryRuntime())}
 	if v.Idx < 0 {
-		r.log.Warn("engine placed without prefix preference: every prefix-index slot is held", "engine", spec.Name, "slots", maxIndexed)
+		r.log.Warn("engine placement.Placed without prefix preference: every prefix-index slot is held", "engine", spec.Name, "slots", placement.MaxIndexed)
 	}
 	if spec.Role.CanPrefill() && spec.KV.Endpoint == "" && len(spec.KV.AllowedEndpoints) == 0 {
 		// Its descriptors may only point consumers at its own host (transport/kv's endpoint
@@ -255,7 +256,7 @@ func (p *poolActor) spawn(ctx actor.Context, st *engineState) {
 	if err != nil {
 		panic(err) // names are unique: a clash is a programming error
 	}
-	st.view.pid = pid
+	st.view.SetActor(pid)
 }
 
 // remove takes an engine out of the fleet: out of the members (so out of the next snapshot),
@@ -270,7 +271,7 @@ func (p *poolActor) remove(ctx actor.Context, st *engineState, why string) {
 	p.r.scraper.remove(st.view)
 	p.r.kvFeeds.remove(st.view)
 	p.r.log.Info("engine removed from the fleet", "engine", name, "source", st.source, "why", why)
-	ctx.Send(st.view.pid, retire{drainBy: time.Now().Add(p.r.env.current().request.Deadline + drainSlack)})
+	ctx.Send(pidOf(st.view), retire{drainBy: time.Now().Add(p.r.env.current().request.Deadline + drainSlack)})
 }
 
 // drainSlack is how much longer than the request deadline a leaving engine waits for its last
@@ -284,7 +285,7 @@ func (p *poolActor) gone(st *engineState) {
 	delete(p.leaving, st)
 	st.timers.stop()
 	st.view.Client.Close()
-	p.r.fleet.Index.retire(st.view.Idx)
+	p.r.fleet.Index.Retire(st.view.Idx)
 	if p.members[st.spec.Name] == nil {
 		p.r.metrics.ForgetEngine(st.spec.Name)
 	}
@@ -296,7 +297,7 @@ func (p *poolActor) gone(st *engineState) {
 // publish makes the members the fleet placement reads, and the list /engines shows (the members,
 // then the leaving engines).
 func (p *poolActor) publish() {
-	views := make([]*engineView, len(p.order))
+	views := make([]*placement.Engine, len(p.order))
 	all := make([]*engineState, 0, len(p.order)+len(p.leaving))
 	for i, st := range p.order {
 		views[i] = st.view
@@ -326,7 +327,7 @@ func (p *poolActor) countStates() {
 func (p *poolActor) nudgeJoining(ctx actor.Context, changed *engineState) {
 	for _, st := range p.order {
 		if st != changed && breakerState(st.view.State.Load()) == joining {
-			ctx.Send(st.view.pid, partnerReady{})
+			ctx.Send(pidOf(st.view), partnerReady{})
 		}
 	}
 }
@@ -356,7 +357,7 @@ func (p *poolActor) checkWaves(ctx actor.Context) {
 			if p.byAdmin[v.Name] {
 				continue
 			}
-			wave = append(wave, v.pid)
+			wave = append(wave, pidOf(v))
 			names = append(names, v.Name)
 			causes = append(causes, v.Name+": "+p.cause[v.Name])
 		}
@@ -377,7 +378,7 @@ func (p *poolActor) checkWaves(ctx actor.Context) {
 }
 
 // wake tells the first waiters the engine can serve to try again: as many as it has room for.
-func (p *poolActor) wake(ctx actor.Context, v *engineView) {
+func (p *poolActor) wake(ctx actor.Context, v *placement.Engine) {
 	if v == nil || len(p.waiters) == 0 {
 		return
 	}
@@ -412,4 +413,10 @@ func (p *poolActor) wakeAll(ctx actor.Context) {
 func (p *poolActor) depthChanged() {
 	p.r.env.queued.Store(int32(len(p.waiters)))
 	p.r.metrics.QueueDepth(len(p.waiters))
+}
+
+// pidOf is v's engine actor, nil until the pool has started it.
+func pidOf(v *placement.Engine) *actor.PID {
+	pid, _ := v.Actor().(*actor.PID)
+	return pid
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/narwhal-router/narwhal/actors/placement"
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/messages"
 	"github.com/narwhal-router/narwhal/transport"
@@ -147,17 +148,17 @@ func (r *Router) planProbe(st *engineState, join bool) *probe {
 	now := time.Now()
 	switch {
 	case st.spec.Role == config.RoleDecode || (st.spec.Role == config.RoleBoth && partner != nil):
-		if partner != nil && (partner.suspected(now) || !partner.Placeable.Load()) {
+		if partner != nil && (partner.Suspected(now) || !partner.Placeable.Load()) {
 			// The producer whose handoff failed here is out, or its handoffs fail on other
 			// consumers too: another producer's handoff judges this consumer, or none does
 			// (inconclusive).
 			partner = nil
 		}
 		if partner == nil {
-			partner = f.trustedProducer(st.view, model, now)
+			partner = trustedProducer(f, st.view, model, now)
 		}
 		p.producer, p.consumer, p.targetIsConsumer = partner, st.view, true
-		if partner == nil && join && cur.Disaggregation.Policy != config.DisaggAlways && !f.producerJoining(st.view) {
+		if partner == nil && join && cur.Disaggregation.Policy != config.DisaggAlways && !producerJoining(f, st.view) {
 			p.local = true
 		}
 	case st.spec.Role == config.RolePrefill:
@@ -170,10 +171,10 @@ func (r *Router) planProbe(st *engineState, join bool) *probe {
 
 // trustedProducer is an admitted producer (other than not) whose handoffs the blame board does
 // not suspect, for a probe; one serving model is preferred. Nil when there is none.
-func (f *fleetSnapshot) trustedProducer(not *engineView, model string, now time.Time) *engineView {
-	var other *engineView
+func trustedProducer(f *placement.Snapshot, not *placement.Engine, model string, now time.Time) *placement.Engine {
+	var other *placement.Engine
 	for _, v := range f.Engines {
-		if v == not || !v.CanServe(fault.PhasePrefill) || !v.Placeable.Load() || v.suspected(now) {
+		if v == not || !v.CanServe(fault.PhasePrefill) || !v.Placeable.Load() || v.Suspected(now) {
 			continue
 		}
 		if model == "" || v.Serves(model) {
@@ -186,12 +187,8 @@ func (f *fleetSnapshot) trustedProducer(not *engineView, model string, now time.
 	return other
 }
 
-// suspected says the blame board holds the engine's handoffs responsible for failures on two or
-// more consumers (blameboard.go, producerSuspect), until the window passes.
-func (v *engineView) suspected(now time.Time) bool { return now.UnixNano() < v.Suspect.Load() }
-
 // producerJoining reports whether an engine able to prefill, other than not, is joining.
-func (f *fleetSnapshot) producerJoining(not *engineView) bool {
+func producerJoining(f *placement.Snapshot, not *placement.Engine) bool {
 	for _, v := range f.Engines {
 		if v != not && v.CanServe(fault.PhasePrefill) && breakerState(v.State.Load()) == joining {
 			return true
@@ -210,17 +207,17 @@ func (f *fleetSnapshot) producerJoining(not *engineView) bool {
 type probe struct {
 	r        *Router
 	rt       *config.Config // the settings the probe was planned with
-	target   *engineView
+	target   *placement.Engine
 	spec     transport.EngineSpec
-	producer *engineView
-	consumer *engineView
+	producer *placement.Engine
+	consumer *placement.Engine
 	// targetIsConsumer says the target runs the decode leg; the producer is its partner.
 	targetIsConsumer bool
 	// join says this is a join check; local that the consumer is judged on a local decode.
 	join, local bool
 }
 
-func (p *probe) partner() *engineView {
+func (p *probe) partner() *placement.Engine {
 	if p.targetIsConsumer {
 		return p.producer
 	}

@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"slices"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -30,10 +31,10 @@ func (s *requestSupervisor) fail(ctx actor.Context, f *fault.Fault) {
 			switch {
 			case f.Shuns(), s.breakerTakesOut(f):
 				s.exclude = append(s.exclude, f.Engine)
-			case !contains(s.avoid, f.Engine):
+			case !slices.Contains(s.avoid, f.Engine):
 				s.avoid = append(s.avoid, f.Engine)
 			}
-			if f.Phase == fault.PhaseDecode && s.producer != nil && !contains(s.avoid, s.producer.Name) {
+			if f.Phase == fault.PhaseDecode && s.producer != nil && !slices.Contains(s.avoid, s.producer.Name) {
 				// The decode may have failed reading the producer's handoff: prefer another pair.
 				s.avoid = append(s.avoid, s.producer.Name)
 			}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/narwhal-router/narwhal/actors/placement"
 	"github.com/narwhal-router/narwhal/cluster"
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/messages"
@@ -50,7 +51,7 @@ type Router struct {
 	root     *actor.RootContext
 	guardian *actor.PID
 	pool     *actor.PID
-	fleet    *fleet
+	fleet    *placement.Fleet
 	// pooled is the pool's state (pool.go); all every engine actor's state, leaving ones
 	// included, as the pool last published it.
 	pooled  *poolState
@@ -82,8 +83,8 @@ func NewRouter(rt config.Config, engines []transport.EngineSpec, opts Options) (
 		r.log = slog.New(slog.DiscardHandler)
 	}
 	fr := rt.FleetRuntime()
-	exact := newExactIndex(fr.KVEvents.MaxBlocks)
-	r.fleet = &fleet{Index: newPrefixIndex(fr.IndexBlocks, exact)}
+	exact := placement.NewExactIndex(fr.KVEvents.MaxBlocks)
+	r.fleet = &placement.Fleet{Index: placement.NewPrefixIndex(fr.IndexBlocks, exact)}
 	r.kvFeeds = startKVFeeds(fr.KVEvents, exact, r.metrics, r.log)
 	r.fleet.Publish(nil)
 	r.all.Store(&[]*engineState{})
@@ -224,7 +225,7 @@ func (r *Router) describeEngines(ctx context.Context) ([]described, error) {
 		return nil, context.DeadlineExceeded
 	}
 	for i, st := range all {
-		futures[i] = r.root.RequestFuture(st.view.pid, &messages.Describe{}, timeout)
+		futures[i] = r.root.RequestFuture(pidOf(st.view), &messages.Describe{}, timeout)
 	}
 	out := make([]described, 0, len(all))
 	for i, f := range futures {
@@ -281,7 +282,7 @@ func (r *Router) admin(ctx context.Context, name string, msg any) (string, error
 	if v == nil {
 		return "", fmt.Errorf("%w: %q", ErrUnknownEngine, name)
 	}
-	res, err := r.ask(ctx, v.pid, msg)
+	res, err := r.ask(ctx, pidOf(v), msg)
 	if err != nil {
 		return "", err
 	}

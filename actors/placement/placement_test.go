@@ -1,4 +1,4 @@
-package actors
+package placement
 
 import (
 	"sync"
@@ -12,41 +12,41 @@ import (
 	"github.com/narwhal-router/narwhal/transport/telemetry"
 )
 
-func view(name string, role config.Role, load int32, max int) *engineView {
-	v := &engineView{Name: name, Role: role, MaxInflight: max}
+func view(name string, role config.Role, load int32, max int) *Engine {
+	v := &Engine{Name: name, Role: role, MaxInflight: max}
 	ms := []string{"m"}
 	v.Models.Store(&ms)
-	v.Slots.Store(packSlots(uint32(load), 0))
+	v.Slots.Store(PackSlots(uint32(load), 0))
 	v.Placeable.Store(true)
 	return v
 }
 
-// fleetOf is a fleet snapshot of vs, placed by power of two choices (zero rules: no prefix
+// fleetOf is a fleet snapshot of vs, Placed by power of two choices (zero rules: no prefix
 // preference, fresh scrapes only when the test sets scrape_stale).
-func fleetOf(vs ...*engineView) *testFleet {
-	f := &fleet{Index: newPrefixIndex(1<<10, nil)}
+func fleetOf(vs ...*Engine) *testFleet {
+	f := &Fleet{Index: NewPrefixIndex(1<<10, nil)}
 	f.Publish(vs)
-	return &testFleet{fleetSnapshot: f.Load(), rules: &config.FleetRuntime{}}
+	return &testFleet{Snapshot: f.Load(), rules: &config.FleetRuntime{}}
 }
 
 // testFleet is a snapshot and the rules its placements use.
 type testFleet struct {
-	*fleetSnapshot
+	*Snapshot
 	rules *config.FleetRuntime
 }
 
-func (f *testFleet) pick(phase fault.Phase, model string, avoid, full, exclude []string) (*engineView, scarcity) {
-	return f.fleetSnapshot.Pick(f.rules, phase, model, avoid, full, exclude)
+func (f *testFleet) pick(phase fault.Phase, model string, avoid, full, exclude []string) (*Engine, Scarcity) {
+	return f.Snapshot.Pick(f.rules, phase, model, avoid, full, exclude)
 }
 
-func (f *testFleet) pickFor(a ask, m *telemetry.Metrics) placed {
+func (f *testFleet) pickFor(a Ask, m *telemetry.Metrics) Placed {
 	a.Rules = f.rules
-	return f.fleetSnapshot.Place(a, m)
+	return f.Snapshot.Place(a, m)
 }
 
-func (f *testFleet) loadFor(v *engineView, a ask, now time.Time) int {
+func (f *testFleet) loadFor(v *Engine, a Ask, now time.Time) int {
 	a.Rules = f.rules
-	return f.fleetSnapshot.LoadFor(v, a, now)
+	return f.Snapshot.LoadFor(v, a, now)
 }
 
 func TestPickPrefersTheLessLoadedOfTwo(t *testing.T) {
@@ -88,21 +88,21 @@ func TestPickSaysWhyNothingWasFound(t *testing.T) {
 	cases := []struct {
 		name string
 		f    *testFleet
-		want scarcity
+		want Scarcity
 	}{
-		{"no engine serves the model", fleetOf(view("x", config.RolePrefill, 0, 0)), unknownModel},
-		{"engines serve it but none is admitted", fleetOf(ejectedView), noAdmitted},
-		{"admitted engines are full", fleetOf(full, ejectedView), noRoom},
+		{"no engine serves the model", fleetOf(view("x", config.RolePrefill, 0, 0)), UnknownModel},
+		{"engines serve it but none is admitted", fleetOf(ejectedView), NoAdmitted},
+		{"admitted engines are full", fleetOf(full, ejectedView), NoRoom},
 	}
 	for _, tc := range cases {
 		if v, why := tc.f.pick(fault.PhaseDecode, "m", nil, nil, nil); v != nil || why != tc.want {
 			t.Errorf("%s: got %v, %v", tc.name, v, why)
 		}
 	}
-	if v, why := fleetOf(view("a", config.RoleDecode, 0, 0)).pick(fault.PhaseDecode, "m", nil, []string{"a"}, nil); v != nil || why != noRoom {
+	if v, why := fleetOf(view("a", config.RoleDecode, 0, 0)).pick(fault.PhaseDecode, "m", nil, []string{"a"}, nil); v != nil || why != NoRoom {
 		t.Errorf("an engine that refused a slot: %v %v", v, why)
 	}
-	if v, why := fleetOf(view("a", config.RoleDecode, 0, 0)).pick(fault.PhaseDecode, "m", nil, nil, []string{"a"}); v != nil || why != noAdmitted {
+	if v, why := fleetOf(view("a", config.RoleDecode, 0, 0)).pick(fault.PhaseDecode, "m", nil, nil, []string{"a"}); v != nil || why != NoAdmitted {
 		t.Errorf("an excluded engine: %v %v", v, why)
 	}
 }
@@ -149,13 +149,13 @@ func TestReserveIsExactUnderContention(t *testing.T) {
 }
 
 // A scrape counts a producer's requests once: the router's own are weighed by their prompt
-// tokens, and only requests beyond its reservations (placed by someone else) add a request's
+// tokens, and only requests beyond its reservations (Placed by someone else) add a request's
 // worth each. Counting every scraped request at the new prompt's size would send a long prompt
 // to the producer with a few long prompts queued rather than the one with many short ones.
 func TestPrefillLoadCountsScrapedRequestsOnce(t *testing.T) {
 	now := time.Now()
-	scraped := func(v *engineView, running, waiting int) {
-		v.Scraped.Store(&loadSample{at: now, load: transport.EngineLoad{Running: running, Waiting: waiting}})
+	scraped := func(v *Engine, running, waiting int) {
+		v.Scraped.Store(&LoadSample{At: now, Load: transport.EngineLoad{Running: running, Waiting: waiting}})
 	}
 	many := view("many", config.RolePrefill, 8, 0) // 8 short prompts of ours: 800 tokens
 	many.PrefillTokens.Store(800)
@@ -165,7 +165,7 @@ func TestPrefillLoadCountsScrapedRequestsOnce(t *testing.T) {
 	scraped(few, 1, 0)
 	f := fleetOf(many, few)
 	f.rules.ScrapeStale = time.Minute
-	a := ask{phase: fault.PhasePrefill, model: "m", Tokens: 3000}
+	a := Ask{Phase: fault.PhasePrefill, Model: "m", Tokens: 3000}
 	for i := 0; i < 20; i++ {
 		if p := f.pickFor(a, nil); p.Engine != many {
 			t.Fatalf("a 3000-token prompt went to %s (load %d) rather than the producer with 800 tokens queued (load %d)",
