@@ -44,7 +44,7 @@ func (s *requestSupervisor) place(ctx actor.Context) {
 	}
 	blocks := s.prompt.Blocks
 	for {
-		c := f.Place(placement.Ask{Phase: fault.PhaseDecode, Model: model, Avoid: s.avoid, Full: s.full, Exclude: s.exclude, Blocks: blocks, Rules: rules}, s.env.metrics)
+		c := s.placeLeg(f, placement.Ask{Phase: fault.PhaseDecode, Model: model, Avoid: s.avoid, Full: s.full, Exclude: s.exclude, Blocks: blocks, Rules: rules})
 		if c.Engine == nil {
 			s.noPlacement(ctx, c.Why, fault.PhaseDecode)
 			return
@@ -54,8 +54,8 @@ func (s *requestSupervisor) place(ctx actor.Context) {
 		var prod *placement.Engine
 		prodMatch := 0 // the producer's prefix-index match, as its pick read it
 		if !s.decision.local {
-			p := f.Place(placement.Ask{Phase: fault.PhasePrefill, Model: model, Avoid: append(s.avoid[:len(s.avoid):len(s.avoid)], cons.Name),
-				Full: s.full, Exclude: s.exclude, Blocks: blocks, Tokens: s.prompt.Tokens, Rules: rules}, s.env.metrics)
+			p := s.placeLeg(f, placement.Ask{Phase: fault.PhasePrefill, Model: model, Avoid: append(s.avoid[:len(s.avoid):len(s.avoid)], cons.Name),
+				Full: s.full, Exclude: s.exclude, Blocks: blocks, Tokens: s.prompt.Tokens, Rules: rules})
 			switch auto := s.set.fleet.Disaggregation == config.DisaggAuto; {
 			case auto && p.Engine == nil && p.Why == placement.NoRoom && s.affordsWhileFull(cons, c.Match):
 				// Every producer is full: the consumer computes a prompt it can afford rather
@@ -116,6 +116,17 @@ func (s *requestSupervisor) place(ctx actor.Context) {
 	}
 	s.countDecision()
 	s.sendAttempt()
+}
+
+// placeLeg asks the fleet snapshot f for a leg's engine, now, and counts how the prefix index
+// weighed in.
+func (s *requestSupervisor) placeLeg(f *placement.Snapshot, a placement.Ask) placement.Placed {
+	a.Now = time.Now()
+	p := f.Place(a)
+	if p.Prefix != "" {
+		s.env.metrics.PrefixPlacement(a.Phase.String(), p.Prefix)
+	}
+	return p
 }
 
 // sendAttempt hands ingress the attempt to run; the producer is nil for a passthrough request

@@ -84,9 +84,8 @@ func NewRouter(rt config.Config, engines []transport.EngineSpec, opts Options) (
 	}
 	fr := rt.FleetRuntime()
 	exact := placement.NewExactIndex(fr.KVEvents.MaxBlocks)
-	r.fleet = &placement.Fleet{Index: placement.NewPrefixIndex(fr.IndexBlocks, exact)}
+	r.fleet = placement.NewFleet(placement.NewPrefixIndex(fr.IndexBlocks, exact), nil)
 	r.kvFeeds = startKVFeeds(fr.KVEvents, exact, r.metrics, r.log)
-	r.fleet.Publish(nil)
 	r.all.Store(&[]*engineState{})
 	r.pooled = &poolState{initial: engines}
 	if fr.ScrapeInterval > 0 {

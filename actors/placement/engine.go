@@ -57,7 +57,7 @@ type Engine struct {
 	// TakesOut is the consequence of the next counted failure, as the engine actor publishes it:
 	// true when that failure quarantines or ejects the engine (breaker.TakesOut).
 	TakesOut atomic.Bool
-	// LocalTokens is the estimated uncached prompt tokens of the local decodes Placed on this
+	// LocalTokens is the estimated uncached prompt tokens of the local decodes placed on this
 	// consumer that have not produced their first token: the prompts it is computing for us.
 	LocalTokens atomic.Int64
 	// Rate is the engine's measured prefill Rate (ttft.go), as a producer or computing a local

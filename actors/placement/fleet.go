@@ -1,8 +1,10 @@
 package placement
 
 import (
+	"math/rand/v2"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/transport/fault"
@@ -16,6 +18,19 @@ type Fleet struct {
 	cur   atomic.Pointer[Snapshot]
 	Index *PrefixIndex
 	rr    [2]atomic.Uint64 // round robin position per phase
+	// rnd draws a number in [0, n): the randomness of p2c and of ties, safe for concurrent use.
+	rnd func(n int) int
+}
+
+// NewFleet is an empty fleet whose placements remember prompts in index and draw their random
+// choices from rnd (nil: math/rand/v2's IntN). A test passes a seeded or scripted rnd.
+func NewFleet(index *PrefixIndex, rnd func(n int) int) *Fleet {
+	if rnd == nil {
+		rnd = rand.IntN
+	}
+	f := &Fleet{Index: index, rnd: rnd}
+	f.Publish(nil)
+	return f
 }
 
 // Load is the fleet as it is now.
@@ -23,7 +38,7 @@ func (f *Fleet) Load() *Snapshot { return f.cur.Load() }
 
 // Publish makes engines (in their sources' order) the fleet placement sees.
 func (f *Fleet) Publish(engines []*Engine) {
-	s := &Snapshot{Engines: engines, byName: make(map[string]*Engine, len(engines)), Index: f.Index, rr: &f.rr}
+	s := &Snapshot{Engines: engines, byName: make(map[string]*Engine, len(engines)), Index: f.Index, rr: &f.rr, rnd: f.rnd}
 	slots := 0
 	for _, v := range engines {
 		s.byName[v.Name] = v
@@ -59,6 +74,7 @@ type Snapshot struct {
 	lists   atomic.Pointer[candidateLists]
 	Index   *PrefixIndex
 	rr      *[2]atomic.Uint64
+	rnd     func(n int) int
 }
 
 // candidateLists are the engines able to run a phase of a model, per (phase, model) asked for,
@@ -132,18 +148,31 @@ type Ask struct {
 	Tokens int
 	// Rules are the placement settings the request runs with (placement.*).
 	Rules *config.FleetRuntime
+	// Now is the placement's clock: backpressure spells and scrape freshness are read at it
+	// (zero: the time of the call).
+	Now time.Time
 }
 
-// Placed is a leg's placement: the engine, or why there is none; match is the number of the
+// placed is a leg's placement: the engine, or why there is none; match is the number of the
 // prompt's leading blocks the prefix index says the engine served.
 type Placed struct {
 	Engine *Engine
 	Why    Scarcity
 	Match  int
+	// Prefix is how the prefix index weighed in under placement.policy prefix (PrefixHit,
+	// PrefixBounded, PrefixMiss), for the prefix placement metric; "" when it was not asked.
+	Prefix string
 }
+
+// How the prefix index weighed in on a placement (placed.Prefix).
+const (
+	PrefixHit     = "hit"     // an engine under the load bound held the prompt's prefix
+	PrefixBounded = "bounded" // engines held it, but none under the bound
+	PrefixMiss    = "miss"    // no engine held it
+)
 
 // Pick chooses an engine for phase by power of two choices on load (pickFor without a prompt).
 func (f *Snapshot) Pick(rules *config.FleetRuntime, phase fault.Phase, model string, avoid, full, exclude []string) (*Engine, Scarcity) {
-	p := f.Place(Ask{Phase: phase, Model: model, Avoid: avoid, Full: full, Exclude: exclude, Rules: rules}, nil)
+	p := f.Place(Ask{Phase: phase, Model: model, Avoid: avoid, Full: full, Exclude: exclude, Rules: rules})
 	return p.Engine, p.Why
 }

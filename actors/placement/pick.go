@@ -2,13 +2,11 @@ package placement
 
 import (
 	"math"
-	"math/rand/v2"
 	"sync"
 	"time"
 
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/transport/fault"
-	"github.com/narwhal-router/narwhal/transport/telemetry"
 )
 
 // tier is how a candidate engine stands for one leg. The candidates are the engines of the
@@ -105,15 +103,18 @@ func classify(v *Engine, mk *marks, now time.Time) (tier, Scarcity) {
 // draws while draws find them (drawTwo); prefix reads each of them once for the load bound's
 // total (tally), then only the engines the index matched. The reason there is no candidate
 // comes from a walk over them all, as before.
-func (f *Snapshot) Place(a Ask, m *telemetry.Metrics) Placed {
+func (f *Snapshot) Place(a Ask) Placed {
 	list := f.Candidates(a.Phase, a.Model)
 	if len(list) == 0 {
 		return Placed{Why: UnknownModel}
 	}
 	mk := f.marksOf(&a)
-	now := time.Now()
+	now := a.Now
+	if now.IsZero() {
+		now = time.Now()
+	}
 	if a.Rules.Placement == config.PlacePrefix && f.Index != nil && len(a.Blocks) > 0 {
-		return f.pickByPrefix(list, &a, &mk, now, m)
+		return f.pickByPrefix(list, &a, &mk, now)
 	}
 	if a.Rules.Placement != config.PlaceRoundRobin {
 		if v := f.drawTwo(list, &a, &mk, now, preferred, math.MaxInt); v != nil {
@@ -138,8 +139,8 @@ func (f *Snapshot) Place(a Ask, m *telemetry.Metrics) Placed {
 	return Placed{Engine: v, Match: f.matchOf(v, a.Blocks)}
 }
 
-// pickByPrefix is pickFor under placement.policy prefix for a prompt.
-func (f *Snapshot) pickByPrefix(list []*Engine, a *Ask, mk *marks, now time.Time, m *telemetry.Metrics) Placed {
+// pickByPrefix is Place under placement.policy prefix for a prompt.
+func (f *Snapshot) pickByPrefix(list []*Engine, a *Ask, mk *marks, now time.Time) Placed {
 	t, n, total, least, leastLoad, why := f.tally(list, a, mk, now)
 	switch n {
 	case 0:
@@ -152,28 +153,24 @@ func (f *Snapshot) pickByPrefix(list []*Engine, a *Ask, mk *marks, now time.Time
 	match := f.Index.match(a.Blocks, sc.match[:0])
 	sc.match = match
 	// Only engines under the bound are candidates, for their cache or, failing a match among
-	// them, for p2c: the bound holds whichever way the choice goes. When none is under it (a
-	// prefill heavier than the bound allows anywhere), the least loaded alone is.
-	w := a.weight()
-	limit := int(math.Ceil(a.Rules.LoadFactor * float64(total+w) / float64(n)))
-	noneUnder := leastLoad+w > limit
+	// them, for p2c: the bound holds whichever way the choice goes.
+	limit := loadBound(a.Rules.LoadFactor, total, n)
+	noneUnder := leastLoad > limit // only with load_factor under 1
+	prefix := PrefixMiss
 	if match.longest() > 0 {
 		if v, n := f.longest(match, a, mk, now, t, limit, noneUnder, least); v != nil {
-			countPrefix(m, a.Phase, "hit")
-			return Placed{Engine: v, Match: n}
+			return Placed{Engine: v, Match: n, Prefix: PrefixHit}
 		}
-		countPrefix(m, a.Phase, "bounded")
-	} else {
-		countPrefix(m, a.Phase, "miss")
+		prefix = PrefixBounded
 	}
 	if noneUnder {
-		return Placed{Engine: least, Match: matchIn(match, least)}
+		return Placed{Engine: least, Match: matchIn(match, least), Prefix: prefix}
 	}
-	v := f.drawTwo(list, a, mk, now, t, limit-w)
+	v := f.drawTwo(list, a, mk, now, t, limit)
 	if v == nil {
 		under := sc.under[:0]
 		for _, c := range list {
-			if tierOf(c, mk, now) == t && f.loadOf(c, a, now)+w <= limit {
+			if tierOf(c, mk, now) == t && f.loadOf(c, a, now) <= limit {
 				under = append(under, c)
 			}
 		}
@@ -187,14 +184,24 @@ func (f *Snapshot) pickByPrefix(list []*Engine, a *Ask, mk *marks, now time.Time
 			v = f.eitherOf(under, a, now)
 		}
 	}
-	return Placed{Engine: v, Match: matchIn(match, v)}
+	return Placed{Engine: v, Match: matchIn(match, v), Prefix: prefix}
+}
+
+// loadBound is the most load an engine may hold and still be chosen for its cache:
+// load_factor × the candidates' mean load (consistent hashing with bounded loads' rule, on the
+// load before this request). The least loaded candidate is always under it (load_factor ≥ 1),
+// so on an idle or evenly loaded fleet every candidate is, and a prompt no engine holds goes
+// by p2c, never to the first engine in fleet order. The request's own weight is not in it: a
+// prompt longer than the mean load would otherwise fit nowhere (a light fleet's usual case).
+func loadBound(factor float64, total, n int) int {
+	return int(math.Floor(factor * float64(total) / float64(n)))
 }
 
 // eitherOf is power of two choices among cands (two or more): two distinct at random, the less
 // loaded, the first on a tie.
 func (f *Snapshot) eitherOf(cands []*Engine, a *Ask, now time.Time) *Engine {
-	i := rand.IntN(len(cands))
-	j := rand.IntN(len(cands) - 1)
+	i := f.rnd(len(cands))
+	j := f.rnd(len(cands) - 1)
 	if j >= i {
 		j++
 	}
@@ -220,7 +227,7 @@ func (f *Snapshot) drawTwo(list []*Engine, a *Ask, mk *marks, now time.Time, t t
 	var first *Engine
 	firstLoad := 0
 	for range maxDraws {
-		v := list[rand.IntN(len(list))]
+		v := list[f.rnd(len(list))]
 		if v == first || tierOf(v, mk, now) != t {
 			continue
 		}
@@ -329,22 +336,12 @@ func (f *Snapshot) loadOf(v *Engine, a *Ask, now time.Time) int {
 	return n
 }
 
-// weight is what a's request adds to the engine's load.
-func (a Ask) weight() int {
-	if a.Phase == fault.PhasePrefill {
-		return max(1, a.Tokens)
-	}
-	return 1
-}
-
 // longest returns the candidate of tier t with the longest match (at least one block) whose
-// load plus this request stays within limit, the less loaded on a tie, then the first in the
-// snapshot's order; or nil. It reads only the engines match names. When no candidate is under
-// the limit, least alone is.
+// load is within limit, the less loaded on a tie, then one of the tied at random; or nil. It
+// reads only the engines match names. When no candidate is under the limit, least alone is.
 func (f *Snapshot) longest(match prefixMatches, a *Ask, mk *marks, now time.Time, t tier, limit int, noneUnder bool, least *Engine) (*Engine, int) {
 	var best *Engine
-	bestMatch, bestLoad, bestPos := 0, 0, int32(0)
-	w := a.weight()
+	bestMatch, bestLoad, ties := 0, 0, 0
 	for _, e := range match {
 		n := int(e.depth)
 		if n == 0 || n < bestMatch || int(e.slot) >= len(f.bySlot) || f.bySlot[e.slot] == 0 {
@@ -356,11 +353,18 @@ func (f *Snapshot) longest(match prefixMatches, a *Ask, mk *marks, now time.Time
 			continue
 		}
 		l := f.loadOf(v, a, now)
-		if noneUnder && v != least || !noneUnder && l+w > limit {
+		if noneUnder && v != least || !noneUnder && l > limit {
 			continue
 		}
-		if n > bestMatch || l < bestLoad || (l == bestLoad && pos < bestPos) {
-			best, bestMatch, bestLoad, bestPos = v, n, l, pos
+		switch {
+		case best == nil || n > bestMatch || l < bestLoad:
+			best, bestMatch, bestLoad, ties = v, n, l, 1
+		case l == bestLoad:
+			// An equal match and load: each of the tied engines is as likely (reservoir
+			// sampling), so a prefix every engine holds does not pile onto the first.
+			if ties++; f.rnd(ties) == 0 {
+				best = v
+			}
 		}
 	}
 	return best, bestMatch
@@ -372,12 +376,6 @@ func matchIn(match prefixMatches, v *Engine) int {
 		return 0
 	}
 	return match.of(v.Idx)
-}
-
-func countPrefix(m *telemetry.Metrics, phase fault.Phase, result string) {
-	if m != nil {
-		m.PrefixPlacement(phase.String(), result)
-	}
 }
 
 // matchOf is how many of blocks the prefix index says v served.

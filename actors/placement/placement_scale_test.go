@@ -94,7 +94,7 @@ func TestPickAmongAThousandComparesTheTwoWithRoom(t *testing.T) {
 }
 
 // A model only one engine of a thousand serves goes to that engine under every policy, and a
-// model an engine learns after the snapshot was published is Placed on it.
+// model an engine learns after the snapshot was published is placed on it.
 func TestPickAModelOneEngineOfAThousandServes(t *testing.T) {
 	f, vs := thousand(1000)
 	only := []string{"m", "rare"}
@@ -160,7 +160,7 @@ func TestPrefixPicksTheMatchedEngineOfAThousandUnderTheBound(t *testing.T) {
 		v.MaxInflight = 0
 		v.Idx = f.Index.TakeSlot()
 	}
-	fl := &Fleet{Index: f.Index}
+	fl := NewFleet(f.Index, nil)
 	fl.Publish(vs)
 	f.Snapshot = fl.Load()
 	f.rules = &config.FleetRuntime{Placement: config.PlacePrefix, LoadFactor: 1.25}

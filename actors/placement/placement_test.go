@@ -21,10 +21,10 @@ func view(name string, role config.Role, load int32, max int) *Engine {
 	return v
 }
 
-// fleetOf is a fleet snapshot of vs, Placed by power of two choices (zero rules: no prefix
+// fleetOf is a fleet snapshot of vs, placed by power of two choices (zero rules: no prefix
 // preference, fresh scrapes only when the test sets scrape_stale).
 func fleetOf(vs ...*Engine) *testFleet {
-	f := &Fleet{Index: NewPrefixIndex(1<<10, nil)}
+	f := NewFleet(NewPrefixIndex(1<<10, nil), nil)
 	f.Publish(vs)
 	return &testFleet{Snapshot: f.Load(), rules: &config.FleetRuntime{}}
 }
@@ -41,7 +41,7 @@ func (f *testFleet) pick(phase fault.Phase, model string, avoid, full, exclude [
 
 func (f *testFleet) pickFor(a Ask, m *telemetry.Metrics) Placed {
 	a.Rules = f.rules
-	return f.Snapshot.Place(a, m)
+	return f.Snapshot.Place(a)
 }
 
 func (f *testFleet) loadFor(v *Engine, a Ask, now time.Time) int {
@@ -149,7 +149,7 @@ func TestReserveIsExactUnderContention(t *testing.T) {
 }
 
 // A scrape counts a producer's requests once: the router's own are weighed by their prompt
-// tokens, and only requests beyond its reservations (Placed by someone else) add a request's
+// tokens, and only requests beyond its reservations (placed by someone else) add a request's
 // worth each. Counting every scraped request at the new prompt's size would send a long prompt
 // to the producer with a few long prompts queued rather than the one with many short ones.
 func TestPrefillLoadCountsScrapedRequestsOnce(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 )
 
 // MaxIndexed is how many engines the prefix index can tell apart at once: a slot is 16 bits in
-// a block's engine set. An engine added while every slot is held is Placed without prefix
+// a block's engine set. An engine added while every slot is held is placed without prefix
 // preference.
 const MaxIndexed = 1<<16 - 1
 

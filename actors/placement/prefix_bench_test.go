@@ -28,7 +28,7 @@ func BenchmarkPlacementAtAThousandEngines(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			exact := NewExactIndex(1 << 20)
 			x := NewPrefixIndex(1<<20, exact)
-			f := &Fleet{Index: x}
+			f := NewFleet(x, nil)
 			var views []*Engine
 			for i := range producers + consumers {
 				role := config.RoleDecode
@@ -63,9 +63,9 @@ func BenchmarkPlacementAtAThousandEngines(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for b.Loop() {
-				c := s.Place(Ask{Phase: fault.PhaseDecode, Model: "m", Blocks: prompt, Rules: rules}, nil)
+				c := s.Place(Ask{Phase: fault.PhaseDecode, Model: "m", Blocks: prompt, Rules: rules})
 				p := s.Place(Ask{Phase: fault.PhasePrefill, Model: "m", Blocks: prompt, Tokens: 4000, Rules: rules,
-					Avoid: []string{c.Engine.Name}}, nil)
+					Avoid: []string{c.Engine.Name}})
 				if c.Engine == nil || p.Engine == nil {
 					b.Fatal("no placement")
 				}

@@ -72,9 +72,9 @@ func (r *Rates) RateOf(v *Engine) float64 {
 // measuring says the router has measured a prefill rate.
 func (r *Rates) Measuring() bool { return r.Fleet.Get() > 0 }
 
-// ComputeLeg is the prompt work one attempt Placed on the engine that computes its prompt (the
+// ComputeLeg is the prompt work one attempt placed on the engine that computes its prompt (the
 // producer, or the consumer of a local decode), kept to measure that engine's rate when the
-// work is done: queued is the work the engine held for us when the attempt was Placed, tokens
+// work is done: queued is the work the engine held for us when the attempt was placed, tokens
 // the attempt's own.
 type ComputeLeg struct {
 	Engine         *Engine
