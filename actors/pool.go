@@ -195,14 +195,18 @@ func (p *poolActor) apply(ctx actor.Context, specs []transport.EngineSpec) {
 		next = append(next, st)
 	}
 	p.order = next
-	// The new engines are in the fleet before their actors start: a join check plans with the
-	// fleet it is part of (a consumer waits for a producer joining beside it).
-	p.publish()
+	// The new engines are in the fleet placement reads before their actors start: a join check
+	// plans with the fleet it is part of (a consumer waits for a producer joining beside it).
+	// They are joining, so no placement reaches them; their actor address is set once it
+	// exists (Engine.SetActor). The list /engines, the tree dump and WaitJoined ask is
+	// published only after every actor in it exists: each of its engines can be asked.
+	p.r.fleet.Publish(p.views())
 	for _, st := range joined {
 		p.spawn(ctx, st)
 		p.r.scraper.add(st.view)
 		p.r.kvFeeds.add(st.view, st.spec)
 	}
+	p.publish()
 	if len(added)+len(removed) > 0 {
 		p.r.log.Info("fleet changed", "added", added, "removed", removed, "engines", len(next))
 	}
@@ -297,17 +301,22 @@ func (p *poolActor) gone(st *engineState) {
 // publish makes the members the fleet placement reads, and the list /engines shows (the members,
 // then the leaving engines).
 func (p *poolActor) publish() {
-	views := make([]*placement.Engine, len(p.order))
 	all := make([]*engineState, 0, len(p.order)+len(p.leaving))
-	for i, st := range p.order {
-		views[i] = st.view
-		all = append(all, st)
-	}
+	all = append(all, p.order...)
 	for st := range p.leaving {
 		all = append(all, st)
 	}
-	p.r.fleet.Publish(views)
+	p.r.fleet.Publish(p.views())
 	p.r.all.Store(&all)
+}
+
+// views are the members' engine records, in order.
+func (p *poolActor) views() []*placement.Engine {
+	views := make([]*placement.Engine, len(p.order))
+	for i, st := range p.order {
+		views[i] = st.view
+	}
+	return views
 }
 
 // countStates publishes how many engines are in each lifecycle state.

@@ -211,6 +211,10 @@ type described struct {
 	state *messages.EngineState
 }
 
+// leavingAnswerWait bounds the wait for a leaving engine's state: its actor answers at once
+// while it drains, and says nothing once stopped.
+const leavingAnswerWait = time.Second
+
 // describeEngines asks every engine actor for its state, all at once. One that stopped
 // meanwhile (a leaving engine whose last request ended) is left out.
 func (r *Router) describeEngines(ctx context.Context) ([]described, error) {
@@ -224,13 +228,18 @@ func (r *Router) describeEngines(ctx context.Context) ([]described, error) {
 		return nil, context.DeadlineExceeded
 	}
 	for i, st := range all {
-		futures[i] = r.root.RequestFuture(pidOf(st.view), &messages.Describe{}, timeout)
+		wait := timeout
+		if st.view.Removed.Load() {
+			// A leaving engine's actor may stop with the question in its mailbox, unanswered.
+			wait = min(wait, leavingAnswerWait)
+		}
+		futures[i] = r.root.RequestFuture(pidOf(st.view), &messages.Describe{}, wait)
 	}
 	out := make([]described, 0, len(all))
 	for i, f := range futures {
 		res, err := f.Result()
 		switch {
-		case errors.Is(err, actor.ErrDeadLetter) && all[i].leaving:
+		case err != nil && all[i].view.Removed.Load(): // it left, and its actor stopped meanwhile
 			continue
 		case err != nil:
 			return nil, fmt.Errorf("engine %s: %w", all[i].spec.Name, err)
