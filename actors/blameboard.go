@@ -5,6 +5,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/narwhal-router/narwhal/actors/health"
 	"github.com/narwhal-router/narwhal/actors/placement"
 )
 
@@ -169,10 +170,10 @@ func (b *blameBoard) fleetCommitted(now time.Time) bool {
 }
 
 // failedOnOthers says the producer of the decode l had a handoff fail on another consumer within
-// the window.
+// the window, one still in placement (an engine already out is no evidence against its partner).
 func (b *blameBoard) failedOnOthers(l legEnd) bool {
 	for _, rec := range b.recent {
-		if rec.producer == l.producer && rec.engine != l.engine && rec.l.transfer() {
+		if rec.producer == l.producer && rec.engine != l.engine && rec.l.transfer() && rec.engine.Placeable.Load() {
 			return true
 		}
 	}
@@ -263,21 +264,22 @@ func (b *blameBoard) failsEverywhere(fp uint64) bool {
 }
 
 // producerSuspect says the producer's handoffs failed on two or more consumers within the
-// window (handoffs of requests that do not fail everywhere), and marks it suspect for probes.
+// window (health.ProducerSuspect: consumers in placement, requests that do not fail
+// everywhere), and marks it suspect for probes.
 func (b *blameBoard) producerSuspect(p *placement.Engine, now time.Time) bool {
-	var first *placement.Engine
+	var failures []health.HandoffFailure
 	for _, rec := range b.recent {
-		if rec.producer != p || !rec.l.transfer() || b.failsEverywhere(rec.fp) {
+		if rec.producer != p || !rec.l.transfer() {
 			continue
 		}
-		if first == nil {
-			first = rec.engine
-		} else if rec.engine != first {
-			p.Suspect.Store(now.Add(b.window()).UnixNano())
-			return true
-		}
+		failures = append(failures, health.HandoffFailure{Consumer: rec.engine.Name,
+			ConsumerOut: !rec.engine.Placeable.Load(), FailsEverywhere: b.failsEverywhere(rec.fp)})
 	}
-	return false
+	if !health.ProducerSuspect(failures) {
+		return false
+	}
+	p.Suspect.Store(now.Add(b.window()).UnixNano())
+	return true
 }
 
 // served says the held failure's engine shows it serves other requests: it committed one since
