@@ -193,6 +193,8 @@ func (a *engineActor) Receive(ctx actor.Context) {
 
 	case *messages.Eject:
 		a.eject(ctx, m)
+	case descriptorsRejected:
+		a.onDescriptorsRejected(ctx, m)
 	case *messages.Readmit:
 		a.readmit(ctx, m)
 	case *messages.Describe:

@@ -3,15 +3,18 @@ package actors
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/narwhal-router/narwhal/actors/health"
 	"github.com/narwhal-router/narwhal/actors/placement"
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/messages"
 	"github.com/narwhal-router/narwhal/transport"
 	"github.com/narwhal-router/narwhal/transport/fault"
+	"github.com/narwhal-router/narwhal/transport/kv"
 )
 
 // Probe results.
@@ -26,6 +29,9 @@ const (
 type probeOutcome struct {
 	messages.Probe
 	models []string
+	// rejected are the partners whose handoff descriptors failed validation on their own
+	// (descriptorsRejected): the engine actor tells each.
+	rejected []*placement.Engine
 }
 
 // startProbe moves an ejected engine to probing and runs its readmission check off the actor.
@@ -48,6 +54,7 @@ func (a *engineActor) probeFinished(ctx actor.Context, m probeFinished) {
 		return // a forced readmission or an eject overtook this probe
 	}
 	out := m.outcome
+	a.tellRejected(ctx, out.rejected)
 	st.lastProbe = &out.Probe
 	a.storeModels(out.models)
 	a.r.metrics.ProbeResult(st.spec.Name, out.Result)
@@ -91,6 +98,7 @@ func (a *engineActor) joinFinished(ctx actor.Context, m joinFinished) {
 	}
 	st.checking = false
 	out := m.outcome
+	a.tellRejected(ctx, out.rejected)
 	st.joinCheck = &out.Probe
 	a.storeModels(out.models)
 	a.r.metrics.JoinCheck(st.spec.Name, out.Result)
@@ -115,6 +123,34 @@ func (a *engineActor) joinFinished(ctx actor.Context, m joinFinished) {
 		}
 		st.timers.probe = time.AfterFunc(a.r.current().Recovery.ProbeIntervalS.Duration(), func() { root.Send(self, probeDue{}) })
 	}
+}
+
+// descriptorsRejected tells a producer's actor that a probe found its handoff descriptors
+// invalid on its own account (descriptorsInvalid): no consumer can use its handoffs, and no
+// client request reaches it to count against it (the router refuses them before the decode),
+// so it is ejected at once and probed like any ejected engine.
+type descriptorsRejected struct{ reason string }
+
+// tellRejected tells each partner a check found with invalid descriptors.
+func (a *engineActor) tellRejected(ctx actor.Context, rejected []*placement.Engine) {
+	for _, v := range rejected {
+		if pid := pidOf(v); pid != nil {
+			ctx.Send(pid, descriptorsRejected{reason: "its handoff descriptors fail validation (probe of " + a.st.spec.Name + ")"})
+		}
+	}
+}
+
+// onDescriptorsRejected ejects an engine in placement whose descriptors a probe found invalid.
+func (a *engineActor) onDescriptorsRejected(ctx actor.Context, m descriptorsRejected) {
+	st := a.st
+	prev := st.breaker.state
+	if st.leaving || (prev != admitted && prev != quarantined) {
+		return
+	}
+	st.breaker.joinFailed(time.Now(), m.reason)
+	a.r.log.Warn("producer ejected: its handoff descriptors fail validation", "engine", st.spec.Name, "reason", m.reason)
+	a.transition(ctx, prev)
+	a.schedule(ctx)
 }
 
 // storeModels keeps the model list a check found, for an engine that had none.
@@ -155,7 +191,9 @@ func (r *Router) planProbe(st *engineState, join bool) *probe {
 			partner = nil
 		}
 		if partner == nil {
-			partner = trustedProducer(f, st.view, model, now)
+			if cands := trustedProducers(f, st.view, model, now); len(cands) > 0 {
+				partner, p.alternatives = cands[0], cands[1:]
+			}
 		}
 		p.producer, p.consumer, p.targetIsConsumer = partner, st.view, true
 		if partner == nil && join && cur.Disaggregation.Policy != config.DisaggAlways && !producerJoining(f, st.view) {
@@ -169,22 +207,22 @@ func (r *Router) planProbe(st *engineState, join bool) *probe {
 	return p
 }
 
-// trustedProducer is an admitted producer (other than not) whose handoffs the blame board does
-// not suspect, for a probe; one serving model is preferred. Nil when there is none.
-func trustedProducer(f *placement.Snapshot, not *placement.Engine, model string, now time.Time) *placement.Engine {
-	var other *placement.Engine
+// trustedProducers are the admitted producers (other than not) whose handoffs the blame board
+// does not suspect, for a probe, in the order it tries them (health.Partners): those serving
+// model first, each group at random.
+func trustedProducers(f *placement.Snapshot, not *placement.Engine, model string, now time.Time) []*placement.Engine {
+	var cands []*placement.Engine
 	for _, v := range f.Engines {
-		if v == not || !v.CanServe(fault.PhasePrefill) || !v.Placeable.Load() || v.Suspected(now) {
-			continue
-		}
-		if model == "" || v.Serves(model) {
-			return v
-		}
-		if other == nil {
-			other = v
+		if v != not && v.CanServe(fault.PhasePrefill) && v.Placeable.Load() && !v.Suspected(now) {
+			cands = append(cands, v)
 		}
 	}
-	return other
+	order := health.Partners(len(cands), func(i int) bool { return model == "" || cands[i].Serves(model) }, rand.IntN)
+	out := make([]*placement.Engine, len(order))
+	for i, j := range order {
+		out[i] = cands[j]
+	}
+	return out
 }
 
 // producerJoining reports whether an engine able to prefill, other than not, is joining.
@@ -215,6 +253,11 @@ type probe struct {
 	targetIsConsumer bool
 	// join says this is a join check; local that the consumer is judged on a local decode.
 	join, local bool
+	// alternatives are the other producers a consumer's probe may partner with, in order:
+	// tried in turn while the partner's own leg fails, so a bad partner never decides.
+	alternatives []*placement.Engine
+	// rejected collects the partners whose descriptors failed validation (probeOutcome).
+	rejected []*placement.Engine
 }
 
 func (p *probe) partner() *placement.Engine {
@@ -253,6 +296,7 @@ func (p *probe) run() probeOutcome {
 		out.models, model = models, models[0]
 	}
 	out.Probe = p.check(ctx, model)
+	out.rejected = p.rejected
 	return out
 }
 
@@ -282,6 +326,20 @@ func (p *probe) check(ctx context.Context, model string) messages.Probe {
 	if model == "" {
 		return p.result(probeFailure, "no model to probe with")
 	}
+	for {
+		res, partnerFailed := p.transfer(ctx, model, contract != nil)
+		if !partnerFailed || len(p.alternatives) == 0 || ctx.Err() != nil {
+			return res
+		}
+		// The partner's own leg failed: that says nothing of the target. Another partner may.
+		p.producer, p.alternatives = p.alternatives[0], p.alternatives[1:]
+	}
+}
+
+// transfer runs one probe transfer with the planned partner. partnerFailed says the partner's
+// leg failed (the result is then inconclusive); a partner whose descriptors failed validation
+// on their own is noted in rejected.
+func (p *probe) transfer(ctx context.Context, model string, contract bool) (res messages.Probe, partnerFailed bool) {
 	var producer, consumer *transport.EngineClient // consumer nil: a producer with no admitted consumer is judged on its prefill
 	if p.producer != nil {
 		producer = p.producer.Client
@@ -293,16 +351,17 @@ func (p *probe) check(ctx context.Context, model string) messages.Probe {
 	if err == nil {
 		switch {
 		case p.local:
-			return p.result(probeSuccess, "inference probe completed (a local decode: no admitted producer in the fleet)")
-		case contract != nil:
-			return p.result(probeSuccess, "lifecycle validated, inference probe completed")
+			return p.result(probeSuccess, "inference probe completed (a local decode: no admitted producer in the fleet)"), false
+		case contract:
+			return p.result(probeSuccess, "lifecycle validated, inference probe completed"), false
 		}
-		return p.result(probeSuccess, "inference probe completed")
+		return p.result(probeSuccess, "inference probe completed"), false
 	}
 	// Which side failed decides: the target's own leg failing is a failure, the partner's
 	// leg failing says nothing about the target.
 	leg := fault.PhaseDecode
-	if f, ok := fault.As(err); ok {
+	f, isFault := fault.As(err)
+	if isFault {
 		leg = f.Phase
 	}
 	targetLeg := fault.PhasePrefill
@@ -310,9 +369,20 @@ func (p *probe) check(ctx context.Context, model string) messages.Probe {
 		targetLeg = fault.PhaseDecode
 	}
 	if p.producer == p.consumer || p.local || leg == targetLeg {
-		return p.result(probeFailure, "%v", err)
+		return p.result(probeFailure, "%v", err), false
 	}
-	return p.result(probeInconclusive, "partner %s failed its leg: %v", p.partner().Name, err)
+	if isFault && p.targetIsConsumer && descriptorsInvalid(f) {
+		p.rejected = append(p.rejected, p.producer)
+	}
+	return p.result(probeInconclusive, "partner %s failed its leg: %v", p.partner().Name, err), true
+}
+
+// descriptorsInvalid says f is a handoff descriptor that failed the producer's own endpoint
+// rules (transport/kv's endpoint policy: host, pinned endpoint, kv.allowed_ports), which depend
+// on the producer's configuration alone: no consumer can read such a producer's handoffs. A
+// mismatch of the pair (the connectors differ) is not the producer's alone.
+func descriptorsInvalid(f *fault.Fault) bool {
+	return f.Kind == fault.Descriptor && f.Reason == kv.ReasonEndpointMismatch
 }
 
 // listModels asks the engine which models it serves; none is an error.
