@@ -23,55 +23,77 @@ import (
 // else here — placeability, the failure streak, the models — is written by the engine actor
 // alone and only read by others.
 type Engine struct {
+	// Each field has one writer, named beside it (docs/architecture.md has the table); the
+	// others only read it. "Pool, before publication" means the field is set when the pool
+	// makes the record and never changes once a snapshot holds it.
+	//
 	// What placement reads of every candidate comes first, so that a walk over the candidates
 	// (sift) reads one cache line of each engine.
-	Slots     atomic.Uint64 // reservations held: prefill in the high 32 bits, decode in the low
-	Placeable atomic.Bool   // admitted: neither joining, quarantined nor ejected
+
+	// Slots are the reservations held, prefill in the high 32 bits, decode in the low. Writer:
+	// the request supervisors, by compare-and-swap (Reserve, Release).
+	Slots atomic.Uint64
+	// Placeable says the engine is admitted: neither joining, quarantined, ejected nor leaving.
+	// Writer: the engine actor.
+	Placeable atomic.Bool
 	// PrefillTokens is the estimated prompt tokens of the prefill reservations held: a
-	// producer's load is its work, and prompts differ a hundredfold in length.
+	// producer's load is its work, and prompts differ a hundredfold in length. Writer: the
+	// request supervisors, with the prefill slot they take and give back.
 	PrefillTokens atomic.Int64
-	// Scraped is the last /metrics scrape (placement.scrape_interval_s), written by its scraper.
-	Scraped     atomic.Pointer[LoadSample]
+	// Scraped is the last /metrics scrape (placement.scrape_interval_s). Writer: the engine's
+	// scraper goroutine.
+	Scraped atomic.Pointer[LoadSample]
+	// MaxInflight is engines[].max_inflight (0: uncapped). Writer: the pool, before publication.
 	MaxInflight int
-	// Pushback is the engine's backpressure record (backpressure.go).
+	// Pushback is the engine's backpressure record. Writer: the request supervisors whose legs
+	// end there (health.Pushback: a 429/503, a commit).
 	Pushback health.Pushback
 
-	Idx    int // the engine's prefix-index slot (its bit), -1 when it has none
+	// Idx is the engine's prefix-index slot (its bit), -1 when it has none; Name, Role and
+	// Client its identity and connection. Writer: the pool, before publication.
+	Idx    int
 	Name   string
 	Role   config.Role
 	Client *transport.EngineClient
 	// handle is the engine actor's address (a *actor.PID, kept as any so that placement imports
-	// no actor system): set once by the pool when it starts the actor, read by whoever sends the
-	// actor a message. Atomic, because the engine is published in a snapshot before its actor is
-	// started (its join check plans with the fleet it is part of).
+	// no actor system). Writer: the pool, once, when it starts the actor (SetActor). Atomic,
+	// because the engine is in a snapshot before its actor starts (its join check plans with the
+	// fleet it is part of).
 	handle atomic.Value
 
+	// Models are the models the engine serves. Writer: the pool before publication (configured
+	// models), then the engine actor (the models its checks found).
 	Models modelList
-	// State is the engine's lifecycle State as the engine actor publishes it (breakerState),
-	// for readiness's reasons.
+	// State is the engine's lifecycle state (the actors' breakerState), for readiness's
+	// reasons and probe planning. Writer: the pool before publication (joining), then the
+	// engine actor.
 	State atomic.Uint32
-	// Removed is set by the engine actor when the engine leaves the fleet: reserve refuses it
-	// from then on, even to a supervisor that picked the engine from an older snapshot.
+	// Removed says the engine left the fleet: Reserve refuses it from then on, even to a
+	// supervisor that picked the engine from an older snapshot. Writer: the engine actor.
 	Removed atomic.Bool
-	Streak  atomic.Int32 // the breaker's failure streak, so a success is reported only if it matters
-	// TakesOut is the consequence of the next counted failure, as the engine actor publishes it:
-	// true when that failure quarantines or ejects the engine (breaker.TakesOut).
+	// Streak is the breaker's failure streak, so that a success is reported only if it
+	// matters. Writer: the engine actor.
+	Streak atomic.Int32
+	// TakesOut is the consequence of the next counted failure: true when that failure
+	// quarantines or ejects the engine. Writer: the engine actor.
 	TakesOut atomic.Bool
 	// LocalTokens is the estimated uncached prompt tokens of the local decodes placed on this
 	// consumer that have not produced their first token: the prompts it is computing for us.
+	// Writer: the request supervisors of those decodes.
 	LocalTokens atomic.Int64
-	// Rate is the engine's measured prefill Rate (ttft.go), as a producer or computing a local
-	// decode's prompt.
+	// Rate is the engine's measured prefill rate (ttft.go), as a producer or computing a
+	// local decode's prompt. Writer: the request supervisors, at commit.
 	Rate RateEWMA
 
-	// Commits counts the requests that committed with the engine as their consumer or producer,
-	// and lastCommit is the newest one's time (unix nanoseconds): the evidence the blame board
-	// (blameboard.go) reads that the engine serves other requests. Supervisors write them.
+	// Commits counts the requests that committed with the engine as their consumer or
+	// producer, and LastCommit is the newest one's time (unix nanoseconds): the evidence the
+	// blame board reads that the engine serves other requests. Writer: the request
+	// supervisors, at commit.
 	Commits    atomic.Uint64
 	LastCommit atomic.Int64
 	// Suspect, while in the future (unix nanoseconds), says the blame board holds the
-	// producer's handoffs responsible for failures on two or more consumers: a consumer's
-	// probe picks another partner.
+	// producer's handoffs responsible for failures on two or more consumers in placement: a
+	// consumer's probe picks another partner. Writer: the blame board.
 	Suspect atomic.Int64
 }
 
