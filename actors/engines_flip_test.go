@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/transport"
@@ -78,11 +79,14 @@ func TestEnginesAnswersWhileTheFleetFlips(t *testing.T) {
 			}
 		})
 	}
+	// Adding hundreds of engines takes the pool a while on a loaded machine: a generous bound.
+	setCtx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
 	for i := range flips {
-		if err := r.SetEngines(context.Background(), grown); err != nil {
+		if err := r.SetEngines(setCtx, grown); err != nil {
 			t.Fatalf("flip %d, add: %v", i, err)
 		}
-		if err := r.SetEngines(context.Background(), base); err != nil {
+		if err := r.SetEngines(setCtx, base); err != nil {
 			t.Fatalf("flip %d, remove: %v", i, err)
 		}
 	}

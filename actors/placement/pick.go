@@ -2,6 +2,7 @@ package placement
 
 import (
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -64,7 +65,7 @@ func (f *Snapshot) marksOf(a *Ask) (mk marks) {
 // has says whether v is on the list of kind k.
 func (mk *marks) has(v *Engine, k markKind) bool {
 	if mk.over {
-		return contains(mk.names[k], v.Name)
+		return slices.Contains(mk.names[k], v.Name)
 	}
 	for i := range mk.n {
 		if mk.v[i] == v && mk.kind[i] == k {
@@ -419,13 +420,4 @@ func (f *Snapshot) Models() []string {
 		}
 	}
 	return out
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
