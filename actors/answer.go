@@ -69,10 +69,10 @@ func (s *requestSupervisor) timing() ingress.Timing {
 func (s *requestSupervisor) routing() ingress.Routing {
 	r := ingress.Routing{Attempts: s.attempt}
 	if s.producer != nil {
-		r.Producer = s.producer.name
+		r.Producer = s.producer.Name
 	}
 	if s.consumer != nil {
-		r.Consumer = s.consumer.name
+		r.Consumer = s.consumer.Name
 	}
 	return r
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/narwhal-router/narwhal/actors/placement"
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/transport"
 	"github.com/narwhal-router/narwhal/transport/fault"
@@ -20,20 +21,20 @@ func (s *requestSupervisor) place(ctx actor.Context) {
 	}
 	s.stage = stagePlacing
 	model := s.x.Body.Model
-	f := s.env.fleet.load()
+	f := s.env.fleet.Load()
 	rules := &s.set.fleet
 	for s.x.Body.Endpoint.Passthrough() { // one engine and no prefill (ingress/passthrough.go)
-		cons, why := f.pick(rules, fault.PhaseDecode, model, s.avoid, s.full, s.exclude)
+		cons, why := f.Pick(rules, fault.PhaseDecode, model, s.avoid, s.full, s.exclude)
 		if cons == nil {
 			s.noPlacement(ctx, why, fault.PhaseDecode)
 			return
 		}
-		if !cons.reserve(fault.PhaseDecode) {
-			s.full = append(s.full, cons.name)
+		if !cons.Reserve(fault.PhaseDecode) {
+			s.full = append(s.full, cons.Name)
 			continue
 		}
 		s.producer, s.consumer = nil, cons
-		s.held = [2]*engineView{nil, cons}
+		s.held = [2]*placement.Engine{nil, cons}
 		s.reportSlots(cons)
 		s.sendAttempt()
 		return
@@ -43,78 +44,89 @@ func (s *requestSupervisor) place(ctx actor.Context) {
 	}
 	blocks := s.prompt.Blocks
 	for {
-		c := f.pickFor(ask{phase: fault.PhaseDecode, model: model, avoid: s.avoid, full: s.full, exclude: s.exclude, blocks: blocks, rules: rules}, s.env.metrics)
-		if c.engine == nil {
-			s.noPlacement(ctx, c.why, fault.PhaseDecode)
+		c := s.placeLeg(f, placement.Ask{Phase: fault.PhaseDecode, Model: model, Avoid: s.avoid, Full: s.full, Exclude: s.exclude, Blocks: blocks, Rules: rules})
+		if c.Engine == nil {
+			s.noPlacement(ctx, c.Why, fault.PhaseDecode)
 			return
 		}
-		cons := c.engine
-		s.decision, s.prefixMatch, s.predicted = s.decide(f, cons, c.match), c.match, prediction{}
-		var prod *engineView
+		cons := c.Engine
+		s.decision, s.prefixMatch, s.predicted = s.decide(f, cons, c.Match), c.Match, placement.Prediction{}
+		var prod *placement.Engine
 		prodMatch := 0 // the producer's prefix-index match, as its pick read it
 		if !s.decision.local {
-			p := f.pickFor(ask{phase: fault.PhasePrefill, model: model, avoid: append(s.avoid[:len(s.avoid):len(s.avoid)], cons.name),
-				full: s.full, exclude: s.exclude, blocks: blocks, tokens: s.prompt.Tokens, rules: rules}, s.env.metrics)
+			p := s.placeLeg(f, placement.Ask{Phase: fault.PhasePrefill, Model: model, Avoid: append(s.avoid[:len(s.avoid):len(s.avoid)], cons.Name),
+				Full: s.full, Exclude: s.exclude, Blocks: blocks, Tokens: s.prompt.Tokens, Rules: rules})
 			switch auto := s.set.fleet.Disaggregation == config.DisaggAuto; {
-			case auto && p.engine == nil && p.why == noRoom && s.affordsWhileFull(cons, c.match):
+			case auto && p.Engine == nil && p.Why == placement.NoRoom && s.affordsWhileFull(cons, c.Match):
 				// Every producer is full: the consumer computes a prompt it can afford rather
 				// than wait.
 				s.decision = decision{true, reasonPrefillSaturated}
-			case auto && p.engine != nil && p.engine != cons && s.decision.reason == reasonLongPrompt && s.predicting():
+			case auto && p.Engine != nil && p.Engine != cons && s.decision.reason == reasonLongPrompt && s.predicting():
 				// A long prompt goes where its first token is predicted sooner.
-				if s.decision = s.predict(f, cons, c.match, p); !s.decision.local {
-					prod, prodMatch = p.engine, p.match
+				if s.decision = s.predict(f, cons, c.Match, p); !s.decision.local {
+					prod, prodMatch = p.Engine, p.Match
 				}
-			case auto && (p.engine == cons || (p.engine == nil && p.why != noRoom)):
+			case auto && (p.Engine == cons || (p.Engine == nil && p.Why != placement.NoRoom)):
 				// Nowhere else to prefill (none admitted, or only the consumer itself): the
 				// consumer computes the prompt rather than fail or prefill twice.
 				s.decision = decision{true, reasonNoProducer}
-			case p.engine == nil:
-				s.noPlacement(ctx, p.why, fault.PhasePrefill)
+			case p.Engine == nil:
+				s.noPlacement(ctx, p.Why, fault.PhasePrefill)
 				return
 			default:
-				prod, prodMatch = p.engine, p.match
+				prod, prodMatch = p.Engine, p.Match
 			}
 		}
 		// The views were read a moment ago; the slots are the authority. A refusal narrows the
 		// next round, so the loop ends.
-		if prod != nil && !prod.reserve(fault.PhasePrefill) {
-			s.full = append(s.full, prod.name)
+		if prod != nil && !prod.Reserve(fault.PhasePrefill) {
+			s.full = append(s.full, prod.Name)
 			continue
 		}
-		var leg computeLeg
+		var leg placement.ComputeLeg
 		if prod != nil {
 			now := time.Now()
-			leg = computeLeg{engine: prod, tokens: s.uncachedOn(prodMatch), at: now,
-				queued: f.loadFor(prod, ask{phase: fault.PhasePrefill, tokens: s.prompt.Tokens, rules: rules}, now)}
-			prod.prefillTokens.Add(int64(s.prompt.Tokens)) // returned with the slot (release)
+			leg = placement.ComputeLeg{Engine: prod, Tokens: s.uncachedOn(prodMatch), At: now,
+				Queued: f.LoadFor(prod, placement.Ask{Phase: fault.PhasePrefill, Tokens: s.prompt.Tokens, Rules: rules}, now)}
+			prod.PrefillTokens.Add(int64(s.prompt.Tokens)) // returned with the slot (release)
 		}
-		if !cons.reserve(fault.PhaseDecode) {
+		if !cons.Reserve(fault.PhaseDecode) {
 			if prod != nil {
 				s.held[fault.PhasePrefill] = prod
 				s.release(ctx, fault.PhasePrefill, nil, true)
 			}
-			s.full = append(s.full, cons.name)
+			s.full = append(s.full, cons.Name)
 			continue
 		}
 		s.producer, s.consumer = prod, cons
-		s.held = [2]*engineView{prod, cons}
+		s.held = [2]*placement.Engine{prod, cons}
 		if prod == nil {
-			rest := s.uncachedOn(c.match)
-			leg = computeLeg{engine: cons, queued: int(cons.localTokens.Load()), tokens: rest, at: time.Now()}
+			rest := s.uncachedOn(c.Match)
+			leg = placement.ComputeLeg{Engine: cons, Queued: int(cons.LocalTokens.Load()), Tokens: rest, At: time.Now()}
 			s.holdLocalWork(cons, rest)
 		}
 		s.leg = leg
 		if prod != nil {
 			s.reportSlots(prod)
-			f.index.record(blocks, prod.idx)
+			f.Index.Record(blocks, prod.Idx)
 		}
 		s.reportSlots(cons)
-		f.index.record(blocks, cons.idx)
+		f.Index.Record(blocks, cons.Idx)
 		break
 	}
 	s.countDecision()
 	s.sendAttempt()
+}
+
+// placeLeg asks the fleet snapshot f for a leg's engine, now, and counts how the prefix index
+// weighed in.
+func (s *requestSupervisor) placeLeg(f *placement.Snapshot, a placement.Ask) placement.Placed {
+	a.Now = time.Now()
+	p := f.Place(a)
+	if p.Prefix != "" {
+		s.env.metrics.PrefixPlacement(a.Phase.String(), p.Prefix)
+	}
+	return p
 }
 
 // sendAttempt hands ingress the attempt to run; the producer is nil for a passthrough request
@@ -122,12 +134,12 @@ func (s *requestSupervisor) place(ctx actor.Context) {
 func (s *requestSupervisor) sendAttempt() {
 	s.stage = stageRunning
 	a := &ingress.Attempt{N: s.attempt, BackendRequestID: s.backendID, Plan: transport.Plan{
-		Consumer:      s.consumer.client,
+		Consumer:      s.consumer.Client,
 		FailOnMissing: s.set.request.FailOnMissing,
 		MaxHandoffAge: s.set.request.MaxHandoffAge,
 	}}
 	if s.producer != nil {
-		a.Plan.Producer = s.producer.client
+		a.Plan.Producer = s.producer.Client
 	}
 	if !s.x.Body.Endpoint.Passthrough() {
 		a.Decision, a.Reason = s.decision.name(), s.decision.reason
@@ -136,17 +148,17 @@ func (s *requestSupervisor) sendAttempt() {
 }
 
 // noPlacement answers, or queues, a request placement found no engine for.
-func (s *requestSupervisor) noPlacement(ctx actor.Context, why scarcity, phase fault.Phase) {
-	if why == noAdmitted && s.lastFault != nil {
+func (s *requestSupervisor) noPlacement(ctx actor.Context, why placement.Scarcity, phase fault.Phase) {
+	if why == placement.NoAdmitted && s.lastFault != nil {
 		// A retry with nowhere to go (the other engines pushed back or are out of placement):
 		// the client learns what failed, not that the fleet has no engine.
 		s.respondFault(ctx, s.lastFault)
 		return
 	}
 	switch why {
-	case unknownModel:
+	case placement.UnknownModel:
 		s.reject(ctx, 404, "the model `"+s.x.Body.Model+"` does not exist", "model_not_found")
-	case noAdmitted:
+	case placement.NoAdmitted:
 		s.reject(ctx, 503, "no admitted engine can run the "+phase.String()+" leg for model `"+s.x.Body.Model+"`", "no_engine")
 	default:
 		s.await(ctx)
@@ -168,7 +180,7 @@ func (s *requestSupervisor) onAttemptEnded(ctx actor.Context, o *ingress.Attempt
 		}
 	}
 	if o.MissingDescriptor {
-		s.env.metrics.MissingDescriptor(s.producer.name, config.OnMissingRecompute)
+		s.env.metrics.MissingDescriptor(s.producer.Name, config.OnMissingRecompute)
 	}
 	if o.Committed {
 		// Committed. The first token means the KV cache has moved: the producer's part is over.
@@ -183,7 +195,7 @@ func (s *requestSupervisor) onAttemptEnded(ctx actor.Context, o *ingress.Attempt
 	}
 	f := o.Fault
 	if f.Kind == fault.MissingDescriptor {
-		s.env.metrics.MissingDescriptor(s.producer.name, config.OnMissingFail)
+		s.env.metrics.MissingDescriptor(s.producer.Name, config.OnMissingFail)
 	}
 	// The request ended on our side (client gone, shutdown): nothing to learn about the engine.
 	cancelled := f.RouterSide()
@@ -231,11 +243,11 @@ func (s *requestSupervisor) onStreamFinished(ctx actor.Context, m *ingress.Strea
 // everywhere (blameboard.go); and it ends any backpressure spell of its engines.
 func (s *requestSupervisor) committed() {
 	now := time.Now()
-	for _, e := range [2]*engineView{s.consumer, s.producer} {
+	for _, e := range [2]*placement.Engine{s.consumer, s.producer} {
 		if e != nil {
-			e.commits.Add(1)
-			e.lastCommit.Store(now.UnixNano())
-			e.pushback.served()
+			e.Commits.Add(1)
+			e.LastCommit.Store(now.UnixNano())
+			e.Pushback.Served()
 		}
 	}
 	s.env.commits.committed(s.fingerprint, now)

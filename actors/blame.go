@@ -6,6 +6,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/narwhal-router/narwhal/actors/placement"
 	"github.com/narwhal-router/narwhal/messages"
 	"github.com/narwhal-router/narwhal/transport/fault"
 )
@@ -19,7 +20,7 @@ import (
 
 // legEnd is how one leg of the request ended on its engine.
 type legEnd struct {
-	engine *engineView
+	engine *placement.Engine
 	phase  fault.Phase
 	// fault is nil when the leg succeeded.
 	fault *fault.Fault
@@ -29,7 +30,7 @@ type legEnd struct {
 	// partner names the attempt's other engine ("" for a local decode or a same-worker one);
 	// producer is that engine for a decode leg (nil without one).
 	partner  string
-	producer *engineView
+	producer *placement.Engine
 }
 
 // transfer says the leg is a decode that failed before its first token while reading a
@@ -54,7 +55,7 @@ func (env *requestEnv) breakerNews(l legEnd, requestsFault bool) (m messages.Leg
 	case l.neutral:
 		return m, false
 	case l.fault == nil:
-		return messages.LegOutcome{Partner: l.partner}, l.engine.streak.Load() != 0
+		return messages.LegOutcome{Partner: l.partner}, l.engine.Streak.Load() != 0
 	case !l.fault.CountsAgainstEngine(), requestsFault, env.cluster.Fenced():
 		return m, false
 	}
@@ -82,7 +83,7 @@ func (s *requestSupervisor) legEnded(ctx actor.Context, l legEnd) {
 func (s *requestSupervisor) tell(sender actor.SenderContext, l legEnd, requestsFault bool) {
 	if m, ok := s.env.breakerNews(l, requestsFault); ok {
 		news := m // only news escapes to the heap: the common case (nothing to tell) allocates nothing
-		sender.Send(l.engine.pid, &news)
+		sender.Send(pidOf(l.engine), &news)
 	}
 }
 
@@ -130,7 +131,7 @@ func (env *requestEnv) handoffNews(l legEnd) (m messages.LegOutcome, ok bool) {
 		return m, false
 	}
 	return messages.LegOutcome{Failed: true,
-		Note: "its handoff failed on consumer " + l.engine.name + " (" + l.fault.Kind.String() + " on the decode leg)"}, true
+		Note: "its handoff failed on consumer " + l.engine.Name + " (" + l.fault.Kind.String() + " on the decode leg)"}, true
 }
 
 // fingerprintOf is a request's fingerprint: the FNV-1a hash of its body's length and of at most

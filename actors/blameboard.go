@@ -4,6 +4,9 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/narwhal-router/narwhal/actors/health"
+	"github.com/narwhal-router/narwhal/actors/placement"
 )
 
 // The blame board decides whom a request's failures blame by comparing them with other
@@ -55,7 +58,7 @@ const (
 // failureRecord is one counted failure the board has seen.
 type failureRecord struct {
 	fp               uint64
-	engine, producer *engineView
+	engine, producer *placement.Engine
 	l                legEnd
 	// committed says the request committed on another attempt.
 	committed bool
@@ -67,7 +70,7 @@ type failureRecord struct {
 type blameReport struct {
 	fp                 uint64
 	committed          bool
-	consumer, producer *engineView
+	consumer, producer *placement.Engine
 	ends               []legEnd
 }
 
@@ -145,8 +148,8 @@ func (b *blameBoard) report(ctx actor.Context, r *blameReport) {
 // handoffsWork says the producer committed a request since its first failed handoff in the
 // window (or has had none fail): its handoffs are readable, so a consumer's failed read of one
 // is the consumer's.
-func (b *blameBoard) handoffsWork(p *engineView) bool {
-	lc := p.lastCommit.Load()
+func (b *blameBoard) handoffsWork(p *placement.Engine) bool {
+	lc := p.LastCommit.Load()
 	for _, rec := range b.recent {
 		if rec.producer == p && rec.l.transfer() {
 			return lc > rec.at.UnixNano()
@@ -158,8 +161,8 @@ func (b *blameBoard) handoffsWork(p *engineView) bool {
 // fleetCommitted says some engine of the fleet committed a request within the window.
 func (b *blameBoard) fleetCommitted(now time.Time) bool {
 	cut := now.Add(-b.window()).UnixNano()
-	for _, e := range b.env.fleet.load().engines {
-		if e.lastCommit.Load() > cut {
+	for _, e := range b.env.fleet.Load().Engines {
+		if e.LastCommit.Load() > cut {
 			return true
 		}
 	}
@@ -167,10 +170,10 @@ func (b *blameBoard) fleetCommitted(now time.Time) bool {
 }
 
 // failedOnOthers says the producer of the decode l had a handoff fail on another consumer within
-// the window.
+// the window, one still in placement (an engine already out is no evidence against its partner).
 func (b *blameBoard) failedOnOthers(l legEnd) bool {
 	for _, rec := range b.recent {
-		if rec.producer == l.producer && rec.engine != l.engine && rec.l.transfer() {
+		if rec.producer == l.producer && rec.engine != l.engine && rec.l.transfer() && rec.engine.Placeable.Load() {
 			return true
 		}
 	}
@@ -180,7 +183,7 @@ func (b *blameBoard) failedOnOthers(l legEnd) bool {
 // attribute records a failure found to be its request's.
 func (b *blameBoard) attribute(l legEnd) {
 	b.env.metrics.RequestAttributedFailure(l.phase.String(), l.fault.Kind.String())
-	b.env.log.Debug("failure attributed to the request", "engine", l.engine.name,
+	b.env.log.Debug("failure attributed to the request", "engine", l.engine.Name,
 		"leg", l.phase.String(), "kind", l.fault.Kind.String())
 }
 
@@ -246,7 +249,7 @@ func (b *blameBoard) failsEverywhere(fp uint64) bool {
 	if b.fpCommitted(fp, time.Time{}) {
 		return false
 	}
-	var first *engineView
+	var first *placement.Engine
 	for _, rec := range b.recent {
 		if rec.fp != fp || rec.committed {
 			continue
@@ -261,21 +264,22 @@ func (b *blameBoard) failsEverywhere(fp uint64) bool {
 }
 
 // producerSuspect says the producer's handoffs failed on two or more consumers within the
-// window (handoffs of requests that do not fail everywhere), and marks it suspect for probes.
-func (b *blameBoard) producerSuspect(p *engineView, now time.Time) bool {
-	var first *engineView
+// window (health.ProducerSuspect: consumers in placement, requests that do not fail
+// everywhere), and marks it suspect for probes.
+func (b *blameBoard) producerSuspect(p *placement.Engine, now time.Time) bool {
+	var failures []health.HandoffFailure
 	for _, rec := range b.recent {
-		if rec.producer != p || !rec.l.transfer() || b.failsEverywhere(rec.fp) {
+		if rec.producer != p || !rec.l.transfer() {
 			continue
 		}
-		if first == nil {
-			first = rec.engine
-		} else if rec.engine != first {
-			p.suspect.Store(now.Add(b.window()).UnixNano())
-			return true
-		}
+		failures = append(failures, health.HandoffFailure{Consumer: rec.engine.Name,
+			ConsumerOut: !rec.engine.Placeable.Load(), FailsEverywhere: b.failsEverywhere(rec.fp)})
 	}
-	return false
+	if !health.ProducerSuspect(failures) {
+		return false
+	}
+	p.Suspect.Store(now.Add(b.window()).UnixNano())
+	return true
 }
 
 // served says the held failure's engine shows it serves other requests: it committed one since
@@ -283,10 +287,10 @@ func (b *blameBoard) producerSuspect(p *engineView, now time.Time) bool {
 // same cause as this one (sameCause).
 func (b *blameBoard) served(h *heldFailure, sameCause func(failureRecord) bool) bool {
 	e := h.l.engine
-	if e.commits.Load() > h.commits {
+	if e.Commits.Load() > h.commits {
 		return true
 	}
-	lc := e.lastCommit.Load()
+	lc := e.LastCommit.Load()
 	if lc == 0 || time.Duration(h.at.UnixNano()-lc) > b.window() {
 		return false
 	}
@@ -299,9 +303,9 @@ func (b *blameBoard) served(h *heldFailure, sameCause func(failureRecord) bool) 
 }
 
 func (b *blameBoard) newHeld(l legEnd, fp uint64, why suspicion, now time.Time) heldFailure {
-	h := heldFailure{l: l, fp: fp, why: why, at: now, commits: l.engine.commits.Load()}
+	h := heldFailure{l: l, fp: fp, why: why, at: now, commits: l.engine.Commits.Load()}
 	if l.producer != nil {
-		h.producerCommits = l.producer.commits.Load()
+		h.producerCommits = l.producer.Commits.Load()
 	}
 	return h
 }
@@ -358,13 +362,13 @@ func (b *blameBoard) decide(ctx actor.Context, h *heldFailure, now time.Time) bo
 		case b.producerSuspect(p, now):
 			if b.served(h, func(rec failureRecord) bool { return rec.producer == p }) {
 				if m, ok := b.env.handoffNews(h.l); ok {
-					ctx.Send(p.pid, &m)
+					ctx.Send(pidOf(p), &m)
 				}
 				b.env.log.Info("failed handoff blamed on the producer: its handoffs fail on two or more consumers",
-					"producer", p.name, "consumer", h.l.engine.name, "kind", h.l.fault.Kind.String())
+					"producer", p.Name, "consumer", h.l.engine.Name, "kind", h.l.fault.Kind.String())
 				return true
 			}
-		case p.commits.Load() > h.producerCommits: // the producer's handoffs commit elsewhere
+		case p.Commits.Load() > h.producerCommits: // the producer's handoffs commit elsewhere
 			b.count(ctx, h.l)
 			return true
 		}
@@ -379,7 +383,7 @@ func (b *blameBoard) decide(ctx actor.Context, h *heldFailure, now time.Time) bo
 // count tells the engine's breaker of a failure that is its own.
 func (b *blameBoard) count(ctx actor.Context, l legEnd) {
 	if m, ok := b.env.breakerNews(l, false); ok {
-		ctx.Send(l.engine.pid, &m)
+		ctx.Send(pidOf(l.engine), &m)
 	}
 }
 

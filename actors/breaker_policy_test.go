@@ -62,7 +62,7 @@ func waitWithin(t *testing.T, within time.Duration, what func() string, cond fun
 // hungDecode is what a supervisor tells the engine's breaker of a decode leg (partnered with
 // p0) that timed out waiting for its first token.
 func hungDecode(r *Router, engine string) *messages.LegOutcome {
-	m, ok := r.env.breakerNews(legEnd{engine: r.fleet.load().engine(engine), phase: fault.PhaseDecode, partner: "p0",
+	m, ok := r.env.breakerNews(legEnd{engine: r.fleet.Load().Engine(engine), phase: fault.PhaseDecode, partner: "p0",
 		fault: &fault.Fault{Kind: fault.FirstTokenTimeout, Phase: fault.PhaseDecode, Engine: engine}}, false)
 	if !ok {
 		panic("a first-token timeout is news for the breaker")
@@ -99,9 +99,9 @@ func TestAdminEjectionSaysWhoAndWhy(t *testing.T) {
 		t.Fatalf("tree: %v %s", err, tree.Text())
 	}
 	// The whole-wave policy leaves an operator's ejection alone: d1 failing too restarts nothing.
-	r.root.Send(r.fleet.load().engine("d1").pid, hungDecode(r, "d1"))
-	r.root.Send(r.fleet.load().engine("d1").pid, hungDecode(r, "d1"))
-	r.root.Send(r.fleet.load().engine("d1").pid, hungDecode(r, "d1"))
+	r.root.Send(pidOf(r.fleet.Load().Engine("d1")), hungDecode(r, "d1"))
+	r.root.Send(pidOf(r.fleet.Load().Engine("d1")), hungDecode(r, "d1"))
+	r.root.Send(pidOf(r.fleet.Load().Engine("d1")), hungDecode(r, "d1"))
 	// (d1 is probed back in at once — its simulator is healthy — so its ejection is read from the log.)
 	waitFor(t, "d1 not ejected", func() bool { return strings.Contains(logs.String(), "engine=d1 from=admitted to=ejected") })
 	if e := describeEngine(t, r, "d0"); e.Restarts != 0 || e.State != "ejected" {
@@ -122,8 +122,8 @@ func TestAdminEjectionSaysWhoAndWhy(t *testing.T) {
 func TestWholeWaveRestartIsLoggedWithItsEnginesAndFailures(t *testing.T) {
 	r, logs := loggedRouter(t, func(r *config.Recovery) { r.EjectAfter = 2 })
 	for _, name := range []string{"d0", "d1"} {
-		r.root.Send(r.fleet.load().engine(name).pid, hungDecode(r, name))
-		r.root.Send(r.fleet.load().engine(name).pid, hungDecode(r, name))
+		r.root.Send(pidOf(r.fleet.Load().Engine(name)), hungDecode(r, name))
+		r.root.Send(pidOf(r.fleet.Load().Engine(name)), hungDecode(r, name))
 	}
 	want := `msg="every engine of a role is ejected: restarting the wave and probing it" role=decode engines="[d0 d1]" ` +
 		`failures="[d0: first_token_timeout on the decode leg (partner p0); first_token_timeout on the decode leg (partner p0) ` +
@@ -138,28 +138,28 @@ func TestWholeWaveRestartIsLoggedWithItsEnginesAndFailures(t *testing.T) {
 // retrying after a failure can keep off an engine about to leave placement.
 func TestEnginePublishesTheConsequenceOfItsNextFailure(t *testing.T) {
 	r, _ := loggedRouter(t, func(r *config.Recovery) { r.EjectAfter = 3 })
-	d0 := r.fleet.load().engine("d0")
-	if d0.takesOut.Load() {
+	d0 := r.fleet.Load().Engine("d0")
+	if d0.TakesOut.Load() {
 		t.Fatal("a fresh engine's next failure takes it out with eject_after 3")
 	}
-	r.root.Send(d0.pid, hungDecode(r, "d0"))
+	r.root.Send(pidOf(d0), hungDecode(r, "d0"))
 	waitFor(t, "streak 1", func() bool { return describeEngine(t, r, "d0").Streak == 1 })
-	if d0.takesOut.Load() {
+	if d0.TakesOut.Load() {
 		t.Fatal("streak 1 of 3: the next failure does not eject")
 	}
-	r.root.Send(d0.pid, hungDecode(r, "d0"))
+	r.root.Send(pidOf(d0), hungDecode(r, "d0"))
 	waitFor(t, "streak 2", func() bool { return describeEngine(t, r, "d0").Streak == 2 })
-	if !d0.takesOut.Load() {
+	if !d0.TakesOut.Load() {
 		t.Fatal("streak 2 of 3: the next failure ejects")
 	}
-	r.root.Send(d0.pid, &messages.LegOutcome{}) // a success
+	r.root.Send(pidOf(d0), &messages.LegOutcome{}) // a success
 	waitFor(t, "streak reset", func() bool { return describeEngine(t, r, "d0").Streak == 0 })
-	if d0.takesOut.Load() {
+	if d0.TakesOut.Load() {
 		t.Fatal("after a success the next failure does not eject")
 	}
 
 	q, _ := loggedRouter(t, func(r *config.Recovery) { r.FailureQuarantineS = 1 })
-	if !q.fleet.load().engine("d0").takesOut.Load() {
+	if !q.fleet.Load().Engine("d0").TakesOut.Load() {
 		t.Fatal("with failure_quarantine_s every counted failure takes the engine out")
 	}
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/narwhal-router/narwhal/actors/placement"
 	"github.com/narwhal-router/narwhal/messages"
 	"github.com/narwhal-router/narwhal/transport/fault"
 	"github.com/narwhal-router/narwhal/transport/ingress"
@@ -22,16 +23,16 @@ func (s *requestSupervisor) release(ctx actor.Context, phase fault.Phase, f *fau
 	}
 	s.held[phase] = nil
 	if phase == fault.PhasePrefill {
-		e.prefillTokens.Add(-int64(s.prompt.Tokens))
+		e.PrefillTokens.Add(-int64(s.prompt.Tokens))
 	} else {
 		s.dropLocalWork() // a local decode that ended before its first token
 	}
-	if wasFull := e.release(phase); wasFull && s.env.queued.Load() > 0 {
-		ctx.Send(s.env.pool, &messages.CapacityFreed{Engine: e.name})
+	if wasFull := e.Release(phase); wasFull && s.env.queued.Load() > 0 {
+		ctx.Send(s.env.pool, &messages.CapacityFreed{Engine: e.Name})
 	}
 	s.reportSlots(e)
 	if f != nil && f.Kind == fault.Backpressure {
-		e.pushback.pushedBack(time.Now(), f.RetryAfter, s.set.recovery.Backpressure, e.name, s.env.log)
+		e.Pushback.PushedBack(time.Now(), f.RetryAfter, s.set.recovery.Backpressure, e.Name, s.env.log)
 	}
 	partner := s.consumer
 	if phase == fault.PhaseDecode {
@@ -39,7 +40,7 @@ func (s *requestSupervisor) release(ctx actor.Context, phase fault.Phase, f *fau
 	}
 	l := legEnd{engine: e, phase: phase, fault: f, neutral: neutral}
 	if partner != nil && partner != e {
-		l.partner = partner.name
+		l.partner = partner.Name
 		if phase == fault.PhaseDecode {
 			l.producer = partner
 		}
@@ -47,12 +48,12 @@ func (s *requestSupervisor) release(ctx actor.Context, phase fault.Phase, f *fau
 	s.legEnded(ctx, l)
 }
 
-func (s *requestSupervisor) reportSlots(e *engineView) {
-	if e.removed.Load() {
+func (s *requestSupervisor) reportSlots(e *placement.Engine) {
+	if e.Removed.Load() {
 		return // a leaving engine's gauge is forgotten, or is its successor's under the same name
 	}
-	p, d := e.reserved()
-	s.env.metrics.EngineInflight(e.name, p, d)
+	p, d := e.Reserved()
+	s.env.metrics.EngineInflight(e.Name, p, d)
 }
 
 // finalize records the request's one outcome and stops the supervisor.
@@ -133,13 +134,13 @@ func (s *requestSupervisor) record() {
 		OutputTokens: s.end.OutputTokens, PromptTokens: s.end.PromptTokens, CachedTokens: s.end.CachedTokens,
 	}
 	if s.consumer != nil && s.attempt > 0 && s.outcome != outcomeRejected {
-		line.Consumer = s.consumer.name
+		line.Consumer = s.consumer.Name
 		if s.producer != nil { // a passthrough request and a local decode have none
-			line.Producer = s.producer.name
+			line.Producer = s.producer.Name
 		}
 		if !s.x.Body.Endpoint.Passthrough() {
 			line.Disaggregation, line.DisaggReason, line.PrefixMatch = s.decision.name(), s.decision.reason, s.prefixMatch
-			line.PredictedLocal, line.PredictedDisagg = s.predicted.local.Seconds(), s.predicted.disaggregated.Seconds()
+			line.PredictedLocal, line.PredictedDisagg = s.predicted.Local.Seconds(), s.predicted.Disaggregated.Seconds()
 		}
 	}
 	if s.stage != stageQueued && !s.decodeStart.IsZero() {

@@ -3,6 +3,7 @@ package actors
 import (
 	"time"
 
+	"github.com/narwhal-router/narwhal/actors/placement"
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/transport/fault"
 )
@@ -58,7 +59,7 @@ func (s *requestSupervisor) countDecision() {
 // docs/configuration.md's; the producer side (none other than cons can prefill) is decided
 // when the producer is picked, and so is, once the router measures prefill rates, a long
 // prompt's (predict, ttft.go): decide's long_prompt is then provisional.
-func (s *requestSupervisor) decide(f *fleetSnapshot, cons *engineView, match int) decision {
+func (s *requestSupervisor) decide(f *placement.Snapshot, cons *placement.Engine, match int) decision {
 	fr := &s.set.fleet
 	p := &s.prompt
 	switch {
@@ -101,19 +102,19 @@ func uncached(tokens, words, cachedWords int) int {
 
 // prefillSaturated says every admitted producer for the model (other than cons) is at least
 // disaggregation.prefill_saturation busy while cons is under disaggregation.decode_headroom.
-func (s *requestSupervisor) prefillSaturated(f *fleetSnapshot, cons *engineView) bool {
+func (s *requestSupervisor) prefillSaturated(f *placement.Snapshot, cons *placement.Engine) bool {
 	fr := &s.set.fleet
 	now := time.Now()
-	if cons.busyness(now, fr.ScrapeStale) >= fr.DecodeHeadroom {
+	if cons.Busyness(now, fr.ScrapeStale) >= fr.DecodeHeadroom {
 		return false
 	}
 	seen := false
-	for _, v := range f.engines {
-		if v == cons || !v.canServe(fault.PhasePrefill) || !v.serves(s.x.Body.Model) || !v.placeable.Load() {
+	for _, v := range f.Engines {
+		if v == cons || !v.CanServe(fault.PhasePrefill) || !v.Serves(s.x.Body.Model) || !v.Placeable.Load() {
 			continue
 		}
 		seen = true
-		if v.busyness(now, fr.ScrapeStale) < fr.PrefillSaturation {
+		if v.Busyness(now, fr.ScrapeStale) < fr.PrefillSaturation {
 			return false
 		}
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/narwhal-router/narwhal/actors/placement"
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/messages"
 	"github.com/narwhal-router/narwhal/transport"
@@ -17,7 +18,7 @@ import (
 // the view, where supervisors take them.
 type engineState struct {
 	spec transport.EngineSpec
-	view *engineView
+	view *placement.Engine
 	// incarnation tells apart engines of one name: one removed and one added again under it
 	// (the pool numbers every engine it adds).
 	incarnation uint64
@@ -126,7 +127,7 @@ func (a *engineActor) Receive(ctx actor.Context) {
 		case st.breaker.state == joining:
 			st.checking = false // a restart lost the check in flight: start another
 			a.join(ctx)
-		case st.view.models.Load() == nil && st.breaker.state == admitted:
+		case st.view.Models.Load() == nil && st.breaker.state == admitted:
 			a.discoverModels(ctx)
 		}
 		a.schedule(ctx)
@@ -182,7 +183,7 @@ func (a *engineActor) Receive(ctx actor.Context) {
 			return
 		}
 		ms := m.models
-		st.view.models.Store(&ms)
+		st.view.Models.Store(&ms)
 		a.r.metrics.ServeModels(ms)
 		a.publish(ctx, true)
 	case discoverAgain:
@@ -192,6 +193,8 @@ func (a *engineActor) Receive(ctx actor.Context) {
 
 	case *messages.Eject:
 		a.eject(ctx, m)
+	case descriptorsRejected:
+		a.onDescriptorsRejected(ctx, m)
 	case *messages.Readmit:
 		a.readmit(ctx, m)
 	case *messages.Describe:
@@ -203,7 +206,7 @@ func (a *engineActor) Receive(ctx actor.Context) {
 		a.checkDrained(ctx)
 	case reconfigure:
 		st.breaker.reconfigure(m.recovery)
-		st.view.takesOut.Store(st.breaker.takesOut())
+		st.view.TakesOut.Store(st.breaker.takesOut())
 	case setSource:
 		st.source = m.source
 	}
@@ -221,8 +224,8 @@ func (a *engineActor) legOutcome(ctx actor.Context, m *messages.LegOutcome) {
 	} else {
 		st.breaker.success()
 	}
-	st.view.streak.Store(int32(st.breaker.streak))
-	st.view.takesOut.Store(st.breaker.takesOut())
+	st.view.Streak.Store(int32(st.breaker.streak))
+	st.view.TakesOut.Store(st.breaker.takesOut())
 	if st.breaker.state != prev {
 		a.transition(ctx, prev)
 		a.schedule(ctx)
@@ -246,7 +249,7 @@ func (a *engineActor) transition(ctx actor.Context, from breakerState) {
 	a.r.log.Info("engine breaker", attrs...)
 	a.publish(ctx, true)
 	a.share(from)
-	if to == admitted && a.st.view.models.Load() == nil {
+	if to == admitted && a.st.view.Models.Load() == nil {
 		a.discoverModels(ctx) // admitted on a peer's word before its model list was known
 	}
 }
@@ -255,13 +258,13 @@ func (a *engineActor) transition(ctx actor.Context, from breakerState) {
 // find room here.
 func (a *engineActor) publish(ctx actor.Context, notify bool) {
 	st := a.st
-	st.view.placeable.Store(st.breaker.placeable() && !st.leaving)
-	st.view.state.Store(uint32(st.breaker.state))
-	st.view.streak.Store(int32(st.breaker.streak))
-	st.view.takesOut.Store(st.breaker.takesOut())
+	st.view.Placeable.Store(st.breaker.placeable() && !st.leaving)
+	st.view.State.Store(uint32(st.breaker.state))
+	st.view.Streak.Store(int32(st.breaker.streak))
+	st.view.TakesOut.Store(st.breaker.takesOut())
 	if notify && ctx.Parent() != nil {
 		ctx.Send(ctx.Parent(), &messages.EngineChanged{Engine: st.spec.Name, Incarnation: st.incarnation,
-			State: st.breaker.state.String(), Placeable: st.view.placeable.Load(), HasRoom: st.view.hasRoom(),
+			State: st.breaker.state.String(), Placeable: st.view.Placeable.Load(), HasRoom: st.view.HasRoom(),
 			ByAdmin: st.breaker.byAdmin, Cause: st.breaker.cause})
 	}
 }
@@ -342,12 +345,12 @@ func (a *engineActor) leave(ctx actor.Context, m retire) {
 		return
 	}
 	st.leaving, st.drainBy = true, m.drainBy
-	st.view.removed.Store(true)
+	st.view.Removed.Store(true)
 	st.probeGen++
 	st.checking = false
 	st.timers.stop()
 	a.publish(ctx, false)
-	p, d := st.view.reserved()
+	p, d := st.view.Reserved()
 	a.r.log.Info("engine leaving the fleet", "engine", st.spec.Name, "source", st.source,
 		"reservations", p+d, "drain_by", m.drainBy.UTC().Format(time.RFC3339Nano))
 	a.checkDrained(ctx)
@@ -357,8 +360,8 @@ func (a *engineActor) leave(ctx actor.Context, m retire) {
 // passed: a request still holding one has outlived its deadline), and looks again otherwise.
 func (a *engineActor) checkDrained(ctx actor.Context) {
 	st := a.st
-	if st.view.load() == 0 || !time.Now().Before(st.drainBy) {
-		if l := st.view.load(); l > 0 {
+	if st.view.Load() == 0 || !time.Now().Before(st.drainBy) {
+		if l := st.view.Load(); l > 0 {
 			a.r.log.Warn("engine left the fleet with reservations still held past its drain bound", "engine", st.spec.Name, "reservations", l)
 		}
 		ctx.Send(ctx.Parent(), &engineDrained{st: st})
@@ -372,7 +375,7 @@ func (a *engineActor) checkDrained(ctx actor.Context) {
 // configuration nor its join check said (it was admitted on a peer's word). Until it answers,
 // the engine is not placed; failures retry at the probe interval.
 func (a *engineActor) discoverModels(ctx actor.Context) {
-	self, root, client := ctx.Self(), a.r.root, a.st.view.client
+	self, root, client := ctx.Self(), a.r.root, a.st.view.Client
 	timeout := a.r.rt.Engine.ModelsTimeoutS.Duration()
 	go func() {
 		c, cancel := context.WithTimeout(context.Background(), timeout)
@@ -402,7 +405,7 @@ func (a *engineActor) snapshot() *messages.EngineState {
 		s.EjectReason = b.cause
 	}
 	s.Load = a.r.loadState(st.view)
-	if p := st.view.models.Load(); p != nil {
+	if p := st.view.Models.Load(); p != nil {
 		s.Models = *p
 	}
 	if !b.quarantineEnds.IsZero() {
@@ -424,7 +427,7 @@ func (a *engineActor) snapshot() *messages.EngineState {
 // requests finish.
 const stateRemoving = "removing"
 
-func reservedSlots(v *engineView) messages.PhaseSlots {
-	p, d := v.reserved()
+func reservedSlots(v *placement.Engine) messages.PhaseSlots {
+	p, d := v.Reserved()
 	return messages.PhaseSlots{Prefill: p, Decode: d}
 }

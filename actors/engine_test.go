@@ -36,23 +36,23 @@ func describeEngine(t *testing.T, r *Router, name string) messages.EngineState {
 // breaker comes through the restart unchanged (the reservations live in the view).
 func TestEngineActorRestartKeepsBreakerStateAndReservations(t *testing.T) {
 	r := testRouter(t)
-	d0 := r.fleet.load().engine("d0")
-	if !d0.reserve(fault.PhaseDecode) {
+	d0 := r.fleet.Load().Engine("d0")
+	if !d0.Reserve(fault.PhaseDecode) {
 		t.Fatal("no decode slot on a fresh engine")
 	}
 	if _, err := r.Eject(context.Background(), "d0", "test"); err != nil {
 		t.Fatal(err)
 	}
 
-	r.root.Send(d0.pid, (*messages.LegOutcome)(nil)) // a malformed message: the actor panics
+	r.root.Send(pidOf(d0), (*messages.LegOutcome)(nil)) // a malformed message: the actor panics
 
 	waitFor(t, "the engine actor was not restarted", func() bool { return describeEngine(t, r, "d0").Restarts != 0 })
 	e := describeEngine(t, r, "d0")
 	if e.State != "ejected" || e.Reserved.Decode != 1 || e.EjectedAt == nil || e.Restarts != 1 {
 		t.Fatalf("state lost in the restart: %+v", e)
 	}
-	if d0.placeable.Load() || d0.load() != 1 {
-		t.Fatalf("placement view lost in the restart: placeable=%v load=%d", d0.placeable.Load(), d0.load())
+	if d0.Placeable.Load() || d0.Load() != 1 {
+		t.Fatalf("placement view lost in the restart: placeable=%v load=%d", d0.Placeable.Load(), d0.Load())
 	}
 	// The restarted actor still serves its protocol.
 	if _, err := r.Readmit(context.Background(), "d0", true); err != nil {

@@ -98,7 +98,7 @@ func TestSetEnginesDiffsByName(t *testing.T) {
 		}
 		return out
 	}
-	d1 := r.fleet.load().engine("d1")
+	d1 := r.fleet.Load().Engine("d1")
 	if _, err := r.Eject(ctx, "d0", "maintenance"); err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func TestSetEnginesDiffsByName(t *testing.T) {
 	})); err != nil {
 		t.Fatal(err)
 	}
-	if v := r.fleet.load().engine("d1"); v != nil {
+	if v := r.fleet.Load().Engine("d1"); v != nil {
 		t.Fatal("d1 is still placeable after it left the desired set")
 	}
 	waitFor(t, "d1's actor never stopped", func() bool {
@@ -124,11 +124,8 @@ func TestSetEnginesDiffsByName(t *testing.T) {
 		}
 		return true
 	})
-	r.fleet.index.mu.Lock()
-	retired := r.fleet.index.retired.has(d1.idx)
-	r.fleet.index.mu.Unlock()
-	if !retired {
-		t.Fatalf("d1's prefix bit %d was not taken back", d1.idx)
+	if !r.fleet.Index.Retired(d1.Idx) {
+		t.Fatalf("d1's prefix bit %d was not taken back", d1.Idx)
 	}
 	waitAdmitted(t, r)
 	e := describeEngine(t, r, "d0")

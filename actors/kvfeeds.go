@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/narwhal-router/narwhal/actors/placement"
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/transport"
 	"github.com/narwhal-router/narwhal/transport/kvevents"
@@ -28,32 +29,32 @@ const maxReconnect = 30 * time.Second
 type kvFeeds struct {
 	*perEngine
 	cfg   config.KVEventsRuntime
-	index *exactIndex
+	index *placement.ExactIndex
 	m     *telemetry.Metrics
 	log   *slog.Logger
 }
 
-func startKVFeeds(cfg config.KVEventsRuntime, index *exactIndex, m *telemetry.Metrics, log *slog.Logger) *kvFeeds {
+func startKVFeeds(cfg config.KVEventsRuntime, index *placement.ExactIndex, m *telemetry.Metrics, log *slog.Logger) *kvFeeds {
 	return &kvFeeds{perEngine: newPerEngine(), cfg: cfg, index: index, m: m, log: telemetry.Throttle(log, time.Minute, 10)}
 }
 
 // add follows v's events if spec names (or the fleet's patterns give) an endpoint.
-func (f *kvFeeds) add(v *engineView, spec transport.EngineSpec) {
-	if f == nil || v.idx < 0 {
+func (f *kvFeeds) add(v *placement.Engine, spec transport.EngineSpec) {
+	if f == nil || v.Idx < 0 {
 		return
 	}
 	pub, replay := f.cfg.Endpoints(spec.KVEvents, spec.KV.Host)
 	if pub == "" {
 		return
 	}
-	var en *exactEngine
-	f.start(v, func() { en = f.index.open(v.idx) }, func(ctx context.Context) { f.follow(ctx, v, en, pub, replay) })
+	var en *placement.ExactEngine
+	f.start(v, func() { en = f.index.Open(v.Idx) }, func(ctx context.Context) { f.follow(ctx, v, en, pub, replay) })
 }
 
 // remove stops following v and drops its entries from the index.
-func (f *kvFeeds) remove(v *engineView) {
+func (f *kvFeeds) remove(v *placement.Engine) {
 	if f != nil && f.end(v) {
-		f.index.forget(v.idx)
+		f.index.Forget(v.Idx)
 	}
 }
 
@@ -64,39 +65,39 @@ func (f *kvFeeds) stop() {
 }
 
 // follow runs v's subscription until ctx ends, following it again after each failure.
-func (f *kvFeeds) follow(ctx context.Context, v *engineView, en *exactEngine, pub, replay string) {
+func (f *kvFeeds) follow(ctx context.Context, v *placement.Engine, en *placement.ExactEngine, pub, replay string) {
 	wait := f.cfg.Reconnect
-	report := func() { f.m.KVIndexBlocks(v.name, f.index.held(en)) }
+	report := func() { f.m.KVIndexBlocks(v.Name, f.index.Held(en)) }
 	for {
 		sub := kvevents.Subscriber{Endpoint: pub, Replay: replay, Topic: f.cfg.Topic, ReplayTimeout: f.cfg.ReplayTimeout,
 			Handle: func(_ uint64, b kvevents.Batch) {
-				f.index.apply(en, b)
-				f.m.KVEvents(v.name, "batch")
+				f.index.Apply(en, b)
+				f.m.KVEvents(v.Name, "batch")
 				report()
 				wait = f.cfg.Reconnect
 			},
 			Gap: func(first, last uint64) {
-				f.index.lost(en)
-				f.m.KVEvents(v.name, "gap")
+				f.index.Lost(en)
+				f.m.KVEvents(v.Name, "gap")
 				report()
-				f.log.Warn("KV events lost: the engine's exact prefix index starts over", "engine", v.name,
+				f.log.Warn("KV events lost: the engine's exact prefix index starts over", "engine", v.Name,
 					"first", first, "last", last, "replay", replay)
 			},
 			Restart: func(seq uint64) {
-				f.index.lost(en)
-				f.m.KVEvents(v.name, "restart")
+				f.index.Lost(en)
+				f.m.KVEvents(v.Name, "restart")
 				report()
-				f.log.Info("KV event publisher started over: the engine's exact prefix index starts over", "engine", v.name, "seq", seq)
+				f.log.Info("KV event publisher started over: the engine's exact prefix index starts over", "engine", v.Name, "seq", seq)
 			},
 		}
 		err := sub.Run(ctx)
 		if ctx.Err() != nil {
 			return
 		}
-		f.index.lost(en)
-		f.m.KVEvents(v.name, kvevents.Result(err))
+		f.index.Lost(en)
+		f.m.KVEvents(v.Name, kvevents.Result(err))
 		report()
-		f.log.Warn("KV event stream broke: placing on the estimate until it is followed again", "engine", v.name,
+		f.log.Warn("KV event stream broke: placing on the estimate until it is followed again", "engine", v.Name,
 			"endpoint", pub, "error", err, "retry_in", wait)
 		select {
 		case <-ctx.Done():

@@ -9,90 +9,12 @@ import (
 
 	"github.com/go-zeromq/zmq4"
 
+	"github.com/narwhal-router/narwhal/actors/placement"
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/transport"
 	"github.com/narwhal-router/narwhal/transport/kvevents"
 	"github.com/narwhal-router/narwhal/transport/telemetry"
 )
-
-func stored(hs ...uint64) kvevents.BlockStored {
-	return kvevents.BlockStored{BlockHashes: hs, BlockSize: 16}
-}
-
-func batchOf(evs ...kvevents.Event) kvevents.Batch { return kvevents.Batch{Events: evs} }
-
-// An engine whose events are live is matched on what it said it holds, and only that: the
-// estimate's entries for it are ignored; the others keep their estimate.
-func TestExactIndexReplacesTheEstimateForEnginesWithEvents(t *testing.T) {
-	e := newExactIndex(100)
-	x := newPrefixIndex(1<<10, e)
-	a, b := x.takeSlot(), x.takeSlot()
-	x.record([]uint64{1, 2, 3}, a) // our placements say a and b served the prompt
-	x.record([]uint64{1, 2, 3}, b)
-	en := e.open(a)
-	if m := matchOf(x, []uint64{1, 2, 3}); m.of(a) != 3 {
-		t.Fatalf("before its first batch engine a is matched on the estimate: %v", m)
-	}
-	e.apply(en, batchOf(stored(1, 2)))
-	if m := matchOf(x, []uint64{1, 2, 3}); m.of(a) != 2 || m.of(b) != 3 {
-		t.Fatalf("live events: a holds 2 blocks by its events, b 3 by the estimate; got %v", m)
-	}
-	gpu, cpu := "GPU", "CPU"
-	e.apply(en, batchOf(kvevents.BlockStored{BlockHashes: []uint64{3}, Medium: &cpu}, kvevents.BlockRemoved{BlockHashes: []uint64{2}, Medium: &cpu}))
-	if m := matchOf(x, []uint64{1, 2, 3}); m.of(a) != 2 {
-		t.Fatalf("blocks offloaded to CPU changed the GPU index: %v", m)
-	}
-	e.apply(en, batchOf(kvevents.BlockRemoved{BlockHashes: []uint64{2}, Medium: &gpu}))
-	if m := matchOf(x, []uint64{1, 2, 3}); m.of(a) != 1 {
-		t.Fatalf("after BlockRemoved(2): %v", m)
-	}
-	e.apply(en, batchOf(kvevents.AllBlocksCleared{}))
-	if m := matchOf(x, []uint64{1, 2, 3}); m.of(a) != 0 || e.held(en) != 0 || e.blocks.len() != 0 {
-		t.Fatalf("after AllBlocksCleared: %v, %d held, %d in the index", m, e.held(en), e.blocks.len())
-	}
-	// A gap lost for good: the engine's entries go, and it is matched on the estimate again.
-	e.apply(en, batchOf(stored(1)))
-	e.lost(en)
-	if m := matchOf(x, []uint64{1, 2, 3}); m.of(a) != 3 || e.isLive(a) {
-		t.Fatalf("after a lost gap engine a should fall back to the estimate: %v", m)
-	}
-	// The engine leaves: its part is forgotten and a late batch from its feed changes nothing.
-	e.apply(en, batchOf(stored(1, 2, 3)))
-	x.retire(a)
-	e.apply(en, batchOf(stored(1, 2, 3)))
-	if m := matchOf(x, []uint64{1, 2, 3}); m.of(a) != 0 || len(e.engines) != 0 || e.pairs != 0 {
-		t.Fatalf("after the engine left: %v, %d engines, %d pairs", m, len(e.engines), e.pairs)
-	}
-}
-
-// The exact index holds at most max_blocks pairs, shared among the engines followed; past its
-// share an engine's oldest stores are forgotten first. Churn (store, remove, store) does not
-// grow what it keeps per engine.
-func TestExactIndexIsBoundedAndForgetsTheOldestFirst(t *testing.T) {
-	e := newExactIndex(10)
-	a, b := e.open(0), e.open(1)
-	for h := uint64(1); h <= 8; h++ {
-		e.apply(a, batchOf(stored(h)))
-	}
-	if e.held(a) != 5 {
-		t.Fatalf("engine a holds %d blocks, want its share of 5", e.held(a))
-	}
-	for h := uint64(1); h <= 3; h++ {
-		if v, _ := e.blocks.get(h); v.has(0) {
-			t.Fatalf("block %d, among the oldest, was kept", h)
-		}
-	}
-	for h := uint64(100); h < 100+20_000; h++ {
-		e.apply(b, batchOf(stored(h), kvevents.BlockRemoved{BlockHashes: []uint64{h}}))
-	}
-	e.apply(b, batchOf(stored(7, 8)))
-	if e.pairs > 10 || len(b.order)-b.head > 2*len(b.held)+1024 {
-		t.Fatalf("%d pairs held (bound 10), %d stores remembered for %d blocks", e.pairs, len(b.order)-b.head, len(b.held))
-	}
-	if m, _ := e.blocks.get(8); !m.has(0) || !m.has(1) {
-		t.Fatalf("block 8 is held by both engines: %+v", m)
-	}
-}
 
 // testPublisher is an engine's KV event publisher as vLLM's ZmqEventPublisher behaves: a PUB
 // socket, and a ROUTER replay socket answering from what it still buffers.
@@ -185,12 +107,12 @@ func eventually(t *testing.T, what string, cond func() bool) {
 func TestKVFeedFillsGapsByReplayAndStartsOverWhenItCannot(t *testing.T) {
 	p := startTestPublisher(t)
 	pub, replay := p.endpoints()
-	e := newExactIndex(1 << 10)
-	x := newPrefixIndex(1<<10, e)
+	e := placement.NewExactIndex(1 << 10)
+	x := placement.NewPrefixIndex(1<<10, e)
 	f := startKVFeeds(config.KVEventsRuntime{Endpoint: pub, Replay: replay, MaxBlocks: 1 << 10,
 		ReplayTimeout: 2 * time.Second, Reconnect: 50 * time.Millisecond}, e, telemetry.Noop(), slog.New(slog.DiscardHandler))
 	defer f.stop()
-	v := &engineView{idx: x.takeSlot(), name: "e0"}
+	v := &placement.Engine{Idx: x.TakeSlot(), Name: "e0"}
 	f.add(v, transport.EngineSpec{Name: "e0"})
 
 	// ZeroMQ's PUB drops what it sends before the subscriber connects: empty batches until one
@@ -199,32 +121,32 @@ func TestKVFeedFillsGapsByReplayAndStartsOverWhenItCannot(t *testing.T) {
 	eventually(t, "the feed receives a batch", func() bool {
 		p.send(seq, batchOf(), false, false)
 		seq++
-		return e.isLive(v.idx)
+		return e.IsLive(v.Idx)
 	})
 	p.send(seq, batchOf(stored(1, 2)), false, false)
 	p.send(seq+1, batchOf(stored(3)), true, false) // dropped live, in the replay buffer
 	p.send(seq+2, batchOf(stored(4)), false, false)
 	seq += 3
-	eventually(t, "the gap is filled by replay", func() bool { return matchOf(x, []uint64{1, 2, 3, 4}).of(v.idx) == 4 })
+	eventually(t, "the gap is filled by replay", func() bool { return x.Matches([]uint64{1, 2, 3, 4})[v.Idx] == 4 })
 
 	p.send(seq, batchOf(stored(5)), true, true) // lost for good
 	p.send(seq+1, batchOf(stored(9)), false, false)
 	seq += 2
 	eventually(t, "a lost gap drops what the engine held", func() bool {
-		return matchOf(x, []uint64{1}).of(v.idx) == 0 && matchOf(x, []uint64{9}).of(v.idx) == 1
+		return x.Matches([]uint64{1})[v.Idx] == 0 && x.Matches([]uint64{9})[v.Idx] == 1
 	})
 
 	p.send(0, batchOf(stored(7)), false, false) // the publisher restarted: numbers from 0
 	eventually(t, "a restart starts the engine over", func() bool {
-		return matchOf(x, []uint64{9}).of(v.idx) == 0 && matchOf(x, []uint64{7}).of(v.idx) == 1
+		return x.Matches([]uint64{9})[v.Idx] == 0 && x.Matches([]uint64{7})[v.Idx] == 1
 	})
 
 	f.remove(v)
-	if m := matchOf(x, []uint64{7}); m.of(v.idx) != 0 || e.isLive(v.idx) {
+	if m := x.Matches([]uint64{7}); m[v.Idx] != 0 || e.IsLive(v.Idx) {
 		t.Fatalf("a removed engine is still indexed: %v", m)
 	}
 	p.send(1, batchOf(stored(8)), false, false)
-	if m := matchOf(x, []uint64{8}); len(m) != 0 {
+	if m := x.Matches([]uint64{8}); len(m) != 0 {
 		t.Fatalf("a removed engine's feed still writes: %v", m)
 	}
 }
@@ -234,26 +156,32 @@ func TestKVFeedFillsGapsByReplayAndStartsOverWhenItCannot(t *testing.T) {
 func TestKVFeedFallsBackToTheEstimateWhenThePublisherGoesAway(t *testing.T) {
 	p := startTestPublisher(t)
 	pub, replay := p.endpoints()
-	e := newExactIndex(1 << 10)
-	x := newPrefixIndex(1<<10, e)
+	e := placement.NewExactIndex(1 << 10)
+	x := placement.NewPrefixIndex(1<<10, e)
 	f := startKVFeeds(config.KVEventsRuntime{Endpoint: pub, Replay: replay, MaxBlocks: 1 << 10,
 		ReplayTimeout: time.Second, Reconnect: 20 * time.Millisecond}, e, telemetry.Noop(), slog.New(slog.DiscardHandler))
 	defer f.stop()
-	v := &engineView{idx: x.takeSlot(), name: "e0"}
-	x.record([]uint64{1, 2}, v.idx) // our own placement: the estimate
+	v := &placement.Engine{Idx: x.TakeSlot(), Name: "e0"}
+	x.Record([]uint64{1, 2}, v.Idx) // our own placement: the estimate
 	f.add(v, transport.EngineSpec{Name: "e0"})
 	seq := uint64(0)
 	eventually(t, "the feed receives a batch", func() bool {
 		p.send(seq, batchOf(stored(1)), false, false)
 		seq++
-		return e.isLive(v.idx)
+		return e.IsLive(v.Idx)
 	})
-	if m := matchOf(x, []uint64{1, 2}); m.of(v.idx) != 1 {
+	if m := x.Matches([]uint64{1, 2}); m[v.Idx] != 1 {
 		t.Fatalf("live: the events say one block, got %v", m)
 	}
 	p.close()
-	eventually(t, "the engine falls back to the estimate", func() bool { return !e.isLive(v.idx) })
-	if m := matchOf(x, []uint64{1, 2}); m.of(v.idx) != 2 {
+	eventually(t, "the engine falls back to the estimate", func() bool { return !e.IsLive(v.Idx) })
+	if m := x.Matches([]uint64{1, 2}); m[v.Idx] != 2 {
 		t.Fatalf("after the publisher went away the estimate should place it: %v", m)
 	}
 }
+
+func stored(hs ...uint64) kvevents.BlockStored {
+	return kvevents.BlockStored{BlockHashes: hs, BlockSize: 16}
+}
+
+func batchOf(evs ...kvevents.Event) kvevents.Batch { return kvevents.Batch{Events: evs} }

@@ -4,75 +4,27 @@ import (
 	"context"
 	"time"
 
+	"github.com/narwhal-router/narwhal/actors/placement"
 	"github.com/narwhal-router/narwhal/messages"
-	"github.com/narwhal-router/narwhal/transport"
 	"github.com/narwhal-router/narwhal/transport/telemetry"
 )
 
-// loadSample is an engine's last /metrics scrape as placement reads it.
-type loadSample struct {
-	at   time.Time // when the last successful scrape answered; zero: never
-	load transport.EngineLoad
-	// err is the last scrape's failure, empty after a success; failedAt when it happened.
-	err      string
-	failedAt time.Time
-	failures int // consecutive
-}
-
-// fresh returns the scraped load when it is younger than stale.
-func (v *engineView) fresh(now time.Time, stale time.Duration) (transport.EngineLoad, bool) {
-	s := v.scraped.Load()
-	if s == nil || s.at.IsZero() || now.Sub(s.at) > stale {
-		return transport.EngineLoad{}, false
-	}
-	return s.load, true
-}
-
-// loadScore is the engine's load for placement: its reservations, or with a fresh scrape the
-// larger of those and the engine's running sequences (which include ours), plus its waiting
-// queue.
-func (v *engineView) loadScore(now time.Time, stale time.Duration) int {
-	n := v.load()
-	if l, ok := v.fresh(now, stale); ok {
-		n = max(n, l.Running) + l.Waiting
-	}
-	return n
-}
-
-// busyness is how full the engine is, 0..1 and over: reservations over max_inflight (0 when
-// uncapped), raised to the scraped KV usage, and to 1 once requests wait in the engine.
-func (v *engineView) busyness(now time.Time, stale time.Duration) float64 {
-	b := 0.0
-	if v.maxInflight > 0 {
-		b = float64(v.load()) / float64(v.maxInflight)
-	}
-	if l, ok := v.fresh(now, stale); ok {
-		if l.HasKVUsage {
-			b = max(b, l.KVUsage)
-		}
-		if l.Waiting > 0 {
-			b = max(b, 1)
-		}
-	}
-	return b
-}
-
 // loadState is the engine's load view for /engines and the tree dump.
-func (v *engineView) loadState(now time.Time, stale time.Duration, prefixBlocks int) messages.LoadState {
-	st := messages.LoadState{Reservations: v.load(), Score: v.loadScore(now, stale), PrefixBlocks: prefixBlocks}
-	if s := v.scraped.Load(); s != nil {
-		if !s.at.IsZero() {
-			at := s.at
+func loadStateOf(v *placement.Engine, now time.Time, stale time.Duration, prefixBlocks int) messages.LoadState {
+	st := messages.LoadState{Reservations: v.Load(), Score: v.LoadScore(now, stale), PrefixBlocks: prefixBlocks}
+	if s := v.Scraped.Load(); s != nil {
+		if !s.At.IsZero() {
+			at := s.At
 			st.ScrapedAt = &at
-			st.Running, st.Waiting = s.load.Running, s.load.Waiting
-			if s.load.HasKVUsage {
-				u := s.load.KVUsage
+			st.Running, st.Waiting = s.Load.Running, s.Load.Waiting
+			if s.Load.HasKVUsage {
+				u := s.Load.KVUsage
 				st.KVUsage = &u
 			}
-			st.Fresh = now.Sub(s.at) <= stale
+			st.Fresh = now.Sub(s.At) <= stale
 		}
-		st.ScrapeError = s.err
-		st.ScrapeFailures = s.failures
+		st.ScrapeError = s.Err
+		st.ScrapeFailures = s.Failures
 	}
 	return st
 }
@@ -92,7 +44,7 @@ func startScraper(interval time.Duration, timeout func() time.Duration, m *telem
 }
 
 // add starts scraping v (nothing when scraping is off).
-func (s *scraper) add(v *engineView) {
+func (s *scraper) add(v *placement.Engine) {
 	if s == nil {
 		return
 	}
@@ -111,34 +63,34 @@ func (s *scraper) add(v *engineView) {
 }
 
 // remove stops scraping v; its goroutine ends at once (a scrape in flight is cancelled).
-func (s *scraper) remove(v *engineView) {
+func (s *scraper) remove(v *placement.Engine) {
 	if s != nil {
 		s.end(v)
 	}
 }
 
-func scrapeOnce(ctx context.Context, v *engineView, timeout time.Duration, m *telemetry.Metrics) {
+func scrapeOnce(ctx context.Context, v *placement.Engine, timeout time.Duration, m *telemetry.Metrics) {
 	sctx, cancel := context.WithTimeout(ctx, timeout)
-	l, err := v.client.Load(sctx)
+	l, err := v.Client.Load(sctx)
 	cancel()
 	if ctx.Err() != nil {
 		return // shutting down: not the engine's failure
 	}
-	prev := v.scraped.Load()
-	next := &loadSample{}
+	prev := v.Scraped.Load()
+	next := &placement.LoadSample{}
 	if prev != nil {
 		*next = *prev
 	}
 	if err != nil {
-		next.err, next.failedAt = err.Error(), time.Now()
-		next.failures++
-		m.EngineScrape(v.name, "error")
+		next.Err, next.FailedAt = err.Error(), time.Now()
+		next.Failures++
+		m.EngineScrape(v.Name, "error")
 	} else {
-		next.at, next.load, next.err, next.failures = time.Now(), l, "", 0
-		m.EngineScrape(v.name, "ok")
-		m.EngineLoad(v.name, l.Running, l.Waiting, l.KVUsage)
+		next.At, next.Load, next.Err, next.Failures = time.Now(), l, "", 0
+		m.EngineScrape(v.Name, "ok")
+		m.EngineLoad(v.Name, l.Running, l.Waiting, l.KVUsage)
 	}
-	v.scraped.Store(next)
+	v.Scraped.Store(next)
 }
 
 func (s *scraper) stop() {
@@ -148,6 +100,6 @@ func (s *scraper) stop() {
 }
 
 // loadState is v's load view with the prefix index's size for it.
-func (r *Router) loadState(v *engineView) messages.LoadState {
-	return v.loadState(time.Now(), r.current().Placement.ScrapeStaleS.Duration(), r.fleet.index.heldBy(v.idx))
+func (r *Router) loadState(v *placement.Engine) messages.LoadState {
+	return loadStateOf(v, time.Now(), r.current().Placement.ScrapeStaleS.Duration(), r.fleet.Index.HeldBy(v.Idx))
 }

@@ -54,12 +54,12 @@ type peerVerdict struct{ v cluster.Verdict }
 // A verdict about an engine this node has not added (yet) is not lost: the cluster node keeps
 // the live verdicts, and an engine actor adopts the one about its engine when it starts.
 func (r *Router) PeerVerdict(v cluster.Verdict) {
-	e := r.fleet.load().engine(v.Engine)
-	if e == nil || e.pid == nil {
+	e := r.fleet.Load().Engine(v.Engine)
+	if e == nil || pidOf(e) == nil {
 		r.log.Debug("verdict about an engine this node does not have", "engine", v.Engine, "node", v.Node)
 		return
 	}
-	r.root.Send(e.pid, &peerVerdict{v})
+	r.root.Send(pidOf(e), &peerVerdict{v})
 }
 
 // adopt applies, to an engine just added, the live verdict a peer published about it: the

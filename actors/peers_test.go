@@ -25,7 +25,7 @@ func TestPeerVerdictsFollowTheLatestDecision(t *testing.T) {
 	now := time.Now()
 	r.PeerVerdict(cluster.Verdict{Engine: "d0", State: cluster.StateEjected, Node: "b", Decided: now, Reason: "2 failures"})
 	waitEngine(t, r, "d0", "a peer's ejection takes it out", func(s, by string) bool { return s == "ejected" && by == "b" })
-	if r.fleet.load().engine("d0").placeable.Load() {
+	if r.fleet.Load().Engine("d0").Placeable.Load() {
 		t.Fatal("ejected by a peer, still placeable")
 	}
 

@@ -3,6 +3,8 @@ package actors
 import (
 	"context"
 	"sync"
+
+	"github.com/narwhal-router/narwhal/actors/placement"
 )
 
 // perEngine runs one goroutine per engine — a scraper, a KV event feed — started when the engine
@@ -13,18 +15,18 @@ type perEngine struct {
 	wg     sync.WaitGroup
 
 	mu  sync.Mutex
-	per map[*engineView]context.CancelFunc
+	per map[*placement.Engine]context.CancelFunc
 }
 
 func newPerEngine() *perEngine {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &perEngine{ctx: ctx, cancel: cancel, per: map[*engineView]context.CancelFunc{}}
+	return &perEngine{ctx: ctx, cancel: cancel, per: map[*placement.Engine]context.CancelFunc{}}
 }
 
 // start runs run for v on its own goroutine unless one runs already or stop was called; run
 // must return once its context is done. before, when start goes ahead, runs first under the
 // lock (what the goroutine needs set up before anything can remove v).
-func (p *perEngine) start(v *engineView, before func(), run func(ctx context.Context)) {
+func (p *perEngine) start(v *placement.Engine, before func(), run func(ctx context.Context)) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.ctx.Err() != nil || p.per[v] != nil {
@@ -44,7 +46,7 @@ func (p *perEngine) start(v *engineView, before func(), run func(ctx context.Con
 
 // end cancels v's goroutine, reporting whether one ran; it ends at once (work in flight is
 // cancelled).
-func (p *perEngine) end(v *engineView) bool {
+func (p *perEngine) end(v *placement.Engine) bool {
 	p.mu.Lock()
 	cancel := p.per[v]
 	delete(p.per, v)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/narwhal-router/narwhal/actors/placement"
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/messages"
 	"github.com/narwhal-router/narwhal/transport"
@@ -95,17 +96,17 @@ func (p *poolActor) Receive(ctx actor.Context) {
 	case *engineDrained:
 		if p.leaving[m.st] {
 			m.st.drained = true
-			ctx.Stop(m.st.view.pid)
+			ctx.Stop(pidOf(m.st.view))
 		}
 	case *actor.Terminated:
 		for st := range p.leaving {
-			if st.drained && st.view.pid.Equal(m.Who) { // not a child stopped by the pool's own restart
+			if st.drained && pidOf(st.view).Equal(m.Who) { // not a child stopped by the pool's own restart
 				p.gone(st)
 			}
 		}
 	case *reconfigured:
 		for _, st := range p.order {
-			ctx.Send(st.view.pid, reconfigure{m.recovery})
+			ctx.Send(pidOf(st.view), reconfigure{m.recovery})
 		}
 	case *messages.AwaitCapacity:
 		if len(p.waiters) >= p.r.env.current().request.MaxQueue {
@@ -128,7 +129,7 @@ func (p *poolActor) Receive(ctx actor.Context) {
 		}
 		p.depthChanged()
 	case *messages.CapacityFreed:
-		if v := p.r.fleet.load().engine(m.Engine); v != nil && v.placeable.Load() {
+		if v := p.r.fleet.Load().Engine(m.Engine); v != nil && v.Placeable.Load() {
 			p.wake(ctx, v)
 		}
 	case *messages.EngineChanged:
@@ -179,7 +180,7 @@ func (p *poolActor) apply(ctx actor.Context, specs []transport.EngineSpec) {
 		case st.source != s.Source:
 			p.r.log.Info("engine now reported by another source", "engine", s.Name, "from", st.source, "to", s.Source)
 			st.source = s.Source
-			ctx.Send(st.view.pid, setSource{s.Source})
+			ctx.Send(pidOf(st.view), setSource{s.Source})
 		}
 	}
 	next := make([]*engineState, 0, len(order))
@@ -194,14 +195,18 @@ func (p *poolActor) apply(ctx actor.Context, specs []transport.EngineSpec) {
 		next = append(next, st)
 	}
 	p.order = next
-	// The new engines are in the fleet before their actors start: a join check plans with the
-	// fleet it is part of (a consumer waits for a producer joining beside it).
-	p.publish()
+	// The new engines are in the fleet placement reads before their actors start: a join check
+	// plans with the fleet it is part of (a consumer waits for a producer joining beside it).
+	// They are joining, so no placement reaches them; their actor address is set once it
+	// exists (Engine.SetActor). The list /engines, the tree dump and WaitJoined ask is
+	// published only after every actor in it exists: each of its engines can be asked.
+	p.r.fleet.Publish(p.views())
 	for _, st := range joined {
 		p.spawn(ctx, st)
 		p.r.scraper.add(st.view)
 		p.r.kvFeeds.add(st.view, st.spec)
 	}
+	p.publish()
 	if len(added)+len(removed) > 0 {
 		p.r.log.Info("fleet changed", "added", added, "removed", removed, "engines", len(next))
 	}
@@ -216,17 +221,17 @@ func (p *poolActor) apply(ctx actor.Context, specs []transport.EngineSpec) {
 func (p *poolActor) add(spec transport.EngineSpec) *engineState {
 	r := p.r
 	p.incarnations++
-	v := &engineView{idx: r.fleet.index.takeSlot(), name: spec.Name, role: spec.Role, maxInflight: spec.MaxInflight,
-		client: transport.NewEngineClient(spec, r.rt.Engine, r.rt.Server.MaxResponseBytes)}
+	v := &placement.Engine{Idx: r.fleet.Index.TakeSlot(), Name: spec.Name, Role: spec.Role, MaxInflight: spec.MaxInflight,
+		Client: transport.NewEngineClient(spec, r.rt.Engine, r.rt.Server.MaxResponseBytes)}
 	if len(spec.Models) > 0 {
 		ms := append([]string(nil), spec.Models...)
-		v.models.Store(&ms)
+		v.Models.Store(&ms)
 	}
-	v.state.Store(uint32(joining))
+	v.State.Store(uint32(joining))
 	st := &engineState{spec: spec, view: v, incarnation: p.incarnations, source: spec.Source,
 		breaker: newBreaker(r.current().RecoveryRuntime())}
-	if v.idx < 0 {
-		r.log.Warn("engine placed without prefix preference: every prefix-index slot is held", "engine", spec.Name, "slots", maxIndexed)
+	if v.Idx < 0 {
+		r.log.Warn("engine placement.Placed without prefix preference: every prefix-index slot is held", "engine", spec.Name, "slots", placement.MaxIndexed)
 	}
 	if spec.Role.CanPrefill() && spec.KV.Endpoint == "" && len(spec.KV.AllowedEndpoints) == 0 {
 		// Its descriptors may only point consumers at its own host (transport/kv's endpoint
@@ -255,7 +260,7 @@ func (p *poolActor) spawn(ctx actor.Context, st *engineState) {
 	if err != nil {
 		panic(err) // names are unique: a clash is a programming error
 	}
-	st.view.pid = pid
+	st.view.SetActor(pid)
 }
 
 // remove takes an engine out of the fleet: out of the members (so out of the next snapshot),
@@ -270,7 +275,7 @@ func (p *poolActor) remove(ctx actor.Context, st *engineState, why string) {
 	p.r.scraper.remove(st.view)
 	p.r.kvFeeds.remove(st.view)
 	p.r.log.Info("engine removed from the fleet", "engine", name, "source", st.source, "why", why)
-	ctx.Send(st.view.pid, retire{drainBy: time.Now().Add(p.r.env.current().request.Deadline + drainSlack)})
+	ctx.Send(pidOf(st.view), retire{drainBy: time.Now().Add(p.r.env.current().request.Deadline + drainSlack)})
 }
 
 // drainSlack is how much longer than the request deadline a leaving engine waits for its last
@@ -283,8 +288,8 @@ const drainSlack = 2 * time.Second
 func (p *poolActor) gone(st *engineState) {
 	delete(p.leaving, st)
 	st.timers.stop()
-	st.view.client.Close()
-	p.r.fleet.index.retire(st.view.idx)
+	st.view.Client.Close()
+	p.r.fleet.Index.Retire(st.view.Idx)
 	if p.members[st.spec.Name] == nil {
 		p.r.metrics.ForgetEngine(st.spec.Name)
 	}
@@ -296,24 +301,29 @@ func (p *poolActor) gone(st *engineState) {
 // publish makes the members the fleet placement reads, and the list /engines shows (the members,
 // then the leaving engines).
 func (p *poolActor) publish() {
-	views := make([]*engineView, len(p.order))
 	all := make([]*engineState, 0, len(p.order)+len(p.leaving))
-	for i, st := range p.order {
-		views[i] = st.view
-		all = append(all, st)
-	}
+	all = append(all, p.order...)
 	for st := range p.leaving {
 		all = append(all, st)
 	}
-	p.r.fleet.publish(views)
+	p.r.fleet.Publish(p.views())
 	p.r.all.Store(&all)
+}
+
+// views are the members' engine records, in order.
+func (p *poolActor) views() []*placement.Engine {
+	views := make([]*placement.Engine, len(p.order))
+	for i, st := range p.order {
+		views[i] = st.view
+	}
+	return views
 }
 
 // countStates publishes how many engines are in each lifecycle state.
 func (p *poolActor) countStates() {
 	counts := map[string]int{}
 	for _, st := range p.order {
-		counts[breakerState(st.view.state.Load()).String()]++
+		counts[breakerState(st.view.State.Load()).String()]++
 	}
 	for _, s := range []breakerState{admitted, quarantined, ejected, probing, joining} {
 		p.r.metrics.FleetEngines(s.String(), counts[s.String()])
@@ -325,8 +335,8 @@ func (p *poolActor) countStates() {
 // for; changed itself is skipped.
 func (p *poolActor) nudgeJoining(ctx actor.Context, changed *engineState) {
 	for _, st := range p.order {
-		if st != changed && breakerState(st.view.state.Load()) == joining {
-			ctx.Send(st.view.pid, partnerReady{})
+		if st != changed && breakerState(st.view.State.Load()) == joining {
+			ctx.Send(pidOf(st.view), partnerReady{})
 		}
 	}
 }
@@ -346,19 +356,19 @@ func (p *poolActor) checkWaves(ctx actor.Context) {
 		all := true
 		for _, st := range p.order {
 			v := st.view
-			if !v.canServe(phase) {
+			if !v.CanServe(phase) {
 				continue
 			}
-			if s := p.breaker[v.name]; s != ejected.String() && s != probing.String() {
+			if s := p.breaker[v.Name]; s != ejected.String() && s != probing.String() {
 				all = false
 				break
 			}
-			if p.byAdmin[v.name] {
+			if p.byAdmin[v.Name] {
 				continue
 			}
-			wave = append(wave, v.pid)
-			names = append(names, v.name)
-			causes = append(causes, v.name+": "+p.cause[v.name])
+			wave = append(wave, pidOf(v))
+			names = append(names, v.Name)
+			causes = append(causes, v.Name+": "+p.cause[v.Name])
 		}
 		switch {
 		case !all || len(wave) == 0:
@@ -377,17 +387,17 @@ func (p *poolActor) checkWaves(ctx actor.Context) {
 }
 
 // wake tells the first waiters the engine can serve to try again: as many as it has room for.
-func (p *poolActor) wake(ctx actor.Context, v *engineView) {
+func (p *poolActor) wake(ctx actor.Context, v *placement.Engine) {
 	if v == nil || len(p.waiters) == 0 {
 		return
 	}
 	room := len(p.waiters)
-	if v.maxInflight > 0 {
-		room = v.maxInflight - v.load()
+	if v.MaxInflight > 0 {
+		room = v.MaxInflight - v.Load()
 	}
 	kept := p.waiters[:0]
 	for _, w := range p.waiters {
-		if room > 0 && v.serves(w.model) {
+		if room > 0 && v.Serves(w.model) {
 			ctx.Send(w.pid, &messages.CapacityAvailable{})
 			room--
 			continue
@@ -412,4 +422,10 @@ func (p *poolActor) wakeAll(ctx actor.Context) {
 func (p *poolActor) depthChanged() {
 	p.r.env.queued.Store(int32(len(p.waiters)))
 	p.r.metrics.QueueDepth(len(p.waiters))
+}
+
+// pidOf is v's engine actor, nil until the pool has started it.
+func pidOf(v *placement.Engine) *actor.PID {
+	pid, _ := v.Actor().(*actor.PID)
+	return pid
 }

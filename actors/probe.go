@@ -3,14 +3,18 @@ package actors
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/narwhal-router/narwhal/actors/health"
+	"github.com/narwhal-router/narwhal/actors/placement"
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/messages"
 	"github.com/narwhal-router/narwhal/transport"
 	"github.com/narwhal-router/narwhal/transport/fault"
+	"github.com/narwhal-router/narwhal/transport/kv"
 )
 
 // Probe results.
@@ -25,6 +29,9 @@ const (
 type probeOutcome struct {
 	messages.Probe
 	models []string
+	// rejected are the partners whose handoff descriptors failed validation on their own
+	// (descriptorsRejected): the engine actor tells each.
+	rejected []*placement.Engine
 }
 
 // startProbe moves an ejected engine to probing and runs its readmission check off the actor.
@@ -47,6 +54,7 @@ func (a *engineActor) probeFinished(ctx actor.Context, m probeFinished) {
 		return // a forced readmission or an eject overtook this probe
 	}
 	out := m.outcome
+	a.tellRejected(ctx, out.rejected)
 	st.lastProbe = &out.Probe
 	a.storeModels(out.models)
 	a.r.metrics.ProbeResult(st.spec.Name, out.Result)
@@ -90,6 +98,7 @@ func (a *engineActor) joinFinished(ctx actor.Context, m joinFinished) {
 	}
 	st.checking = false
 	out := m.outcome
+	a.tellRejected(ctx, out.rejected)
 	st.joinCheck = &out.Probe
 	a.storeModels(out.models)
 	a.r.metrics.JoinCheck(st.spec.Name, out.Result)
@@ -116,11 +125,39 @@ func (a *engineActor) joinFinished(ctx actor.Context, m joinFinished) {
 	}
 }
 
+// descriptorsRejected tells a producer's actor that a probe found its handoff descriptors
+// invalid on its own account (descriptorsInvalid): no consumer can use its handoffs, and no
+// client request reaches it to count against it (the router refuses them before the decode),
+// so it is ejected at once and probed like any ejected engine.
+type descriptorsRejected struct{ reason string }
+
+// tellRejected tells each partner a check found with invalid descriptors.
+func (a *engineActor) tellRejected(ctx actor.Context, rejected []*placement.Engine) {
+	for _, v := range rejected {
+		if pid := pidOf(v); pid != nil {
+			ctx.Send(pid, descriptorsRejected{reason: "its handoff descriptors fail validation (probe of " + a.st.spec.Name + ")"})
+		}
+	}
+}
+
+// onDescriptorsRejected ejects an engine in placement whose descriptors a probe found invalid.
+func (a *engineActor) onDescriptorsRejected(ctx actor.Context, m descriptorsRejected) {
+	st := a.st
+	prev := st.breaker.state
+	if st.leaving || (prev != admitted && prev != quarantined) {
+		return
+	}
+	st.breaker.joinFailed(time.Now(), m.reason)
+	a.r.log.Warn("producer ejected: its handoff descriptors fail validation", "engine", st.spec.Name, "reason", m.reason)
+	a.transition(ctx, prev)
+	a.schedule(ctx)
+}
+
 // storeModels keeps the model list a check found, for an engine that had none.
 func (a *engineActor) storeModels(models []string) {
-	if len(models) > 0 && a.st.view.models.Load() == nil {
+	if len(models) > 0 && a.st.view.Models.Load() == nil {
 		ms := models
-		a.st.view.models.Store(&ms)
+		a.st.view.Models.Store(&ms)
 	}
 }
 
@@ -137,63 +174,61 @@ func (a *engineActor) storeModels(models []string) {
 // with the first admitted producer.
 func (r *Router) planProbe(st *engineState, join bool) *probe {
 	cur := r.current()
-	f := r.fleet.load()
+	f := r.fleet.Load()
 	p := &probe{r: r, rt: cur, target: st.view, spec: st.spec, join: join}
-	model := st.view.firstModel()
+	model := st.view.FirstModel()
 	if cur.EngineContract != nil && cur.EngineContract.Model != "" {
 		model = cur.EngineContract.Model
 	}
-	partner := f.engine(st.breaker.partner)
+	partner := f.Engine(st.breaker.partner)
 	now := time.Now()
 	switch {
 	case st.spec.Role == config.RoleDecode || (st.spec.Role == config.RoleBoth && partner != nil):
-		if partner != nil && (partner.suspected(now) || !partner.placeable.Load()) {
+		if partner != nil && (partner.Suspected(now) || !partner.Placeable.Load()) {
 			// The producer whose handoff failed here is out, or its handoffs fail on other
 			// consumers too: another producer's handoff judges this consumer, or none does
 			// (inconclusive).
 			partner = nil
 		}
 		if partner == nil {
-			partner = f.trustedProducer(st.view, model, now)
+			if cands := trustedProducers(f, st.view, model, now); len(cands) > 0 {
+				partner, p.alternatives = cands[0], cands[1:]
+			}
 		}
 		p.producer, p.consumer, p.targetIsConsumer = partner, st.view, true
-		if partner == nil && join && cur.Disaggregation.Policy != config.DisaggAlways && !f.producerJoining(st.view) {
+		if partner == nil && join && cur.Disaggregation.Policy != config.DisaggAlways && !producerJoining(f, st.view) {
 			p.local = true
 		}
 	case st.spec.Role == config.RolePrefill:
-		p.producer, p.consumer = st.view, f.anyAdmitted(fault.PhaseDecode, st.view, model)
+		p.producer, p.consumer = st.view, f.AnyAdmitted(fault.PhaseDecode, st.view, model)
 	default:
 		p.producer, p.consumer = st.view, st.view
 	}
 	return p
 }
 
-// trustedProducer is an admitted producer (other than not) whose handoffs the blame board does
-// not suspect, for a probe; one serving model is preferred. Nil when there is none.
-func (f *fleetSnapshot) trustedProducer(not *engineView, model string, now time.Time) *engineView {
-	var other *engineView
-	for _, v := range f.engines {
-		if v == not || !v.canServe(fault.PhasePrefill) || !v.placeable.Load() || v.suspected(now) {
-			continue
-		}
-		if model == "" || v.serves(model) {
-			return v
-		}
-		if other == nil {
-			other = v
+// trustedProducers are the admitted producers (other than not) whose handoffs the blame board
+// does not suspect, for a probe, in the order it tries them (health.Partners): those serving
+// model first, each group at random.
+func trustedProducers(f *placement.Snapshot, not *placement.Engine, model string, now time.Time) []*placement.Engine {
+	var cands []*placement.Engine
+	for _, v := range f.Engines {
+		if v != not && v.CanServe(fault.PhasePrefill) && v.Placeable.Load() && !v.Suspected(now) {
+			cands = append(cands, v)
 		}
 	}
-	return other
+	order := health.Partners(len(cands), func(i int) bool { return model == "" || cands[i].Serves(model) }, rand.IntN)
+	out := make([]*placement.Engine, len(order))
+	for i, j := range order {
+		out[i] = cands[j]
+	}
+	return out
 }
 
-// suspected says the blame board holds the engine's handoffs responsible for failures on two or
-// more consumers (blameboard.go, producerSuspect), until the window passes.
-func (v *engineView) suspected(now time.Time) bool { return now.UnixNano() < v.suspect.Load() }
-
 // producerJoining reports whether an engine able to prefill, other than not, is joining.
-func (f *fleetSnapshot) producerJoining(not *engineView) bool {
-	for _, v := range f.engines {
-		if v != not && v.canServe(fault.PhasePrefill) && breakerState(v.state.Load()) == joining {
+func producerJoining(f *placement.Snapshot, not *placement.Engine) bool {
+	for _, v := range f.Engines {
+		if v != not && v.CanServe(fault.PhasePrefill) && breakerState(v.State.Load()) == joining {
 			return true
 		}
 	}
@@ -210,17 +245,22 @@ func (f *fleetSnapshot) producerJoining(not *engineView) bool {
 type probe struct {
 	r        *Router
 	rt       *config.Config // the settings the probe was planned with
-	target   *engineView
+	target   *placement.Engine
 	spec     transport.EngineSpec
-	producer *engineView
-	consumer *engineView
+	producer *placement.Engine
+	consumer *placement.Engine
 	// targetIsConsumer says the target runs the decode leg; the producer is its partner.
 	targetIsConsumer bool
 	// join says this is a join check; local that the consumer is judged on a local decode.
 	join, local bool
+	// alternatives are the other producers a consumer's probe may partner with, in order:
+	// tried in turn while the partner's own leg fails, so a bad partner never decides.
+	alternatives []*placement.Engine
+	// rejected collects the partners whose descriptors failed validation (probeOutcome).
+	rejected []*placement.Engine
 }
 
-func (p *probe) partner() *engineView {
+func (p *probe) partner() *placement.Engine {
 	if p.targetIsConsumer {
 		return p.producer
 	}
@@ -233,7 +273,7 @@ func (p *probe) partner() *engineView {
 func (p *probe) result(result, format string, args ...any) messages.Probe {
 	out := messages.Probe{At: time.Now(), Result: result, Reason: fmt.Sprintf(format, args...), Mode: p.rt.Recovery.Readmission}
 	if partner := p.partner(); partner != nil {
-		out.Partner = partner.name
+		out.Partner = partner.Name
 	}
 	return out
 }
@@ -244,10 +284,10 @@ func (p *probe) run() probeOutcome {
 	var out probeOutcome
 	ctx, cancel := context.WithTimeout(context.Background(), 3*p.legTimeout()+p.rt.Engine.ModelsTimeoutS.Duration())
 	defer cancel()
-	model := p.target.firstModel()
-	if p.target.models.Load() == nil {
+	model := p.target.FirstModel()
+	if p.target.Models.Load() == nil {
 		mctx, mcancel := context.WithTimeout(ctx, p.rt.Engine.ModelsTimeoutS.Duration())
-		models, err := listModels(mctx, p.target.client)
+		models, err := listModels(mctx, p.target.Client)
 		mcancel()
 		if err != nil {
 			out.Probe = p.result(probeFailure, "model list: %v", err)
@@ -256,6 +296,7 @@ func (p *probe) run() probeOutcome {
 		out.models, model = models, models[0]
 	}
 	out.Probe = p.check(ctx, model)
+	out.rejected = p.rejected
 	return out
 }
 
@@ -263,13 +304,13 @@ func (p *probe) run() probeOutcome {
 func (p *probe) check(ctx context.Context, model string) messages.Probe {
 	contract := p.rt.EngineContract
 	if p.rt.Recovery.ReadmitByHealth() {
-		if err := p.target.client.Health(ctx); err != nil {
+		if err := p.target.Client.Health(ctx); err != nil {
 			return p.result(probeFailure, "health check: %v", err)
 		}
 		return p.result(probeSuccess, "health check passed")
 	}
 	if contract != nil {
-		if err := transport.CheckContract(ctx, p.target.client, contract); err != nil {
+		if err := transport.CheckContract(ctx, p.target.Client, contract); err != nil {
 			return p.result(probeFailure, "lifecycle: %v", err)
 		}
 		if contract.Model != "" {
@@ -285,27 +326,42 @@ func (p *probe) check(ctx context.Context, model string) messages.Probe {
 	if model == "" {
 		return p.result(probeFailure, "no model to probe with")
 	}
+	for {
+		res, partnerFailed := p.transfer(ctx, model, contract != nil)
+		if !partnerFailed || len(p.alternatives) == 0 || ctx.Err() != nil {
+			return res
+		}
+		// The partner's own leg failed: that says nothing of the target. Another partner may.
+		p.producer, p.alternatives = p.alternatives[0], p.alternatives[1:]
+	}
+}
+
+// transfer runs one probe transfer with the planned partner. partnerFailed says the partner's
+// leg failed (the result is then inconclusive); a partner whose descriptors failed validation
+// on their own is noted in rejected.
+func (p *probe) transfer(ctx context.Context, model string, contract bool) (res messages.Probe, partnerFailed bool) {
 	var producer, consumer *transport.EngineClient // consumer nil: a producer with no admitted consumer is judged on its prefill
 	if p.producer != nil {
-		producer = p.producer.client
+		producer = p.producer.Client
 	}
 	if p.consumer != nil {
-		consumer = p.consumer.client
+		consumer = p.consumer.Client
 	}
 	_, err := transport.ProbeTransfer(ctx, producer, consumer, model, p.legTimeout())
 	if err == nil {
 		switch {
 		case p.local:
-			return p.result(probeSuccess, "inference probe completed (a local decode: no admitted producer in the fleet)")
-		case contract != nil:
-			return p.result(probeSuccess, "lifecycle validated, inference probe completed")
+			return p.result(probeSuccess, "inference probe completed (a local decode: no admitted producer in the fleet)"), false
+		case contract:
+			return p.result(probeSuccess, "lifecycle validated, inference probe completed"), false
 		}
-		return p.result(probeSuccess, "inference probe completed")
+		return p.result(probeSuccess, "inference probe completed"), false
 	}
 	// Which side failed decides: the target's own leg failing is a failure, the partner's
 	// leg failing says nothing about the target.
 	leg := fault.PhaseDecode
-	if f, ok := fault.As(err); ok {
+	f, isFault := fault.As(err)
+	if isFault {
 		leg = f.Phase
 	}
 	targetLeg := fault.PhasePrefill
@@ -313,9 +369,20 @@ func (p *probe) check(ctx context.Context, model string) messages.Probe {
 		targetLeg = fault.PhaseDecode
 	}
 	if p.producer == p.consumer || p.local || leg == targetLeg {
-		return p.result(probeFailure, "%v", err)
+		return p.result(probeFailure, "%v", err), false
 	}
-	return p.result(probeInconclusive, "partner %s failed its leg: %v", p.partner().name, err)
+	if isFault && p.targetIsConsumer && descriptorsInvalid(f) {
+		p.rejected = append(p.rejected, p.producer)
+	}
+	return p.result(probeInconclusive, "partner %s failed its leg: %v", p.partner().Name, err), true
+}
+
+// descriptorsInvalid says f is a handoff descriptor that failed the producer's own endpoint
+// rules (transport/kv's endpoint policy: host, pinned endpoint, kv.allowed_ports), which depend
+// on the producer's configuration alone: no consumer can read such a producer's handoffs. A
+// mismatch of the pair (the connectors differ) is not the producer's alone.
+func descriptorsInvalid(f *fault.Fault) bool {
+	return f.Kind == fault.Descriptor && f.Reason == kv.ReasonEndpointMismatch
 }
 
 // listModels asks the engine which models it serves; none is an error.

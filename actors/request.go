@@ -9,6 +9,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/google/uuid"
 
+	"github.com/narwhal-router/narwhal/actors/placement"
 	"github.com/narwhal-router/narwhal/cluster"
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/messages"
@@ -64,7 +65,7 @@ var errShutdown = errors.New("the router is shutting down")
 // snapshot (a supervisor loads it once per placement) and the settings (loaded once per
 // request).
 type requestEnv struct {
-	fleet *fleet
+	fleet *placement.Fleet
 	// settings are the run-time-changeable settings; a reload swaps them whole.
 	settings atomic.Pointer[settings]
 
@@ -85,7 +86,7 @@ type requestEnv struct {
 	queued atomic.Int32
 	// rates are the fleet's measured prefill rates, the disaggregation prediction's inputs
 	// (ttft.go).
-	rates prefillRates
+	rates placement.Rates
 }
 
 // current is the settings requests arriving now run with.
@@ -132,12 +133,12 @@ type requestSupervisor struct {
 	stage      stage
 	attempt    int
 	backendID  string
-	producer   *engineView
-	consumer   *engineView
-	held       [2]*engineView // the slot held per phase
-	full       []string       // engines found full this placement round
-	avoid      []string       // engines that failed this request: used only if nothing else can serve
-	exclude    []string       // engines that pushed back (429/503): never retried for this request
+	producer   *placement.Engine
+	consumer   *placement.Engine
+	held       [2]*placement.Engine // the slot held per phase
+	full       []string             // engines found full this placement round
+	avoid      []string             // engines that failed this request: used only if nothing else can serve
+	exclude    []string             // engines that pushed back (429/503): never retried for this request
 	frontOfQ   bool
 	queueTimer *time.Timer
 
@@ -150,8 +151,8 @@ type requestSupervisor struct {
 	// predicted is the decision's predicted times to first token (ttft.go); leg the attempt's
 	// prompt work, measured at commit; localHeld the tokens counted in the consumer's
 	// localTokens for a local decode, until its first token.
-	predicted prediction
-	leg       computeLeg
+	predicted placement.Prediction
+	leg       placement.ComputeLeg
 	localHeld int64
 
 	gone      bool // the client hung up
@@ -260,9 +261,9 @@ func (s *requestSupervisor) snapshot() *messages.RequestState {
 		st.HandoffAgeS = s.handoffAge.Seconds()
 	}
 	if (s.stage == stageRunning || s.stage == stageStreaming) && s.consumer != nil {
-		st.Consumer = s.consumer.name
+		st.Consumer = s.consumer.Name
 		if s.producer != nil {
-			st.Producer = s.producer.name
+			st.Producer = s.producer.Name
 		}
 	}
 	if s.held[fault.PhasePrefill] != nil {

@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"slices"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -30,12 +31,12 @@ func (s *requestSupervisor) fail(ctx actor.Context, f *fault.Fault) {
 			switch {
 			case f.Shuns(), s.breakerTakesOut(f):
 				s.exclude = append(s.exclude, f.Engine)
-			case !contains(s.avoid, f.Engine):
+			case !slices.Contains(s.avoid, f.Engine):
 				s.avoid = append(s.avoid, f.Engine)
 			}
-			if f.Phase == fault.PhaseDecode && s.producer != nil && !contains(s.avoid, s.producer.name) {
+			if f.Phase == fault.PhaseDecode && s.producer != nil && !slices.Contains(s.avoid, s.producer.Name) {
 				// The decode may have failed reading the producer's handoff: prefer another pair.
-				s.avoid = append(s.avoid, s.producer.name)
+				s.avoid = append(s.avoid, s.producer.Name)
 			}
 			s.startAttempt(ctx)
 			return
@@ -50,6 +51,6 @@ func (s *requestSupervisor) fail(ctx actor.Context, f *fault.Fault) {
 // publishes it. The breaker hears of the failure when the request's fate is known (judge); the
 // retry must not land there meanwhile.
 func (s *requestSupervisor) breakerTakesOut(f *fault.Fault) bool {
-	e := s.env.fleet.load().engine(f.Engine)
-	return e != nil && f.CountsAgainstEngine() && e.takesOut.Load()
+	e := s.env.fleet.Load().Engine(f.Engine)
+	return e != nil && f.CountsAgainstEngine() && e.TakesOut.Load()
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/narwhal-router/narwhal/actors/placement"
 	"github.com/narwhal-router/narwhal/cluster"
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/messages"
@@ -50,7 +51,7 @@ type Router struct {
 	root     *actor.RootContext
 	guardian *actor.PID
 	pool     *actor.PID
-	fleet    *fleet
+	fleet    *placement.Fleet
 	// pooled is the pool's state (pool.go); all every engine actor's state, leaving ones
 	// included, as the pool last published it.
 	pooled  *poolState
@@ -82,10 +83,9 @@ func NewRouter(rt config.Config, engines []transport.EngineSpec, opts Options) (
 		r.log = slog.New(slog.DiscardHandler)
 	}
 	fr := rt.FleetRuntime()
-	exact := newExactIndex(fr.KVEvents.MaxBlocks)
-	r.fleet = &fleet{index: newPrefixIndex(fr.IndexBlocks, exact)}
+	exact := placement.NewExactIndex(fr.KVEvents.MaxBlocks)
+	r.fleet = placement.NewFleet(placement.NewPrefixIndex(fr.IndexBlocks, exact), nil)
 	r.kvFeeds = startKVFeeds(fr.KVEvents, exact, r.metrics, r.log)
-	r.fleet.publish(nil)
 	r.all.Store(&[]*engineState{})
 	r.pooled = &poolState{initial: engines}
 	if fr.ScrapeInterval > 0 {
@@ -190,7 +190,7 @@ func (r *Router) Finished(x *ingress.Exchange, m *ingress.StreamFinished) {
 }
 
 // Models implements ingress.ModelLister.
-func (r *Router) Models() []string { return r.fleet.load().models() }
+func (r *Router) Models() []string { return r.fleet.Load().Models() }
 
 // Engines returns every engine actor's state: the fleet's engines in their sources' order,
 // then the engines leaving it (state "removing") while their last requests finish.
@@ -211,6 +211,10 @@ type described struct {
 	state *messages.EngineState
 }
 
+// leavingAnswerWait bounds the wait for a leaving engine's state: its actor answers at once
+// while it drains, and says nothing once stopped.
+const leavingAnswerWait = time.Second
+
 // describeEngines asks every engine actor for its state, all at once. One that stopped
 // meanwhile (a leaving engine whose last request ended) is left out.
 func (r *Router) describeEngines(ctx context.Context) ([]described, error) {
@@ -224,13 +228,18 @@ func (r *Router) describeEngines(ctx context.Context) ([]described, error) {
 		return nil, context.DeadlineExceeded
 	}
 	for i, st := range all {
-		futures[i] = r.root.RequestFuture(st.view.pid, &messages.Describe{}, timeout)
+		wait := timeout
+		if st.view.Removed.Load() {
+			// A leaving engine's actor may stop with the question in its mailbox, unanswered.
+			wait = min(wait, leavingAnswerWait)
+		}
+		futures[i] = r.root.RequestFuture(pidOf(st.view), &messages.Describe{}, wait)
 	}
 	out := make([]described, 0, len(all))
 	for i, f := range futures {
 		res, err := f.Result()
 		switch {
-		case errors.Is(err, actor.ErrDeadLetter) && all[i].leaving:
+		case err != nil && all[i].view.Removed.Load(): // it left, and its actor stopped meanwhile
 			continue
 		case err != nil:
 			return nil, fmt.Errorf("engine %s: %w", all[i].spec.Name, err)
@@ -277,11 +286,11 @@ func (r *Router) Readmit(ctx context.Context, name string, force bool) (string, 
 }
 
 func (r *Router) admin(ctx context.Context, name string, msg any) (string, error) {
-	v := r.fleet.load().engine(name)
+	v := r.fleet.Load().Engine(name)
 	if v == nil {
 		return "", fmt.Errorf("%w: %q", ErrUnknownEngine, name)
 	}
-	res, err := r.ask(ctx, v.pid, msg)
+	res, err := r.ask(ctx, pidOf(v), msg)
 	if err != nil {
 		return "", err
 	}
@@ -297,7 +306,7 @@ func (r *Router) admin(ctx context.Context, name string, msg any) (string, error
 // (auto decodes on the consumer alone when no producer is admitted). While it cannot, reason
 // says which role lacks one and where that role's engines stand.
 func (r *Router) Ready() (ready bool, reason string) {
-	f := r.fleet.load()
+	f := r.fleet.Load()
 	policy := r.current().Disaggregation.Policy
 	phases := []fault.Phase{fault.PhaseDecode}
 	if policy == config.DisaggAlways {
@@ -307,15 +316,15 @@ func (r *Router) Ready() (ready bool, reason string) {
 	for _, phase := range phases {
 		var states []string
 		admittedOne := false
-		for _, v := range f.engines {
-			if !v.canServe(phase) {
+		for _, v := range f.Engines {
+			if !v.CanServe(phase) {
 				continue
 			}
-			if v.placeable.Load() {
+			if v.Placeable.Load() {
 				admittedOne = true
 				break
 			}
-			states = append(states, v.name+" "+breakerState(v.state.Load()).String())
+			states = append(states, v.Name+" "+breakerState(v.State.Load()).String())
 		}
 		if admittedOne {
 			continue
@@ -359,7 +368,7 @@ func (r *Router) Close() {
 	r.root.StopFuture(r.guardian).Wait()
 	for _, st := range *r.all.Load() {
 		st.timers.stop()
-		st.view.client.Close()
+		st.view.Client.Close()
 	}
 	r.system.Shutdown()
 	if r.env.access != nil {

@@ -29,7 +29,7 @@ func (r *Router) Tree(ctx context.Context) (TreeNode, error) {
 	}
 	pool := TreeNode{Name: "engines", Kind: "pool", PID: r.pool.Id}
 	for _, e := range engines {
-		pool.Children = append(pool.Children, TreeNode{Name: e.state.Name, Kind: "engine", PID: e.st.view.pid.Id, State: e.state})
+		pool.Children = append(pool.Children, TreeNode{Name: e.state.Name, Kind: "engine", PID: pidOf(e.st.view).Id, State: e.state})
 	}
 	reqs := r.Requests(ctx)
 	sort.Slice(reqs, func(i, j int) bool { return reqs[i].ElapsedS > reqs[j].ElapsedS })

@@ -1,4 +1,4 @@
-package actors
+package health
 
 import (
 	"log/slog"
@@ -14,15 +14,15 @@ import (
 // A 429 or 503 is an engine asking for less load, never a failure: the breaker does not count
 // it, and a retry of the request that got it never goes back there (the fault table's Shun).
 // An engine that keeps answering so would still take a share of every other request, each
-// paying a prefill for nothing. pushback bounds that: once an engine has answered nothing but
+// paying a prefill for nothing. Pushback bounds that: once an engine has answered nothing but
 // 429/503 for longer than recovery.backpressure.bound_s, placement passes it over for its
 // Retry-After (at most recovery.backpressure.max_pass_s), or for recovery.backpressure.pass_s
 // when it sent none, and uses it only if no other engine can take the leg. A commit on the
 // engine ends it. Nothing here touches the breaker.
 
-// pushback is an engine's backpressure record, written by the request supervisors whose legs
+// Pushback is an engine's backpressure record, written by the request supervisors whose legs
 // end there and read by placement, without a lock.
-type pushback struct {
+type Pushback struct {
 	// since is the first 429/503 since the engine's last commit (unix nanoseconds; 0: none).
 	since atomic.Int64
 	// until is when the engine stops being passed over (unix nanoseconds; 0: never was).
@@ -30,14 +30,14 @@ type pushback struct {
 }
 
 // passedOver says placement should use the engine only when nothing else can take the leg.
-func (p *pushback) passedOver(now time.Time) bool {
+func (p *Pushback) PassedOver(now time.Time) bool {
 	u := p.until.Load()
 	return u != 0 && now.UnixNano() < u
 }
 
 // pushedBack records a 429/503 answer (retryAfter is the engine's Retry-After header, "" when
 // none) and passes the engine over once it has pushed back for longer than the bound.
-func (p *pushback) pushedBack(now time.Time, retryAfter string, cfg config.BackpressureRuntime, engine string, log *slog.Logger) {
+func (p *Pushback) PushedBack(now time.Time, retryAfter string, cfg config.BackpressureRuntime, engine string, log *slog.Logger) {
 	n := now.UnixNano()
 	p.since.CompareAndSwap(0, n)
 	since := p.since.Load()
@@ -45,7 +45,7 @@ func (p *pushback) pushedBack(now time.Time, retryAfter string, cfg config.Backp
 		return
 	}
 	pass := cfg.Pass
-	if d, ok := parseRetryAfter(retryAfter, now); ok {
+	if d, ok := ParseRetryAfter(retryAfter, now); ok {
 		pass = min(d, cfg.MaxPass)
 	}
 	until := n + int64(pass)
@@ -65,7 +65,7 @@ func (p *pushback) pushedBack(now time.Time, retryAfter string, cfg config.Backp
 }
 
 // served records a commit on the engine: it is no longer pushing back.
-func (p *pushback) served() {
+func (p *Pushback) Served() {
 	if p.since.Load() != 0 {
 		p.since.Store(0)
 	}
@@ -74,8 +74,8 @@ func (p *pushback) served() {
 	}
 }
 
-// parseRetryAfter reads a Retry-After header: a number of seconds or an HTTP date.
-func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
+// ParseRetryAfter reads a Retry-After header: a number of seconds or an HTTP date.
+func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 	v = strings.TrimSpace(v)
 	if v == "" {
 		return 0, false

@@ -1,4 +1,4 @@
-package actors
+package placement
 
 import (
 	"fmt"
@@ -26,47 +26,47 @@ func BenchmarkPlacementAtAThousandEngines(b *testing.B) {
 	}{{"estimate", false, false, false}, {"events", true, false, false}, {"estimate-hot-prefix", false, true, false},
 		{"events-hot-prefix", true, true, false}, {"p2c", false, false, true}} {
 		b.Run(c.name, func(b *testing.B) {
-			exact := newExactIndex(1 << 20)
-			x := newPrefixIndex(1<<20, exact)
-			f := &fleet{index: x}
-			var views []*engineView
+			exact := NewExactIndex(1 << 20)
+			x := NewPrefixIndex(1<<20, exact)
+			f := NewFleet(x, nil)
+			var views []*Engine
 			for i := range producers + consumers {
 				role := config.RoleDecode
 				if i < producers {
 					role = config.RolePrefill
 				}
 				v := view(fmt.Sprintf("e%d", i), role, int32(i%7), 0)
-				v.idx = x.takeSlot()
+				v.Idx = x.TakeSlot()
 				views = append(views, v)
 			}
-			f.publish(views)
+			f.Publish(views)
 			fillIndex(x, exact, views, c.exact)
 			prompt := chain(1<<40, promptBlocks)
 			if c.hot {
 				for _, v := range views {
-					x.record(prompt[:1], v.idx)
+					x.Record(prompt[:1], v.Idx)
 					if c.exact {
-						exact.apply(exact.engines[v.idx], batchOf(stored(prompt[0])))
+						exact.Apply(exact.engines[v.Idx], batchOf(stored(prompt[0])))
 					}
 				}
 			}
 			home := views[producers+17]
-			x.record(prompt[:40], home.idx)
+			x.Record(prompt[:40], home.Idx)
 			if c.exact {
-				exact.apply(exact.engines[home.idx], batchOf(stored(prompt[:40]...)))
+				exact.Apply(exact.engines[home.Idx], batchOf(stored(prompt[:40]...)))
 			}
 			rules := &config.FleetRuntime{Placement: config.PlacePrefix, LoadFactor: 1.25}
 			if c.p2c {
 				rules.Placement = config.PlaceP2C
 			}
-			s := f.load()
+			s := f.Load()
 			b.ReportAllocs()
 			b.ResetTimer()
 			for b.Loop() {
-				c := s.pickFor(ask{phase: fault.PhaseDecode, model: "m", blocks: prompt, rules: rules}, nil)
-				p := s.pickFor(ask{phase: fault.PhasePrefill, model: "m", blocks: prompt, tokens: 4000, rules: rules,
-					avoid: []string{c.engine.name}}, nil)
-				if c.engine == nil || p.engine == nil {
+				c := s.Place(Ask{Phase: fault.PhaseDecode, Model: "m", Blocks: prompt, Rules: rules})
+				p := s.Place(Ask{Phase: fault.PhasePrefill, Model: "m", Blocks: prompt, Tokens: 4000, Rules: rules,
+					Avoid: []string{c.Engine.Name}})
+				if c.Engine == nil || p.Engine == nil {
 					b.Fatal("no placement")
 				}
 			}
@@ -87,19 +87,19 @@ func chain(seed uint64, n int) []uint64 {
 // fillIndex fills the estimate past its bound (it turns over and holds 0.5–1M blocks) with
 // 32-block prompts spread over the engines and, with exact, the exact index with 1M (engine,
 // block) pairs.
-func fillIndex(x *prefixIndex, exact *exactIndex, views []*engineView, withExact bool) {
+func fillIndex(x *PrefixIndex, exact *ExactIndex, views []*Engine, withExact bool) {
 	for i := range 1 << 16 {
-		x.record(chain(uint64(i), 32), views[i%len(views)].idx)
+		x.Record(chain(uint64(i), 32), views[i%len(views)].Idx)
 	}
 	if !withExact {
 		return
 	}
-	ens := make([]*exactEngine, len(views))
+	ens := make([]*ExactEngine, len(views))
 	for i, v := range views {
-		ens[i] = exact.open(v.idx)
+		ens[i] = exact.Open(v.Idx)
 	}
 	for i := range 1 << 15 {
-		exact.apply(ens[i%len(ens)], kvevents.Batch{Events: []kvevents.Event{stored(chain(uint64(i)+1<<30, 32)...)}})
+		exact.Apply(ens[i%len(ens)], kvevents.Batch{Events: []kvevents.Event{stored(chain(uint64(i)+1<<30, 32)...)}})
 	}
 }
 
@@ -109,21 +109,21 @@ func fillIndex(x *prefixIndex, exact *exactIndex, views []*engineView, withExact
 func BenchmarkPrefixIndexMemory(b *testing.B) {
 	for b.Loop() {
 		before := heap()
-		x := newPrefixIndex(1<<20, nil)
+		x := NewPrefixIndex(1<<20, nil)
 		for i := range 1<<15 + 1<<14 - 1 { // 1.5M distinct blocks: one turnover, then a full newer generation
-			x.record(chain(uint64(i), 32), i%1000)
+			x.Record(chain(uint64(i), 32), i%1000)
 		}
 		_, total := x.count()
 		mid := heap()
 		b.ReportMetric(float64(mid-before)/float64(total), "estimate-B/block")
 		b.ReportMetric(float64(total), "estimate-blocks")
-		e := newExactIndex(1 << 20)
-		ens := make([]*exactEngine, 1000)
+		e := NewExactIndex(1 << 20)
+		ens := make([]*ExactEngine, 1000)
 		for i := range ens {
-			ens[i] = e.open(i)
+			ens[i] = e.Open(i)
 		}
 		for i := range 1 << 15 {
-			e.apply(ens[i%1000], kvevents.Batch{Events: []kvevents.Event{stored(chain(uint64(i), 32)...)}})
+			e.Apply(ens[i%1000], kvevents.Batch{Events: []kvevents.Event{stored(chain(uint64(i), 32)...)}})
 		}
 		after := heap()
 		b.ReportMetric(float64(after-mid)/float64(e.pairs), "exact-B/pair")
@@ -145,17 +145,17 @@ func heap() uint64 {
 func BenchmarkPrefixMatchAtAMillionBlocks(b *testing.B) {
 	for _, withExact := range []bool{false, true} {
 		b.Run(map[bool]string{false: "estimate", true: "events"}[withExact], func(b *testing.B) {
-			exact := newExactIndex(1 << 20)
-			x := newPrefixIndex(1<<20, exact)
-			views := make([]*engineView, 1000)
+			exact := NewExactIndex(1 << 20)
+			x := NewPrefixIndex(1<<20, exact)
+			views := make([]*Engine, 1000)
 			for i := range views {
-				views[i] = &engineView{idx: x.takeSlot()}
+				views[i] = &Engine{Idx: x.TakeSlot()}
 			}
 			fillIndex(x, exact, views, withExact)
 			prompt := chain(1<<40, 62)
-			x.record(prompt[:40], 17)
+			x.Record(prompt[:40], 17)
 			if withExact {
-				exact.apply(exact.engines[17], batchOf(stored(prompt[:40]...)))
+				exact.Apply(exact.engines[17], batchOf(stored(prompt[:40]...)))
 			}
 			var buf [32]slotDepth
 			b.ReportAllocs()

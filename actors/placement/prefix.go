@@ -1,4 +1,4 @@
-package actors
+package placement
 
 import (
 	"slices"
@@ -6,12 +6,12 @@ import (
 	"time"
 )
 
-// maxIndexed is how many engines the prefix index can tell apart at once: a slot is 16 bits in
+// MaxIndexed is how many engines the prefix index can tell apart at once: a slot is 16 bits in
 // a block's engine set. An engine added while every slot is held is placed without prefix
 // preference.
-const maxIndexed = 1<<16 - 1
+const MaxIndexed = 1<<16 - 1
 
-// prefixIndex is what placement knows of the engines' prefix caches: for each prompt block
+// PrefixIndex is what placement knows of the engines' prefix caches: for each prompt block
 // hash (wire.Prompt.Blocks, chained, so a hash stands for all the text before it), which
 // engines hold it. Two sources feed it:
 //
@@ -34,11 +34,11 @@ const maxIndexed = 1<<16 - 1
 // Engines come and go, so slots are handed out and taken back (takeSlot, retire). A slot taken
 // back is retired at once: match ignores it and every entry rewritten drops it. Two turnovers
 // later no entry can hold it any more, and it is handed out again; until then a joining engine
-// gets a fresh slot, and only once all maxIndexed are spent does one get the oldest retired
+// gets a fresh slot, and only once all MaxIndexed are spent does one get the oldest retired
 // slot after a walk that clears it from every entry. So a slot never carries a removed
 // engine's entries to its successor.
-type prefixIndex struct {
-	exact *exactIndex
+type PrefixIndex struct {
+	exact *ExactIndex
 
 	mu       sync.Mutex
 	half     int
@@ -55,18 +55,18 @@ type prefixIndex struct {
 	total   int
 }
 
-func newPrefixIndex(bound int, exact *exactIndex) *prefixIndex {
+func NewPrefixIndex(bound int, exact *ExactIndex) *PrefixIndex {
 	half := max(1, bound/2)
 	if exact == nil {
-		exact = newExactIndex(0)
+		exact = NewExactIndex(0)
 	}
-	return &prefixIndex{exact: exact, half: half, cur: newBlockMap(min(half, 1<<12)), old: newBlockMap(0),
+	return &PrefixIndex{exact: exact, half: half, cur: newBlockMap(min(half, 1<<12)), old: newBlockMap(0),
 		retiredAt: map[int]uint64{}}
 }
 
 // match appends to dst the prompt's match per engine holding at least its first block: from
 // the exact index for engines whose events are live, from the estimate for the others.
-func (x *prefixIndex) match(blocks []uint64, dst prefixMatches) prefixMatches {
+func (x *PrefixIndex) match(blocks []uint64, dst prefixMatches) prefixMatches {
 	if len(blocks) == 0 {
 		return dst
 	}
@@ -92,7 +92,7 @@ func (x *prefixIndex) match(blocks []uint64, dst prefixMatches) prefixMatches {
 
 // sets are the engines the estimate has for b: cur's entry, which took old's when it was
 // made (record copies a hit forward), else old's.
-func (x *prefixIndex) sets(b uint64) (slotView, slotView) {
+func (x *PrefixIndex) sets(b uint64) (slotView, slotView) {
 	if v, ok := x.cur.get(b); ok {
 		return v, slotView{}
 	}
@@ -101,8 +101,8 @@ func (x *prefixIndex) sets(b uint64) (slotView, slotView) {
 }
 
 // record notes that the engine in slot served a prompt with these leading blocks.
-func (x *prefixIndex) record(blocks []uint64, slot int) {
-	if slot < 0 || slot >= maxIndexed || len(blocks) == 0 {
+func (x *PrefixIndex) Record(blocks []uint64, slot int) {
+	if slot < 0 || slot >= MaxIndexed || len(blocks) == 0 {
 		return
 	}
 	x.mu.Lock()
@@ -124,7 +124,7 @@ func (x *prefixIndex) record(blocks []uint64, slot int) {
 }
 
 // dropRetired is v without the slots of engines that left.
-func (x *prefixIndex) dropRetired(v slotView) slotView {
+func (x *PrefixIndex) dropRetired(v slotView) slotView {
 	for i := range v.len() {
 		if x.retired.has(v.at(i)) {
 			kept := make([]uint16, 0, v.len())
@@ -142,7 +142,7 @@ func (x *prefixIndex) dropRetired(v slotView) slotView {
 // sizes counts the distinct block hashes held per slot (the exact count for an engine whose
 // events are live), for /engines and the tree dump, and the estimate's entries. Counting walks
 // the whole estimate, so a count is reused for a second: admin paths only.
-func (x *prefixIndex) sizes() (per []int, total int) {
+func (x *PrefixIndex) sizes() (per []int, total int) {
 	x.mu.Lock()
 	if time.Since(x.sized) > time.Second {
 		x.perSize, x.total = x.count()
@@ -164,14 +164,14 @@ func (x *prefixIndex) sizes() (per []int, total int) {
 }
 
 // heldBy is how many block hashes the index holds for the engine in slot.
-func (x *prefixIndex) heldBy(slot int) int {
+func (x *PrefixIndex) HeldBy(slot int) int {
 	if per, _ := x.sizes(); slot >= 0 && slot < len(per) {
 		return per[slot]
 	}
 	return 0
 }
 
-func (x *prefixIndex) count() (per []int, total int) {
+func (x *PrefixIndex) count() (per []int, total int) {
 	per = make([]int, x.fresh)
 	add := func(s slotView) {
 		for i := range s.len() {
@@ -196,10 +196,10 @@ func (x *prefixIndex) count() (per []int, total int) {
 	return per, total
 }
 
-// takeSlot hands out a slot for an engine joining the fleet, or -1 when all maxIndexed are
+// takeSlot hands out a slot for an engine joining the fleet, or -1 when all MaxIndexed are
 // held. A retired slot is handed out once two turnovers have cleared it; a fresh one before
 // a retired one is purged.
-func (x *prefixIndex) takeSlot() int {
+func (x *PrefixIndex) TakeSlot() int {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	for slot, at := range x.retiredAt { // retired long enough: nothing holds them
@@ -214,7 +214,7 @@ func (x *prefixIndex) takeSlot() int {
 	case len(x.free) > 0:
 		slices.Sort(x.free)
 		slot, x.free = x.free[0], x.free[1:]
-	case x.fresh < maxIndexed:
+	case x.fresh < MaxIndexed:
 		slot = x.fresh
 		x.fresh++
 	case len(x.retiredAt) > 0:
@@ -227,7 +227,7 @@ func (x *prefixIndex) takeSlot() int {
 }
 
 // purgeOldestRetired clears the longest-retired slot from every entry and returns it.
-func (x *prefixIndex) purgeOldestRetired() int {
+func (x *PrefixIndex) purgeOldestRetired() int {
 	oldest := -1
 	for slot, at := range x.retiredAt {
 		if oldest < 0 || at < x.retiredAt[oldest] || (at == x.retiredAt[oldest] && slot < oldest) {
@@ -248,8 +248,8 @@ func (x *prefixIndex) purgeOldestRetired() int {
 
 // retire takes back the slot of an engine that left the fleet (after its last request, so no
 // placement records it again); the exact index forgets the engine too.
-func (x *prefixIndex) retire(slot int) {
-	if slot < 0 || slot >= maxIndexed {
+func (x *PrefixIndex) Retire(slot int) {
+	if slot < 0 || slot >= MaxIndexed {
 		return
 	}
 	x.mu.Lock()
@@ -257,5 +257,22 @@ func (x *prefixIndex) retire(slot int) {
 	x.retired.set(slot)
 	x.retiredAt[slot] = x.turnovers
 	x.mu.Unlock()
-	x.exact.forget(slot)
+	x.exact.Forget(slot)
+}
+
+// Retired says slot belongs to an engine that left and has not been handed out again.
+func (x *PrefixIndex) Retired(slot int) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.retired.has(slot)
+}
+
+// Matches is how many of blocks' leading blocks the index says each engine holds, by slot (an
+// engine not listed holds none).
+func (x *PrefixIndex) Matches(blocks []uint64) map[int]int {
+	out := map[int]int{}
+	for _, e := range x.match(blocks, nil) {
+		out[int(e.slot)] = int(e.depth)
+	}
+	return out
 }

@@ -1,4 +1,4 @@
-package actors
+package health
 
 import (
 	"net/http"
@@ -25,9 +25,9 @@ func TestParseRetryAfter(t *testing.T) {
 		{"NaN", 0, false},
 		{"soon", 0, false},
 	} {
-		got, ok := parseRetryAfter(tc.in, now)
+		got, ok := ParseRetryAfter(tc.in, now)
 		if got != tc.want || ok != tc.ok {
-			t.Errorf("parseRetryAfter(%q) = %v, %v; want %v, %v", tc.in, got, ok, tc.want, tc.ok)
+			t.Errorf("ParseRetryAfter(%q) = %v, %v; want %v, %v", tc.in, got, ok, tc.want, tc.ok)
 		}
 	}
 }
@@ -36,41 +36,28 @@ func TestParseRetryAfter(t *testing.T) {
 // Retry-After capped at max_pass_s (pass_s without one), and a commit ends the spell.
 func TestPushbackBound(t *testing.T) {
 	cfg := config.BackpressureRuntime{Bound: time.Second, Pass: 2 * time.Second, MaxPass: 5 * time.Second}
-	var p pushback
+	var p Pushback
 	t0 := time.Now()
-	p.pushedBack(t0, "", cfg, "d0", nil)
-	p.pushedBack(t0.Add(900*time.Millisecond), "", cfg, "d0", nil)
-	if p.passedOver(t0.Add(950 * time.Millisecond)) {
+	p.PushedBack(t0, "", cfg, "d0", nil)
+	p.PushedBack(t0.Add(900*time.Millisecond), "", cfg, "d0", nil)
+	if p.PassedOver(t0.Add(950 * time.Millisecond)) {
 		t.Fatal("passed over within the bound")
 	}
 	at := t0.Add(1100 * time.Millisecond)
-	p.pushedBack(at, "", cfg, "d0", nil)
-	if !p.passedOver(at.Add(1900*time.Millisecond)) || p.passedOver(at.Add(2100*time.Millisecond)) {
+	p.PushedBack(at, "", cfg, "d0", nil)
+	if !p.PassedOver(at.Add(1900*time.Millisecond)) || p.PassedOver(at.Add(2100*time.Millisecond)) {
 		t.Fatal("want passed over for pass_s after the bound")
 	}
-	p.pushedBack(at, "60", cfg, "d0", nil)
-	if !p.passedOver(at.Add(4900*time.Millisecond)) || p.passedOver(at.Add(5100*time.Millisecond)) {
+	p.PushedBack(at, "60", cfg, "d0", nil)
+	if !p.PassedOver(at.Add(4900*time.Millisecond)) || p.PassedOver(at.Add(5100*time.Millisecond)) {
 		t.Fatal("want a Retry-After honoured up to max_pass_s")
 	}
-	p.served()
-	if p.passedOver(at.Add(time.Second)) {
+	p.Served()
+	if p.PassedOver(at.Add(time.Second)) {
 		t.Fatal("still passed over after a commit")
 	}
-	p.pushedBack(at.Add(time.Second), "", cfg, "d0", nil)
-	if p.passedOver(at.Add(time.Second)) {
+	p.PushedBack(at.Add(time.Second), "", cfg, "d0", nil)
+	if p.PassedOver(at.Add(time.Second)) {
 		t.Fatal("a commit restarts the bound")
-	}
-}
-
-func TestFingerprint(t *testing.T) {
-	long := make([]byte, 10000)
-	other := append([]byte(nil), long...)
-	other[5000] = 'x' // the middle of a long body is not read
-	if fingerprintOf(long) != fingerprintOf(other) {
-		t.Fatal("the fingerprint reads the middle of a long body")
-	}
-	if fingerprintOf([]byte(`{"prompt":"a"}`)) == fingerprintOf([]byte(`{"prompt":"b"}`)) ||
-		fingerprintOf(long) == fingerprintOf(long[:9999]) || fingerprintOf(nil) == 0 {
-		t.Fatal("fingerprints collide")
 	}
 }

@@ -1,4 +1,4 @@
-package actors
+package placement
 
 import (
 	"strings"
@@ -7,7 +7,7 @@ import (
 	"github.com/narwhal-router/narwhal/transport/kvevents"
 )
 
-// exactIndex is the engines' prefix caches as their KV cache events tell them: for each
+// ExactIndex is the engines' prefix caches as their KV cache events tell them: for each
 // block hash, the engines holding it (the same slots as the estimate's), fed by kvFeeds. It is
 // exact as far as the events go — a block stored is indexed when its BlockStored arrives and
 // forgotten with its BlockRemoved — with three exceptions, each of which can only make it
@@ -21,20 +21,20 @@ import (
 // likeliest). Only blocks in GPU memory (medium GPU, or none given) are indexed: a block
 // offloaded to CPU is not where a prefill finds it.
 //
-// Placement reads it under the read lock (prefixIndex.match); a batch is applied under the
+// Placement reads it under the read lock (PrefixIndex.match); a batch is applied under the
 // write lock, whole, so a placement sees an engine's cache between two engine steps.
-type exactIndex struct {
+type ExactIndex struct {
 	mu        sync.RWMutex
 	maxBlocks int
 	blocks    blockMap
-	engines   map[int]*exactEngine
+	engines   map[int]*ExactEngine
 	pairs     int
 	// live are the engines whose events are live: matched on this index alone.
 	live bitset
 }
 
-// exactEngine is one followed engine's part of the index.
-type exactEngine struct {
+// ExactEngine is one followed engine's part of the index.
+type ExactEngine struct {
 	slot   int
 	closed bool
 	held   map[uint64]uint32 // block hash → the stamp of its store
@@ -51,28 +51,28 @@ type stampedBlock struct {
 // defaultExactBlocks bounds an exact index made without a configured bound (tests).
 const defaultExactBlocks = 1 << 20
 
-func newExactIndex(maxBlocks int) *exactIndex {
+func NewExactIndex(maxBlocks int) *ExactIndex {
 	if maxBlocks <= 0 {
 		maxBlocks = defaultExactBlocks
 	}
-	return &exactIndex{maxBlocks: maxBlocks, blocks: newBlockMap(0), engines: map[int]*exactEngine{}}
+	return &ExactIndex{maxBlocks: maxBlocks, blocks: newBlockMap(0), engines: map[int]*ExactEngine{}}
 }
 
 // open starts the part of the engine in slot, empty and not live until its first batch.
-func (e *exactIndex) open(slot int) *exactEngine {
+func (e *ExactIndex) Open(slot int) *ExactEngine {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if old := e.engines[slot]; old != nil {
 		e.dropLocked(old)
 	}
-	en := &exactEngine{slot: slot, held: map[uint64]uint32{}}
+	en := &ExactEngine{slot: slot, held: map[uint64]uint32{}}
 	e.engines[slot] = en
 	return en
 }
 
 // apply applies one batch of the engine's events and makes the engine live. It reports the
 // blocks stored and removed.
-func (e *exactIndex) apply(en *exactEngine, b kvevents.Batch) (stored, removed int) {
+func (e *ExactIndex) Apply(en *ExactEngine, b kvevents.Batch) (stored, removed int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if en.closed {
@@ -114,7 +114,7 @@ func inGPU(medium *string) bool {
 
 // lost drops what the index holds of the engine after events it will never have (a gap the
 // replay could not fill, a broken stream): it is matched on the estimate until its next batch.
-func (e *exactIndex) lost(en *exactEngine) {
+func (e *ExactIndex) Lost(en *ExactEngine) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if !en.closed {
@@ -124,7 +124,7 @@ func (e *exactIndex) lost(en *exactEngine) {
 }
 
 // forget drops the engine in slot (it left the fleet); its feed's later batches are ignored.
-func (e *exactIndex) forget(slot int) {
+func (e *ExactIndex) Forget(slot int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if en := e.engines[slot]; en != nil {
@@ -132,14 +132,14 @@ func (e *exactIndex) forget(slot int) {
 	}
 }
 
-func (e *exactIndex) dropLocked(en *exactEngine) {
+func (e *ExactIndex) dropLocked(en *ExactEngine) {
 	e.clearLocked(en)
 	en.closed = true
 	e.live.clear(en.slot)
 	delete(e.engines, en.slot)
 }
 
-func (e *exactIndex) storeLocked(en *exactEngine, h uint64) bool {
+func (e *ExactIndex) storeLocked(en *ExactEngine, h uint64) bool {
 	if _, ok := en.held[h]; ok {
 		return false
 	}
@@ -152,7 +152,7 @@ func (e *exactIndex) storeLocked(en *exactEngine, h uint64) bool {
 	return true
 }
 
-func (e *exactIndex) removeLocked(en *exactEngine, h uint64) bool {
+func (e *ExactIndex) removeLocked(en *ExactEngine, h uint64) bool {
 	if _, ok := en.held[h]; !ok {
 		return false
 	}
@@ -162,7 +162,7 @@ func (e *exactIndex) removeLocked(en *exactEngine, h uint64) bool {
 	return true
 }
 
-func (e *exactIndex) clearLocked(en *exactEngine) {
+func (e *ExactIndex) clearLocked(en *ExactEngine) {
 	for h := range en.held {
 		e.removeLocked(en, h)
 	}
@@ -171,11 +171,11 @@ func (e *exactIndex) clearLocked(en *exactEngine) {
 }
 
 // share is how many blocks each engine may hold.
-func (e *exactIndex) share() int { return max(1, e.maxBlocks/max(1, len(e.engines))) }
+func (e *ExactIndex) share() int { return max(1, e.maxBlocks/max(1, len(e.engines))) }
 
 // trimLocked forgets the engine's oldest stores past its share, and compacts its store order
 // once most of it is blocks no longer held.
-func (e *exactIndex) trimLocked(en *exactEngine) {
+func (e *ExactIndex) trimLocked(en *ExactEngine) {
 	limit := e.share()
 	for len(en.held) > limit && en.head < len(en.order) {
 		o := en.order[en.head]
@@ -197,20 +197,20 @@ func (e *exactIndex) trimLocked(en *exactEngine) {
 	}
 }
 
-func (e *exactIndex) sets(b uint64) (slotView, slotView) {
+func (e *ExactIndex) sets(b uint64) (slotView, slotView) {
 	v, _ := e.blocks.get(b)
 	return v, slotView{}
 }
 
 // isLive says whether the engine in slot is matched on its events.
-func (e *exactIndex) isLive(slot int) bool {
+func (e *ExactIndex) IsLive(slot int) bool {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	return e.live.has(slot)
 }
 
 // held is how many blocks the index holds for en.
-func (e *exactIndex) held(en *exactEngine) int {
+func (e *ExactIndex) Held(en *ExactEngine) int {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	return len(en.held)

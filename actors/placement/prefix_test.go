@@ -1,15 +1,15 @@
-package actors
+package placement
 
 import (
 	"testing"
 )
 
-func matchOf(x *prefixIndex, blocks []uint64) prefixMatches { return x.match(blocks, nil) }
+func matchOf(x *PrefixIndex, blocks []uint64) prefixMatches { return x.match(blocks, nil) }
 
 func TestPrefixIndexMatchesLeadingBlocksAndStaysBounded(t *testing.T) {
-	x := newPrefixIndex(8, nil)
-	x.record([]uint64{1, 2, 3}, 0)
-	x.record([]uint64{1, 2}, 5)
+	x := NewPrefixIndex(8, nil)
+	x.Record([]uint64{1, 2, 3}, 0)
+	x.Record([]uint64{1, 2}, 5)
 	if m := matchOf(x, []uint64{1, 2, 3, 4}); m.longest() != 3 || m.of(0) != 3 || m.of(5) != 2 || m.of(1) != 0 {
 		t.Fatalf("matches %v", m)
 	}
@@ -17,16 +17,16 @@ func TestPrefixIndexMatchesLeadingBlocksAndStaysBounded(t *testing.T) {
 		t.Fatal("a different first block matched: matches must start at the prompt's beginning")
 	}
 	for i := uint64(100); i < 200; i++ {
-		x.record([]uint64{i}, 1)
+		x.Record([]uint64{i}, 1)
 	}
 	if _, total := x.count(); total > 8 {
 		t.Fatalf("the index holds %d block hashes, over its bound of 8", total)
 	}
 	// A hash used again survives the turnover: it is copied into the newer generation.
-	x.record([]uint64{7}, 2)
+	x.Record([]uint64{7}, 2)
 	for i := uint64(300); i < 303; i++ {
-		x.record([]uint64{i}, 1)
-		x.record([]uint64{7}, 2)
+		x.Record([]uint64{i}, 1)
+		x.Record([]uint64{7}, 2)
 	}
 	if matchOf(x, []uint64{7}).of(2) != 1 {
 		t.Fatal("a hot block hash was forgotten")
@@ -39,16 +39,16 @@ func TestPrefixIndexMatchesLeadingBlocksAndStaysBounded(t *testing.T) {
 // Past 64 engines (the bound a bit mask set), every engine is indexed: a block served by many
 // engines keeps them all, sorted, and each one's depth is its own.
 func TestPrefixIndexTellsAThousandEnginesApart(t *testing.T) {
-	x := newPrefixIndex(1<<16, nil)
+	x := NewPrefixIndex(1<<16, nil)
 	for i := range 1000 {
-		if s := x.takeSlot(); s != i {
+		if s := x.TakeSlot(); s != i {
 			t.Fatalf("slot %d handed out as %d", i, s)
 		}
 	}
 	for e := range 1000 {
-		x.record([]uint64{1, uint64(2 + e%7)}, e) // every engine the first block, one of 7 second blocks
+		x.Record([]uint64{1, uint64(2 + e%7)}, e) // every engine the first block, one of 7 second blocks
 	}
-	x.record([]uint64{1, 2, 3}, 999)
+	x.Record([]uint64{1, 2, 3}, 999)
 	m := matchOf(x, []uint64{1, 2, 3})
 	if len(m) != 1000 {
 		t.Fatalf("%d engines match the first block, want 1000", len(m))
@@ -65,7 +65,7 @@ func TestPrefixIndexTellsAThousandEnginesApart(t *testing.T) {
 			t.Fatalf("engine %d matches %d blocks, want %d", e, got, want)
 		}
 	}
-	if x.takeSlot() != 1000 {
+	if x.TakeSlot() != 1000 {
 		t.Fatal("the 1001st engine got no slot")
 	}
 }
@@ -74,14 +74,14 @@ func TestPrefixIndexTellsAThousandEnginesApart(t *testing.T) {
 // slot is ignored at once, and handed out again only once no entry holds it — after two
 // turnovers, or at once after a walk that clears it when every other slot is spent.
 func TestPrefixSlotsAreClearedBeforeReuse(t *testing.T) {
-	x := newPrefixIndex(1<<10, nil)
-	a, b := x.takeSlot(), x.takeSlot()
+	x := NewPrefixIndex(1<<10, nil)
+	a, b := x.TakeSlot(), x.TakeSlot()
 	if a != 0 || b != 1 {
 		t.Fatalf("slots %d, %d", a, b)
 	}
-	x.record([]uint64{1, 2}, a)
-	x.record([]uint64{1}, b)
-	x.retire(a)
+	x.Record([]uint64{1, 2}, a)
+	x.Record([]uint64{1}, b)
+	x.Retire(a)
 	if m := matchOf(x, []uint64{1, 2}); m.of(a) != 0 || m.of(b) != 1 {
 		t.Fatalf("after retiring %d: matches %v", a, m)
 	}
@@ -89,32 +89,32 @@ func TestPrefixSlotsAreClearedBeforeReuse(t *testing.T) {
 		t.Fatalf("a retired slot still counts %d hashes", per[a])
 	}
 	// Fresh slots remain: the retired one waits.
-	if c := x.takeSlot(); c == a {
+	if c := x.TakeSlot(); c == a {
 		t.Fatal("a retired slot was handed out while fresh ones remained")
 	}
 	// Every other slot spent: the retired one is cleared from every entry, then handed out.
-	x.fresh = maxIndexed
-	if c := x.takeSlot(); c != a {
+	x.fresh = MaxIndexed
+	if c := x.TakeSlot(); c != a {
 		t.Fatalf("got slot %d, want the retired %d", c, a)
 	}
 	if m := matchOf(x, []uint64{1, 2}); m.of(a) != 0 {
 		t.Fatalf("the new holder of slot %d inherited the removed engine's prefix: %v", a, m)
 	}
-	if x.takeSlot() != -1 {
-		t.Fatal("a slot was handed out past maxIndexed")
+	if x.TakeSlot() != -1 {
+		t.Fatal("a slot was handed out past MaxIndexed")
 	}
 
 	// With turnovers, a retired slot becomes free without a walk.
-	y := newPrefixIndex(4, nil)
-	s := y.takeSlot()
-	y.takeSlot()
-	y.record([]uint64{9}, s)
-	y.retire(s)
+	y := NewPrefixIndex(4, nil)
+	s := y.TakeSlot()
+	y.TakeSlot()
+	y.Record([]uint64{9}, s)
+	y.Retire(s)
 	for i := uint64(100); i < 110; i++ { // several turnovers of a two-entry generation
-		y.record([]uint64{i}, 1)
+		y.Record([]uint64{i}, 1)
 	}
-	y.fresh = maxIndexed // no fresh slot: only the freed one
-	if got := y.takeSlot(); got != s || y.retired.has(s) {
+	y.fresh = MaxIndexed // no fresh slot: only the freed one
+	if got := y.TakeSlot(); got != s || y.retired.has(s) {
 		t.Fatalf("the retired slot %d was not freed by the turnovers (got %d)", s, got)
 	}
 }
