@@ -154,8 +154,6 @@ func (p *poolActor) unpromise(id string, pr promise) {
 	}
 }
 
-
-
 // forget drops what the pool keeps of a waiter the queue no longer holds.
 func (p *poolActor) forget(id string) {
 	if w, ok := p.queue.waiting[id]; ok {
