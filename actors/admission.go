@@ -18,6 +18,9 @@ func (s *requestSupervisor) await(ctx actor.Context) {
 		return
 	}
 	wait := min(s.set.request.QueueTimeout, time.Until(s.x.Deadline))
+	if t := s.bandTarget(); !t.IsZero() {
+		wait = min(wait, time.Until(t))
+	}
 	if wait <= 0 {
 		s.reject(ctx, 503, "no engine has room for the request", "no_capacity")
 		return
@@ -78,11 +81,28 @@ func (s *requestSupervisor) onQueueTimeout(ctx actor.Context) {
 		return
 	}
 	s.stopWaiting(ctx)
-	if !time.Now().Before(s.x.Deadline) {
+	now := time.Now()
+	if !now.Before(s.x.Deadline) {
 		s.respondFault(ctx, &fault.Fault{Kind: fault.Deadline, Detail: "the request deadline passed while waiting for an engine"})
 		return
 	}
+	if t := s.bandTarget(); !t.IsZero() && !now.Before(t) {
+		s.reject(ctx, 503, fmt.Sprintf("no engine had room within band %q's ttft_target_s", s.x.Flow.BandName), "deadline_unmeetable")
+		return
+	}
 	s.reject(ctx, 503, "no engine had room within admission.queue_timeout_s", "queue_timeout")
+}
+
+// bandTarget is when the request's band wants it to have a slot (arrival + the band's
+// ttft_target_s), if that comes before its own deadline; zero otherwise.
+func (s *requestSupervisor) bandTarget() time.Time {
+	if s.x.Flow.TTFTTarget <= 0 {
+		return time.Time{}
+	}
+	if t := s.x.Arrival.Add(s.x.Flow.TTFTTarget); t.Before(s.x.Deadline) {
+		return t
+	}
+	return time.Time{}
 }
 
 // leaveQueue takes a queued request out of the queue and stops its timer.

@@ -354,10 +354,16 @@ func (q *Queue[K]) workAhead(e *entry[K]) int64 {
 			ahead += t.tokens
 		}
 	}
+	// Of its own tenant's, those it follows: an earlier deadline, or the same and an earlier
+	// arrival.
 	b := q.bands[e.req.Band]
 	own := e.req.Cost
 	if t := b.tenants[e.req.Tenant]; t != nil {
-		own += t.tokens
+		for _, x := range t.entries {
+			if earlier(x, e) {
+				own += x.req.Cost
+			}
+		}
 	}
 	ahead += own - e.req.Cost
 	ownShare := float64(own) / e.req.Weight

@@ -174,7 +174,7 @@ func TestOverloadShedsByRule(t *testing.T) {
 }
 
 func TestADeadlineTheDrainRateCannotMeetIsRefusedBeforeItWaits(t *testing.T) {
-	q := New[string](nil, Limits{MaxQueue: 1000})
+	q := New[string]([]Band{{Name: "high"}, {Name: "low"}}, Limits{MaxQueue: 1000})
 	// Measure: 1,000 tokens a second leave while requests wait.
 	fill(t, q, "a", 50, 100, 1, 0)
 	now := t0
@@ -184,20 +184,24 @@ func TestADeadlineTheDrainRateCannotMeetIsRefusedBeforeItWaits(t *testing.T) {
 			t.Fatal("empty")
 		}
 	}
-	// 30 requests of 100 tokens wait: about 3 s of work at the measured rate.
+	// 30 requests of 100 tokens wait in the high band: about 3 s of work ahead of any request of
+	// the low band, 0.1 s ahead of another high-band tenant's (its fair share), none ahead of
+	// the high-band tenant's own request with the earliest deadline.
 	for _, tc := range []struct {
+		tenant   string
+		band     int
 		deadline time.Duration
 		want     Verdict
-	}{{time.Second, Unmeetable}, {10 * time.Second, Queued}} {
-		v, _ := q.Push(now, Request[string]{Key: fmt.Sprint(tc.deadline), Tenant: "a", Cost: 100, Arrival: now, Deadline: now.Add(tc.deadline)})
+	}{
+		{"b", 1, time.Second, Unmeetable},
+		{"b", 1, 10 * time.Second, Queued},
+		{"c", 0, time.Second, Queued},
+		{"a", 0, 500 * time.Millisecond, Queued},
+	} {
+		v, _ := q.Push(now, Request[string]{Key: fmt.Sprint(tc), Tenant: tc.tenant, Band: tc.band, Cost: 100, Arrival: now, Deadline: now.Add(tc.deadline)})
 		if v != tc.want {
-			t.Fatalf("deadline %v: %v, want %v", tc.deadline, v, tc.want)
+			t.Fatalf("%+v: %v, want %v", tc, v, tc.want)
 		}
-	}
-	// Another tenant's request is served alongside a's queue, not behind it: its wait is its
-	// fair share, so a short deadline is met.
-	if v, _ := q.Push(now, Request[string]{Key: "b", Tenant: "b", Cost: 100, Arrival: now, Deadline: now.Add(time.Second)}); v != Queued {
-		t.Fatalf("b with 1 s: %v, want queued (it waits about 0.2 s of a's work)", v)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
@@ -21,10 +22,12 @@ type Flow struct {
 	// "anonymous". The label set is bounded by the configuration.
 	Label  string
 	Weight float64
-	// Band indexes flow_control.bands (0 the highest); Sheddable is the band's own setting.
-	Band      int
-	BandName  string
-	Sheddable bool
+	// Band indexes flow_control.bands (0 the highest); Sheddable and TTFTTarget are the band's
+	// own settings (ttft_target_s: 0 none).
+	Band       int
+	BandName   string
+	Sheddable  bool
+	TTFTTarget time.Duration
 }
 
 // flowTable is flow_control as ingress applies it: which tenant each API key belongs to and
@@ -99,7 +102,8 @@ func (t *flowTable) classify(ctx *fasthttp.RequestCtx, keys *keyring, slot int) 
 		f.Band = b
 	}
 	if len(t.cfg.Bands) > 0 {
-		f.BandName, f.Sheddable = t.cfg.Bands[f.Band].Name, t.cfg.Bands[f.Band].Sheddable
+		b := t.cfg.Bands[f.Band]
+		f.BandName, f.Sheddable, f.TTFTTarget = b.Name, b.Sheddable, b.TTFTTargetS.Duration()
 	} else {
 		f.BandName = "default"
 	}
