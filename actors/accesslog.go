@@ -22,6 +22,10 @@ type accessLine struct {
 	Attempts  int    `json:"attempts"`
 	Producer  string `json:"producer,omitempty"`
 	Consumer  string `json:"consumer,omitempty"`
+	// Tenant and Band are the request's flow (flow_control): the admission queue's tenant and
+	// priority band.
+	Tenant string `json:"tenant,omitempty"`
+	Band   string `json:"band,omitempty"`
 	// Disaggregation is the placement's decision ("disaggregated" or "local") and DisaggReason
 	// the rule that made it; PrefixMatch the consumer's prefix-index match, in blocks.
 	Disaggregation string `json:"disaggregation,omitempty"`

@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -17,32 +18,62 @@ func (s *requestSupervisor) await(ctx actor.Context) {
 		return
 	}
 	wait := min(s.set.request.QueueTimeout, time.Until(s.x.Deadline))
+	if t := s.bandTarget(); !t.IsZero() {
+		wait = min(wait, time.Until(t))
+	}
 	if wait <= 0 {
 		s.reject(ctx, 503, "no engine has room for the request", "no_capacity")
 		return
 	}
 	s.stage = stageQueued
 	s.full = s.full[:0]
-	ctx.Request(s.env.pool, &messages.AwaitCapacity{Model: s.x.Body.Model, Front: s.frontOfQ})
+	f := s.x.Flow
+	ctx.Request(s.env.pool, &messages.AwaitCapacity{Model: s.x.Body.Model, Front: s.frontOfQ,
+		Tenant: f.Tenant, Label: f.Label, Weight: f.Weight, Band: f.Band, BandName: f.BandName,
+		Cost: s.expectedTokens(), Arrival: s.x.Arrival, Deadline: s.x.Deadline})
 	self, root := s.self, s.env.root
 	s.queueTimer = time.AfterFunc(wait, func() { root.Send(self, &messages.QueueTimeout{}) })
 }
 
 // onCapacityAvailable tries placement again for a queued request an engine woke; a request that
 // loses the race for the slot keeps its place at the front of the queue.
-func (s *requestSupervisor) onCapacityAvailable(ctx actor.Context) {
+func (s *requestSupervisor) onCapacityAvailable(ctx actor.Context, m *messages.CapacityAvailable) {
 	if s.stage == stageQueued {
 		s.stopQueueTimer()
 		s.frontOfQ = true
-		s.place(ctx)
+		s.place(ctx) // took a slot, or is back in the queue (AwaitCapacity sent), or answered
+	}
+	if m.Engine != "" {
+		ctx.Request(s.env.pool, &messages.WakeSettled{}) // a Request: the pool finds the promise by its sender
 	}
 }
 
-func (s *requestSupervisor) onQueueFull(ctx actor.Context) {
-	if s.stage == stageQueued {
-		s.stopQueueTimer()
+// onQueueFull answers a request the queue refused or gave up, by flow_control's rule.
+func (s *requestSupervisor) onQueueFull(ctx actor.Context, m *messages.QueueFull) {
+	if s.stage != stageQueued {
+		return
+	}
+	s.stopQueueTimer()
+	switch m.Reason {
+	case "shed":
+		s.reject(ctx, 503, fmt.Sprintf("no engine has room, and requests of band %q are shed first under load", s.x.Flow.BandName), "shed")
+	case "tenant_queue_full":
+		s.reject(ctx, 429, "no engine has room and this tenant already has flow_control.max_queued_per_tenant requests waiting", "tenant_queue_full")
+	case "deadline_unmeetable":
+		s.reject(ctx, 503, "no engine has room, and at the rate the admission queue drains the request would not get one before its deadline", "deadline_unmeetable")
+	default:
 		s.reject(ctx, 503, "no engine has room and the admission queue is full", "queue_full")
 	}
+}
+
+// expectedTokens is the request's estimated cost for the admission queue: its prompt tokens
+// plus its output bound, or flow_control.default_output_tokens without one.
+func (s *requestSupervisor) expectedTokens() int64 {
+	out, ok := s.x.Body.OutputLimit()
+	if !ok {
+		out = int64(s.set.defaultOutput)
+	}
+	return int64(s.prompt.Tokens) + out
 }
 
 func (s *requestSupervisor) onQueueTimeout(ctx actor.Context) {
@@ -50,11 +81,28 @@ func (s *requestSupervisor) onQueueTimeout(ctx actor.Context) {
 		return
 	}
 	s.stopWaiting(ctx)
-	if !time.Now().Before(s.x.Deadline) {
+	now := time.Now()
+	if !now.Before(s.x.Deadline) {
 		s.respondFault(ctx, &fault.Fault{Kind: fault.Deadline, Detail: "the request deadline passed while waiting for an engine"})
 		return
 	}
+	if t := s.bandTarget(); !t.IsZero() && !now.Before(t) {
+		s.reject(ctx, 503, fmt.Sprintf("no engine had room within band %q's ttft_target_s", s.x.Flow.BandName), "deadline_unmeetable")
+		return
+	}
 	s.reject(ctx, 503, "no engine had room within admission.queue_timeout_s", "queue_timeout")
+}
+
+// bandTarget is when the request's band wants it to have a slot (arrival + the band's
+// ttft_target_s), if that comes before its own deadline; zero otherwise.
+func (s *requestSupervisor) bandTarget() time.Time {
+	if s.x.Flow.TTFTTarget <= 0 {
+		return time.Time{}
+	}
+	if t := s.x.Arrival.Add(s.x.Flow.TTFTTarget); t.Before(s.x.Deadline) {
+		return t
+	}
+	return time.Time{}
 }
 
 // leaveQueue takes a queued request out of the queue and stops its timer.

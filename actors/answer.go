@@ -31,7 +31,7 @@ func (s *requestSupervisor) respondShutdown(ctx actor.Context) {
 func (s *requestSupervisor) reject(ctx actor.Context, status int, message, code string) {
 	a := ingress.Answer{Status: status, Timing: s.timing(), Routing: s.routing(),
 		Body: fault.AppendErrorEnvelope(nil, fault.ErrorBody{Message: message, Code: code, Type: errorTypeFor(status)})}
-	if status == 503 {
+	if status == 503 || status == 429 {
 		a.RetryAfter = s.set.request.RetryAfter
 		s.env.metrics.AdmissionRejected(code)
 	}
@@ -40,8 +40,11 @@ func (s *requestSupervisor) reject(ctx actor.Context, status int, message, code 
 }
 
 func errorTypeFor(status int) string {
-	if status == 404 {
+	switch status {
+	case 404:
 		return "invalid_request_error"
+	case 429:
+		return "rate_limit_error"
 	}
 	return "service_unavailable"
 }

@@ -214,6 +214,9 @@ func (s *requestSupervisor) onAttemptEnded(ctx actor.Context, o *ingress.Attempt
 // onStreamFinished takes the data plane's report of how a committed response ended.
 func (s *requestSupervisor) onStreamFinished(ctx actor.Context, m *ingress.StreamFinished) {
 	s.end = *m
+	if n := m.PromptTokens + m.OutputTokens; n > 0 {
+		s.env.metrics.FlowTokens(s.x.Flow.Label, s.x.Flow.BandName, n)
+	}
 	switch f := m.Fault; {
 	case m.ClientGone:
 		s.env.metrics.ClientDisconnect(stageStreaming.String())

@@ -132,6 +132,7 @@ func (s *requestSupervisor) record() {
 		Status: s.status, Outcome: s.outcome, Attempts: attempts,
 		TTFT: s.ttft.Seconds(), FirstByte: s.firstByte.Seconds(), Total: total.Seconds(),
 		OutputTokens: s.end.OutputTokens, PromptTokens: s.end.PromptTokens, CachedTokens: s.end.CachedTokens,
+		Tenant: s.x.Flow.Tenant, Band: s.x.Flow.BandName,
 	}
 	if s.consumer != nil && s.attempt > 0 && s.outcome != outcomeRejected {
 		line.Consumer = s.consumer.Name

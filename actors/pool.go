@@ -37,7 +37,8 @@ type poolState struct {
 	// incarnations numbers every engine added.
 	incarnations uint64
 
-	waiters []waiter
+	// queue is the admission queue (queue.go): the requests that found no engine with room.
+	queue admissionQueue
 	// breaker is each engine's last reported breaker state; inWave marks a role whose engines
 	// were all ejected and restarted together, until one of them is admitted again.
 	breaker map[string]string
@@ -45,11 +46,6 @@ type poolState struct {
 	// byAdmin marks engines an operator ejected; cause is what ejected each engine.
 	byAdmin map[string]bool
 	cause   map[string]string
-}
-
-type waiter struct {
-	pid   *actor.PID
-	model string
 }
 
 // awaitReady is answered once the pool's engine actors exist.
@@ -108,26 +104,15 @@ func (p *poolActor) Receive(ctx actor.Context) {
 		for _, st := range p.order {
 			ctx.Send(pidOf(st.view), reconfigure{m.recovery})
 		}
+		p.reconfigureQueue(ctx)
 	case *messages.AwaitCapacity:
-		if len(p.waiters) >= p.r.env.current().request.MaxQueue {
-			ctx.Respond(&messages.QueueFull{})
-			return
-		}
-		w := waiter{pid: ctx.Sender(), model: m.Model}
-		if m.Front {
-			p.waiters = append([]waiter{w}, p.waiters...)
-		} else {
-			p.waiters = append(p.waiters, w)
-		}
-		p.depthChanged()
+		p.enqueue(ctx, m)
 	case *messages.StopWaiting:
-		for i, w := range p.waiters {
-			if w.pid.Equal(ctx.Sender()) {
-				p.waiters = append(p.waiters[:i], p.waiters[i+1:]...)
-				break
-			}
-		}
-		p.depthChanged()
+		p.dequeue(ctx, ctx.Sender())
+	case *messages.WakeSettled:
+		p.settle(ctx.Sender())
+	case *promiseCheck:
+		p.onPromiseCheck(ctx, m)
 	case *messages.CapacityFreed:
 		if v := p.r.fleet.Load().Engine(m.Engine); v != nil && v.Placeable.Load() {
 			p.wake(ctx, v)
@@ -384,44 +369,6 @@ func (p *poolActor) checkWaves(ctx actor.Context) {
 			}
 		}
 	}
-}
-
-// wake tells the first waiters the engine can serve to try again: as many as it has room for.
-func (p *poolActor) wake(ctx actor.Context, v *placement.Engine) {
-	if v == nil || len(p.waiters) == 0 {
-		return
-	}
-	room := len(p.waiters)
-	if v.MaxInflight > 0 {
-		room = v.MaxInflight - v.Load()
-	}
-	kept := p.waiters[:0]
-	for _, w := range p.waiters {
-		if room > 0 && v.Serves(w.model) {
-			ctx.Send(w.pid, &messages.CapacityAvailable{})
-			room--
-			continue
-		}
-		kept = append(kept, w)
-	}
-	p.waiters = kept
-	p.depthChanged()
-}
-
-// wakeAll tells every waiter to place again.
-func (p *poolActor) wakeAll(ctx actor.Context) {
-	for _, w := range p.waiters {
-		ctx.Send(w.pid, &messages.CapacityAvailable{})
-	}
-	p.waiters = p.waiters[:0]
-	p.depthChanged()
-}
-
-// depthChanged publishes the queue depth: a gauge, and the count supervisors read to decide
-// whether a released slot is worth telling the pool about.
-func (p *poolActor) depthChanged() {
-	p.r.env.queued.Store(int32(len(p.waiters)))
-	p.r.metrics.QueueDepth(len(p.waiters))
 }
 
 // pidOf is v's engine actor, nil until the pool has started it.

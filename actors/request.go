@@ -104,12 +104,16 @@ type settings struct {
 	budget             *retryBudget
 	// recovery is recovery.* (the blame window, the backpressure bound).
 	recovery config.RecoveryRuntime
+	// defaultOutput is flow_control.default_output_tokens: a request's expected output when it
+	// sets no bound, for its cost in the admission queue.
+	defaultOutput int
 }
 
 // newSettings reads rt's request settings; prev (nil at start) lends its retry budget, and the
 // history it counts, when the budget's configuration did not change.
 func newSettings(rt config.Config, prev *settings) *settings {
-	s := &settings{request: rt.RequestRuntime(), fleet: rt.FleetRuntime(), exposeEngineErrors: rt.Server.ExposeEngineErrors, recovery: rt.RecoveryRuntime()}
+	s := &settings{request: rt.RequestRuntime(), fleet: rt.FleetRuntime(), exposeEngineErrors: rt.Server.ExposeEngineErrors,
+		recovery: rt.RecoveryRuntime(), defaultOutput: rt.FlowControl.DefaultOutputTokens}
 	if prev != nil && prev.budget.cfg == rt.RecoveryRuntime().RetryBudget {
 		s.budget = prev.budget
 	} else {
@@ -196,9 +200,9 @@ func (s *requestSupervisor) Receive(ctx actor.Context) {
 	case *messages.Abort:
 		s.abort(ctx)
 	case *messages.CapacityAvailable:
-		s.onCapacityAvailable(ctx)
+		s.onCapacityAvailable(ctx, m)
 	case *messages.QueueFull:
-		s.onQueueFull(ctx)
+		s.onQueueFull(ctx, m)
 	case *messages.QueueTimeout:
 		s.onQueueTimeout(ctx)
 	case *messages.Describe:

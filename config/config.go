@@ -16,6 +16,7 @@ type Config struct {
 	Server         Server          `yaml:"server"`
 	Request        Request         `yaml:"request"`
 	Admission      Admission       `yaml:"admission"`
+	FlowControl    FlowControl     `yaml:"flow_control"`
 	Engine         EngineTimeouts  `yaml:"engine"`
 	Handoff        Handoff         `yaml:"handoff"`
 	Disaggregation Disaggregation  `yaml:"disaggregation"`
@@ -48,6 +49,7 @@ func Default() Config {
 		Server:         defaultServer(),
 		Request:        defaultRequest(),
 		Admission:      defaultAdmission(),
+		FlowControl:    defaultFlowControl(),
 		Engine:         defaultEngineTimeouts(),
 		Handoff:        defaultHandoff(),
 		Disaggregation: defaultDisaggregation(),

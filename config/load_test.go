@@ -198,6 +198,7 @@ func TestExampleConfigParses(t *testing.T) {
 	t.Setenv("NARWHAL_ADMIN_TOKEN", "t")
 	t.Setenv("ENGINE_P0_KEY", "k")
 	t.Setenv("NARWHAL_API_KEY", "client-key")
+	t.Setenv("NARWHAL_SEARCH_API_KEY", "search-key")
 	keys := filepath.Join(t.TempDir(), "keys")
 	if err := os.WriteFile(keys, []byte("file-key\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -331,6 +332,35 @@ func TestCollidingListeners(t *testing.T) {
 	} {
 		if _, err := Parse([]byte(ok+minimal), noEnv); err != nil {
 			t.Errorf("%q refused: %v", ok, err)
+		}
+	}
+}
+
+func TestFlowControlProblemsNameTheirKey(t *testing.T) {
+	_, err := Parse([]byte(`flow_control:
+  bands: [{name: gold}, {name: gold}, {name: "bad name"}]
+  default_band: silver
+  unlisted_weight: 0
+  tenants:
+    - {name: a, api_keys: [k1], weight: -1, band: bronze}
+    - {name: a, api_keys: [k1], bands: [gold, lead]}
+`+minimal), noEnv)
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	for _, want := range []string{
+		`line 2: flow_control.bands[1].name: repeats band "gold"`,
+		`line 2: flow_control.bands[2].name: may hold only letters`,
+		`line 3: flow_control.default_band: names band "silver", which flow_control.bands does not define (bands: gold, gold, bad name)`,
+		`line 4: flow_control.unlisted_weight: must be greater than 0`,
+		`line 6: flow_control.tenants[0].weight: must be greater than 0`,
+		`line 6: flow_control.tenants[0].band: names band "bronze"`,
+		`line 7: flow_control.tenants[1].name: repeats tenant "a"`,
+		`line 7: flow_control.tenants[1].api_keys[0]: is already a key of flow_control.tenants[0]`,
+		`line 7: flow_control.tenants[1].bands[1]: names band "lead"`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("missing %q in:\n%v", want, err)
 		}
 	}
 }

@@ -17,6 +17,7 @@ var reloadable = []string{
 	"log.level",
 	"request.",
 	"admission.",
+	"flow_control.",
 	"handoff.",
 	"recovery.",
 	"disaggregation.",

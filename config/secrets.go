@@ -20,6 +20,11 @@ func (c *Config) secretKeys() map[string]string {
 	for i, e := range c.Engines {
 		out[fmt.Sprintf("engines[%d].api_key", i)] = e.APIKey
 	}
+	for i, t := range c.FlowControl.Tenants {
+		for j, k := range t.APIKeys {
+			out[fmt.Sprintf("flow_control.tenants[%d].api_keys[%d]", i, j)] = k
+		}
+	}
 	return out
 }
 

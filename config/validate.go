@@ -149,6 +149,7 @@ func (c *Config) check(ck *checker) {
 	c.Server.checkLimits(ck)
 	c.Request.check(ck)
 	c.Admission.check(ck)
+	c.FlowControl.check(ck)
 	c.Engine.check(ck)
 	c.Handoff.check(ck)
 	c.Disaggregation.check(ck)

@@ -46,13 +46,30 @@ type AwaitCapacity struct {
 	Model string
 	// Front keeps the request's place after a wake-up that lost the race for the slot.
 	Front bool
+	// The request's flow (flow_control): its tenant, the tenant's metric label and weight, its
+	// band (an index of flow_control.bands, and its name); Cost its estimated tokens (prompt
+	// plus expected output); Arrival and Deadline its own.
+	Tenant, Label string
+	Weight        float64
+	Band          int
+	BandName      string
+	Cost          int64
+	Arrival       time.Time
+	Deadline      time.Time
 }
 
-// CapacityAvailable wakes a queued request: it should try placement again.
-type CapacityAvailable struct{}
+// CapacityAvailable wakes a queued request: it should try placement again. Engine names the
+// engine whose free slot it was given ("" for a wake-up of every waiter); the pool counts that
+// slot as promised until the request answers with WakeSettled (or leaves the queue).
+type CapacityAvailable struct{ Engine string }
 
-// QueueFull refuses AwaitCapacity: admission.max_queue requests are already waiting.
-type QueueFull struct{}
+// WakeSettled tells the pool a woken request has tried the slot it was promised: it took it, or
+// it is back in the queue (sent after its AwaitCapacity), or it ended.
+type WakeSettled struct{}
+
+// QueueFull refuses a request the queue will not hold, or no longer holds (flow_control's
+// rules): Reason is queue_full, shed, tenant_queue_full or deadline_unmeetable.
+type QueueFull struct{ Reason string }
 
 // StopWaiting removes a request from the queue.
 type StopWaiting struct{}

@@ -180,6 +180,7 @@ func Start(rt Runtime, opts Options) (_ *Server, err error) {
 		return nil, err
 	}
 	cleanup = append(cleanup, s.ingress.Close)
+	s.ingress.SetFlowControl(cfg.FlowControl)
 
 	s.serving = make(chan struct{})
 	go func() {

@@ -62,6 +62,7 @@ func (s *Server) Reload(load func() (Runtime, error)) error {
 	s.cur.Store(&next)
 	s.router.Reconfigure(next.Config)
 	s.ingress.Reconfigure(next.Config.Server, next.APIKeys, next.Config.Request)
+	s.ingress.SetFlowControl(next.Config.FlowControl)
 	if s.logLevel != nil {
 		s.logLevel.Set(next.Config.Log.SlogLevel())
 	}

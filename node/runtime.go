@@ -40,6 +40,12 @@ func Provision(cfg config.Config, connectors kv.Registry) (Runtime, error) {
 	if err != nil {
 		return Runtime{}, err
 	}
+	// The tenants' keys are client keys too (flow_control.tenants[].api_keys), each once.
+	for _, k := range cfg.FlowControl.TenantKeys() {
+		if !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
 	rt := Runtime{Config: cfg.Clone(), APIKeys: keys,
 		Provisioner: transport.NewProvisioner(connectors, cfg.ReservedPorts())}
 	if rt.Engines, err = rt.Provisioner.Engines(cfg.Engines, discovery.SourceFile); err != nil {

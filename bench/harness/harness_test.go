@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/narwhal-router/narwhal/bench/loadgen"
+	"github.com/narwhal-router/narwhal/config"
 )
 
 // testRouterConfig is the default configuration in front of one producer and one consumer.
@@ -55,6 +56,33 @@ func TestRouterConfigTracesOnlyWhenAsked(t *testing.T) {
 	}
 	if on.Tracing.OTLPEndpoint != c.TracingEndpoint || on.Tracing.Protocol != "http" || on.Tracing.SampleRatio != 1 {
 		t.Fatalf("traced arm: %+v", on.Tracing)
+	}
+}
+
+// A configuration with flow_control carries it whole to the router; one without has the
+// defaults (no tenants, one band).
+func TestRouterConfigCarriesFlowControl(t *testing.T) {
+	c := testRouterConfig()
+	plain, err := c.Write(t.TempDir() + "/router.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plain.FlowControl.Tenants) != 0 || len(plain.FlowControl.Bands) != 0 {
+		t.Fatalf("flow control without asking: %+v", plain.FlowControl)
+	}
+	fc := config.Default().FlowControl
+	fc.Bands = []config.FlowBand{{Name: "interactive", TTFTTargetS: 1}, {Name: "batch", Sheddable: true}}
+	fc.DefaultBand = "interactive"
+	fc.Tenants = []config.Tenant{{Name: "quiet", APIKeys: []string{"k-quiet"}, Weight: 2, Bands: []string{"batch"}}}
+	c.FlowControl = &fc
+	got, err := c.Write(t.TempDir() + "/router.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := got.FlowControl
+	if len(g.Bands) != 2 || g.Bands[0].TTFTTargetS != 1 || !g.Bands[1].Sheddable || g.DefaultBand != "interactive" ||
+		g.BandHeader != fc.BandHeader || len(g.Tenants) != 1 || g.Tenants[0].APIKeys[0] != "k-quiet" || g.Tenants[0].Weight != 2 {
+		t.Fatalf("flow_control: %+v", g)
 	}
 }
 

@@ -3,6 +3,7 @@ package loadgen
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -93,7 +94,7 @@ func (g *Generator) Run(p Phase, events func(Event)) (Result, error) {
 		streaming, streamingAfter = g.runHold(p, body, rec, events)
 	}
 	res := rec.result()
-	res.Elapsed = time.Since(start)
+	res.setElapsed(time.Since(start))
 	res.Streaming, res.StreamingAfter = streaming, streamingAfter
 	if inj != nil {
 		if res.Faults, err = inj.finish(); err != nil {
@@ -131,6 +132,14 @@ func validate(p Phase) error {
 	if p.Faults != nil && p.Arm != Routed {
 		return fmt.Errorf("phase %s: faults are injected in routed phases only", p.Name)
 	}
+	if len(p.Flows) > 0 {
+		if p.Arm == Direct || p.Mode == Hold {
+			return fmt.Errorf("phase %s: flows need a closed or open phase on an arm with a router", p.Name)
+		}
+		if _, err := newFlowPicker(p.Flows); err != nil {
+			return fmt.Errorf("phase %s: %w", p.Name, err)
+		}
+	}
 	return nil
 }
 
@@ -147,11 +156,21 @@ func (g *Generator) requester(p Phase, body []byte, inj *injector) func(start ti
 		return func(start time.Time) Outcome { return Outcome{Started: start, Error: missing} }
 	}
 	r := g.routedArm(addr, p.Guard)
+	var picker *flowPicker
+	if len(p.Flows) > 0 {
+		picker, _ = newFlowPicker(p.Flows) // validate has checked the flows
+	}
 	return func(start time.Time) Outcome {
 		if inj != nil {
 			inj.maybe()
 		}
-		return r.do(start, body, p.MaxTokens, nil)
+		if picker == nil {
+			return r.do(start, body, p.MaxTokens, nil, nil)
+		}
+		f := &p.Flows[picker.pick(rand.Float64())]
+		o := r.do(start, body, p.MaxTokens, nil, f)
+		o.Flow = f.Name
+		return o
 	}
 }
 
@@ -259,7 +278,7 @@ func (g *Generator) runHold(p Phase, body []byte, rec *recorder, events func(Eve
 	var wg sync.WaitGroup
 	schedule(p.Rate, 0, p.Streams, func(sched time.Time) {
 		rec.sent()
-		wg.Go(func() { rec.add(r.do(sched, body, p.MaxTokens, h)) })
+		wg.Go(func() { rec.add(r.do(sched, body, p.MaxTokens, h, nil)) })
 	})
 	wg.Wait()
 	report()

@@ -89,6 +89,9 @@ type Phase struct {
 	MaxInFlight int `json:"max_in_flight,omitempty"`
 	// Faults injects engine faults while the phase runs (routed phases only).
 	Faults *FaultPlan `json:"faults,omitempty"`
+	// Flows, when set, split the phase's requests between tenants and bands by share (closed
+	// and open phases on a routed-like arm).
+	Flows []Flow `json:"flows,omitempty"`
 }
 
 // FaultPlan injects one engine-level fault (`POST /sim/faults`, count 1) for a share of the

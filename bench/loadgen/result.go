@@ -28,6 +28,8 @@ type Outcome struct {
 	Lag time.Duration
 	// Released: the generator itself hung up on a healthy stream (end of a hold phase).
 	Released bool
+	// Flow names the request's flow ("" in a phase without flows).
+	Flow string
 }
 
 // Result is what one phase (or several merged) measured.
@@ -62,6 +64,9 @@ type Result struct {
 	// StreamingAfter how long after the phase started that was.
 	Streaming      int           `json:"streaming,omitempty"`
 	StreamingAfter time.Duration `json:"streaming_after,omitempty"`
+	// Flows are the phase's requests again, split by flow (phases with flows only): each
+	// flow's counts and samples, its Elapsed the phase's.
+	Flows map[string]*Result `json:"flows,omitempty"`
 }
 
 // FaultTally counts injected faults per spec: how many were injected and how many an engine
@@ -128,6 +133,22 @@ func (r *Result) Merge(o *Result) {
 		}
 		r.Faults.Failed += o.Faults.Failed
 	}
+	for name, f := range o.Flows {
+		r.flow(name).Merge(f)
+	}
+}
+
+// flow is the named flow's part of r, made on first use.
+func (r *Result) flow(name string) *Result {
+	f, ok := r.Flows[name]
+	if !ok {
+		if r.Flows == nil {
+			r.Flows = map[string]*Result{}
+		}
+		f = &Result{Phase: r.Phase, Arm: r.Arm}
+		r.Flows[name] = f
+	}
+	return f
 }
 
 func addCounts[K comparable](dst, src map[K]int) map[K]int {
@@ -171,7 +192,17 @@ func newRecorder(p Phase) *recorder {
 func (rec *recorder) add(o Outcome) {
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
-	r := &rec.res
+	rec.res.record(o)
+	if o.Flow != "" {
+		// Every started request is recorded once, so a flow's Sent is its outcomes.
+		f := rec.res.flow(o.Flow)
+		f.Sent++
+		f.record(o)
+	}
+}
+
+// record counts one outcome in r (but not in Sent).
+func (r *Result) record(o Outcome) {
 	r.Tokens += int64(o.Tokens)
 	if o.TTFT > 0 {
 		r.TTFT = append(r.TTFT, o.TTFT.Microseconds())
@@ -223,4 +254,12 @@ func (rec *recorder) result() Result {
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	return rec.res
+}
+
+// setElapsed sets the phase's Elapsed on r and on each of its flows.
+func (r *Result) setElapsed(d time.Duration) {
+	r.Elapsed = d
+	for _, f := range r.Flows {
+		f.Elapsed = d
+	}
 }

@@ -48,8 +48,8 @@ type hooks struct {
 	release           func() bool
 }
 
-// do runs one request that started at start.
-func (r *routedArm) do(start time.Time, body []byte, maxTokens int, h *hooks) Outcome {
+// do runs one request that started at start, as flow f's when f is not nil.
+func (r *routedArm) do(start time.Time, body []byte, maxTokens int, h *hooks, f *Flow) Outcome {
 	o := Outcome{Started: start}
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
@@ -57,6 +57,12 @@ func (r *routedArm) do(start time.Time, body []byte, maxTokens int, h *hooks) Ou
 	req.SetRequestURI(r.uri)
 	req.Header.SetContentType("application/json")
 	req.SetBodyRaw(body)
+	if f != nil && f.Key != "" {
+		req.Header.Set("Authorization", "Bearer "+f.Key)
+	}
+	if f != nil && f.Band != "" {
+		req.Header.Set(BandHeader, f.Band)
+	}
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
 

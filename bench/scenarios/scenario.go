@@ -3,8 +3,10 @@
 // rate it sustains), streams (memory per concurrent stream), faults (goodput and one
 // outcome per request under injected engine faults), fleet (placement policies on a trace),
 // churn (engines added and removed under load), goodput (capacity under SLOs), thousand (a
-// router in front of a thousand engines) and nodes (several routers in front of one fleet). Each starts its own rig — fleet, router,
-// generator — measures, and returns a report section with its figures and targets.
+// router in front of a thousand engines), nodes (several routers in front of one fleet) and
+// tenants (the admission queue's flow control against FIFO for tenants and priority bands on a
+// full fleet). Each starts its own rig — fleet, router, generator — measures, and returns a
+// report section with its figures and targets.
 package scenarios
 
 import (
@@ -32,6 +34,7 @@ var All = []Scenario{
 	{Name: "goodput", Run: Goodput},
 	{Name: "thousand", Run: Thousand},
 	{Name: "nodes", Run: Nodes},
+	{Name: "tenants", Run: Tenants},
 }
 
 // Select returns the scenarios named in a comma-separated list ("" or "all": every one).

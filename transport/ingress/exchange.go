@@ -27,6 +27,9 @@ type Exchange struct {
 	TraceParent string
 	TraceState  string
 
+	// Flow is the request's tenant and priority band (flow_control), for the admission queue.
+	Flow Flow
+
 	// Handle is the dispatcher's reference to the request's supervisor.
 	Handle any
 

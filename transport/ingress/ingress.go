@@ -38,7 +38,8 @@ type Ingress struct {
 	srv        *fasthttp.Server
 	budget     *memory.Budget
 	live       atomic.Pointer[liveSettings]
-	rejections RejectionLog // nil: requests ingress answers itself are not logged
+	rejections RejectionLog              // nil: requests ingress answers itself are not logged
+	flows      atomic.Pointer[flowTable] // flow_control (tenant.go); nil: every request one flow
 }
 
 // Options are an Ingress's collaborators beyond the router.
@@ -218,6 +219,12 @@ func (in *Ingress) generate(ctx *fasthttp.RequestCtx, live *liveSettings, ep wir
 		in.reject(ctx, live, ep, arrival, fasthttp.StatusBadRequest, fault.ErrorBody{Message: err.Error(), Type: fault.ErrorType(400), Code: "invalid_deadline"})
 		return
 	}
+	flow, bad := in.flows.Load().classify(ctx, live.keys, slot)
+	if bad != nil {
+		live.keys.release(slot)
+		in.reject(ctx, live, ep, arrival, fasthttp.StatusBadRequest, *bad)
+		return
+	}
 	raw, hold, ok := in.readBody(ctx, live, ep, arrival)
 	if !ok {
 		live.keys.release(slot)
@@ -238,6 +245,7 @@ func (in *Ingress) generate(ctx *fasthttp.RequestCtx, live *liveSettings, ep wir
 	}
 
 	x := NewExchange(id, body, arrival, deadline)
+	x.Flow = flow
 	x.budget = in.budget
 	x.live = live
 	x.keys = live.keys

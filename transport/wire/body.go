@@ -150,15 +150,7 @@ func ParseClientBody(ep Endpoint, raw []byte) (*ClientBody, error) {
 // checkMinimums refuses a minimum above the maximum before any engine work: the decode engine
 // would refuse it only after a prefill was paid for.
 func (b *ClientBody) checkMinimums() *BadRequestError {
-	limitKey := "max_tokens"
-	if b.Endpoint == EndpointResponses {
-		limitKey = "max_output_tokens"
-	}
-	if b.Endpoint == EndpointChat {
-		if _, ok := b.intMember("max_completion_tokens"); ok {
-			limitKey = "max_completion_tokens"
-		}
-	}
+	limitKey := b.outputLimitKey()
 	limit, hasLimit := b.intMember(limitKey)
 	for _, key := range [...]string{"min_tokens", "min_completion_tokens"} {
 		v, ok := b.member(key)
