@@ -262,11 +262,41 @@ func (a *engineActor) publish(ctx actor.Context, notify bool) {
 	st.view.State.Store(uint32(st.breaker.state))
 	st.view.Streak.Store(int32(st.breaker.streak))
 	st.view.TakesOut.Store(st.breaker.takesOut())
+	st.view.Why.Store(a.whyOut())
 	if notify && ctx.Parent() != nil {
 		ctx.Send(ctx.Parent(), &messages.EngineChanged{Engine: st.spec.Name, Incarnation: st.incarnation,
 			State: st.breaker.state.String(), Placeable: st.view.Placeable.Load(), HasRoom: st.view.HasRoom(),
 			ByAdmin: st.breaker.byAdmin, Cause: st.breaker.cause})
 	}
+}
+
+// whyOut is why the engine is not admitted (nil when it is): what ejected it, else its newest
+// join check's or probe's outcome, else its state alone.
+func (a *engineActor) whyOut() *string {
+	st := a.st
+	if st.view.Placeable.Load() {
+		return nil
+	}
+	var why string
+	switch p := st.joinCheck; {
+	case st.breaker.cause != "":
+		why = st.breaker.cause
+	case st.breaker.state == joining && p != nil:
+		why = "join check " + p.Result
+		if p.Reason != "" {
+			why += ": " + p.Reason
+		}
+	case st.lastProbe != nil:
+		why = "last probe " + st.lastProbe.Result
+		if st.lastProbe.Reason != "" {
+			why += ": " + st.lastProbe.Reason
+		}
+	case st.breaker.state == joining:
+		why = "its join check has not ended yet"
+	default:
+		return nil
+	}
+	return &why
 }
 
 // schedule arms the timer the current state needs.

@@ -49,7 +49,7 @@ func TestReadinessFollowsThePolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	ready, why := r.Ready()
-	if ready || why != "no admitted engine can run the prefill leg (p0 ejected); disaggregation.policy always needs an admitted prefill and an admitted decode engine" {
+	if ready || why != "no admitted engine can run the prefill leg (p0 ejected [test]); disaggregation.policy always needs an admitted prefill and an admitted decode engine" {
 		t.Fatalf("always without a producer: %v %q", ready, why)
 	}
 	next := r.rt
@@ -61,7 +61,7 @@ func TestReadinessFollowsThePolicy(t *testing.T) {
 	if _, err := r.Eject(ctx, "d0", "test"); err != nil {
 		t.Fatal(err)
 	}
-	if ready, why := r.Ready(); ready || !strings.HasPrefix(why, "no admitted engine can run the decode leg (d0 ejected)") {
+	if ready, why := r.Ready(); ready || !strings.HasPrefix(why, "no admitted engine can run the decode leg (d0 ejected [test])") {
 		t.Fatalf("auto without a consumer: %v %q", ready, why)
 	}
 	if err := r.SetEngines(ctx, nil); err != nil {

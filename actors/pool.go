@@ -113,6 +113,8 @@ func (p *poolActor) Receive(ctx actor.Context) {
 		p.settle(ctx.Sender())
 	case *promiseCheck:
 		p.onPromiseCheck(ctx, m)
+	case queueTickDue:
+		p.onQueueTick(ctx)
 	case *messages.CapacityFreed:
 		if v := p.r.fleet.Load().Engine(m.Engine); v != nil && v.Placeable.Load() {
 			p.wake(ctx, v)

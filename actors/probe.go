@@ -56,6 +56,7 @@ func (a *engineActor) probeFinished(ctx actor.Context, m probeFinished) {
 	out := m.outcome
 	a.tellRejected(ctx, out.rejected)
 	st.lastProbe = &out.Probe
+	st.view.Why.Store(a.whyOut())
 	a.storeModels(out.models)
 	a.r.metrics.ProbeResult(st.spec.Name, out.Result)
 	a.r.log.Info("engine probe", "engine", st.spec.Name, "mode", out.Mode, "result", out.Result, "reason", out.Reason, "partner", out.Partner)
@@ -100,6 +101,7 @@ func (a *engineActor) joinFinished(ctx actor.Context, m joinFinished) {
 	out := m.outcome
 	a.tellRejected(ctx, out.rejected)
 	st.joinCheck = &out.Probe
+	st.view.Why.Store(a.whyOut()) // readiness's reason, even when the state does not change
 	a.storeModels(out.models)
 	a.r.metrics.JoinCheck(st.spec.Name, out.Result)
 	a.r.log.Info("engine join check", "engine", st.spec.Name, "source", st.source, "mode", out.Mode, "result", out.Result,

@@ -28,6 +28,8 @@ type admissionQueue struct {
 	// by the engine's actor), so the order flow chose is the order requests get slots in.
 	promised   map[string]promise
 	promisedTo map[string]int
+	// ticking says a queueTickDue is on its way (onQueueTick).
+	ticking bool
 }
 
 type promise struct {
@@ -244,4 +246,38 @@ func (p *poolActor) depthChanged() {
 	}
 	p.r.env.queued.Store(int32(n))
 	p.r.metrics.QueueDepth(n)
+	if n > 0 && !p.queue.ticking {
+		p.queue.ticking = true
+		root, self := p.r.root, p.self
+		time.AfterFunc(queueTick, func() { root.Send(self, queueTickDue{}) })
+	}
+}
+
+// queueTick is how often, while requests wait, the pool offers every engine's free room to
+// them again. Notices of room are sent by the releases that leave a full engine, and a release
+// can pass unnoticed: one that happens while a request is on its way into the queue (the queue
+// still looked empty to the releaser), or a freed slot a woken request did not use because the
+// other leg it needed was full. The tick bounds how long such room stays idle while requests
+// wait; it costs nothing while the queue is empty.
+const queueTick = 50 * time.Millisecond
+
+// queueTickDue is the pool's own reminder to offer the fleet's free room to the waiters.
+type queueTickDue struct{}
+
+// onQueueTick wakes waiters for every admitted engine with room, and keeps ticking while
+// requests wait.
+func (p *poolActor) onQueueTick(ctx actor.Context) {
+	p.queue.ticking = false
+	if p.queue.q == nil || p.queue.q.Len() == 0 {
+		return
+	}
+	for _, v := range p.r.fleet.Load().Engines {
+		if p.queue.q.Len() == 0 {
+			break
+		}
+		if v.Placeable.Load() && v.HasRoom() {
+			p.wake(ctx, v)
+		}
+	}
+	p.depthChanged()
 }

@@ -324,7 +324,11 @@ func (r *Router) Ready() (ready bool, reason string) {
 				admittedOne = true
 				break
 			}
-			states = append(states, v.Name+" "+breakerState(v.State.Load()).String())
+			state := v.Name + " " + breakerState(v.State.Load()).String()
+			if why := v.Why.Load(); why != nil {
+				state += " [" + *why + "]"
+			}
+			states = append(states, state)
 		}
 		if admittedOne {
 			continue

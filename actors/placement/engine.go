@@ -68,6 +68,10 @@ type Engine struct {
 	// reasons and probe planning. Writer: the pool before publication (joining), then the
 	// engine actor.
 	State atomic.Uint32
+	// Why says why the engine is not admitted, for readiness's reasons: what ejected it, or
+	// its newest join check's or probe's outcome; nil while it is admitted. Writer: the engine
+	// actor.
+	Why atomic.Pointer[string]
 	// Removed says the engine left the fleet: Reserve refuses it from then on, even to a
 	// supervisor that picked the engine from an older snapshot. Writer: the engine actor.
 	Removed atomic.Bool
