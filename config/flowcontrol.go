@@ -118,12 +118,7 @@ func (f FlowControl) check(ck *checker) {
 	bands := map[string]bool{}
 	for i, b := range f.Bands {
 		p := fmt.Sprintf("flow_control.bands[%d]", i)
-		if why := ValidTenantName(b.Name); why != "" {
-			ck.fail(p+".name", "%s", why)
-		} else if bands[b.Name] {
-			ck.fail(p+".name", "repeats band %q; name each band once", b.Name)
-		}
-		bands[b.Name] = true
+		ck.flowName(p+".name", "band", b.Name, bands)
 		ck.nonNegative(p+".ttft_target_s", b.TTFTTargetS)
 	}
 	knownBand := func(path, name string) {
@@ -150,12 +145,7 @@ func (f FlowControl) check(ck *checker) {
 	keyOwner := map[string]int{}
 	for i, t := range f.Tenants {
 		p := fmt.Sprintf("flow_control.tenants[%d]", i)
-		if why := ValidTenantName(t.Name); why != "" {
-			ck.fail(p+".name", "%s", why)
-		} else if names[t.Name] {
-			ck.fail(p+".name", "repeats tenant %q; list each tenant once", t.Name)
-		}
-		names[t.Name] = true
+		ck.flowName(p+".name", "tenant", t.Name, names)
 		if t.Weight < 0 {
 			ck.fail(p+".weight", "must be greater than 0 (or left out for 1), got %v", t.Weight)
 		}
@@ -174,6 +164,17 @@ func (f FlowControl) check(ck *checker) {
 			}
 		}
 	}
+}
+
+// flowName records what is wrong with a band's or tenant's name: its form, or a repeat of one
+// in seen (which it joins).
+func (ck *checker) flowName(path, kind, name string, seen map[string]bool) {
+	if why := ValidTenantName(name); why != "" {
+		ck.fail(path, "%s", why)
+	} else if seen[name] {
+		ck.fail(path, "repeats %s %q; name each %s once", kind, name, kind)
+	}
+	seen[name] = true
 }
 
 func (f FlowControl) bandNames() string {

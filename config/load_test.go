@@ -349,13 +349,13 @@ func TestFlowControlProblemsNameTheirKey(t *testing.T) {
 		t.Fatal("accepted")
 	}
 	for _, want := range []string{
-		`line 2: flow_control.bands[1].name: repeats band "gold"`,
+		`line 2: flow_control.bands[1].name: repeats band "gold"; name each band once`,
 		`line 2: flow_control.bands[2].name: may hold only letters`,
 		`line 3: flow_control.default_band: names band "silver", which flow_control.bands does not define (bands: gold, gold, bad name)`,
 		`line 4: flow_control.unlisted_weight: must be greater than 0`,
 		`line 6: flow_control.tenants[0].weight: must be greater than 0`,
 		`line 6: flow_control.tenants[0].band: names band "bronze"`,
-		`line 7: flow_control.tenants[1].name: repeats tenant "a"`,
+		`line 7: flow_control.tenants[1].name: repeats tenant "a"; name each tenant once`,
 		`line 7: flow_control.tenants[1].api_keys[0]: is already a key of flow_control.tenants[0]`,
 		`line 7: flow_control.tenants[1].bands[1]: names band "lead"`,
 	} {

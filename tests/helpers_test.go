@@ -398,6 +398,13 @@ func (h *harness) requestPhase(id string) string {
 func (h *harness) startRequest(path, body string, headers ...string) (id string, resp <-chan *http.Response, cancel context.CancelFunc) {
 	h.t.Helper()
 	id = newRequestID(h.t)
+	resp, cancel = h.startWithID(id, path, body, headers...)
+	return id, resp, cancel
+}
+
+// startWithID is startRequest with the request's X-Request-Id given.
+func (h *harness) startWithID(id, path, body string, headers ...string) (<-chan *http.Response, context.CancelFunc) {
+	h.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.base+path, strings.NewReader(body))
 	if err != nil {
@@ -418,7 +425,7 @@ func (h *harness) startRequest(path, body string, headers ...string) (id string,
 		ch <- r
 	}()
 	h.t.Cleanup(cancel)
-	return id, ch, cancel
+	return ch, cancel
 }
 
 // readEvents reads a streaming response until it has n events with generated text.

@@ -2,7 +2,6 @@ package tests
 
 import (
 	"fmt"
-	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
@@ -48,7 +47,7 @@ func queued(t *testing.T, h *harness, keys []string, headers ...string) (ids []s
 		// Every prompt is as long as the others (the same cost in the queue) and names its
 		// request, so that the engine's record tells the order the slot went in.
 		id := newRequestID(t)
-		resp := h.startWithID(id, "/v1/completions", completion("request "+id, false), append([]string{"Authorization", "Bearer " + k}, headers...)...)
+		resp, _ := h.startWithID(id, "/v1/completions", completion("request "+id, false), append([]string{"Authorization", "Bearer " + k}, headers...)...)
 		ids = append(ids, id)
 		wg.Add(1)
 		go func() {
@@ -101,30 +100,6 @@ func (h *harness) servedOrder(ids ...string) []string {
 		h.t.Fatalf("the engine received %d of the %d requests", len(out), len(ids))
 	}
 	return out
-}
-
-// startWithID starts a request with the given X-Request-Id; the channel gets its response (nil
-// if it failed).
-func (h *harness) startWithID(id, path, body string, headers ...string) <-chan *http.Response {
-	h.t.Helper()
-	req, err := http.NewRequest(http.MethodPost, h.base+path, strings.NewReader(body))
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-Request-Id", id)
-	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
-	}
-	ch := make(chan *http.Response, 1)
-	go func() {
-		r, err := h.client.Do(req)
-		if err != nil {
-			r = nil
-		}
-		ch <- r
-	}()
-	return ch
 }
 
 func repeat(key string, n int) []string { return strings.Fields(strings.Repeat(key+" ", n)) }
