@@ -17,20 +17,32 @@ func (s *requestSupervisor) await(ctx actor.Context) {
 		s.reject(ctx, 503, "no engine has room for the request", "no_capacity")
 		return
 	}
-	wait := min(s.set.request.QueueTimeout, time.Until(s.x.Deadline))
+	// admission.queue_timeout_s bounds the whole wait of a placement round: a request woken
+	// that could not take the slot waits on for what is left of it, not for a fresh timeout.
+	first := s.queuedSince.IsZero()
+	if first {
+		s.queuedSince = time.Now()
+	}
+	wait := min(s.set.request.QueueTimeout-time.Since(s.queuedSince), time.Until(s.x.Deadline))
 	if t := s.bandTarget(); !t.IsZero() {
 		wait = min(wait, time.Until(t))
 	}
 	if wait <= 0 {
-		s.reject(ctx, 503, "no engine has room for the request", "no_capacity")
+		if first {
+			s.reject(ctx, 503, "no engine has room for the request", "no_capacity")
+		} else {
+			s.stage = stageQueued
+			s.timedOut(ctx)
+		}
 		return
 	}
 	s.stage = stageQueued
-	s.full = s.full[:0]
 	f := s.x.Flow
 	ctx.Request(s.env.pool, &messages.AwaitCapacity{Model: s.x.Body.Model, Front: s.frontOfQ,
 		Tenant: f.Tenant, Label: f.Label, Weight: f.Weight, Band: f.Band, BandName: f.BandName,
-		Cost: s.expectedTokens(), Arrival: s.x.Arrival, Deadline: s.x.Deadline})
+		Cost: s.expectedTokens(), Arrival: s.x.Arrival, Deadline: s.x.Deadline,
+		Full: append([]string(nil), s.full...)})
+	s.full = s.full[:0]
 	self, root := s.self, s.env.root
 	s.queueTimer = time.AfterFunc(wait, func() { root.Send(self, &messages.QueueTimeout{}) })
 }
@@ -81,6 +93,12 @@ func (s *requestSupervisor) onQueueTimeout(ctx actor.Context) {
 		return
 	}
 	s.stopWaiting(ctx)
+	s.timedOut(ctx)
+}
+
+// timedOut answers a queued request whose wait ended: its deadline, its band's target or
+// admission.queue_timeout_s passed.
+func (s *requestSupervisor) timedOut(ctx actor.Context) {
 	now := time.Now()
 	if !now.Before(s.x.Deadline) {
 		s.respondFault(ctx, &fault.Fault{Kind: fault.Deadline, Detail: "the request deadline passed while waiting for an engine"})

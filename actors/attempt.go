@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"slices"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -161,6 +162,13 @@ func (s *requestSupervisor) noPlacement(ctx actor.Context, why placement.Scarcit
 	case placement.NoAdmitted:
 		s.reject(ctx, 503, "no admitted engine can run the "+phase.String()+" leg for model `"+s.x.Body.Model+"`", "no_engine")
 	default:
+		// The engines of the leg without room, so that the queue can tell whether one freed a
+		// slot while the request was on its way to it (admission.go, AwaitCapacity.Full).
+		for _, v := range s.env.fleet.Load().Candidates(phase, s.x.Body.Model) {
+			if v.Placeable.Load() && !v.HasRoom() && !slices.Contains(s.full, v.Name) {
+				s.full = append(s.full, v.Name)
+			}
+		}
 		s.await(ctx)
 	}
 }

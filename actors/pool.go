@@ -110,11 +110,9 @@ func (p *poolActor) Receive(ctx actor.Context) {
 	case *messages.StopWaiting:
 		p.dequeue(ctx, ctx.Sender())
 	case *messages.WakeSettled:
-		p.settle(ctx.Sender())
+		p.settle(ctx, ctx.Sender())
 	case *promiseCheck:
 		p.onPromiseCheck(ctx, m)
-	case queueTickDue:
-		p.onQueueTick(ctx)
 	case *messages.CapacityFreed:
 		if v := p.r.fleet.Load().Engine(m.Engine); v != nil && v.Placeable.Load() {
 			p.wake(ctx, v)

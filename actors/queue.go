@@ -28,8 +28,6 @@ type admissionQueue struct {
 	// by the engine's actor), so the order flow chose is the order requests get slots in.
 	promised   map[string]promise
 	promisedTo map[string]int
-	// ticking says a queueTickDue is on its way (onQueueTick).
-	ticking bool
 }
 
 type promise struct {
@@ -104,6 +102,22 @@ func (p *poolActor) enqueue(ctx actor.Context, m *messages.AwaitCapacity) {
 		p.refuse(ctx, d.Key, flow.Shed.String())
 	}
 	p.depthChanged()
+	// A release that happened while this request was on its way here saw no waiter and told
+	// no one: offer the room of the engines it found full that have some now.
+	for _, name := range m.Full {
+		if v := p.r.fleet.Load().Engine(name); v != nil && v.Placeable.Load() && p.room(v) > 0 {
+			p.wake(ctx, v)
+		}
+	}
+}
+
+// room is how many of v's free slots are not promised to a woken request (the waiters' count
+// when v has no bound).
+func (p *poolActor) room(v *placement.Engine) int {
+	if v.MaxInflight == 0 {
+		return p.queue.q.Len()
+	}
+	return v.MaxInflight - v.Load() - p.queue.promisedTo[v.Name]
 }
 
 // dequeue takes a request that stopped waiting (it gave up, or was answered) out of the queue,
@@ -115,7 +129,7 @@ func (p *poolActor) dequeue(ctx actor.Context, pid *actor.PID) {
 	if p.queue.q.Remove(pid.Id) {
 		p.forget(pid.Id)
 	}
-	p.settle(pid)
+	p.settle(ctx, pid)
 	p.depthChanged()
 }
 
@@ -123,12 +137,21 @@ func (p *poolActor) dequeue(ctx actor.Context, pid *actor.PID) {
 // (another engine it needs is full) is back in the queue at the front of its tenant; the slot
 // is not offered again at once, which would wake the same request in a loop, but at the next
 // notice of room, as before the promise.
-func (p *poolActor) settle(pid *actor.PID) {
+func (p *poolActor) settle(ctx actor.Context, pid *actor.PID) {
 	if p.queue.q == nil || pid == nil {
 		return
 	}
-	if pr, ok := p.queue.promised[pid.Id]; ok {
-		p.unpromise(pid.Id, pr)
+	pr, ok := p.queue.promised[pid.Id]
+	if !ok {
+		return
+	}
+	p.unpromise(pid.Id, pr)
+	if _, again := p.queue.waiting[pid.Id]; again {
+		return // it could not use the slot: another engine it needs is full, and will tell
+	}
+	// It took a slot elsewhere, or ended: the promised one is free for the next waiter.
+	if v := p.r.fleet.Load().Engine(pr.engine); v != nil && v.Placeable.Load() && p.room(v) > 0 {
+		p.wake(ctx, v)
 	}
 }
 
@@ -196,10 +219,7 @@ func (p *poolActor) wake(ctx actor.Context, v *placement.Engine) {
 		return
 	}
 	now := time.Now()
-	room := p.queue.q.Len()
-	if v.MaxInflight > 0 {
-		room = v.MaxInflight - v.Load() - p.queue.promisedTo[v.Name]
-	}
+	room := p.room(v)
 	serves := func(id string) bool { return v.Serves(p.queue.waiting[id].model) }
 	for room > 0 {
 		r, ok, expired := p.queue.q.Pop(now, serves)
@@ -246,38 +266,4 @@ func (p *poolActor) depthChanged() {
 	}
 	p.r.env.queued.Store(int32(n))
 	p.r.metrics.QueueDepth(n)
-	if n > 0 && !p.queue.ticking {
-		p.queue.ticking = true
-		root, self := p.r.root, p.self
-		time.AfterFunc(queueTick, func() { root.Send(self, queueTickDue{}) })
-	}
-}
-
-// queueTick is how often, while requests wait, the pool offers every engine's free room to
-// them again. Notices of room are sent by the releases that leave a full engine, and a release
-// can pass unnoticed: one that happens while a request is on its way into the queue (the queue
-// still looked empty to the releaser), or a freed slot a woken request did not use because the
-// other leg it needed was full. The tick bounds how long such room stays idle while requests
-// wait; it costs nothing while the queue is empty.
-const queueTick = 50 * time.Millisecond
-
-// queueTickDue is the pool's own reminder to offer the fleet's free room to the waiters.
-type queueTickDue struct{}
-
-// onQueueTick wakes waiters for every admitted engine with room, and keeps ticking while
-// requests wait.
-func (p *poolActor) onQueueTick(ctx actor.Context) {
-	p.queue.ticking = false
-	if p.queue.q == nil || p.queue.q.Len() == 0 {
-		return
-	}
-	for _, v := range p.r.fleet.Load().Engines {
-		if p.queue.q.Len() == 0 {
-			break
-		}
-		if v.Placeable.Load() && v.HasRoom() {
-			p.wake(ctx, v)
-		}
-	}
-	p.depthChanged()
 }

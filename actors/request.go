@@ -145,6 +145,8 @@ type requestSupervisor struct {
 	exclude    []string             // engines that pushed back (429/503): never retried for this request
 	frontOfQ   bool
 	queueTimer *time.Timer
+	// queuedSince is when the placement round first queued the request (zero: not yet).
+	queuedSince time.Time
 
 	// prompt is the prompt as placement reads it (computed once); decision the last placement's
 	// disaggregation decision, prefixMatch the consumer's prefix-index match in blocks.
@@ -219,6 +221,7 @@ func (s *requestSupervisor) startAttempt(ctx actor.Context) {
 	s.attempt++
 	s.backendID = uuid.NewString()
 	s.full = s.full[:0]
+	s.queuedSince = time.Time{}
 	s.place(ctx)
 }
 

@@ -56,6 +56,10 @@ type AwaitCapacity struct {
 	Cost          int64
 	Arrival       time.Time
 	Deadline      time.Time
+	// Full are the engines the request's placement found without room: if one of them has
+	// room by the time the pool queues the request (it was released meanwhile, while the queue
+	// looked empty to the releaser), the pool offers it at once.
+	Full []string
 }
 
 // CapacityAvailable wakes a queued request: it should try placement again. Engine names the
