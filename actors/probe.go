@@ -370,6 +370,9 @@ func (p *probe) transfer(ctx context.Context, model string, contract bool) (res 
 	if p.targetIsConsumer {
 		targetLeg = fault.PhaseDecode
 	}
+	if !p.targetIsConsumer && isFault && descriptorsInvalid(f) {
+		return p.result(probeFailure, "its handoff descriptors fail validation: %v", err), false
+	}
 	if p.producer == p.consumer || p.local || leg == targetLeg {
 		return p.result(probeFailure, "%v", err), false
 	}

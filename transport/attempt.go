@@ -205,6 +205,11 @@ func (p *Plan) checkHandoff(res PrefillResult, req *Request, out *Outcome) *faul
 				" old, older than handoff.max_age_s (" + p.MaxHandoffAge.String() + ")"}
 	}
 	if p.Consumer == nil {
+		// No consumer (a producer's probe while none is admitted): the descriptor is still held
+		// to the producer's own endpoint rules, which no consumer could change.
+		if f := p.Producer.validateHandoff(res, req); f != nil && f.Reason == kv.ReasonEndpointMismatch {
+			return f
+		}
 		return nil
 	}
 	return p.Consumer.validateHandoff(res, req)
