@@ -26,7 +26,7 @@ func python(t *testing.T, script string, mods ...string) string {
 		}
 		return strings.TrimSpace(string(out))
 	}
-	t.Skipf("no python3 with %v here", mods)
+	t.Skipf("python3 with %v is not installed (Debian: python3-cbor2, python3-xxhash; .ci/run installs them)", mods)
 	return ""
 }
 
