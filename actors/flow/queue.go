@@ -116,15 +116,6 @@ func New[K comparable](bands []Band, limits Limits) *Queue[K] {
 // Len is the number of waiting requests.
 func (q *Queue[K]) Len() int { return len(q.byKey) }
 
-// Bands returns the queue's bands, highest first.
-func (q *Queue[K]) Bands() []Band {
-	out := make([]Band, len(q.bands))
-	for i, b := range q.bands {
-		out[i] = b.Band
-	}
-	return out
-}
-
 // SetLimits changes the bounds (a reload); requests already waiting stay.
 func (q *Queue[K]) SetLimits(l Limits) { q.limits = l }
 
@@ -214,13 +205,6 @@ func (q *Queue[K]) Remove(key K) bool {
 		delete(b.tenants, e.req.Tenant)
 	}
 	return true
-}
-
-// Waiting calls fn for every waiting request (in no particular order).
-func (q *Queue[K]) Waiting(fn func(Request[K])) {
-	for _, e := range q.byKey {
-		fn(e.req)
-	}
 }
 
 func (q *Queue[K]) bandOf(i int) int {
