@@ -255,16 +255,30 @@ func (n *narwhalNode) start() {
 		n.t.Errorf("start %s: %v", n.name, err) // may run on a goroutine of its own: no Fatal
 		return
 	}
-	cmd := n.cmd
+	cmd, log, out := n.cmd, n.log, n.out // this process's, not a restarted one's
 	n.t.Cleanup(func() {
 		if cmd.ProcessState == nil {
 			cmd.Process.Signal(syscall.SIGCONT) // in case a test left it stopped
 			stopProcess(cmd, 10*time.Second)
 		}
 		if n.t.Failed() {
-			n.t.Logf("%s log:\n%s", n.name, string(n.log.Bytes()))
+			n.t.Logf("%s (pid %d) log:\n%s", n.name, cmd.Process.Pid, log.Bytes())
+			n.t.Logf("%s (pid %d) access log, requests that did not end 200:\n%s", n.name, cmd.Process.Pid, not200(out.Bytes()))
 		}
 	})
+}
+
+// not200 keeps the access-log lines of requests whose status was not 200 or whose outcome was
+// not "ok": what a failed test wants to see of a node's traffic.
+func not200(access []byte) string {
+	var b strings.Builder
+	for _, line := range strings.Split(string(access), "\n") {
+		if line != "" && (!strings.Contains(line, `"status":200`) || !strings.Contains(line, `"outcome":"ok"`)) {
+			b.WriteString(line)
+			b.WriteByte('\n')
+		}
+	}
+	return b.String()
 }
 
 // cut partitions the node from the other nodes (on) or heals the partition.

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"net/http/httputil"
 	"net/url"
 	"strings"
 	"sync"
@@ -21,13 +20,14 @@ import (
 
 // testBalancer is a small load balancer in front of Narwhal nodes, as a cloud balancer or an
 // ingress controller would be: it health-checks each node's /readyz every interval and sends
-// each request, round robin, to a node that answered ready, over a new connection. It retries
-// nothing: a request sent to a node that refuses it fails.
+// each request, round robin, to a node that answered ready, over a new connection, reading the
+// request body whole first (bufferingProxy). It retries nothing: a request sent to a node that
+// refuses it fails.
 type testBalancer struct {
 	nodes    []*narwhalNode
 	ready    []atomic.Bool
 	rr       atomic.Uint64
-	proxies  []*httputil.ReverseProxy
+	proxies  []http.Handler
 	srv      *httptest.Server
 	stop     chan struct{}
 	done     sync.WaitGroup
@@ -44,10 +44,7 @@ func startBalancer(t *testing.T, nodes []*narwhalNode, interval time.Duration) *
 		if err != nil {
 			t.Fatal(err)
 		}
-		p := httputil.NewSingleHostReverseProxy(u)
-		p.Transport = &http.Transport{DisableKeepAlives: true}
-		p.FlushInterval = -1 // relay the stream as it comes
-		b.proxies = append(b.proxies, p)
+		b.proxies = append(b.proxies, bufferingProxy(u, &http.Transport{DisableKeepAlives: true}))
 		b.done.Add(1)
 		go func() {
 			defer b.done.Done()

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"net/http/httputil"
 	"net/url"
 	"runtime"
 	"runtime/debug"
@@ -55,7 +54,7 @@ func hostileFront(t *testing.T, upstream string) *hostileEngine {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return startHostile(t, httputil.NewSingleHostReverseProxy(u))
+	return startHostile(t, bufferingProxy(u, http.DefaultTransport))
 }
 
 func startHostile(t *testing.T, fallback http.Handler) *hostileEngine {
