@@ -163,25 +163,3 @@ func TestEnginePublishesTheConsequenceOfItsNextFailure(t *testing.T) {
 		t.Fatal("with failure_quarantine_s every counted failure takes the engine out")
 	}
 }
-
-func TestBreakerAdminEjectionHoldsAndClears(t *testing.T) {
-	b := admittedBreaker(recoveryWith(t, nil))
-	now := time.Now()
-	b.note("engine_status on the decode leg")
-	b.failure(now, "")
-	b.ejectByAdmin(now, "maintenance")
-	if b.state != ejected || !b.byAdmin || b.cause != "maintenance" || !b.nextProbe.IsZero() || b.ejectedBy() != "admin" {
-		t.Fatalf("admin ejection: %+v", b)
-	}
-	b.probeSucceeded()
-	if b.state != admitted || b.byAdmin || b.cause != "" || b.ejectedBy() != "" || len(b.recent) != 0 {
-		t.Fatalf("after readmission: %+v", b)
-	}
-	for i := 0; i < 5; i++ { // the cause keeps the last eject_after failures
-		b.note("kind" + string(rune('0'+i)))
-		b.failure(now, "")
-	}
-	if b.ejectedBy() != "breaker" || b.cause != "kind0; kind1; kind2" {
-		t.Fatalf("failure ejection: %+v", b)
-	}
-}
