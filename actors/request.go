@@ -9,6 +9,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/google/uuid"
 
+	"github.com/narwhal-router/narwhal/actors/health"
 	"github.com/narwhal-router/narwhal/actors/placement"
 	"github.com/narwhal-router/narwhal/cluster"
 	"github.com/narwhal-router/narwhal/config"
@@ -101,7 +102,7 @@ type settings struct {
 	// server.expose_engine_errors (the answer's body).
 	fleet              config.FleetRuntime
 	exposeEngineErrors bool
-	budget             *retryBudget
+	budget             *health.RetryBudget
 	// recovery is recovery.* (the blame window, the backpressure bound).
 	recovery config.RecoveryRuntime
 	// defaultOutput is flow_control.default_output_tokens: a request's expected output when it
@@ -114,10 +115,10 @@ type settings struct {
 func newSettings(rt config.Config, prev *settings) *settings {
 	s := &settings{request: rt.RequestRuntime(), fleet: rt.FleetRuntime(), exposeEngineErrors: rt.Server.ExposeEngineErrors,
 		recovery: rt.RecoveryRuntime(), defaultOutput: rt.FlowControl.DefaultOutputTokens}
-	if prev != nil && prev.budget.cfg == rt.RecoveryRuntime().RetryBudget {
+	if prev != nil && prev.budget.Config() == rt.RecoveryRuntime().RetryBudget {
 		s.budget = prev.budget
 	} else {
-		s.budget = newRetryBudget(rt.RecoveryRuntime().RetryBudget)
+		s.budget = health.NewRetryBudget(rt.RecoveryRuntime().RetryBudget)
 	}
 	return s
 }
@@ -191,7 +192,7 @@ func (s *requestSupervisor) Receive(ctx actor.Context) {
 		s.set = s.env.current()
 		s.fingerprint = fingerprintOf(m.Body.Raw()) // now: ingress releases the body once the request commits
 		s.env.live.add(s.self)                      // here, not in Dispatch: a fast failure could retire first
-		s.set.budget.deposit()
+		s.set.budget.Deposit(time.Now())
 		s.startAttempt(ctx)
 	case *ingress.AttemptEnded:
 		s.onAttemptEnded(ctx, m)
