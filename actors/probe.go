@@ -359,27 +359,24 @@ func (p *probe) transfer(ctx context.Context, model string, contract bool) (res 
 		}
 		return p.result(probeSuccess, "inference probe completed"), false
 	}
-	// Which side failed decides: the target's own leg failing is a failure, the partner's
-	// leg failing says nothing about the target.
+	// Which side failed decides (health.JudgeProbe): the target's own leg failing is a
+	// failure, the partner's leg failing says nothing about the target.
 	leg := fault.PhaseDecode
 	f, isFault := fault.As(err)
 	if isFault {
 		leg = f.Phase
 	}
-	targetLeg := fault.PhasePrefill
-	if p.targetIsConsumer {
-		targetLeg = fault.PhaseDecode
-	}
-	if !p.targetIsConsumer && isFault && descriptorsInvalid(f) {
+	j := health.JudgeProbe(health.ProbeFault{TargetIsConsumer: p.targetIsConsumer, Alone: p.producer == p.consumer || p.local,
+		Leg: leg, DescriptorsInvalid: isFault && descriptorsInvalid(f)})
+	switch {
+	case j.OwnDescriptors:
 		return p.result(probeFailure, "its handoff descriptors fail validation: %v", err), false
-	}
-	if p.producer == p.consumer || p.local || leg == targetLeg {
+	case j.Failed:
 		return p.result(probeFailure, "%v", err), false
-	}
-	if isFault && p.targetIsConsumer && descriptorsInvalid(f) {
+	case j.RejectPartner:
 		p.rejected = append(p.rejected, p.producer)
 	}
-	return p.result(probeInconclusive, "partner %s failed its leg: %v", p.partner().Name, err), true
+	return p.result(probeInconclusive, "partner %s failed its leg: %v", p.partner().Name, err), j.PartnerFailed
 }
 
 // descriptorsInvalid says f is a handoff descriptor that failed the producer's own endpoint
