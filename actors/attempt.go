@@ -261,5 +261,5 @@ func (s *requestSupervisor) committed() {
 			e.Pushback.Served()
 		}
 	}
-	s.env.commits.committed(s.fingerprint, now)
+	s.env.commits.Committed(s.fingerprint, now)
 }

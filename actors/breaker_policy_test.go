@@ -62,8 +62,8 @@ func waitWithin(t *testing.T, within time.Duration, what func() string, cond fun
 // hungDecode is what a supervisor tells the engine's breaker of a decode leg (partnered with
 // p0) that timed out waiting for its first token.
 func hungDecode(r *Router, engine string) *messages.LegOutcome {
-	m, ok := r.env.breakerNews(legEnd{engine: r.fleet.Load().Engine(engine), phase: fault.PhaseDecode, partner: "p0",
-		fault: &fault.Fault{Kind: fault.FirstTokenTimeout, Phase: fault.PhaseDecode, Engine: engine}}, false)
+	m, ok := r.env.breakerNews(legEnd{Engine: r.fleet.Load().Engine(engine), Phase: fault.PhaseDecode, Partner: "p0",
+		Fault: &fault.Fault{Kind: fault.FirstTokenTimeout, Phase: fault.PhaseDecode, Engine: engine}}, false)
 	if !ok {
 		panic("a first-token timeout is news for the breaker")
 	}

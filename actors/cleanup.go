@@ -38,11 +38,11 @@ func (s *requestSupervisor) release(ctx actor.Context, phase fault.Phase, f *fau
 	if phase == fault.PhaseDecode {
 		partner = s.producer
 	}
-	l := legEnd{engine: e, phase: phase, fault: f, neutral: neutral}
+	l := legEnd{Engine: e, Phase: phase, Fault: f, Neutral: neutral}
 	if partner != nil && partner != e {
-		l.partner = partner.Name
+		l.Partner = partner.Name
 		if phase == fault.PhaseDecode {
-			l.producer = partner
+			l.Producer = partner
 		}
 	}
 	s.legEnded(ctx, l)

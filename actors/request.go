@@ -80,7 +80,7 @@ type requestEnv struct {
 	// board is the blame board (blameboard.go); commits the fingerprints that committed lately,
 	// the evidence it reads that a request is not failing everywhere.
 	board   *actor.PID
-	commits commitTable
+	commits health.CommitTable
 	live    *liveSet // every started request supervisor
 	// queued is the admission queue's depth (written by the pool): a released slot is worth a
 	// message to the pool only while requests wait.
@@ -173,7 +173,7 @@ type requestSupervisor struct {
 	// ended are this request's leg ends before commit that have something to tell a breaker,
 	// held until the request's fate decides whom they blame (blame.go).
 	ended []legEnd
-	// fingerprint identifies the request's body for the blame board (blame.go, fingerprintOf).
+	// fingerprint identifies the request's body for the blame board (health.Fingerprint).
 	fingerprint uint64
 	end         ingress.StreamFinished
 	status      int
@@ -190,8 +190,8 @@ func (s *requestSupervisor) Receive(ctx actor.Context) {
 		}
 		s.x = m
 		s.set = s.env.current()
-		s.fingerprint = fingerprintOf(m.Body.Raw()) // now: ingress releases the body once the request commits
-		s.env.live.add(s.self)                      // here, not in Dispatch: a fast failure could retire first
+		s.fingerprint = health.Fingerprint(m.Body.Raw()) // now: ingress releases the body once the request commits
+		s.env.live.add(s.self)                           // here, not in Dispatch: a fast failure could retire first
 		s.set.budget.Deposit(time.Now())
 		s.startAttempt(ctx)
 	case *ingress.AttemptEnded:
