@@ -140,7 +140,7 @@ func (s *requestSupervisor) record() {
 			line.Producer = s.producer.Name
 		}
 		if !s.x.Body.Endpoint.Passthrough() {
-			line.Disaggregation, line.DisaggReason, line.PrefixMatch = s.decision.name(), s.decision.reason, s.prefixMatch
+			line.Disaggregation, line.DisaggReason, line.PrefixMatch = s.decision.Name(), s.decision.Reason, s.prefixMatch
 			line.PredictedLocal, line.PredictedDisagg = s.predicted.Local.Seconds(), s.predicted.Disaggregated.Seconds()
 		}
 	}

@@ -24,12 +24,11 @@ import (
 //
 //	request.go    the supervisor: its state, its mailbox, the start of each attempt
 //	attempt.go    placement of an attempt (engines, slots, the plan ingress runs) and its report
-//	disagg.go     the disaggregation decision of an attempt (prefill/decode or local decode)
+//	disagg.go     the bookkeeping of the disaggregation decision (placement makes it)
 //	admission.go  waiting in the admission queue for a slot
-//	retry.go      a failed attempt: retry or answer
-//	blame.go      what each leg's end tells its engine's breaker (the one place that decides)
-//	blameboard.go the comparison of failures across requests and engines, before any is counted
-//	backpressure.go an engine that keeps answering 429/503, passed over for a while
+//	retry.go      a failed attempt: retry or answer (health.RetryAsk decides)
+//	blame.go      what each leg's end tells its engine's breaker (health.Leg.News decides)
+//	blameboard.go the blame board's actor (health.Board compares failures before any is counted)
 //	answer.go     the answer before commit (errors, rejections, the headers they carry)
 //	cleanup.go    releasing slots, the request's one outcome, a crashed supervisor's cleanup
 
@@ -153,7 +152,7 @@ type requestSupervisor struct {
 	// disaggregation decision, prefixMatch the consumer's prefix-index match in blocks.
 	prompt      wire.Prompt
 	prompted    bool
-	decision    decision
+	decision    placement.Decision
 	prefixMatch int
 	// predicted is the decision's predicted times to first token (ttft.go); leg the attempt's
 	// prompt work, measured at commit; localHeld the tokens counted in the consumer's
