@@ -17,15 +17,25 @@ import (
 // engineState is everything one engine actor owns. It lives outside the actor value so that a
 // restarted actor (after a panic) carries on with the same breaker; the reservations live in
 // the view, where supervisors take them.
+//
+// Writers: the pool makes the value (spec, view, incarnation, source, reportedBy, breaker,
+// actorName are set before it starts the actor, and spec, view, incarnation and actorName
+// never change after); from then on every field is the engine actor's alone (its Receive),
+// except reportedBy and drained, which are the pool's alone.
 type engineState struct {
 	spec transport.EngineSpec
 	view *placement.Engine
 	// incarnation tells apart engines of one name: one removed and one added again under it
 	// (the pool numbers every engine it adds).
 	incarnation uint64
-	// source is where the engine was found (the pool updates it when another source takes the
-	// same engine over), shown in /engines.
-	source  string
+	// source is where the engine was found, shown in /engines. Writer: the engine actor (the
+	// pool tells it when another source takes the same engine over: setSource).
+	source string
+	// reportedBy is the source the pool last saw report the engine, which it compares with the
+	// next report. Writer: the pool.
+	reportedBy string
+	// breaker is the engine's health.Breaker. Writer: the engine actor; the policy decides,
+	// the actor applies and publishes (publish).
 	breaker health.Breaker
 	// lastProbe is the outcome of the newest readmission probe; joinCheck of the newest join
 	// check (kept once the engine is admitted, for /engines).
@@ -46,9 +56,9 @@ type engineState struct {
 	// actor stops once its reservations are back (or drainBy passes).
 	leaving bool
 	drainBy time.Time
-	// drained is set by the pool once the leaving engine's reservations are back; actorName is
-	// the actor's name under the pool (the engine's, or with a suffix while an earlier engine
-	// of the name drains).
+	// drained is set by the pool (its writer) once the leaving engine's reservations are back;
+	// actorName is the actor's name under the pool (the engine's, or with a suffix while an
+	// earlier engine of the name drains).
 	drained   bool
 	actorName string
 	// peer is the cluster bookkeeping (peers.go); zero without a cluster.

@@ -163,10 +163,10 @@ func (p *poolActor) apply(ctx actor.Context, specs []transport.EngineSpec) {
 		case !transport.SameEngine(st.spec, s):
 			removed = append(removed, st.spec.Name)
 			p.remove(ctx, st, "its configuration changed: it is added again as a new engine")
-		case st.source != s.Source:
-			p.r.log.Info("engine now reported by another source", "engine", s.Name, "from", st.source, "to", s.Source)
-			st.source = s.Source
-			ctx.Send(pidOf(st.view), setSource{s.Source})
+		case st.reportedBy != s.Source:
+			p.r.log.Info("engine now reported by another source", "engine", s.Name, "from", st.reportedBy, "to", s.Source)
+			st.reportedBy = s.Source
+			ctx.Send(pidOf(st.view), setSource{s.Source}) // the engine actor owns source
 		}
 	}
 	next := make([]*engineState, 0, len(order))
@@ -214,10 +214,10 @@ func (p *poolActor) add(spec transport.EngineSpec) *engineState {
 		v.Models.Store(&ms)
 	}
 	v.State.Store(uint32(health.Joining))
-	st := &engineState{spec: spec, view: v, incarnation: p.incarnations, source: spec.Source,
+	st := &engineState{spec: spec, view: v, incarnation: p.incarnations, source: spec.Source, reportedBy: spec.Source,
 		breaker: health.NewBreaker(r.current().RecoveryRuntime())}
 	if v.Idx < 0 {
-		r.log.Warn("engine placement.Placed without prefix preference: every prefix-index slot is held", "engine", spec.Name, "slots", placement.MaxIndexed)
+		r.log.Warn("engine placed without prefix preference: every prefix-index slot is held", "engine", spec.Name, "slots", placement.MaxIndexed)
 	}
 	if spec.Role.CanPrefill() && spec.KV.Endpoint == "" && len(spec.KV.AllowedEndpoints) == 0 {
 		// Its descriptors may only point consumers at its own host (transport/kv's endpoint
@@ -260,7 +260,7 @@ func (p *poolActor) remove(ctx actor.Context, st *engineState, why string) {
 	p.leaving[st] = true
 	p.r.scraper.remove(st.view)
 	p.r.kvFeeds.remove(st.view)
-	p.r.log.Info("engine removed from the fleet", "engine", name, "source", st.source, "why", why)
+	p.r.log.Info("engine removed from the fleet", "engine", name, "source", st.reportedBy, "why", why)
 	ctx.Send(pidOf(st.view), retire{drainBy: time.Now().Add(p.r.env.current().request.Deadline + drainSlack)})
 }
 

@@ -61,31 +61,37 @@ var errShutdown = errors.New("the router is shutting down")
 
 // requestEnv is what request supervisors use of the router, and all they use: one value per
 // router, shared by every supervisor. The router builds it; nothing in it changes after start
-// but the pool's PID, set once when the pool starts (before any request arrives), the fleet's
-// snapshot (a supervisor loads it once per placement) and the settings (loaded once per
-// request).
+// but what each field names as its writer.
 type requestEnv struct {
+	// fleet is the engines placement reads. Writer: the pool (Publish, a new snapshot per
+	// change); a supervisor loads it once per placement.
 	fleet *placement.Fleet
-	// settings are the run-time-changeable settings; a reload swaps them whole.
+	// settings are the run-time-changeable settings; a reload swaps them whole. Writer: the
+	// router's reload; a supervisor loads them once per request.
 	settings atomic.Pointer[settings]
 
-	root    *actor.RootContext
+	root *actor.RootContext
+	// pool is the pool's PID. Writer: the guardian, once, when the pool starts (before any
+	// request arrives).
 	pool    *actor.PID
 	metrics *telemetry.Metrics
 	log     *slog.Logger
 	access  *accessLog // nil: no access log
 	cluster *cluster.Node
 
-	// board is the blame board (blameboard.go); commits the fingerprints that committed lately,
-	// the evidence it reads that a request is not failing everywhere.
-	board   *actor.PID
+	// board is the blame board (blameboard.go). Writer: the guardian, once, when it starts.
+	board *actor.PID
+	// commits are the fingerprints that committed lately, the evidence the board reads that a
+	// request is not failing everywhere. Writers: the request supervisors, at commit.
 	commits health.CommitTable
-	live    *liveSet // every started request supervisor
-	// queued is the admission queue's depth (written by the pool): a released slot is worth a
-	// message to the pool only while requests wait.
+	// live is every started request supervisor. Writers: the supervisors, each adding itself
+	// when its request arrives and removing itself when it stops.
+	live *liveSet
+	// queued is the admission queue's depth: a released slot is worth a message to the pool
+	// only while requests wait. Writer: the pool.
 	queued atomic.Int32
 	// rates are the fleet's measured prefill rates, the disaggregation prediction's inputs
-	// (ttft.go).
+	// (placement.Rates). Writers: the request supervisors, at commit (measureCommit).
 	rates placement.Rates
 }
 

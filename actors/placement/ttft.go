@@ -57,6 +57,7 @@ const minRateSample = 64
 // rate (Engine.rate), the fleet-wide average that stands in for an engine not measured yet,
 // and the handoff's tail — from the producer's answer to the consumer's first token (the KV
 // pull and the consumer's first step).
+// Writers: the request supervisors, at commit (Observe); placement reads it.
 type Rates struct {
 	Fleet RateEWMA
 	// tail is seconds, smoothed like a rate.
