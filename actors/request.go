@@ -160,9 +160,9 @@ type requestSupervisor struct {
 	prompted    bool
 	decision    placement.Decision
 	prefixMatch int
-	// predicted is the decision's predicted times to first token (ttft.go); leg the attempt's
-	// prompt work, measured at commit; localHeld the tokens counted in the consumer's
-	// localTokens for a local decode, until its first token.
+	// predicted is the decision's predicted times to first token (placement.AttemptPlan);
+	// leg the attempt's prompt work, measured at commit; localHeld the tokens counted in the
+	// consumer's LocalTokens for a local decode, until its first token.
 	predicted placement.Prediction
 	leg       placement.ComputeLeg
 	localHeld int64
