@@ -13,8 +13,9 @@ import (
 	"github.com/narwhal-router/narwhal/transport/ingress"
 )
 
-// place picks a consumer, decides whether the request pays a prefill leg (decide), picks a
-// producer if so, takes a slot on each and hands ingress the attempt's plan.
+// place has placement pick a consumer, decide whether the request pays a prefill leg and pick
+// a producer if so (placement.Snapshot.PlaceAttempt), takes a slot on each and hands ingress
+// the attempt's plan.
 func (s *requestSupervisor) place(ctx actor.Context) {
 	if s.x.Context().Err() != nil {
 		s.respondShutdown(ctx)
@@ -45,38 +46,21 @@ func (s *requestSupervisor) place(ctx actor.Context) {
 	}
 	blocks := s.prompt.Blocks
 	for {
-		c := s.placeLeg(f, placement.Ask{Phase: fault.PhaseDecode, Model: model, Avoid: s.avoid, Full: s.full, Exclude: s.exclude, Blocks: blocks, Rules: rules})
-		if c.Engine == nil {
-			s.noPlacement(ctx, c.Why, fault.PhaseDecode)
-			return
-		}
-		cons := c.Engine
-		s.decision, s.prefixMatch, s.predicted = s.decide(f, cons, c.Match), c.Match, placement.Prediction{}
-		var prod *placement.Engine
-		prodMatch := 0 // the producer's prefix-index match, as its pick read it
-		if !s.decision.local {
-			p := s.placeLeg(f, placement.Ask{Phase: fault.PhasePrefill, Model: model, Avoid: append(s.avoid[:len(s.avoid):len(s.avoid)], cons.Name),
-				Full: s.full, Exclude: s.exclude, Blocks: blocks, Tokens: s.prompt.Tokens, Rules: rules})
-			switch auto := s.set.fleet.Disaggregation == config.DisaggAuto; {
-			case auto && p.Engine == nil && p.Why == placement.NoRoom && s.affordsWhileFull(cons, c.Match):
-				// Every producer is full: the consumer computes a prompt it can afford rather
-				// than wait.
-				s.decision = decision{true, reasonPrefillSaturated}
-			case auto && p.Engine != nil && p.Engine != cons && s.decision.reason == reasonLongPrompt && s.predicting():
-				// A long prompt goes where its first token is predicted sooner.
-				if s.decision = s.predict(f, cons, c.Match, p); !s.decision.local {
-					prod, prodMatch = p.Engine, p.Match
-				}
-			case auto && (p.Engine == cons || (p.Engine == nil && p.Why != placement.NoRoom)):
-				// Nowhere else to prefill (none admitted, or only the consumer itself): the
-				// consumer computes the prompt rather than fail or prefill twice.
-				s.decision = decision{true, reasonNoProducer}
-			case p.Engine == nil:
-				s.noPlacement(ctx, p.Why, fault.PhasePrefill)
-				return
-			default:
-				prod, prodMatch = p.Engine, p.Match
+		ask := placement.AttemptAsk{Model: model, Avoid: s.avoid, Full: s.full, Exclude: s.exclude, Prompt: &s.prompt,
+			Rules: rules, Rates: &s.env.rates, Now: time.Now()}
+		plan := f.PlaceAttempt(ask)
+		for phase, prefix := range [...]string{fault.PhaseDecode: plan.ConsumerPrefix, fault.PhasePrefill: plan.ProducerPrefix} {
+			if prefix != "" {
+				s.env.metrics.PrefixPlacement(fault.Phase(phase).String(), prefix)
 			}
+		}
+		cons, prod := plan.Consumer, plan.Producer
+		if cons != nil {
+			s.decision, s.prefixMatch, s.predicted = plan.Decision, plan.ConsumerMatch, plan.Predicted
+		}
+		if !plan.Placed() {
+			s.noPlacement(ctx, plan.Why, plan.Phase)
+			return
 		}
 		// The views were read a moment ago; the slots are the authority. A refusal narrows the
 		// next round, so the loop ends.
@@ -87,7 +71,7 @@ func (s *requestSupervisor) place(ctx actor.Context) {
 		var leg placement.ComputeLeg
 		if prod != nil {
 			now := time.Now()
-			leg = placement.ComputeLeg{Engine: prod, Tokens: s.uncachedOn(prodMatch), At: now,
+			leg = placement.ComputeLeg{Engine: prod, Tokens: ask.Uncached(plan.ProducerMatch), At: now,
 				Queued: f.LoadFor(prod, placement.Ask{Phase: fault.PhasePrefill, Tokens: s.prompt.Tokens, Rules: rules}, now)}
 			prod.PrefillTokens.Add(int64(s.prompt.Tokens)) // returned with the slot (release)
 		}
@@ -102,7 +86,7 @@ func (s *requestSupervisor) place(ctx actor.Context) {
 		s.producer, s.consumer = prod, cons
 		s.held = [2]*placement.Engine{prod, cons}
 		if prod == nil {
-			rest := s.uncachedOn(c.Match)
+			rest := ask.Uncached(plan.ConsumerMatch)
 			leg = placement.ComputeLeg{Engine: cons, Queued: int(cons.LocalTokens.Load()), Tokens: rest, At: time.Now()}
 			s.holdLocalWork(cons, rest)
 		}
@@ -119,17 +103,6 @@ func (s *requestSupervisor) place(ctx actor.Context) {
 	s.sendAttempt()
 }
 
-// placeLeg asks the fleet snapshot f for a leg's engine, now, and counts how the prefix index
-// weighed in.
-func (s *requestSupervisor) placeLeg(f *placement.Snapshot, a placement.Ask) placement.Placed {
-	a.Now = time.Now()
-	p := f.Place(a)
-	if p.Prefix != "" {
-		s.env.metrics.PrefixPlacement(a.Phase.String(), p.Prefix)
-	}
-	return p
-}
-
 // sendAttempt hands ingress the attempt to run; the producer is nil for a passthrough request
 // and a local decode.
 func (s *requestSupervisor) sendAttempt() {
@@ -143,7 +116,7 @@ func (s *requestSupervisor) sendAttempt() {
 		a.Plan.Producer = s.producer.Client
 	}
 	if !s.x.Body.Endpoint.Passthrough() {
-		a.Decision, a.Reason = s.decision.name(), s.decision.reason
+		a.Decision, a.Reason = s.decision.Name(), s.decision.Reason
 	}
 	s.x.Send(ingress.Command{Attempt: a})
 }
@@ -261,5 +234,5 @@ func (s *requestSupervisor) committed() {
 			e.Pushback.Served()
 		}
 	}
-	s.env.commits.committed(s.fingerprint, now)
+	s.env.commits.Committed(s.fingerprint, now)
 }

@@ -62,8 +62,8 @@ func waitWithin(t *testing.T, within time.Duration, what func() string, cond fun
 // hungDecode is what a supervisor tells the engine's breaker of a decode leg (partnered with
 // p0) that timed out waiting for its first token.
 func hungDecode(r *Router, engine string) *messages.LegOutcome {
-	m, ok := r.env.breakerNews(legEnd{engine: r.fleet.Load().Engine(engine), phase: fault.PhaseDecode, partner: "p0",
-		fault: &fault.Fault{Kind: fault.FirstTokenTimeout, Phase: fault.PhaseDecode, Engine: engine}}, false)
+	m, ok := r.env.breakerNews(legEnd{Engine: r.fleet.Load().Engine(engine), Phase: fault.PhaseDecode, Partner: "p0",
+		Fault: &fault.Fault{Kind: fault.FirstTokenTimeout, Phase: fault.PhaseDecode, Engine: engine}}, false)
 	if !ok {
 		panic("a first-token timeout is news for the breaker")
 	}
@@ -161,27 +161,5 @@ func TestEnginePublishesTheConsequenceOfItsNextFailure(t *testing.T) {
 	q, _ := loggedRouter(t, func(r *config.Recovery) { r.FailureQuarantineS = 1 })
 	if !q.fleet.Load().Engine("d0").TakesOut.Load() {
 		t.Fatal("with failure_quarantine_s every counted failure takes the engine out")
-	}
-}
-
-func TestBreakerAdminEjectionHoldsAndClears(t *testing.T) {
-	b := admittedBreaker(recoveryWith(t, nil))
-	now := time.Now()
-	b.note("engine_status on the decode leg")
-	b.failure(now, "")
-	b.ejectByAdmin(now, "maintenance")
-	if b.state != ejected || !b.byAdmin || b.cause != "maintenance" || !b.nextProbe.IsZero() || b.ejectedBy() != "admin" {
-		t.Fatalf("admin ejection: %+v", b)
-	}
-	b.probeSucceeded()
-	if b.state != admitted || b.byAdmin || b.cause != "" || b.ejectedBy() != "" || len(b.recent) != 0 {
-		t.Fatalf("after readmission: %+v", b)
-	}
-	for i := 0; i < 5; i++ { // the cause keeps the last eject_after failures
-		b.note("kind" + string(rune('0'+i)))
-		b.failure(now, "")
-	}
-	if b.ejectedBy() != "breaker" || b.cause != "kind0; kind1; kind2" {
-		t.Fatalf("failure ejection: %+v", b)
 	}
 }

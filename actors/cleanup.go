@@ -38,11 +38,11 @@ func (s *requestSupervisor) release(ctx actor.Context, phase fault.Phase, f *fau
 	if phase == fault.PhaseDecode {
 		partner = s.producer
 	}
-	l := legEnd{engine: e, phase: phase, fault: f, neutral: neutral}
+	l := legEnd{Engine: e, Phase: phase, Fault: f, Neutral: neutral}
 	if partner != nil && partner != e {
-		l.partner = partner.Name
+		l.Partner = partner.Name
 		if phase == fault.PhaseDecode {
-			l.producer = partner
+			l.Producer = partner
 		}
 	}
 	s.legEnded(ctx, l)
@@ -140,7 +140,7 @@ func (s *requestSupervisor) record() {
 			line.Producer = s.producer.Name
 		}
 		if !s.x.Body.Endpoint.Passthrough() {
-			line.Disaggregation, line.DisaggReason, line.PrefixMatch = s.decision.name(), s.decision.reason, s.prefixMatch
+			line.Disaggregation, line.DisaggReason, line.PrefixMatch = s.decision.Name(), s.decision.Reason, s.prefixMatch
 			line.PredictedLocal, line.PredictedDisagg = s.predicted.Local.Seconds(), s.predicted.Disaggregated.Seconds()
 		}
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/narwhal-router/narwhal/actors/health"
 	"github.com/narwhal-router/narwhal/actors/placement"
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/messages"
@@ -16,16 +17,26 @@ import (
 // engineState is everything one engine actor owns. It lives outside the actor value so that a
 // restarted actor (after a panic) carries on with the same breaker; the reservations live in
 // the view, where supervisors take them.
+//
+// Writers: the pool makes the value (spec, view, incarnation, source, reportedBy, breaker,
+// actorName are set before it starts the actor, and spec, view, incarnation and actorName
+// never change after); from then on every field is the engine actor's alone (its Receive),
+// except reportedBy and drained, which are the pool's alone.
 type engineState struct {
 	spec transport.EngineSpec
 	view *placement.Engine
 	// incarnation tells apart engines of one name: one removed and one added again under it
 	// (the pool numbers every engine it adds).
 	incarnation uint64
-	// source is where the engine was found (the pool updates it when another source takes the
-	// same engine over), shown in /engines.
-	source  string
-	breaker breaker
+	// source is where the engine was found, shown in /engines. Writer: the engine actor (the
+	// pool tells it when another source takes the same engine over: setSource).
+	source string
+	// reportedBy is the source the pool last saw report the engine, which it compares with the
+	// next report. Writer: the pool.
+	reportedBy string
+	// breaker is the engine's health.Breaker. Writer: the engine actor; the policy decides,
+	// the actor applies and publishes (publish).
+	breaker health.Breaker
 	// lastProbe is the outcome of the newest readmission probe; joinCheck of the newest join
 	// check (kept once the engine is admitted, for /engines).
 	lastProbe *messages.Probe
@@ -45,9 +56,9 @@ type engineState struct {
 	// actor stops once its reservations are back (or drainBy passes).
 	leaving bool
 	drainBy time.Time
-	// drained is set by the pool once the leaving engine's reservations are back; actorName is
-	// the actor's name under the pool (the engine's, or with a suffix while an earlier engine
-	// of the name drains).
+	// drained is set by the pool (its writer) once the leaving engine's reservations are back;
+	// actorName is the actor's name under the pool (the engine's, or with a suffix while an
+	// earlier engine of the name drains).
 	drained   bool
 	actorName string
 	// peer is the cluster bookkeeping (peers.go); zero without a cluster.
@@ -124,14 +135,14 @@ func (a *engineActor) Receive(ctx actor.Context) {
 		case st.leaving:
 			a.checkDrained(ctx)
 			return
-		case st.breaker.state == joining:
+		case st.breaker.State() == health.Joining:
 			st.checking = false // a restart lost the check in flight: start another
 			a.join(ctx)
-		case st.view.Models.Load() == nil && st.breaker.state == admitted:
+		case st.view.Models.Load() == nil && st.breaker.State() == health.Admitted:
 			a.discoverModels(ctx)
 		}
 		a.schedule(ctx)
-		a.r.metrics.EngineState(st.spec.Name, st.breaker.state.String(), breakerStateNames[:])
+		a.r.metrics.EngineState(st.spec.Name, st.breaker.State().String(), health.StateNames[:])
 	case *actor.Restarting:
 		st.restarts++
 		st.timers.stop()
@@ -144,22 +155,22 @@ func (a *engineActor) Receive(ctx actor.Context) {
 		}
 
 	case quarantineOver:
-		if st.breaker.quarantineOver(time.Now()) {
-			a.transition(ctx, quarantined)
+		if st.breaker.QuarantineOver(time.Now()) {
+			a.transition(ctx, health.Quarantined)
 		}
 	case probeDue, *messages.ProbeNow:
 		switch {
 		case st.leaving:
-		case st.breaker.state == joining:
+		case st.breaker.State() == health.Joining:
 			a.join(ctx)
 		case a.probesHere():
 			a.startProbe(ctx)
-		case st.breaker.state == ejected: // a peer probes it this interval
-			st.breaker.nextProbe = time.Now().Add(st.breaker.probeInterval)
+		case st.breaker.State() == health.Ejected: // a peer probes it this interval
+			st.breaker.ProbeAt(time.Now().Add(st.breaker.ProbeInterval()))
 			a.schedule(ctx)
 		}
 	case partnerReady:
-		if st.breaker.state == joining && !st.leaving {
+		if st.breaker.State() == health.Joining && !st.leaving {
 			st.nudged = st.checking
 			a.join(ctx)
 		}
@@ -205,8 +216,8 @@ func (a *engineActor) Receive(ctx actor.Context) {
 	case drainCheck:
 		a.checkDrained(ctx)
 	case reconfigure:
-		st.breaker.reconfigure(m.recovery)
-		st.view.TakesOut.Store(st.breaker.takesOut())
+		st.breaker.Reconfigure(m.recovery)
+		st.view.TakesOut.Store(st.breaker.TakesOut())
 	case setSource:
 		st.source = m.source
 	}
@@ -217,16 +228,16 @@ func (a *engineActor) Receive(ctx actor.Context) {
 // re-decided here.
 func (a *engineActor) legOutcome(ctx actor.Context, m *messages.LegOutcome) {
 	st := a.st
-	prev := st.breaker.state
+	prev := st.breaker.State()
 	if m.Failed {
-		st.breaker.note(m.Note)
-		st.breaker.failure(time.Now(), m.Partner)
+		st.breaker.Note(m.Note)
+		st.breaker.Failure(time.Now(), m.Partner)
 	} else {
-		st.breaker.success()
+		st.breaker.Success()
 	}
-	st.view.Streak.Store(int32(st.breaker.streak))
-	st.view.TakesOut.Store(st.breaker.takesOut())
-	if st.breaker.state != prev {
+	st.view.Streak.Store(int32(st.breaker.Streak()))
+	st.view.TakesOut.Store(st.breaker.TakesOut())
+	if st.breaker.State() != prev {
 		a.transition(ctx, prev)
 		a.schedule(ctx)
 	}
@@ -234,22 +245,22 @@ func (a *engineActor) legOutcome(ctx actor.Context, m *messages.LegOutcome) {
 
 // transition publishes a breaker state change and counts it. An ejection's log line says who
 // ejected the engine and why.
-func (a *engineActor) transition(ctx actor.Context, from breakerState) {
+func (a *engineActor) transition(ctx actor.Context, from health.State) {
 	b := &a.st.breaker
-	to := b.state
+	to := b.State()
 	if to == from {
 		return
 	}
 	a.r.metrics.BreakerTransition(a.st.spec.Name, from.String(), to.String())
-	a.r.metrics.EngineState(a.st.spec.Name, to.String(), breakerStateNames[:])
-	attrs := []any{"engine", a.st.spec.Name, "from", from.String(), "to", to.String(), "streak", b.streak}
-	if to == ejected && (from != probing || b.byAdmin) {
-		attrs = append(attrs, "by", b.ejectedBy(), "reason", b.cause)
+	a.r.metrics.EngineState(a.st.spec.Name, to.String(), health.StateNames[:])
+	attrs := []any{"engine", a.st.spec.Name, "from", from.String(), "to", to.String(), "streak", b.Streak()}
+	if to == health.Ejected && (from != health.Probing || b.ByAdmin()) {
+		attrs = append(attrs, "by", b.EjectedBy(), "reason", b.Cause())
 	}
 	a.r.log.Info("engine breaker", attrs...)
 	a.publish(ctx, true)
 	a.share(from)
-	if to == admitted && a.st.view.Models.Load() == nil {
+	if to == health.Admitted && a.st.view.Models.Load() == nil {
 		a.discoverModels(ctx) // admitted on a peer's word before its model list was known
 	}
 }
@@ -258,15 +269,15 @@ func (a *engineActor) transition(ctx actor.Context, from breakerState) {
 // find room here.
 func (a *engineActor) publish(ctx actor.Context, notify bool) {
 	st := a.st
-	st.view.Placeable.Store(st.breaker.placeable() && !st.leaving)
-	st.view.State.Store(uint32(st.breaker.state))
-	st.view.Streak.Store(int32(st.breaker.streak))
-	st.view.TakesOut.Store(st.breaker.takesOut())
+	st.view.Placeable.Store(st.breaker.Placeable() && !st.leaving)
+	st.view.State.Store(uint32(st.breaker.State()))
+	st.view.Streak.Store(int32(st.breaker.Streak()))
+	st.view.TakesOut.Store(st.breaker.TakesOut())
 	st.view.Why.Store(a.whyOut())
 	if notify && ctx.Parent() != nil {
 		ctx.Send(ctx.Parent(), &messages.EngineChanged{Engine: st.spec.Name, Incarnation: st.incarnation,
-			State: st.breaker.state.String(), Placeable: st.view.Placeable.Load(), HasRoom: st.view.HasRoom(),
-			ByAdmin: st.breaker.byAdmin, Cause: st.breaker.cause})
+			State: st.breaker.State().String(), Placeable: st.view.Placeable.Load(), HasRoom: st.view.HasRoom(),
+			ByAdmin: st.breaker.ByAdmin(), Cause: st.breaker.Cause()})
 	}
 }
 
@@ -279,9 +290,9 @@ func (a *engineActor) whyOut() *string {
 	}
 	var why string
 	switch p := st.joinCheck; {
-	case st.breaker.cause != "":
-		why = st.breaker.cause
-	case st.breaker.state == joining && p != nil:
+	case st.breaker.Cause() != "":
+		why = st.breaker.Cause()
+	case st.breaker.State() == health.Joining && p != nil:
 		why = "join check " + p.Result
 		if p.Reason != "" {
 			why += ": " + p.Reason
@@ -291,7 +302,7 @@ func (a *engineActor) whyOut() *string {
 		if st.lastProbe.Reason != "" {
 			why += ": " + st.lastProbe.Reason
 		}
-	case st.breaker.state == joining:
+	case st.breaker.State() == health.Joining:
 		why = "its join check has not ended yet"
 	default:
 		return nil
@@ -306,64 +317,63 @@ func (a *engineActor) schedule(ctx actor.Context) {
 		return
 	}
 	self, root := ctx.Self(), a.r.root
-	switch st.breaker.state {
-	case quarantined:
+	switch st.breaker.State() {
+	case health.Quarantined:
 		if st.timers.quarantine != nil {
 			st.timers.quarantine.Stop()
 		}
-		st.timers.quarantine = time.AfterFunc(time.Until(st.breaker.quarantineEnds), func() { root.Send(self, quarantineOver{}) })
-	case ejected:
+		st.timers.quarantine = time.AfterFunc(time.Until(st.breaker.QuarantineEnds()), func() { root.Send(self, quarantineOver{}) })
+	case health.Ejected:
 		if st.timers.probe != nil {
 			st.timers.probe.Stop()
 		}
-		if st.breaker.byAdmin {
+		if st.breaker.ByAdmin() {
 			return // only an operator readmits it
 		}
-		st.timers.probe = time.AfterFunc(time.Until(st.breaker.nextProbe), func() { root.Send(self, probeDue{}) })
+		st.timers.probe = time.AfterFunc(time.Until(st.breaker.NextProbe()), func() { root.Send(self, probeDue{}) })
 	}
 }
 
 func (a *engineActor) eject(ctx actor.Context, m *messages.Eject) {
 	st := a.st
-	prev := st.breaker.state
+	prev := st.breaker.State()
 	st.probeGen++ // a probe or join check in flight must not admit the engine behind the operator's back
 	st.checking = false
-	st.breaker.ejectByAdmin(time.Now(), m.Reason)
-	if prev == st.breaker.state { // ejected before, by its failures: now the operator's
-		a.r.log.Info("engine breaker", "engine", st.spec.Name, "from", prev.String(), "to", st.breaker.state.String(),
+	st.breaker.EjectByAdmin(time.Now(), m.Reason)
+	if prev == st.breaker.State() { // ejected before, by its failures: now the operator's
+		a.r.log.Info("engine breaker", "engine", st.spec.Name, "from", prev.String(), "to", st.breaker.State().String(),
 			"by", "admin", "reason", m.Reason)
 		a.publish(ctx, true)
 		a.share(prev) // no transition, but the operator's word is news to the peers
 	}
 	a.transition(ctx, prev)
 	a.schedule(ctx)
-	ctx.Respond(&messages.AdminDone{State: st.breaker.state.String()})
+	ctx.Respond(&messages.AdminDone{State: st.breaker.State().String()})
 }
 
 func (a *engineActor) readmit(ctx actor.Context, m *messages.Readmit) {
 	st := a.st
-	prev := st.breaker.state
+	prev := st.breaker.State()
 	st.peer.operator = true // what changes here is the operator's word, for the peers too
 	defer func() { st.peer.operator = false }()
 	switch {
-	case m.Force || (prev == ejected && st.breaker.byAdmin):
+	case m.Force || (prev == health.Ejected && st.breaker.ByAdmin()):
 		// An operator's ejection ends with the operator's word; a forced readmission skips the
 		// probe (or join check) an ejection by failures (or a new engine) would need.
 		st.probeGen++ // any probe in flight is now stale
 		st.checking = false
-		st.breaker.probeSucceeded()
+		st.breaker.ProbeSucceeded()
 		a.r.log.Info("engine readmitted by admin", "engine", st.spec.Name, "from", prev.String(), "force", m.Force)
 		a.transition(ctx, prev)
-	case prev == quarantined:
-		st.breaker.quarantineEnds = time.Now()
-		st.breaker.quarantineOver(time.Now())
+	case prev == health.Quarantined:
+		st.breaker.LiftQuarantine()
 		a.transition(ctx, prev)
-	case prev == ejected:
+	case prev == health.Ejected:
 		a.startProbe(ctx)
-	case prev == joining:
+	case prev == health.Joining:
 		a.join(ctx)
 	}
-	ctx.Respond(&messages.AdminDone{State: st.breaker.state.String()})
+	ctx.Respond(&messages.AdminDone{State: st.breaker.State().String()})
 }
 
 // leave takes the engine out of the fleet: no placement from now on (removed is what reserve
@@ -421,33 +431,33 @@ func (a *engineActor) snapshot() *messages.EngineState {
 	st := a.st
 	b := &st.breaker
 	s := &messages.EngineState{
-		Name: st.spec.Name, Role: string(st.spec.Role), State: b.state.String(), Streak: b.streak,
+		Name: st.spec.Name, Role: string(st.spec.Role), State: b.State().String(), Streak: b.Streak(),
 		Source:      st.source,
 		Reserved:    reservedSlots(st.view),
 		MaxInflight: st.spec.MaxInflight, LastProbe: st.lastProbe, JoinCheck: st.joinCheck, Restarts: st.restarts,
-		Readmission: a.r.current().Recovery.Readmission, EjectedBy: b.ejectedBy(),
+		Readmission: a.r.current().Recovery.Readmission, EjectedBy: b.EjectedBy(),
 		DecidedBy: st.peer.by, PeerReason: st.peer.reason,
 	}
 	if st.leaving {
 		s.State = stateRemoving
 	}
 	if s.EjectedBy != "" {
-		s.EjectReason = b.cause
+		s.EjectReason = b.Cause()
 	}
 	s.Load = a.r.loadState(st.view)
 	if p := st.view.Models.Load(); p != nil {
 		s.Models = *p
 	}
-	if !b.quarantineEnds.IsZero() {
-		t := b.quarantineEnds
+	if !b.QuarantineEnds().IsZero() {
+		t := b.QuarantineEnds()
 		s.QuarantineEnds = &t
 	}
-	if !b.ejectedAt.IsZero() {
-		t := b.ejectedAt
+	if !b.EjectedAt().IsZero() {
+		t := b.EjectedAt()
 		s.EjectedAt = &t
 	}
-	if !b.nextProbe.IsZero() && !b.byAdmin && (b.state == ejected || b.state == probing) {
-		t := b.nextProbe
+	if !b.NextProbe().IsZero() && !b.ByAdmin() && (b.State() == health.Ejected || b.State() == health.Probing) {
+		t := b.NextProbe()
 		s.NextProbe = &t
 	}
 	return s

@@ -37,20 +37,6 @@ func newRouter(t testing.TB, cfg config.Config, opts Options) *Router {
 	return r
 }
 
-// recoveryWith is the default recovery section, with eject_after 3 and probes every 1 to 4 s,
-// tweaked and provisioned.
-func recoveryWith(t testing.TB, tweak func(*config.Recovery)) config.RecoveryRuntime {
-	t.Helper()
-	cfg := config.Default()
-	cfg.Recovery.EjectAfter, cfg.Recovery.ProbeIntervalS, cfg.Recovery.ProbeMaxIntervalS = 3, 1, 4
-	if tweak != nil {
-		tweak(&cfg.Recovery)
-	}
-	cfg.Engines = []config.Engine{{Name: "e0", URL: "http://127.0.0.1:1", Role: config.RoleBoth}}
-	provision(t, cfg)
-	return cfg.RecoveryRuntime()
-}
-
 // simRouter starts a simulated fleet of p0 and decoders consumers (d0, d1, …) and a router in
 // front of it (cfg tweaked by tweak), both closed with the test, and waits until every engine
 // passed its join check.

@@ -5,6 +5,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/narwhal-router/narwhal/actors/health"
 	"github.com/narwhal-router/narwhal/cluster"
 )
 
@@ -77,13 +78,13 @@ func (a *engineActor) adopt(ctx actor.Context) {
 func (r *Router) Cluster() *cluster.Node { return r.cluster }
 
 // share publishes a local breaker decision to the peers.
-func (a *engineActor) share(from breakerState) {
+func (a *engineActor) share(from health.State) {
 	st := a.st
 	if st.peer.applying {
 		return
 	}
 	b := &st.breaker
-	if from == joining && b.state == admitted && !st.peer.operator {
+	if from == health.Joining && b.State() == health.Admitted && !st.peer.operator {
 		// A join check that passed is this node's own business: every node checks an engine it
 		// adds. It is not shared, and it does not outrank a peer's verdict this node has not
 		// heard yet (an ejection decided before the check is still applied when it arrives).
@@ -94,21 +95,21 @@ func (a *engineActor) share(from breakerState) {
 	if a.r.cluster == nil {
 		return
 	}
-	v := cluster.Verdict{Engine: st.spec.Name, State: b.state.String(), Decided: now, Admin: st.peer.operator || b.byAdmin}
-	switch b.state {
-	case quarantined:
-		v.Until, v.Reason = b.quarantineEnds, "failure quarantine"
-	case ejected:
-		v.Until = b.nextProbe
+	v := cluster.Verdict{Engine: st.spec.Name, State: b.State().String(), Decided: now, Admin: st.peer.operator || b.ByAdmin()}
+	switch b.State() {
+	case health.Quarantined:
+		v.Until, v.Reason = b.QuarantineEnds(), "failure quarantine"
+	case health.Ejected:
+		v.Until = b.NextProbe()
 		switch {
-		case b.byAdmin:
+		case b.ByAdmin():
 			v.Reason = "ejected by an operator"
-			if b.cause != "" {
-				v.Reason += ": " + b.cause
+			if b.Cause() != "" {
+				v.Reason += ": " + b.Cause()
 			}
-		case from == joining:
-			v.Reason = b.cause // the failed join check
-		case from == probing:
+		case from == health.Joining:
+			v.Reason = b.Cause() // the failed join check
+		case from == health.Probing:
 			v.Reason = "probe did not pass"
 			if p := st.lastProbe; p != nil {
 				if p.Result == probeInconclusive {
@@ -118,14 +119,14 @@ func (a *engineActor) share(from breakerState) {
 			}
 		default:
 			v.Reason = "ejected after consecutive failures"
-			if b.cause != "" {
-				v.Reason += ": " + b.cause
+			if b.Cause() != "" {
+				v.Reason += ": " + b.Cause()
 			}
 		}
-	case probing:
+	case health.Probing:
 		v.Until, v.Reason = now.Add(3*a.r.rt.Engine.FirstTokenTimeoutS.Duration()), "probe in flight"
-	case admitted:
-		if from == quarantined && !st.peer.operator {
+	case health.Admitted:
+		if from == health.Quarantined && !st.peer.operator {
 			return // a quarantine that ran out; every node times it itself
 		}
 		v.Reason = "probe passed"
@@ -153,49 +154,44 @@ func (a *engineActor) applyPeer(ctx actor.Context, v cluster.Verdict) {
 		return // this node decided or heard something newer
 	}
 	now := time.Now()
-	prev := b.state
+	prev := b.State()
 	switch v.State {
 	case cluster.StateEjected, cluster.StateProbing:
 		switch {
 		case v.Admin:
-			if prev == probing || prev == joining {
+			if prev == health.Probing || prev == health.Joining {
 				st.probeGen++ // our probe must not readmit the engine behind the operator's back
 				st.checking = false
 			}
-			b.ejectByAdmin(now, v.Reason)
-			if prev == ejected { // no transition, but the standing changed
+			b.EjectByAdmin(now, v.Reason)
+			if prev == health.Ejected { // no transition, but the standing changed
 				a.publish(ctx, true)
 				a.schedule(ctx) // no probe of an operator's ejection
 			}
-		case b.byAdmin:
+		case b.ByAdmin():
 			// An operator's ejection holds until an operator's readmission.
-		case prev == admitted || prev == quarantined || prev == joining:
-			if prev == joining {
+		case prev == health.Admitted || prev == health.Quarantined || prev == health.Joining:
+			if prev == health.Joining {
 				st.probeGen++ // the peer's evidence stands for the join check in flight
 				st.checking = false
 			}
-			b.eject(now, "")
-			b.cause = v.Reason
+			b.EjectFor(now, v.Reason)
 		}
-		if v.Until.After(now) && !b.byAdmin {
-			b.nextProbe = v.Until // follow the prober's cadence
+		if v.Until.After(now) && !b.ByAdmin() {
+			b.ProbeAt(v.Until) // follow the prober's cadence
 		}
 	case cluster.StateQuarantined:
-		if prev == admitted && v.Until.After(now) {
-			b.state, b.quarantineEnds = quarantined, v.Until
-		} else if prev == quarantined && v.Until.After(b.quarantineEnds) {
-			b.quarantineEnds = v.Until
-			a.schedule(ctx)
+		if (prev != health.Admitted || v.Until.After(now)) && b.Quarantine(v.Until) {
+			a.schedule(ctx) // a later end: the timer is armed again
 		}
 	case cluster.StateAdmitted:
-		if b.byAdmin && !v.Admin {
+		if b.ByAdmin() && !v.Admin {
 			return // an operator's ejection ends only with an operator's word
 		}
-		if prev != admitted {
+		if prev != health.Admitted {
 			st.probeGen++ // a probe or join check of ours in flight is moot now
 			st.checking = false
-			b.probeSucceeded()
-			b.quarantineEnds = time.Time{}
+			b.Readmitted()
 		}
 	default:
 		return
@@ -203,7 +199,7 @@ func (a *engineActor) applyPeer(ctx actor.Context, v cluster.Verdict) {
 	st.peer.decided, st.peer.by, st.peer.reason = v.Decided, v.DecidedBy(), v.Reason
 	st.peer.takenOver = false
 	a.r.metrics.ClusterVerdict(v.Engine, v.State, "applied")
-	if b.state != prev {
+	if b.State() != prev {
 		st.peer.applying = true
 		a.transition(ctx, prev)
 		st.peer.applying = false
@@ -224,16 +220,16 @@ func (a *engineActor) reown(v cluster.Verdict) {
 		return
 	}
 	now := time.Now()
-	own := cluster.Verdict{Engine: st.spec.Name, State: b.state.String(), Decided: v.Decided,
-		Reason: v.Reason, Admin: v.Admin || b.byAdmin, Origin: v.DecidedBy()}
-	switch b.state {
-	case ejected:
-		own.Until = b.nextProbe
-	case quarantined:
-		if !b.quarantineEnds.After(now) {
+	own := cluster.Verdict{Engine: st.spec.Name, State: b.State().String(), Decided: v.Decided,
+		Reason: v.Reason, Admin: v.Admin || b.ByAdmin(), Origin: v.DecidedBy()}
+	switch b.State() {
+	case health.Ejected:
+		own.Until = b.NextProbe()
+	case health.Quarantined:
+		if !b.QuarantineEnds().After(now) {
 			return
 		}
-		own.Until = b.quarantineEnds
+		own.Until = b.QuarantineEnds()
 	default:
 		return // admitted holds nothing out; a probe of this node's publishes its own result
 	}
@@ -262,7 +258,7 @@ func (a *engineActor) probesHere() bool {
 		return false // the prober speaks
 	case st.peer.takenOver:
 		return true
-	case time.Since(v.Decided) > st.breaker.probeInterval*3/2:
+	case time.Since(v.Decided) > st.breaker.ProbeInterval()*3/2:
 		a.r.log.Info("engine probed here: the node that would probe it has said nothing of it", "engine", st.spec.Name)
 		st.peer.takenOver = true
 		return true

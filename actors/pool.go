@@ -6,6 +6,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/narwhal-router/narwhal/actors/health"
 	"github.com/narwhal-router/narwhal/actors/placement"
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/messages"
@@ -127,7 +128,7 @@ func (p *poolActor) Receive(ctx actor.Context) {
 		if m.Placeable && m.HasRoom {
 			p.wake(ctx, st.view)
 		}
-		if prev == joining.String() || m.Placeable {
+		if prev == health.Joining.String() || m.Placeable {
 			p.nudgeJoining(ctx, st)
 		}
 		p.checkWaves(ctx)
@@ -162,10 +163,10 @@ func (p *poolActor) apply(ctx actor.Context, specs []transport.EngineSpec) {
 		case !transport.SameEngine(st.spec, s):
 			removed = append(removed, st.spec.Name)
 			p.remove(ctx, st, "its configuration changed: it is added again as a new engine")
-		case st.source != s.Source:
-			p.r.log.Info("engine now reported by another source", "engine", s.Name, "from", st.source, "to", s.Source)
-			st.source = s.Source
-			ctx.Send(pidOf(st.view), setSource{s.Source})
+		case st.reportedBy != s.Source:
+			p.r.log.Info("engine now reported by another source", "engine", s.Name, "from", st.reportedBy, "to", s.Source)
+			st.reportedBy = s.Source
+			ctx.Send(pidOf(st.view), setSource{s.Source}) // the engine actor owns source
 		}
 	}
 	next := make([]*engineState, 0, len(order))
@@ -212,11 +213,11 @@ func (p *poolActor) add(spec transport.EngineSpec) *engineState {
 		ms := append([]string(nil), spec.Models...)
 		v.Models.Store(&ms)
 	}
-	v.State.Store(uint32(joining))
-	st := &engineState{spec: spec, view: v, incarnation: p.incarnations, source: spec.Source,
-		breaker: newBreaker(r.current().RecoveryRuntime())}
+	v.State.Store(uint32(health.Joining))
+	st := &engineState{spec: spec, view: v, incarnation: p.incarnations, source: spec.Source, reportedBy: spec.Source,
+		breaker: health.NewBreaker(r.current().RecoveryRuntime())}
 	if v.Idx < 0 {
-		r.log.Warn("engine placement.Placed without prefix preference: every prefix-index slot is held", "engine", spec.Name, "slots", placement.MaxIndexed)
+		r.log.Warn("engine placed without prefix preference: every prefix-index slot is held", "engine", spec.Name, "slots", placement.MaxIndexed)
 	}
 	if spec.Role.CanPrefill() && spec.KV.Endpoint == "" && len(spec.KV.AllowedEndpoints) == 0 {
 		// Its descriptors may only point consumers at its own host (transport/kv's endpoint
@@ -234,7 +235,7 @@ func (p *poolActor) add(spec transport.EngineSpec) *engineState {
 		}
 	}
 	p.members[spec.Name] = st
-	p.breaker[spec.Name] = joining.String() // its first change, to whatever, may be what a joining consumer waits for
+	p.breaker[spec.Name] = health.Joining.String() // its first change, to whatever, may be what a joining consumer waits for
 	return st
 }
 
@@ -259,7 +260,7 @@ func (p *poolActor) remove(ctx actor.Context, st *engineState, why string) {
 	p.leaving[st] = true
 	p.r.scraper.remove(st.view)
 	p.r.kvFeeds.remove(st.view)
-	p.r.log.Info("engine removed from the fleet", "engine", name, "source", st.source, "why", why)
+	p.r.log.Info("engine removed from the fleet", "engine", name, "source", st.reportedBy, "why", why)
 	ctx.Send(pidOf(st.view), retire{drainBy: time.Now().Add(p.r.env.current().request.Deadline + drainSlack)})
 }
 
@@ -308,9 +309,9 @@ func (p *poolActor) views() []*placement.Engine {
 func (p *poolActor) countStates() {
 	counts := map[string]int{}
 	for _, st := range p.order {
-		counts[breakerState(st.view.State.Load()).String()]++
+		counts[health.State(st.view.State.Load()).String()]++
 	}
-	for _, s := range []breakerState{admitted, quarantined, ejected, probing, joining} {
+	for _, s := range []health.State{health.Admitted, health.Quarantined, health.Ejected, health.Probing, health.Joining} {
 		p.r.metrics.FleetEngines(s.String(), counts[s.String()])
 	}
 	p.r.metrics.FleetEngines(stateRemoving, len(p.leaving))
@@ -320,7 +321,7 @@ func (p *poolActor) countStates() {
 // for; changed itself is skipped.
 func (p *poolActor) nudgeJoining(ctx actor.Context, changed *engineState) {
 	for _, st := range p.order {
-		if st != changed && breakerState(st.view.State.Load()) == joining {
+		if st != changed && health.State(st.view.State.Load()) == health.Joining {
 			ctx.Send(pidOf(st.view), partnerReady{})
 		}
 	}
@@ -344,7 +345,7 @@ func (p *poolActor) checkWaves(ctx actor.Context) {
 			if !v.CanServe(phase) {
 				continue
 			}
-			if s := p.breaker[v.Name]; s != ejected.String() && s != probing.String() {
+			if s := p.breaker[v.Name]; s != health.Ejected.String() && s != health.Probing.String() {
 				all = false
 				break
 			}

@@ -37,11 +37,11 @@ type probeOutcome struct {
 // startProbe moves an ejected engine to probing and runs its readmission check off the actor.
 func (a *engineActor) startProbe(ctx actor.Context) {
 	st := a.st
-	if st.breaker.state != ejected || st.breaker.byAdmin {
+	if st.breaker.State() != health.Ejected || st.breaker.ByAdmin() {
 		return // an operator's ejection holds until an operator readmits
 	}
-	st.breaker.probeStarted()
-	a.transition(ctx, ejected)
+	st.breaker.ProbeStarted()
+	a.transition(ctx, health.Ejected)
 	st.probeGen++
 	p := a.r.planProbe(st, false)
 	gen, self, root := st.probeGen, ctx.Self(), a.r.root
@@ -50,7 +50,7 @@ func (a *engineActor) startProbe(ctx actor.Context) {
 
 func (a *engineActor) probeFinished(ctx actor.Context, m probeFinished) {
 	st := a.st
-	if m.gen != st.probeGen || st.breaker.state != probing {
+	if m.gen != st.probeGen || st.breaker.State() != health.Probing {
 		return // a forced readmission or an eject overtook this probe
 	}
 	out := m.outcome
@@ -63,13 +63,13 @@ func (a *engineActor) probeFinished(ctx actor.Context, m probeFinished) {
 	now := time.Now()
 	switch out.Result {
 	case probeSuccess:
-		st.breaker.probeSucceeded()
+		st.breaker.ProbeSucceeded()
 	case probeFailure:
-		st.breaker.probeFailed(now)
+		st.breaker.ProbeFailed(now)
 	default:
-		st.breaker.probeInconclusive(now)
+		st.breaker.ProbeInconclusive(now)
 	}
-	a.transition(ctx, probing)
+	a.transition(ctx, health.Probing)
 	a.schedule(ctx)
 }
 
@@ -78,7 +78,7 @@ func (a *engineActor) probeFinished(ctx actor.Context, m probeFinished) {
 // model list when none is configured — unless one is in flight.
 func (a *engineActor) join(ctx actor.Context) {
 	st := a.st
-	if st.breaker.state != joining || st.checking || st.leaving {
+	if st.breaker.State() != health.Joining || st.checking || st.leaving {
 		return
 	}
 	st.checking, st.nudged = true, false
@@ -94,7 +94,7 @@ func (a *engineActor) join(ctx actor.Context) {
 // at the next probe interval.
 func (a *engineActor) joinFinished(ctx actor.Context, m joinFinished) {
 	st := a.st
-	if m.gen != st.probeGen || st.breaker.state != joining {
+	if m.gen != st.probeGen || st.breaker.State() != health.Joining {
 		return
 	}
 	st.checking = false
@@ -108,11 +108,11 @@ func (a *engineActor) joinFinished(ctx actor.Context, m joinFinished) {
 		"reason", out.Reason, "partner", out.Partner)
 	switch out.Result {
 	case probeSuccess:
-		st.breaker.joined()
-		a.transition(ctx, joining)
+		st.breaker.Joined()
+		a.transition(ctx, health.Joining)
 	case probeFailure:
-		st.breaker.joinFailed(time.Now(), "join check failed: "+out.Reason)
-		a.transition(ctx, joining)
+		st.breaker.EjectFor(time.Now(), "join check failed: "+out.Reason)
+		a.transition(ctx, health.Joining)
 		a.schedule(ctx)
 	default:
 		if st.nudged { // a partner changed while the check ran: it may complete now
@@ -145,11 +145,11 @@ func (a *engineActor) tellRejected(ctx actor.Context, rejected []*placement.Engi
 // onDescriptorsRejected ejects an engine in placement whose descriptors a probe found invalid.
 func (a *engineActor) onDescriptorsRejected(ctx actor.Context, m descriptorsRejected) {
 	st := a.st
-	prev := st.breaker.state
-	if st.leaving || (prev != admitted && prev != quarantined) {
+	prev := st.breaker.State()
+	if st.leaving || (prev != health.Admitted && prev != health.Quarantined) {
 		return
 	}
-	st.breaker.joinFailed(time.Now(), m.reason)
+	st.breaker.EjectFor(time.Now(), m.reason)
 	a.r.log.Warn("producer ejected: its handoff descriptors fail validation", "engine", st.spec.Name, "reason", m.reason)
 	a.transition(ctx, prev)
 	a.schedule(ctx)
@@ -182,7 +182,7 @@ func (r *Router) planProbe(st *engineState, join bool) *probe {
 	if cur.EngineContract != nil && cur.EngineContract.Model != "" {
 		model = cur.EngineContract.Model
 	}
-	partner := f.Engine(st.breaker.partner)
+	partner := f.Engine(st.breaker.Partner())
 	now := time.Now()
 	switch {
 	case st.spec.Role == config.RoleDecode || (st.spec.Role == config.RoleBoth && partner != nil):
@@ -230,7 +230,7 @@ func trustedProducers(f *placement.Snapshot, not *placement.Engine, model string
 // producerJoining reports whether an engine able to prefill, other than not, is joining.
 func producerJoining(f *placement.Snapshot, not *placement.Engine) bool {
 	for _, v := range f.Engines {
-		if v != not && v.CanServe(fault.PhasePrefill) && breakerState(v.State.Load()) == joining {
+		if v != not && v.CanServe(fault.PhasePrefill) && health.State(v.State.Load()) == health.Joining {
 			return true
 		}
 	}
@@ -359,27 +359,24 @@ func (p *probe) transfer(ctx context.Context, model string, contract bool) (res 
 		}
 		return p.result(probeSuccess, "inference probe completed"), false
 	}
-	// Which side failed decides: the target's own leg failing is a failure, the partner's
-	// leg failing says nothing about the target.
+	// Which side failed decides (health.JudgeProbe): the target's own leg failing is a
+	// failure, the partner's leg failing says nothing about the target.
 	leg := fault.PhaseDecode
 	f, isFault := fault.As(err)
 	if isFault {
 		leg = f.Phase
 	}
-	targetLeg := fault.PhasePrefill
-	if p.targetIsConsumer {
-		targetLeg = fault.PhaseDecode
-	}
-	if !p.targetIsConsumer && isFault && descriptorsInvalid(f) {
+	j := health.JudgeProbe(health.ProbeFault{TargetIsConsumer: p.targetIsConsumer, Alone: p.producer == p.consumer || p.local,
+		Leg: leg, DescriptorsInvalid: isFault && descriptorsInvalid(f)})
+	switch {
+	case j.OwnDescriptors:
 		return p.result(probeFailure, "its handoff descriptors fail validation: %v", err), false
-	}
-	if p.producer == p.consumer || p.local || leg == targetLeg {
+	case j.Failed:
 		return p.result(probeFailure, "%v", err), false
-	}
-	if isFault && p.targetIsConsumer && descriptorsInvalid(f) {
+	case j.RejectPartner:
 		p.rejected = append(p.rejected, p.producer)
 	}
-	return p.result(probeInconclusive, "partner %s failed its leg: %v", p.partner().Name, err), true
+	return p.result(probeInconclusive, "partner %s failed its leg: %v", p.partner().Name, err), j.PartnerFailed
 }
 
 // descriptorsInvalid says f is a handoff descriptor that failed the producer's own endpoint

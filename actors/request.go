@@ -9,6 +9,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/google/uuid"
 
+	"github.com/narwhal-router/narwhal/actors/health"
 	"github.com/narwhal-router/narwhal/actors/placement"
 	"github.com/narwhal-router/narwhal/cluster"
 	"github.com/narwhal-router/narwhal/config"
@@ -23,12 +24,11 @@ import (
 //
 //	request.go    the supervisor: its state, its mailbox, the start of each attempt
 //	attempt.go    placement of an attempt (engines, slots, the plan ingress runs) and its report
-//	disagg.go     the disaggregation decision of an attempt (prefill/decode or local decode)
+//	disagg.go     the bookkeeping of the disaggregation decision (placement makes it)
 //	admission.go  waiting in the admission queue for a slot
-//	retry.go      a failed attempt: retry or answer
-//	blame.go      what each leg's end tells its engine's breaker (the one place that decides)
-//	blameboard.go the comparison of failures across requests and engines, before any is counted
-//	backpressure.go an engine that keeps answering 429/503, passed over for a while
+//	retry.go      a failed attempt: retry or answer (health.RetryAsk decides)
+//	blame.go      what each leg's end tells its engine's breaker (health.Leg.News decides)
+//	blameboard.go the blame board's actor (health.Board compares failures before any is counted)
 //	answer.go     the answer before commit (errors, rejections, the headers they carry)
 //	cleanup.go    releasing slots, the request's one outcome, a crashed supervisor's cleanup
 
@@ -61,31 +61,37 @@ var errShutdown = errors.New("the router is shutting down")
 
 // requestEnv is what request supervisors use of the router, and all they use: one value per
 // router, shared by every supervisor. The router builds it; nothing in it changes after start
-// but the pool's PID, set once when the pool starts (before any request arrives), the fleet's
-// snapshot (a supervisor loads it once per placement) and the settings (loaded once per
-// request).
+// but what each field names as its writer.
 type requestEnv struct {
+	// fleet is the engines placement reads. Writer: the pool (Publish, a new snapshot per
+	// change); a supervisor loads it once per placement.
 	fleet *placement.Fleet
-	// settings are the run-time-changeable settings; a reload swaps them whole.
+	// settings are the run-time-changeable settings; a reload swaps them whole. Writer: the
+	// router's reload; a supervisor loads them once per request.
 	settings atomic.Pointer[settings]
 
-	root    *actor.RootContext
+	root *actor.RootContext
+	// pool is the pool's PID. Writer: the guardian, once, when the pool starts (before any
+	// request arrives).
 	pool    *actor.PID
 	metrics *telemetry.Metrics
 	log     *slog.Logger
 	access  *accessLog // nil: no access log
 	cluster *cluster.Node
 
-	// board is the blame board (blameboard.go); commits the fingerprints that committed lately,
-	// the evidence it reads that a request is not failing everywhere.
-	board   *actor.PID
-	commits commitTable
-	live    *liveSet // every started request supervisor
-	// queued is the admission queue's depth (written by the pool): a released slot is worth a
-	// message to the pool only while requests wait.
+	// board is the blame board (blameboard.go). Writer: the guardian, once, when it starts.
+	board *actor.PID
+	// commits are the fingerprints that committed lately, the evidence the board reads that a
+	// request is not failing everywhere. Writers: the request supervisors, at commit.
+	commits health.CommitTable
+	// live is every started request supervisor. Writers: the supervisors, each adding itself
+	// when its request arrives and removing itself when it stops.
+	live *liveSet
+	// queued is the admission queue's depth: a released slot is worth a message to the pool
+	// only while requests wait. Writer: the pool.
 	queued atomic.Int32
 	// rates are the fleet's measured prefill rates, the disaggregation prediction's inputs
-	// (ttft.go).
+	// (placement.Rates). Writers: the request supervisors, at commit (measureCommit).
 	rates placement.Rates
 }
 
@@ -101,7 +107,7 @@ type settings struct {
 	// server.expose_engine_errors (the answer's body).
 	fleet              config.FleetRuntime
 	exposeEngineErrors bool
-	budget             *retryBudget
+	budget             *health.RetryBudget
 	// recovery is recovery.* (the blame window, the backpressure bound).
 	recovery config.RecoveryRuntime
 	// defaultOutput is flow_control.default_output_tokens: a request's expected output when it
@@ -114,10 +120,10 @@ type settings struct {
 func newSettings(rt config.Config, prev *settings) *settings {
 	s := &settings{request: rt.RequestRuntime(), fleet: rt.FleetRuntime(), exposeEngineErrors: rt.Server.ExposeEngineErrors,
 		recovery: rt.RecoveryRuntime(), defaultOutput: rt.FlowControl.DefaultOutputTokens}
-	if prev != nil && prev.budget.cfg == rt.RecoveryRuntime().RetryBudget {
+	if prev != nil && prev.budget.Config() == rt.RecoveryRuntime().RetryBudget {
 		s.budget = prev.budget
 	} else {
-		s.budget = newRetryBudget(rt.RecoveryRuntime().RetryBudget)
+		s.budget = health.NewRetryBudget(rt.RecoveryRuntime().RetryBudget)
 	}
 	return s
 }
@@ -152,11 +158,11 @@ type requestSupervisor struct {
 	// disaggregation decision, prefixMatch the consumer's prefix-index match in blocks.
 	prompt      wire.Prompt
 	prompted    bool
-	decision    decision
+	decision    placement.Decision
 	prefixMatch int
-	// predicted is the decision's predicted times to first token (ttft.go); leg the attempt's
-	// prompt work, measured at commit; localHeld the tokens counted in the consumer's
-	// localTokens for a local decode, until its first token.
+	// predicted is the decision's predicted times to first token (placement.AttemptPlan);
+	// leg the attempt's prompt work, measured at commit; localHeld the tokens counted in the
+	// consumer's LocalTokens for a local decode, until its first token.
 	predicted placement.Prediction
 	leg       placement.ComputeLeg
 	localHeld int64
@@ -172,7 +178,7 @@ type requestSupervisor struct {
 	// ended are this request's leg ends before commit that have something to tell a breaker,
 	// held until the request's fate decides whom they blame (blame.go).
 	ended []legEnd
-	// fingerprint identifies the request's body for the blame board (blame.go, fingerprintOf).
+	// fingerprint identifies the request's body for the blame board (health.Fingerprint).
 	fingerprint uint64
 	end         ingress.StreamFinished
 	status      int
@@ -189,9 +195,9 @@ func (s *requestSupervisor) Receive(ctx actor.Context) {
 		}
 		s.x = m
 		s.set = s.env.current()
-		s.fingerprint = fingerprintOf(m.Body.Raw()) // now: ingress releases the body once the request commits
-		s.env.live.add(s.self)                      // here, not in Dispatch: a fast failure could retire first
-		s.set.budget.deposit()
+		s.fingerprint = health.Fingerprint(m.Body.Raw()) // now: ingress releases the body once the request commits
+		s.env.live.add(s.self)                           // here, not in Dispatch: a fast failure could retire first
+		s.set.budget.Deposit(time.Now())
 		s.startAttempt(ctx)
 	case *ingress.AttemptEnded:
 		s.onAttemptEnded(ctx, m)

@@ -1,18 +1,18 @@
 package actors
 
 import (
-	"slices"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/narwhal-router/narwhal/actors/health"
 	"github.com/narwhal-router/narwhal/transport/fault"
 )
 
 // fail decides, after an attempt failed before commit, between a fresh attempt and an error
-// response: a retry only for a transient fault, before visible output, within
-// recovery.max_attempts, the request deadline and the retry budget. A retry never lands on an
-// engine that pushed back or that its breaker is about to take out, and prefers engines that
+// response (health.RetryAsk: a transient fault, before visible output, within
+// recovery.max_attempts, the request deadline and the retry budget) and steers the retry off
+// an engine that pushed back or that its breaker is about to take out, preferring engines that
 // have not failed this request.
 func (s *requestSupervisor) fail(ctx actor.Context, f *fault.Fault) {
 	s.lastFault = f
@@ -25,22 +25,19 @@ func (s *requestSupervisor) fail(ctx actor.Context, f *fault.Fault) {
 		return
 	}
 	s.env.metrics.EngineFault(f.Engine, f.Phase.String(), f.Kind.String(), f.Reason)
-	if f.Retriable() && s.attempt < s.set.request.MaxAttempts && time.Now().Before(s.x.Deadline) {
-		if s.set.budget.tryRetry() {
-			s.env.metrics.Retry(f.Kind.String())
-			switch {
-			case f.Shuns(), s.breakerTakesOut(f):
-				s.exclude = append(s.exclude, f.Engine)
-			case !slices.Contains(s.avoid, f.Engine):
-				s.avoid = append(s.avoid, f.Engine)
-			}
-			if f.Phase == fault.PhaseDecode && s.producer != nil && !slices.Contains(s.avoid, s.producer.Name) {
-				// The decode may have failed reading the producer's handoff: prefer another pair.
-				s.avoid = append(s.avoid, s.producer.Name)
-			}
-			s.startAttempt(ctx)
-			return
+	ask := health.RetryAsk{Retriable: f.Retriable(), Attempt: s.attempt, MaxAttempts: s.set.request.MaxAttempts,
+		Deadline: s.x.Deadline, Engine: f.Engine, Shuns: f.Shuns()}
+	switch ask.Decide(time.Now(), s.set.budget) {
+	case health.Retry:
+		s.env.metrics.Retry(f.Kind.String())
+		ask.TakesOut = s.breakerTakesOut(f)
+		if f.Phase == fault.PhaseDecode && s.producer != nil {
+			ask.Producer = s.producer.Name
 		}
+		s.avoid, s.exclude = ask.Steer(s.avoid, s.exclude)
+		s.startAttempt(ctx)
+		return
+	case health.BudgetExhausted:
 		s.env.metrics.RetryBudgetExhausted()
 	}
 	s.respondFault(ctx, f)

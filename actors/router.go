@@ -20,6 +20,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/narwhal-router/narwhal/actors/health"
 	"github.com/narwhal-router/narwhal/actors/placement"
 	"github.com/narwhal-router/narwhal/cluster"
 	"github.com/narwhal-router/narwhal/config"
@@ -324,7 +325,7 @@ func (r *Router) Ready() (ready bool, reason string) {
 				admittedOne = true
 				break
 			}
-			state := v.Name + " " + breakerState(v.State.Load()).String()
+			state := v.Name + " " + health.State(v.State.Load()).String()
 			if why := v.Why.Load(); why != nil {
 				state += " [" + *why + "]"
 			}

@@ -11,7 +11,7 @@ import "time"
 // ---- request supervisor → engine actor ----
 
 // LegOutcome is what an engine's breaker is told about one of its legs, as blame decided it
-// (actors/blame.go, breakerNews and handoffNews): a failure to count (Failed), or a success that
+// (actors/health/blame.go, Leg.News and HandoffNews): a failure to count (Failed), or a success that
 // resets the failure streak. A success comes from the request supervisor; a failure before
 // commit from the blame board, once it has compared it with other requests' (for a producer, a
 // consumer's failed read of its handoff). The engine actor applies it as it is. Nothing is sent

@@ -64,9 +64,8 @@ type Engine struct {
 	// Models are the models the engine serves. Writer: the pool before publication (configured
 	// models), then the engine actor (the models its checks found).
 	Models modelList
-	// State is the engine's lifecycle state (the actors' breakerState), for readiness's
-	// reasons and probe planning. Writer: the pool before publication (joining), then the
-	// engine actor.
+	// State is the engine's lifecycle state (health.State), for readiness's reasons and probe
+	// planning. Writer: the pool before publication (joining), then the engine actor.
 	State atomic.Uint32
 	// Why says why the engine is not admitted, for readiness's reasons: what ejected it, or
 	// its newest join check's or probe's outcome; nil while it is admitted. Writer: the engine
@@ -108,7 +107,7 @@ func (v *Engine) SetActor(a any) { v.handle.Store(a) }
 func (v *Engine) Actor() any { return v.handle.Load() }
 
 // Suspected says the blame board holds the engine's handoffs responsible for failures on two or
-// more consumers (blameboard.go, producerSuspect), until the window passes.
+// more consumers (health.Board, ProducerSuspect), until the window passes.
 func (v *Engine) Suspected(now time.Time) bool { return now.UnixNano() < v.Suspect.Load() }
 
 // modelsChanged counts changes to any engine's model list: a snapshot's candidate lists

@@ -15,9 +15,13 @@ import (
 // pool (the only writer) publishes a new one for every change. The prefix index and the round
 // robin positions outlive the snapshots.
 type Fleet struct {
-	cur   atomic.Pointer[Snapshot]
+	// cur is the snapshot. Writer: the pool (Publish).
+	cur atomic.Pointer[Snapshot]
+	// Index is the estimated prefix index (its own writers: prefix.go).
 	Index *PrefixIndex
-	rr    [2]atomic.Uint64 // round robin position per phase
+	// rr is the round robin position per phase. Writers: the request supervisors placing
+	// under placement.policy round_robin, by atomic increment.
+	rr [2]atomic.Uint64
 	// rnd draws a number in [0, n): the randomness of p2c and of ties, safe for concurrent use.
 	rnd func(n int) int
 }

@@ -4,6 +4,8 @@ import (
 	"math"
 	"sync/atomic"
 	"time"
+
+	"github.com/narwhal-router/narwhal/transport/fault"
 )
 
 // Under disaggregation.policy auto, a prompt long enough to be worth a prefill leg goes where
@@ -13,7 +15,7 @@ import (
 // disaggregation.local_stall_budget_s, since every stream decoding there waits while it
 // computes. The predictions come from rates the router measures on its own requests, so they
 // hold for whatever hardware, model and batch sizes the engines run; until the first
-// measurement the fixed saturation rule decides (disagg.go).
+// measurement the fixed saturation rule decides (disagg.go, decide).
 //
 // A rate is in estimated prompt tokens (wire.Prompt's estimate, the unit placement counts
 // work in) per second: the same estimate is used to measure and to predict, so its error
@@ -55,6 +57,7 @@ const minRateSample = 64
 // rate (Engine.rate), the fleet-wide average that stands in for an engine not measured yet,
 // and the handoff's tail — from the producer's answer to the consumer's first token (the KV
 // pull and the consumer's first step).
+// Writers: the request supervisors, at commit (Observe); placement reads it.
 type Rates struct {
 	Fleet RateEWMA
 	// tail is seconds, smoothed like a rate.
@@ -106,4 +109,58 @@ func Seconds(s float64) time.Duration {
 		return time.Duration(math.MaxInt64)
 	}
 	return time.Duration(s * float64(time.Second))
+}
+
+// predicting says the prediction decides long prompts: the router has measured a prefill rate
+// and disaggregation.local_stall_budget_s is not 0 (which keeps the saturation rule).
+func (a *AttemptAsk) predicting() bool {
+	return a.Rules.LocalStallBudget > 0 && a.Rates.Measuring()
+}
+
+// predict decides, for a prompt long enough to pay a prefill leg, between the producer p picked
+// and computing it on cons, and says what it predicted. It is called only while predicting.
+func (a *AttemptAsk) predict(f *Snapshot, cons *Engine, consMatch int, p Placed) (Decision, Prediction) {
+	rates := a.Rates
+	prodRest := a.Uncached(p.Match)
+	queued := f.LoadFor(p.Engine, Ask{Phase: fault.PhasePrefill, Tokens: a.Prompt.Tokens, Rules: a.Rules}, a.Now)
+	pd := Seconds(float64(queued+prodRest)/rates.RateOf(p.Engine) + rates.Tail.Get())
+
+	rest := a.Uncached(consMatch)
+	local := a.localOn(cons, rest)
+	// Computing the prompt holds up every stream decoding on the consumer for as long as it
+	// takes: local pays that on top of its own wait, so a prompt goes local only when the
+	// producer's queue would make it wait longer than computing it takes.
+	hold := Seconds(float64(rest) / rates.RateOf(cons))
+	predicted := Prediction{Local: local, Disaggregated: pd}
+	switch {
+	case local+hold >= pd:
+		return Decision{false, ReasonLongPrompt}, predicted
+	case !a.affordsLocal(cons, local):
+		// Sooner on the consumer, but the streams decoding there would wait too long.
+		return Decision{false, ReasonLocalStall}, predicted
+	}
+	return Decision{true, ReasonPredictedTTFT}, predicted
+}
+
+// affordsLocal says cons may compute a prompt whose first token, behind the local prompts it
+// already computes for us, is predicted local from now: within the stall budget, and cons
+// under disaggregation.decode_headroom.
+func (a *AttemptAsk) affordsLocal(cons *Engine, local time.Duration) bool {
+	return local <= a.Rules.LocalStallBudget && cons.Busyness(a.Now, a.Rules.ScrapeStale) < a.Rules.DecodeHeadroom
+}
+
+// affordsWhileFull says cons may compute the prompt, matching match leading blocks, while every
+// producer is full: by the stall budget while predicting, by
+// disaggregation.max_local_prompt_tokens otherwise.
+func (a *AttemptAsk) affordsWhileFull(cons *Engine, match int) bool {
+	rest := a.Uncached(match)
+	if !a.predicting() {
+		return rest <= a.Rules.MaxLocalPrompt
+	}
+	return a.affordsLocal(cons, a.localOn(cons, rest))
+}
+
+// localOn is the predicted time to the first token of rest prompt tokens computed on cons.
+func (a *AttemptAsk) localOn(cons *Engine, rest int) time.Duration {
+	return Seconds(float64(int(cons.LocalTokens.Load())+rest) / a.Rates.RateOf(cons))
 }
