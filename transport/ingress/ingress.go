@@ -140,6 +140,9 @@ func (in *Ingress) handle(ctx *fasthttp.RequestCtx) {
 		ctx.SetStatusCode(fasthttp.StatusOK)
 		return
 	}
+	if messagesPath(path) {
+		defer messagesAnswer(ctx)
+	}
 	live := in.live.Load()
 	arrival := time.Now()
 	slot, ok := live.keys.admit(ctx)
@@ -163,6 +166,11 @@ func (in *Ingress) handle(ctx *fasthttp.RequestCtx) {
 	case "/v1/responses":
 		in.generate(ctx, live, wire.EndpointResponses, slot)
 		return
+	case "/v1/messages":
+		in.generate(ctx, live, wire.EndpointMessages, slot)
+		return
+	case countTokensPath:
+		in.countTokens(ctx, live)
 	case "/v1/models":
 		in.listModels(ctx)
 	default:

@@ -216,7 +216,7 @@ func (b *ClientBody) Prompt(blockWords int) Prompt {
 			}
 			h.bytes = 0 // ids are tokens already: no byte estimate
 		}
-	case EndpointChat, EndpointResponses:
+	case EndpointChat, EndpointMessages, EndpointResponses:
 		key := "messages"
 		if b.Endpoint == EndpointResponses {
 			key = "input" // a string, or items whose content is a string or text parts
