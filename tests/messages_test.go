@@ -1,0 +1,155 @@
+package tests
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/narwhal-router/narwhal/bench/sim"
+	"github.com/narwhal-router/narwhal/config"
+)
+
+// runSDKScript runs a Node.js script of tests/sdk with args and returns what it printed; it skips
+// the test when Node.js or the SDK package (a directory of tests/sdk/node_modules) is missing.
+func runSDKScript(t *testing.T, pkg, script string, args ...string) []byte {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node is not installed (Debian: apt-get install nodejs npm; .ci/run does it)")
+	}
+	if _, err := os.Stat(filepath.Join("sdk", "node_modules", pkg)); err != nil {
+		t.Skipf("the %s SDK is not installed: make sdk-deps (make test runs it) or npm ci in tests/sdk", pkg)
+	}
+	cmd := exec.Command(node, append([]string{script}, args...)...)
+	cmd.Dir = "sdk"
+	out, err := cmd.Output()
+	if err != nil {
+		var stderr string
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = string(ee.Stderr)
+		}
+		t.Fatalf("the SDK failed: %v\n%s", err, stderr)
+	}
+	return out
+}
+
+// sdkFailure is how tests/sdk/messages.mjs reports an error the SDK raised.
+type sdkFailure struct {
+	Name, Type, Message, RequestID string
+	Status                         int
+}
+
+// TestOfficialAnthropicSDKTalksToNarwhal drives POST /v1/messages with the Anthropic TypeScript
+// SDK on a disaggregated fleet (one producer, one consumer): a message with every sampling
+// field, a stream through the SDK's stream helper and its final message, a tool use round trip
+// (and the tool call streamed), engine faults before the first token (the mapped status and
+// error class) and after it (the stream's error event), a refused field, an abort that must
+// reach the engine, count_tokens without a tokenizer source, and a wrong x-api-key. Every
+// request it made ran on both engines, with the KV blocks read.
+func TestOfficialAnthropicSDKTalksToNarwhal(t *testing.T) {
+	h := start(t, setup{prefill: 1, decode: 1, engine: sim.Options{Tokens: 4},
+		config: func(c *config.Config) {
+			c.Server.APIKeys = []string{"sdk-key"}
+			c.Engine.FirstTokenTimeoutS = 0.5
+			c.Recovery.EjectAfter = 1000 // the faults are the prompts', not the engines'
+		}})
+	outb := runSDKScript(t, "@anthropic-ai/sdk", "messages.mjs", h.base, "sdk-key")
+	type usage struct {
+		InputTokens, OutputTokens int  `json:"-"`
+		Input                     int  `json:"input_tokens"`
+		Output                    int  `json:"output_tokens"`
+		CacheRead                 *int `json:"cache_read_input_tokens"`
+	}
+	var got struct {
+		Message struct {
+			Type, Role, Text, StopReason, RequestID, Header string
+			Usage                                           usage
+		}
+		Stream struct {
+			Text, FinalText, StopReason string
+			Events                      []string
+			Usage                       usage
+		}
+		Tools struct {
+			StopReason, Name, AnswerText, AnswerStop string
+			Input                                    map[string]string
+		}
+		ToolStream struct {
+			Partial, StopReason string
+			Input               map[string]string
+		}
+		Before503, Before504Stream, Refused, After, CountTokens, WrongKey sdkFailure
+		Aborted                                                           bool
+	}
+	if err := json.Unmarshal(outb, &got); err != nil {
+		t.Fatalf("SDK output %q: %v", outb, err)
+	}
+	var after struct{ After struct{ Text string } }
+	_ = json.Unmarshal(outb, &after)
+
+	m := got.Message
+	if m.Type != "message" || m.Role != "assistant" || m.Text != expectedText(3) || m.StopReason != "max_tokens" ||
+		m.Usage.Output != 3 || m.Usage.Input == 0 || m.Usage.CacheRead == nil {
+		t.Errorf("message: %+v", m)
+	}
+	if m.RequestID == "" || m.RequestID != m.Header {
+		t.Errorf("the SDK's request id %q, want the x-request-id %q", m.RequestID, m.Header)
+	}
+	s := got.Stream
+	wantEvents := "message_start content_block_start content_block_delta content_block_delta content_block_delta " +
+		"content_block_delta content_block_stop message_delta message_stop"
+	if s.Text != expectedText(4) || s.FinalText != s.Text || s.StopReason != "max_tokens" || s.Usage.Output != 4 ||
+		s.Usage.Input == 0 || strings.Join(s.Events, " ") != wantEvents {
+		t.Errorf("stream: %+v\nwant events %s", s, wantEvents)
+	}
+	if tl := got.Tools; tl.StopReason != "tool_use" || tl.Name != "get_weather" || tl.Input["city"] != "Oslo" || tl.AnswerText == "" {
+		t.Errorf("tool use round trip: %+v", tl)
+	}
+	if ts := got.ToolStream; ts.Partial != `{"city": "Oslo"}` || ts.Input["city"] != "Oslo" || ts.StopReason != "tool_use" {
+		t.Errorf("streamed tool use: %+v", ts)
+	}
+	for name, c := range map[string]struct {
+		got          sdkFailure
+		class, typ   string
+		status       int
+		messageHolds string
+	}{
+		"503 before the first token":          {got.Before503, "ServiceUnavailableError", "overloaded_error", 503, "overloaded"},
+		"504 before the first token (stream)": {got.Before504Stream, "GatewayTimeoutError", "timeout_error", 504, "no token from the decode engine"},
+		"thinking refused":                    {got.Refused, "BadRequestError", "invalid_request_error", 400, "thinking"},
+		"error after the first token":         {got.After, "APIError", "api_error", 0, "closed before [DONE]"},
+		"count_tokens":                        {got.CountTokens, "NotImplementedError", "api_error", 501, "no tokenizer source is configured"},
+		"wrong x-api-key":                     {got.WrongKey, "AuthenticationError", "authentication_error", 401, "incorrect API key"},
+	} {
+		if c.got.Name != c.class || c.got.Type != c.typ || c.got.Status != c.status || !strings.Contains(c.got.Message, c.messageHolds) {
+			t.Errorf("%s: the SDK raised %+v, want %s %d of type %s (message with %q)", name, c.got, c.class, c.status, c.typ, c.messageHolds)
+		}
+	}
+	if after.After.Text != expectedText(2) {
+		t.Errorf("error after the first token: the SDK delivered %q before it, want %q", after.After.Text, expectedText(2))
+	}
+	if !got.Aborted {
+		t.Error("the SDK did not report its abort")
+	}
+	consumer, producer := h.fleet.Engines[1], h.fleet.Engines[0]
+	if consumer.Stats().Role == sim.RolePrefill {
+		consumer, producer = producer, consumer
+	}
+	eventually(t, 5*time.Second, func() bool { return consumer.Stats().Aborted >= 1 },
+		func() string { return "the abort did not reach the decode engine" })
+	if producer.Stats().BlocksRead == 0 {
+		t.Error("the consumer read no KV block from the producer")
+	}
+	for _, l := range h.accessLines() {
+		if l["endpoint"] != "messages" {
+			t.Errorf("access log endpoint %v, want messages: %v", l["endpoint"], l)
+		}
+		if l["status"] == float64(200) && (l["producer"] == nil || l["consumer"] == nil) {
+			t.Errorf("a Messages request did not run disaggregated: %v", l)
+		}
+	}
+}
