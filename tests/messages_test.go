@@ -2,6 +2,7 @@ package tests
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -152,4 +153,81 @@ func TestOfficialAnthropicSDKTalksToNarwhal(t *testing.T) {
 			t.Errorf("a Messages request did not run disaggregated: %v", l)
 		}
 	}
+}
+
+// anthropicError is Anthropic's error body.
+type anthropicError struct {
+	Type  string
+	Error struct{ Type, Message string }
+}
+
+// TestMessagesFailuresBeforeTheFirstTokenInAnthropicShape: a fault before the first token is
+// answered with the status chat would get, in Anthropic's error shape, streaming or not; keys are
+// taken from x-api-key or Authorization alike.
+func TestMessagesFailuresBeforeTheFirstTokenInAnthropicShape(t *testing.T) {
+	h := mappingHarness(t, func(c *config.Config) { c.Server.APIKeys = []string{"k"} })
+	cases := []struct {
+		prompt      string
+		status      int
+		typ, saying string
+	}{
+		{"@sim:prefill.hang_headers", 504, "timeout_error", "prefill engine did not answer within"},
+		{"@sim:decode.hang_first_token", 504, "timeout_error", "no token from the decode engine within"},
+		{"@sim:decode.refuse", 502, "api_error", "could not reach the engine"},
+		{"@sim:decode.status=503", 503, "overloaded_error", "engine is overloaded (503)"},
+		{"@sim:decode.status=400", 400, "invalid_request_error", "Bad Request (simulated fault)"},
+	}
+	for _, tc := range cases {
+		for _, stream := range []bool{false, true} {
+			body := fmt.Sprintf(`{"model":"sim-model","max_tokens":4,"stream":%v,"messages":[{"role":"user","content":"hi %s"}]}`, stream, tc.prompt)
+			resp, b := h.post("/v1/messages", body, "x-api-key", "k", "anthropic-version", "2023-06-01")
+			var e anthropicError
+			if err := json.Unmarshal(b, &e); err != nil || resp.StatusCode != tc.status || e.Type != "error" ||
+				e.Error.Type != tc.typ || !strings.Contains(e.Error.Message, tc.saying) {
+				t.Errorf("%s (stream %v): %d %s, want %d %s saying %q", tc.prompt, stream, resp.StatusCode, b, tc.status, tc.typ, tc.saying)
+			}
+			if resp.Header.Get("request-id") == "" || resp.Header.Get("request-id") != resp.Header.Get("x-request-id") {
+				t.Errorf("%s: request-id %q, x-request-id %q", tc.prompt, resp.Header.Get("request-id"), resp.Header.Get("x-request-id"))
+			}
+		}
+	}
+	for _, tc := range []struct {
+		name, body string
+		headers    []string
+		status     int
+		typ        string
+	}{
+		{"bearer key", `{"model":"sim-model","max_tokens":2,"messages":[{"role":"user","content":"hi"}]}`, []string{"Authorization", "Bearer k"}, 200, ""},
+		{"no key", `{"model":"sim-model","max_tokens":2,"messages":[{"role":"user","content":"hi"}]}`, nil, 401, "authentication_error"},
+		{"unknown model", `{"model":"other","max_tokens":2,"messages":[{"role":"user","content":"hi"}]}`, []string{"x-api-key", "k"}, 404, "not_found_error"},
+		{"not JSON", `{`, []string{"x-api-key", "k"}, 400, "invalid_request_error"},
+	} {
+		resp, b := h.post("/v1/messages", tc.body, tc.headers...)
+		var e anthropicError
+		_ = json.Unmarshal(b, &e)
+		if resp.StatusCode != tc.status || e.Error.Type != tc.typ {
+			t.Errorf("%s: %d %s, want %d %q", tc.name, resp.StatusCode, b, tc.status, tc.typ)
+		}
+	}
+}
+
+// TestMessagesKeyLimitIsTheSameForXAPIKey: server.api_key_max_concurrency counts a key sent as
+// x-api-key with the same key sent as a bearer token; the 429 is in Anthropic's shape.
+func TestMessagesKeyLimitIsTheSameForXAPIKey(t *testing.T) {
+	h := start(t, setup{prefill: 1, decode: 1, engine: sim.Options{Tokens: 4}, config: func(c *config.Config) {
+		c.Server.APIKeys = []string{"k"}
+		c.Server.APIKeyMaxConcurrency = 1
+	}})
+	_, held, cancel := h.startRequest("/v1/chat/completions",
+		`{"model":"sim-model","stream":true,"messages":[{"role":"user","content":"@sim:decode.silence_after=1"}]}`, "Authorization", "Bearer k")
+	if r := <-held; r == nil || r.StatusCode != 200 {
+		t.Fatalf("the held request: %v", r)
+	}
+	resp, b := h.post("/v1/messages", `{"model":"sim-model","max_tokens":2,"messages":[{"role":"user","content":"hi"}]}`, "x-api-key", "k")
+	var e anthropicError
+	_ = json.Unmarshal(b, &e)
+	if resp.StatusCode != 429 || e.Error.Type != "rate_limit_error" || resp.Header.Get("Retry-After") == "" {
+		t.Errorf("second request on the key: %d %s (Retry-After %q), want a 429 rate_limit_error", resp.StatusCode, b, resp.Header.Get("Retry-After"))
+	}
+	cancel()
 }
