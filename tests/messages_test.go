@@ -231,3 +231,44 @@ func TestMessagesKeyLimitIsTheSameForXAPIKey(t *testing.T) {
 	}
 	cancel()
 }
+
+// TestMessagesRunDisaggregatedLikeTheSameChatRequest: under the auto policy, a long Messages
+// request and the same chat request, each on a fresh fleet, get the same decision
+// (disaggregated, long_prompt), the same prompt at the engines, and the same KV handoff.
+func TestMessagesRunDisaggregatedLikeTheSameChatRequest(t *testing.T) {
+	prompt := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 40)
+	var lines []map[string]any
+	var read []int64
+	for _, r := range []struct{ path, body string }{
+		{"/v1/chat/completions", `{"model":"sim-model","max_tokens":4,"messages":[{"role":"system","content":"be brief"},{"role":"user","content":"` + prompt + `"}]}`},
+		{"/v1/messages", `{"model":"sim-model","max_tokens":4,"system":"be brief","messages":[{"role":"user","content":"` + prompt + `"}]}`},
+	} {
+		h := start(t, setup{prefill: 1, decode: 1, engine: sim.Options{Tokens: 4},
+			config: func(c *config.Config) { c.Disaggregation.Policy = config.DisaggAuto }})
+		producer := h.fleet.Engines[0]
+		if producer.Stats().Role != sim.RolePrefill {
+			producer = h.fleet.Engines[1]
+		}
+		if resp, b := h.post(r.path, r.body); resp.StatusCode != 200 {
+			t.Fatalf("%s: %d %s", r.path, resp.StatusCode, b)
+		}
+		read = append(read, producer.Stats().BlocksRead)
+		lines = append(lines, h.accessLines()...)
+	}
+	if len(lines) != 2 {
+		t.Fatalf("access log lines %v", lines)
+	}
+	chat, msgs := lines[0], lines[1]
+	if chat["endpoint"] != "chat" || msgs["endpoint"] != "messages" {
+		t.Fatalf("endpoints %v, %v", chat["endpoint"], msgs["endpoint"])
+	}
+	for _, k := range []string{"disaggregation", "disaggregation_reason", "prompt_tokens", "output_tokens"} {
+		if chat[k] != msgs[k] {
+			t.Errorf("%s: chat %v, messages %v", k, chat[k], msgs[k])
+		}
+	}
+	if msgs["disaggregation_reason"] != "long_prompt" || msgs["producer"] == nil || read[0] == 0 || read[0] != read[1] {
+		t.Errorf("messages ran %v (%v) on producer %v; KV blocks read: chat %d, messages %d", msgs["disaggregation"],
+			msgs["disaggregation_reason"], msgs["producer"], read[0], read[1])
+	}
+}
