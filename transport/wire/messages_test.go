@@ -251,3 +251,20 @@ func TestMessagesErrorShapes(t *testing.T) {
 		t.Errorf("error event %q, want %q", ev, want)
 	}
 }
+
+// A text token costs the translation no allocation: the chunk is scanned in place and the text
+// copied into the stream's reused buffer as the engine escaped it.
+func TestMessagesStreamTokenAllocatesNothing(t *testing.T) {
+	token := []byte(`{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"Dis\"q\""},"logprobs":null,"finish_reason":null}]}`)
+	s := NewMessagesStream()
+	s.Event(EventToken, token, Tokens{})
+	if got := string(s.Event(EventToken, token, Tokens{})); got != "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Dis\\\"q\\\"\"}}\n\n" {
+		t.Fatalf("token event %q", got)
+	}
+	if raceEnabled {
+		t.Skip("allocation budgets do not hold under the race detector (sync.Pool drops items at random)")
+	}
+	if n := testing.AllocsPerRun(200, func() { s.Event(EventToken, token, Tokens{}) }); n != 0 {
+		t.Fatalf("%.0f allocations per token, want none", n)
+	}
+}

@@ -30,27 +30,75 @@ type MessagesStream struct {
 // NewMessagesStream starts the translation of one stream.
 func NewMessagesStream() *MessagesStream { return &MessagesStream{} }
 
-type messagesChunk struct {
-	ID      string `json:"id"`
-	Model   string `json:"model"`
-	Choices []struct {
-		Index        int             `json:"index"`
-		FinishReason *string         `json:"finish_reason"`
-		StopReason   json.RawMessage `json:"stop_reason"`
-		Delta        struct {
-			Content          json.RawMessage `json:"content"`
-			Reasoning        json.RawMessage `json:"reasoning"`
-			ReasoningContent json.RawMessage `json:"reasoning_content"`
-			ToolCalls        []struct {
-				Index    int             `json:"index"`
-				ID       json.RawMessage `json:"id"`
-				Function struct {
-					Name      json.RawMessage `json:"name"`
-					Arguments json.RawMessage `json:"arguments"`
-				} `json:"function"`
-			} `json:"tool_calls"`
-		} `json:"delta"`
-	} `json:"choices"`
+// chunkView is what the translation reads of a chat chunk: raw JSON values, slices of the
+// chunk (nil when absent), found by scanning in place.
+type chunkView struct {
+	id, model                    []byte
+	finish, stop                 []byte // of choice 0
+	content, reasoning, toolCall []byte // of choice 0's delta; toolCall is the tool_calls array
+}
+
+// view scans a chat chunk without decoding or allocating; ok is false when it is not a JSON
+// object.
+func (v *chunkView) view(data []byte) bool {
+	var top, choice, delta [16]Field
+	fs, err := ScanObject(data, top[:0])
+	if err != nil {
+		return false
+	}
+	v.id, _ = Member(data, fs, "id")
+	v.model, _ = Member(data, fs, "model")
+	choices, ok := Member(data, fs, "choices")
+	if !ok || choices[0] != '[' {
+		return true
+	}
+	it := openItems(0)
+	for {
+		i, more := it.element(choices)
+		if !more {
+			return true
+		}
+		end, err := SkipValue(choices, i)
+		if err != nil {
+			return true
+		}
+		it.end = end
+		elem := choices[i:end]
+		cfs, err := ScanObject(elem, choice[:0])
+		if err != nil {
+			continue
+		}
+		if idx, ok := Member(elem, cfs, "index"); ok && string(idx) != "0" {
+			continue // the Messages API has one choice
+		}
+		v.finish, _ = Member(elem, cfs, "finish_reason")
+		v.stop, _ = Member(elem, cfs, "stop_reason")
+		d, ok := Member(elem, cfs, "delta")
+		if !ok {
+			return true
+		}
+		dfs, err := ScanObject(d, delta[:0])
+		if err != nil {
+			return true
+		}
+		v.content, _ = Member(d, dfs, "content")
+		// Newer vLLM sends the text as both reasoning and the deprecated reasoning_content.
+		if v.reasoning, _ = Member(d, dfs, "reasoning"); !nonEmptyString(v.reasoning) {
+			v.reasoning, _ = Member(d, dfs, "reasoning_content")
+		}
+		v.toolCall, _ = Member(d, dfs, "tool_calls")
+		return true
+	}
+}
+
+// toolCallDelta is one element of a delta's tool_calls.
+type toolCallDelta struct {
+	Index    int             `json:"index"`
+	ID       json.RawMessage `json:"id"`
+	Function struct {
+		Name      json.RawMessage `json:"name"`
+		Arguments json.RawMessage `json:"arguments"`
+	} `json:"function"`
 }
 
 // Event translates one event of the chat stream (its kind and data); usage is the stream's
@@ -63,16 +111,16 @@ func (s *MessagesStream) Event(kind EventKind, data []byte, usage Tokens) []byte
 		s.buf = appendEvent(s.buf, "message_stop", `{"type":"message_stop"}`)
 		return s.buf
 	}
-	var c messagesChunk
-	if json.Unmarshal(data, &c) != nil {
+	var c chunkView
+	if !c.view(data) {
 		return s.buf
 	}
 	if !s.started {
 		s.started = true
 		s.buf = append(s.buf, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":"...)
-		s.buf = appendJSONString(s.buf, c.ID)
+		s.buf = appendStringOr(s.buf, c.id)
 		s.buf = append(s.buf, `,"type":"message","role":"assistant","content":[],"model":`...)
-		s.buf = appendJSONString(s.buf, c.Model)
+		s.buf = appendStringOr(s.buf, c.model)
 		s.buf = append(s.buf, `,"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":0,"output_tokens":0}}}`+"\n\n"...)
 		s.buf = appendEvent(s.buf, "ping", `{"type":"ping"}`)
 	}
@@ -80,51 +128,61 @@ func (s *MessagesStream) Event(kind EventKind, data []byte, usage Tokens) []byte
 		s.finishMessage(usage)
 		return s.buf
 	}
-	for _, ch := range c.Choices {
-		if ch.Index != 0 {
-			continue // the Messages API has one choice
-		}
-		if ch.FinishReason != nil {
-			s.finish, s.stop = *ch.FinishReason, append(s.stop[:0], ch.StopReason...)
-		}
-		d := &ch.Delta
-		reasoning := d.Reasoning
-		if !nonEmptyString(reasoning) {
-			reasoning = d.ReasoningContent
-		}
-		if nonEmptyString(reasoning) {
-			s.startBlock("thinking", `{"type":"thinking","thinking":""}`)
-			s.appendDelta(`{"type":"thinking_delta","thinking":`, reasoning)
-		}
-		if nonEmptyString(d.Content) {
-			s.startBlock("text", `{"type":"text","text":""}`)
-			s.appendDelta(`{"type":"text_delta","text":`, d.Content)
-		}
-		for _, tc := range d.ToolCalls {
-			id := ""
-			if isString(tc.ID) {
-				_ = json.Unmarshal(tc.ID, &id)
-				if s.toolIDs == nil {
-					s.toolIDs = map[int]string{}
-				}
-				s.toolIDs[tc.Index] = id
-				if id != s.toolID && isString(tc.Function.Name) {
-					start := make([]byte, 0, 64)
-					start = append(start, `{"type":"tool_use","id":`...)
-					start = append(append(start, tc.ID...), `,"name":`...)
-					start = append(append(start, tc.Function.Name...), `,"input":{}}`...)
-					s.startBlock("tool_use", string(start))
-					s.toolID = id
-				}
-			} else {
-				id = s.toolIDs[tc.Index]
-			}
-			if id != "" && id == s.toolID && nonEmptyString(tc.Function.Arguments) {
-				s.appendDelta(`{"type":"input_json_delta","partial_json":`, tc.Function.Arguments)
-			}
+	if isString(c.finish) {
+		_ = json.Unmarshal(c.finish, &s.finish)
+		s.stop = append(s.stop[:0], c.stop...)
+	}
+	if nonEmptyString(c.reasoning) {
+		s.startBlock("thinking", `{"type":"thinking","thinking":""}`)
+		s.appendDelta(`{"type":"thinking_delta","thinking":`, c.reasoning)
+	}
+	if nonEmptyString(c.content) {
+		s.startBlock("text", `{"type":"text","text":""}`)
+		s.appendDelta(`{"type":"text_delta","text":`, c.content)
+	}
+	if len(c.toolCall) > 0 && c.toolCall[0] == '[' {
+		var calls []toolCallDelta
+		if json.Unmarshal(c.toolCall, &calls) == nil {
+			s.toolCalls(calls)
 		}
 	}
 	return s.buf
+}
+
+// toolCalls translates a delta's tool calls as vLLM does: a call with an id and a name opens a
+// tool_use block; arguments feed the open call's block as input_json_delta.
+func (s *MessagesStream) toolCalls(calls []toolCallDelta) {
+	for _, tc := range calls {
+		id := ""
+		if isString(tc.ID) {
+			_ = json.Unmarshal(tc.ID, &id)
+			if s.toolIDs == nil {
+				s.toolIDs = map[int]string{}
+			}
+			s.toolIDs[tc.Index] = id
+			if id != s.toolID && isString(tc.Function.Name) {
+				start := make([]byte, 0, 64)
+				start = append(start, `{"type":"tool_use","id":`...)
+				start = append(append(start, tc.ID...), `,"name":`...)
+				start = append(append(start, tc.Function.Name...), `,"input":{}}`...)
+				s.startBlock("tool_use", string(start))
+				s.toolID = id
+			}
+		} else {
+			id = s.toolIDs[tc.Index]
+		}
+		if id != "" && id == s.toolID && nonEmptyString(tc.Function.Arguments) {
+			s.appendDelta(`{"type":"input_json_delta","partial_json":`, tc.Function.Arguments)
+		}
+	}
+}
+
+// appendStringOr appends v when it is a JSON string, else "".
+func appendStringOr(dst, v []byte) []byte {
+	if isString(v) {
+		return append(dst, v...)
+	}
+	return append(dst, `""`...)
 }
 
 // nonEmptyString reports whether v is a JSON string with something in it.
@@ -200,9 +258,4 @@ func appendEvent(dst []byte, name, data string) []byte {
 	dst = append(dst, "\ndata: "...)
 	dst = append(dst, data...)
 	return append(dst, "\n\n"...)
-}
-
-func appendJSONString(dst []byte, s string) []byte {
-	b, _ := json.Marshal(s)
-	return append(dst, b...)
 }
