@@ -201,6 +201,8 @@ func TestMessagesFailuresBeforeTheFirstTokenInAnthropicShape(t *testing.T) {
 		{"no key", `{"model":"sim-model","max_tokens":2,"messages":[{"role":"user","content":"hi"}]}`, nil, 401, "authentication_error"},
 		{"unknown model", `{"model":"other","max_tokens":2,"messages":[{"role":"user","content":"hi"}]}`, []string{"x-api-key", "k"}, 404, "not_found_error"},
 		{"not JSON", `{`, []string{"x-api-key", "k"}, 400, "invalid_request_error"},
+		{"over server.max_body_bytes", `{"model":"sim-model","max_tokens":2,"messages":[{"role":"user","content":"` + strings.Repeat("x", 9<<20) + `"}]}`,
+			[]string{"x-api-key", "k"}, 413, "request_too_large"},
 	} {
 		resp, b := h.post("/v1/messages", tc.body, tc.headers...)
 		var e anthropicError

@@ -191,6 +191,9 @@ func (in *Ingress) handle(ctx *fasthttp.RequestCtx) {
 // the answer, lingering so that a client still sending reads it (linger.go).
 func (in *Ingress) handleTransportError(ctx *fasthttp.RequestCtx, err error) {
 	lingerOnClose(ctx)
+	if messagesPath(ctx.Path()) {
+		defer messagesAnswer(ctx)
+	}
 	var small *fasthttp.ErrSmallBuffer
 	var ne net.Error
 	switch {

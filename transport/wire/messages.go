@@ -15,7 +15,7 @@ import (
 // (vllm/entrypoints/anthropic/serving.py, _convert_anthropic_to_openai_request), runs both legs
 // on the engines' /v1/chat/completions like any chat request, and translates the answer back
 // (messagesanswer.go, messagesstream.go). What the chat API cannot carry is refused with a 400
-// naming the field, never dropped without a word: the field table is docs/api.md's.
+// naming the field, never dropped without a word: docs/messages-api.md has the field table.
 
 // messagesRequest is the Messages request body. Values the translation copies unchanged are kept
 // raw, so that a long text is not decoded and re-encoded.
