@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/narwhal-router/narwhal/bench/sim"
+	"github.com/narwhal-router/narwhal/bench/sim/tokenizer"
 	"github.com/narwhal-router/narwhal/config"
 )
 
@@ -272,5 +273,56 @@ func TestMessagesRunDisaggregatedLikeTheSameChatRequest(t *testing.T) {
 	if msgs["disaggregation_reason"] != "long_prompt" || msgs["producer"] == nil || read[0] == 0 || read[0] != read[1] {
 		t.Errorf("messages ran %v (%v) on producer %v; KV blocks read: chat %d, messages %d", msgs["disaggregation"],
 			msgs["disaggregation_reason"], msgs["producer"], read[0], read[1])
+	}
+}
+
+// messagesUsage reads the usage of a Messages answer: the message's, or a stream's
+// message_delta's.
+func messagesUsage(t *testing.T, body []byte) (input, cacheRead, output int) {
+	t.Helper()
+	var u struct {
+		Usage struct {
+			Input     int `json:"input_tokens"`
+			CacheRead int `json:"cache_read_input_tokens"`
+			Output    int `json:"output_tokens"`
+		}
+	}
+	data := body
+	if i := strings.Index(string(body), "event: message_delta\ndata: "); i >= 0 {
+		data = body[i+len("event: message_delta\ndata: "):]
+		data = data[:strings.IndexByte(string(data), '\n')]
+	}
+	if err := json.Unmarshal(data, &u); err != nil {
+		t.Fatalf("usage of %s: %v", tail(body), err)
+	}
+	return u.Usage.Input, u.Usage.CacheRead, u.Usage.Output
+}
+
+// TestMessagesCacheReadIsTheProducersHits: cache_read_input_tokens is the router's corrected
+// count (the producer's own prefix-cache hits, not the transferred prompt the consumer reports
+// as cached), and input_tokens the rest of the prompt, streaming or not.
+func TestMessagesCacheReadIsTheProducersHits(t *testing.T) {
+	eng := sim.Options{Tokens: 2, MaxNumSeqs: 8, PromptTokensDetails: true}
+	for _, stream := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
+			h := start(t, setup{prefill: 1, decode: 1, engine: eng, config: policy(config.DisaggAlways, 100)})
+			prompt := words("m", 400)
+			body := fmt.Sprintf(`{"model":"sim-model","max_tokens":2,"stream":%t,"messages":[{"role":"user","content":%s}]}`, stream, jsonString(prompt))
+			n := tokenizer.Default().Count(tokenizer.ChatML([]tokenizer.Message{{Role: "user", Content: prompt}}, true))
+			for i, wantCached := range []int{0, (n - 1) / 16 * 16} {
+				r := h.send("/v1/messages", body)
+				if r.status != 200 {
+					t.Fatalf("status %d: %s", r.status, r.body)
+				}
+				input, cached, output := messagesUsage(t, r.body)
+				if cached != wantCached || input+cached != n || output != 2 {
+					t.Errorf("request %d: input_tokens %d, cache_read_input_tokens %d, output_tokens %d; want %d cached of %d, 2 out",
+						i+1, input, cached, output, wantCached, n)
+				}
+			}
+			if st := h.simEngine("d0").Stats(); st.KVLoads != 2 {
+				t.Fatalf("%d KV loads, want 2: the requests did not take the prefill/decode path", st.KVLoads)
+			}
+		})
 	}
 }

@@ -150,6 +150,8 @@ func (in *Ingress) handle(ctx *fasthttp.RequestCtx) {
 		name := "other"
 		if ep, known := wire.EndpointForPath(path); known {
 			name = ep.String()
+		} else if messagesPath(path) { // count_tokens
+			name = wire.EndpointMessages.String()
 		}
 		in.metrics.Rejected(name, ctx.Response.StatusCode(), 0)
 		ctx.Response.Header.Set("x-request-id", clientRequestID(ctx.Request.Header.Peek("X-Request-Id")))
