@@ -237,7 +237,8 @@ func TestMessagesKeyLimitIsTheSameForXAPIKey(t *testing.T) {
 
 // TestMessagesRunDisaggregatedLikeTheSameChatRequest: under the auto policy, a long Messages
 // request and the same chat request, each on a fresh fleet, get the same decision
-// (disaggregated, long_prompt), the same prompt at the engines, and the same KV handoff.
+// (disaggregated, long_prompt), the same prompt at the engines, and the same KV handoff; the
+// metrics count the Messages request under its own endpoint.
 func TestMessagesRunDisaggregatedLikeTheSameChatRequest(t *testing.T) {
 	prompt := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 40)
 	var lines []map[string]any
@@ -257,6 +258,14 @@ func TestMessagesRunDisaggregatedLikeTheSameChatRequest(t *testing.T) {
 		}
 		read = append(read, producer.Stats().BlocksRead)
 		lines = append(lines, h.accessLines()...)
+		if r.path == "/v1/messages" { // the metrics name the endpoint too
+			var scrape string
+			eventually(t, 3*time.Second, func() bool {
+				scrape = h.scrape()
+				return strings.Contains(scrape, `narwhal_requests_total{endpoint="messages",model="sim-model",outcome="success",status="200"} 1`) &&
+					strings.Contains(scrape, `narwhal_handoff_age_seconds_count{endpoint="messages"} 1`)
+			}, func() string { return "no messages request in the metrics:\n" + grep(scrape, `endpoint="messages"`) })
+		}
 	}
 	if len(lines) != 2 {
 		t.Fatalf("access log lines %v", lines)
