@@ -335,3 +335,27 @@ func TestMessagesCacheReadIsTheProducersHits(t *testing.T) {
 		})
 	}
 }
+
+// TestMessagesTraceNamesItsRouteAndEndpoint: a Messages request's trace is rooted at
+// "POST /v1/messages", labelled endpoint messages, with both legs under its attempt.
+func TestMessagesTraceNamesItsRouteAndEndpoint(t *testing.T) {
+	recv, endpoint := startOTLPReceiver(t, config.TracingHTTP, "")
+	h := start(t, setup{prefill: 1, decode: 1, engine: sim.Options{Tokens: 2}, config: tracing(config.TracingHTTP, endpoint, 1)})
+	r := h.send("/v1/messages", `{"model":"sim-model","max_tokens":2,"stream":true,"messages":[{"role":"user","content":"`+longPrompt+`"}]}`)
+	if r.status != 200 {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	if err := h.shutdown(); err != nil { // flushes the spans
+		t.Fatal(err)
+	}
+	spans := recv.requestTrace(t, r.id)
+	want := `POST /v1/messages http.response.status_code=200 http.route=/v1/messages narwhal.endpoint=messages
+  attempt
+    prefill narwhal.engine=p0
+    handoff narwhal.engine=p0
+    decode narwhal.engine=d0 @first_token
+`
+	if got := tree(spans, "narwhal.engine", "http.response.status_code", "http.route", "narwhal.endpoint"); got != want {
+		t.Errorf("span tree:\n%s\nwant\n%s", got, want)
+	}
+}
