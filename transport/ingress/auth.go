@@ -50,8 +50,9 @@ var bearer = []byte("Bearer ")
 
 // admit checks the request's key (Authorization: Bearer, else Anthropic's x-api-key: the same
 // keys and limits) and takes a slot of its concurrency limit. A missing or wrong key is answered
-// 401, a key at its limit 429 with Retry-After; ok is false then and the answer is written. The comparison takes the same time whichever key matches, or none: every
-// digest is compared in constant time, with no early exit.
+// 401, a key at its limit 429 with Retry-After; ok is false then and the answer is written. The
+// comparison takes the same time whichever key matches, or none: every digest is compared in
+// constant time, with no early exit.
 func (k *keyring) admit(ctx *fasthttp.RequestCtx) (slot int, ok bool) {
 	if !k.enabled() {
 		return noKey, true
