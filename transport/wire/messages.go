@@ -118,7 +118,7 @@ type block struct {
 // parseMessagesBody validates a Messages body and translates it into the chat completions body
 // the engines run (its ClientBody, endpoint EndpointMessages).
 func parseMessagesBody(raw []byte) (*ClientBody, error) {
-	chat, bad := TranslateMessages(raw)
+	chat, bad := translateMessages(raw)
 	if bad != nil {
 		return nil, bad
 	}
@@ -132,10 +132,10 @@ func parseMessagesBody(raw []byte) (*ClientBody, error) {
 	return b, nil
 }
 
-// TranslateMessages turns a Messages request body into the chat completions body vLLM's Messages
+// translateMessages turns a Messages request body into the chat completions body vLLM's Messages
 // handler would run (vllm/entrypoints/anthropic/serving.py), or says which field it cannot
 // honour.
-func TranslateMessages(raw []byte) ([]byte, *BadRequestError) {
+func translateMessages(raw []byte) ([]byte, *BadRequestError) {
 	fields, err := ScanObject(raw, make([]Field, 0, 16))
 	if err != nil {
 		return nil, bodyError(err)
@@ -305,7 +305,9 @@ func translateMessageList(raw json.RawMessage, out *chatRequest) *BadRequestErro
 		for _, b := range blocks {
 			switch {
 			case b.Type == "text" && textOf(&b) != nil:
-				parts = append(parts, chatTextPart{Type: "text", Text: b.Text})
+				if nonEmptyString(b.Text) { // vLLM drops empty text blocks
+					parts = append(parts, chatTextPart{Type: "text", Text: b.Text})
+				}
 			case b.Type == "thinking" && m.Role == "assistant" && isString(b.Thinking):
 				msg.Reasoning = b.Thinking // vLLM: the assistant message's reasoning
 			case b.Type == "tool_use" && m.Role == "assistant":

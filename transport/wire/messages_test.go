@@ -66,7 +66,7 @@ func TestTranslateMessagesFieldTable(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got, bad := TranslateMessages([]byte(tc.in))
+			got, bad := translateMessages([]byte(tc.in))
 			if bad != nil {
 				t.Fatalf("refused: %v", bad)
 			}
@@ -241,7 +241,7 @@ func TestMessagesErrorShapes(t *testing.T) {
 	}
 	for status, typ := range map[int]string{401: "authentication_error", 404: "not_found_error", 413: "request_too_large",
 		429: "rate_limit_error", 502: "api_error", 503: "overloaded_error", 504: "timeout_error"} {
-		if got := string(AppendMessagesError(nil, status, "m")); !strings.Contains(got, `"type":"`+typ+`"`) {
+		if got := string(appendMessagesError(nil, status, "m")); !strings.Contains(got, `"type":"`+typ+`"`) {
 			t.Errorf("%d: %s, want type %s", status, got, typ)
 		}
 	}

@@ -147,8 +147,8 @@ func messagesErrorType(status int) string {
 	return "api_error"
 }
 
-// AppendMessagesError appends Anthropic's error body: {"type":"error","error":{"type","message"}}.
-func AppendMessagesError(dst []byte, status int, message string) []byte {
+// appendMessagesError appends Anthropic's error body: {"type":"error","error":{"type","message"}}.
+func appendMessagesError(dst []byte, status int, message string) []byte {
 	b, _ := json.Marshal(struct {
 		Type  string `json:"type"`
 		Error struct {
@@ -166,7 +166,7 @@ func AppendMessagesError(dst []byte, status int, message string) []byte {
 // status into Anthropic's shape, keeping its message.
 func MessagesErrorBody(status int, openAI []byte) []byte {
 	msg := ParseStreamError(openAI).Message
-	return AppendMessagesError(nil, status, msg)
+	return appendMessagesError(nil, status, msg)
 }
 
 // AppendMessagesErrorEvent appends the event that ends a Messages stream that failed after its
@@ -182,6 +182,6 @@ func AppendMessagesErrorEvent(dst []byte, status int, openAIEvent []byte) []byte
 		status = se.Status
 	}
 	dst = append(dst, "event: error\ndata: "...)
-	dst = AppendMessagesError(dst, status, se.Message)
+	dst = appendMessagesError(dst, status, se.Message)
 	return append(dst, "\n\n"...)
 }
