@@ -268,3 +268,33 @@ func TestMessagesStreamTokenAllocatesNothing(t *testing.T) {
 		t.Fatalf("%.0f allocations per token, want none", n)
 	}
 }
+
+// FuzzMessages: whatever a client sends, the translation never panics and what it accepts is a
+// chat body the chat validation takes; whatever an engine streams, the stream translation never
+// panics and emits only well-formed events with JSON data.
+func FuzzMessages(f *testing.F) {
+	f.Add([]byte(`{"model":"m","max_tokens":4,"system":[{"type":"text","text":"s"}],"messages":[{"role":"user","content":[{"type":"text","text":"a\u00e9"}]}],"tools":[{"name":"f","input_schema":{}}],"tool_choice":{"type":"tool","name":"f"}}`),
+		[]byte(`{"id":"c","model":"m","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"t","function":{"name":"f","arguments":"{\""}}]}}]}`))
+	f.Add([]byte(`{"model":"m","max_tokens":1,"messages":[{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"f","input":{"a":[1,{"b":null}]}}]}]}`),
+		[]byte(`{"id":1,"choices":[{"index":0,"delta":{"content":"x","reasoning":"\ud83d\ude00"},"finish_reason":"stop","stop_reason":"###"}],"usage":{}}`))
+	f.Fuzz(func(t *testing.T, body, chunk []byte) {
+		if chat, bad := translateMessages(body); bad == nil {
+			if _, err := ParseClientBody(EndpointChat, chat); err != nil {
+				t.Fatalf("%s translated to %s, which chat refuses: %v", body, chat, err)
+			}
+		}
+		s := NewMessagesStream()
+		for _, kind := range []EventKind{EventMeta, EventToken, EventUsage, EventToken, EventDone} {
+			out := s.Event(kind, chunk, Tokens{Prompt: 3, Completion: 1, Cached: -1})
+			for _, ev := range strings.Split(strings.TrimSuffix(string(out), "\n\n"), "\n\n") {
+				if ev == "" {
+					continue
+				}
+				name, data, ok := strings.Cut(ev, "\ndata: ")
+				if !ok || !strings.HasPrefix(name, "event: ") || !json.Valid([]byte(data)) {
+					t.Fatalf("chunk %s gave the event %q", chunk, ev)
+				}
+			}
+		}
+	})
+}
