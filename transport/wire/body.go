@@ -43,8 +43,15 @@ func (e Endpoint) ClientPath() string {
 	return endpointInfo[e].path
 }
 
-// chatShaped reports whether the engines run the endpoint's requests as chat completions.
-func (e Endpoint) chatShaped() bool { return e == EndpointChat || e == EndpointMessages }
+// EngineShape is the endpoint whose request and stream shapes the engines see for e: chat for
+// the Messages API (translated to chat on the way in), e itself otherwise. Code that reads the
+// engine-bound body (a prompt's tokens, say) switches on it.
+func (e Endpoint) EngineShape() Endpoint {
+	if e == EndpointMessages {
+		return EndpointChat
+	}
+	return e
+}
 
 // String names the endpoint in logs and metric tags.
 func (e Endpoint) String() string {

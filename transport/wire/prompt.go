@@ -193,7 +193,7 @@ func (b *ClientBody) Prompt(blockWords int) Prompt {
 		}
 	}
 	h := promptHasher{blockWords: max(1, blockWords), h: fnvOffset}
-	switch b.Endpoint {
+	switch b.Endpoint.EngineShape() {
 	case EndpointCompletions:
 		v, ok := b.member("prompt")
 		if !ok {
@@ -216,7 +216,7 @@ func (b *ClientBody) Prompt(blockWords int) Prompt {
 			}
 			h.bytes = 0 // ids are tokens already: no byte estimate
 		}
-	case EndpointChat, EndpointMessages, EndpointResponses:
+	case EndpointChat, EndpointResponses:
 		key := "messages"
 		if b.Endpoint == EndpointResponses {
 			key = "input" // a string, or items whose content is a string or text parts
