@@ -46,7 +46,7 @@ var messagesKnown = map[string]bool{
 // messagesRefused explains, for the Messages members the engines cannot honour, why.
 var messagesRefused = map[string]string{
 	"thinking":           "extended thinking settings are not supported: the engines' chat API has no thinking budget",
-	"service_tier":       "service_tier is not supported: Narwhal's fleet has one tier",
+	"service_tier":       "service_tier: the fleet has one tier; only auto and standard_only are honoured",
 	"container":          "containers are not supported: the engines run no code tools",
 	"mcp_servers":        "MCP servers are not supported: the engines call no remote tools",
 	"output_config":      "output_config is not supported",
@@ -146,7 +146,7 @@ func translateMessages(raw []byte) ([]byte, *BadRequestError) {
 			return nil, badRequest("", "request body is not valid JSON")
 		}
 		if why, ok := messagesRefused[key]; ok {
-			if v := raw[f.valStart:f.valEnd]; !IsNull(v) && !(key == "thinking" && thinkingDisabled(v)) {
+			if v := raw[f.valStart:f.valEnd]; !IsNull(v) && !defaultSetting(key, v) {
 				return nil, badRequest(key, "%s", why)
 			}
 			continue
@@ -224,12 +224,19 @@ func translateMessages(raw []byte) ([]byte, *BadRequestError) {
 	return body, nil
 }
 
-// thinkingDisabled reports whether a thinking setting turns thinking off (the engines' default).
-func thinkingDisabled(v []byte) bool {
-	var t struct {
-		Type string `json:"type"`
+// defaultSetting reports whether a member the engines cannot vary asks for what they do anyway:
+// thinking disabled, the standard service tier.
+func defaultSetting(key string, v []byte) bool {
+	switch key {
+	case "thinking":
+		var t struct {
+			Type string `json:"type"`
+		}
+		return json.Unmarshal(v, &t) == nil && t.Type == "disabled"
+	case "service_tier":
+		return string(v) == `"auto"` || string(v) == `"standard_only"`
 	}
-	return json.Unmarshal(v, &t) == nil && t.Type == "disabled"
+	return false
 }
 
 func nonNull(v json.RawMessage) json.RawMessage {

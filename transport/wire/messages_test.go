@@ -60,8 +60,8 @@ func TestTranslateMessagesFieldTable(t *testing.T) {
 			  "tool_choice":{"type":"tool","name":"f","disable_parallel_tool_use":true}}`,
 			`{"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":1,"tools":[{"type":"function","function":{"name":"f","parameters":{}}}],
 			  "tool_choice":{"type":"function","function":{"name":"f"}},"parallel_tool_calls":false}`},
-		{"tool_choice none; thinking disabled is the default",
-			`{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"x"}],"tools":[{"name":"f","input_schema":{}}],"tool_choice":{"type":"none"},"thinking":{"type":"disabled"}}`,
+		{"tool_choice none; thinking disabled and the auto tier are the defaults",
+			`{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"x"}],"tools":[{"name":"f","input_schema":{}}],"tool_choice":{"type":"none"},"thinking":{"type":"disabled"},"service_tier":"auto"}`,
 			`{"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":1,"tools":[{"type":"function","function":{"name":"f","parameters":{}}}],"tool_choice":"none"}`},
 	}
 	for _, tc := range cases {
@@ -86,7 +86,7 @@ func TestTranslateMessagesRefusals(t *testing.T) {
 		{`{"max_tokens":1,` + msgs + `}`, "model", "model"},
 		{`{"model":"m","max_tokens":1,"messages":[]}`, "messages", "non-empty"},
 		{`{"model":"m","max_tokens":1,"thinking":{"type":"enabled","budget_tokens":1024},` + msgs + `}`, "thinking", "thinking"},
-		{`{"model":"m","max_tokens":1,"service_tier":"auto",` + msgs + `}`, "service_tier", "tier"},
+		{`{"model":"m","max_tokens":1,"service_tier":"priority",` + msgs + `}`, "service_tier", "tier"},
 		{`{"model":"m","max_tokens":1,"kv_transfer_params":{},` + msgs + `}`, "kv_transfer_params", "router"},
 		{`{"model":"m","max_tokens":1,"frequency_penalty":1,` + msgs + `}`, "frequency_penalty", "unknown"},
 		{`{"model":"m","max_tokens":1,"metadata":{"tag":"x"},` + msgs + `}`, "metadata.tag", "user_id"},
