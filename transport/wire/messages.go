@@ -32,6 +32,7 @@ type messagesRequest struct {
 	Metadata      json.RawMessage `json:"metadata"`
 	Tools         json.RawMessage `json:"tools"`
 	ToolChoice    json.RawMessage `json:"tool_choice"`
+	OutputConfig  json.RawMessage `json:"output_config"`
 	// ChatTemplateKwargs is vLLM's extension of the Messages API, passed on as it is.
 	ChatTemplateKwargs json.RawMessage `json:"chat_template_kwargs"`
 }
@@ -40,7 +41,7 @@ type messagesRequest struct {
 var messagesKnown = map[string]bool{
 	"model": true, "messages": true, "system": true, "max_tokens": true, "stop_sequences": true,
 	"temperature": true, "top_p": true, "top_k": true, "stream": true, "metadata": true,
-	"tools": true, "tool_choice": true, "chat_template_kwargs": true,
+	"tools": true, "tool_choice": true, "output_config": true, "chat_template_kwargs": true,
 }
 
 // messagesRefused explains, for the Messages members the engines cannot honour, why.
@@ -49,7 +50,6 @@ var messagesRefused = map[string]string{
 	"service_tier":       "service_tier: the fleet has one tier; only auto and standard_only are honoured",
 	"container":          "containers are not supported: the engines run no code tools",
 	"mcp_servers":        "MCP servers are not supported: the engines call no remote tools",
-	"output_config":      "output_config is not supported",
 	"kv_transfer_params": "kv_transfer_params is set by the router for each leg and may not be sent",
 }
 
@@ -68,6 +68,8 @@ type chatRequest struct {
 	Tools              []chatTool      `json:"tools,omitempty"`
 	ToolChoice         any             `json:"tool_choice,omitempty"`
 	ParallelToolCalls  *bool           `json:"parallel_tool_calls,omitempty"`
+	ResponseFormat     any             `json:"response_format,omitempty"`
+	ReasoningEffort    json.RawMessage `json:"reasoning_effort,omitempty"`
 	ChatTemplateKwargs json.RawMessage `json:"chat_template_kwargs,omitempty"`
 }
 
@@ -215,6 +217,9 @@ func translateMessages(raw []byte) ([]byte, *BadRequestError) {
 		return nil, bad
 	}
 	if bad := translateTools(req.Tools, req.ToolChoice, &out); bad != nil {
+		return nil, bad
+	}
+	if bad := translateOutputConfig(req.OutputConfig, &out); bad != nil {
 		return nil, bad
 	}
 	body, err := json.Marshal(out)
@@ -473,6 +478,40 @@ func translateTools(tools, choice json.RawMessage, out *chatRequest) *BadRequest
 	if tc.DisableParallelToolUse != nil && *tc.DisableParallelToolUse {
 		f := false
 		out.ParallelToolCalls = &f
+	}
+	return nil
+}
+
+// translateOutputConfig maps output_config as vLLM's _handle_output_config does: a JSON schema
+// format becomes chat's response_format (named after its type), effort its reasoning_effort.
+func translateOutputConfig(raw json.RawMessage, out *chatRequest) *BadRequestError {
+	if raw = nonNull(raw); raw == nil {
+		return nil
+	}
+	var oc struct {
+		Effort json.RawMessage `json:"effort"`
+		Format *struct {
+			Type   string          `json:"type"`
+			Schema json.RawMessage `json:"schema"`
+		} `json:"format"`
+	}
+	if json.Unmarshal(raw, &oc) != nil {
+		return badRequest("output_config", "output_config must be an object with effort and format")
+	}
+	if e := nonNull(oc.Effort); e != nil {
+		var effort string
+		if json.Unmarshal(e, &effort) != nil || !strings.Contains(" low medium high xhigh max ", " "+effort+" ") {
+			return badRequest("output_config.effort", "output_config.effort must be low, medium, high, xhigh or max")
+		}
+		out.ReasoningEffort = e
+	}
+	if f := oc.Format; f != nil {
+		schema := nonNull(f.Schema)
+		if f.Type != "json_schema" || schema == nil || schema[0] != '{' {
+			return badRequest("output_config.format", "output_config.format must be {\"type\":\"json_schema\",\"schema\":{...}}")
+		}
+		out.ResponseFormat = map[string]any{"type": "json_schema",
+			"json_schema": map[string]any{"name": "json_schema", "schema": schema}}
 	}
 	return nil
 }

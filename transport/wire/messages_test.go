@@ -63,6 +63,10 @@ func TestTranslateMessagesFieldTable(t *testing.T) {
 		{"tool_choice none; thinking disabled and the auto tier are the defaults",
 			`{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"x"}],"tools":[{"name":"f","input_schema":{}}],"tool_choice":{"type":"none"},"thinking":{"type":"disabled"},"service_tier":"auto"}`,
 			`{"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":1,"tools":[{"type":"function","function":{"name":"f","parameters":{}}}],"tool_choice":"none"}`},
+		{"output_config: a JSON schema format and effort",
+			`{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"x"}],"output_config":{"effort":"low","format":{"type":"json_schema","schema":{"type":"object"}}}}`,
+			`{"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":1,"reasoning_effort":"low",
+			  "response_format":{"type":"json_schema","json_schema":{"name":"json_schema","schema":{"type":"object"}}}}`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -88,6 +92,8 @@ func TestTranslateMessagesRefusals(t *testing.T) {
 		{`{"model":"m","max_tokens":1,"thinking":{"type":"enabled","budget_tokens":1024},` + msgs + `}`, "thinking", "thinking"},
 		{`{"model":"m","max_tokens":1,"service_tier":"priority",` + msgs + `}`, "service_tier", "tier"},
 		{`{"model":"m","max_tokens":1,"kv_transfer_params":{},` + msgs + `}`, "kv_transfer_params", "router"},
+		{`{"model":"m","max_tokens":1,"output_config":{"effort":"extreme"},` + msgs + `}`, "output_config.effort", "low, medium"},
+		{`{"model":"m","max_tokens":1,"output_config":{"format":{"type":"json_schema"}},` + msgs + `}`, "output_config.format", "json_schema"},
 		{`{"model":"m","max_tokens":1,"frequency_penalty":1,` + msgs + `}`, "frequency_penalty", "unknown"},
 		{`{"model":"m","max_tokens":1,"metadata":{"tag":"x"},` + msgs + `}`, "metadata.tag", "user_id"},
 		{`{"model":"m","max_tokens":1,"temperature":"hot",` + msgs + `}`, "temperature", "number"},
