@@ -51,6 +51,10 @@ func BenchmarkRoutedRequest(b *testing.B) {
 		{"stream_16_tokens", "/v1/completions", `{"model":"sim-model","prompt":"hello there","max_tokens":16,"stream":true}`, "data: [DONE]\n\n"},
 		{"chat_stream_16_tokens", "/v1/chat/completions", `{"model":"sim-model","messages":[{"role":"user","content":"hello there"}],"max_tokens":16,"stream":true}`, "data: [DONE]\n\n"},
 		{"non_stream_16_tokens", "/v1/completions", `{"model":"sim-model","prompt":"hello there","max_tokens":16}`, `"usage"`},
+		// The Messages API beside the same chat request: translated in, translated back out.
+		{"messages_stream_16_tokens", "/v1/messages", `{"model":"sim-model","messages":[{"role":"user","content":"hello there"}],"max_tokens":16,"stream":true}`, "event: message_stop\n"},
+		{"chat_non_stream_16_tokens", "/v1/chat/completions", `{"model":"sim-model","messages":[{"role":"user","content":"hello there"}],"max_tokens":16}`, `"usage"`},
+		{"messages_non_stream_16_tokens", "/v1/messages", `{"model":"sim-model","messages":[{"role":"user","content":"hello there"}],"max_tokens":16}`, `"usage"`},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()

@@ -2,9 +2,6 @@ package tests
 
 import (
 	"encoding/json"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -20,25 +17,9 @@ import (
 // (the SDK's default base64 encoding), models.retrieve, all with an API key, and a wrong key. It needs Node.js and the SDK
 // installed in tests/sdk (make sdk-deps, which make test runs, or npm ci there).
 func TestOfficialOpenAISDKTalksToNarwhal(t *testing.T) {
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("node is not installed (Debian: apt-get install nodejs npm; .ci/run does it)")
-	}
-	if _, err := os.Stat(filepath.Join("sdk", "node_modules", "openai")); err != nil {
-		t.Skip("the OpenAI SDK is not installed: make sdk-deps (make test runs it) or npm ci in tests/sdk")
-	}
 	h := start(t, setup{prefill: 1, decode: 1, engine: sim.Options{Tokens: 4},
 		config: func(c *config.Config) { c.Server.APIKeys = []string{"sdk-key"} }})
-	cmd := exec.Command(node, "check.mjs", h.base+"/v1", "sdk-key")
-	cmd.Dir = "sdk"
-	outb, err := cmd.Output()
-	if err != nil {
-		var stderr string
-		if ee, ok := err.(*exec.ExitError); ok {
-			stderr = string(ee.Stderr)
-		}
-		t.Fatalf("the SDK failed: %v\n%s", err, stderr)
-	}
+	outb := runSDKScript(t, "openai", "check.mjs", h.base+"/v1", "sdk-key")
 	var got struct {
 		ChatStream, CompletionText, CompletionFinish, BrokenText string
 		ChatUsage                                                int

@@ -48,20 +48,23 @@ func (k *keyring) enabled() bool { return len(k.digests) > 0 }
 
 var bearer = []byte("Bearer ")
 
-// admit checks the request's bearer key and takes a slot of its concurrency limit. A missing or
-// wrong key is answered 401, a key at its limit 429 with Retry-After; ok is false then and the
-// answer is written. The comparison takes the same time whichever key matches, or none: every
-// digest is compared in constant time, with no early exit.
+// admit checks the request's key (Authorization: Bearer, else Anthropic's x-api-key: the same
+// keys and limits) and takes a slot of its concurrency limit. A missing or wrong key is answered
+// 401, a key at its limit 429 with Retry-After; ok is false then and the answer is written. The
+// comparison takes the same time whichever key matches, or none: every digest is compared in
+// constant time, with no early exit.
 func (k *keyring) admit(ctx *fasthttp.RequestCtx) (slot int, ok bool) {
 	if !k.enabled() {
 		return noKey, true
 	}
-	h := ctx.Request.Header.Peek("Authorization")
-	if len(h) <= len(bearer) || !bytes.EqualFold(h[:len(bearer)], bearer) {
-		unauthorized(ctx, "missing API key: send Authorization: Bearer <key>")
+	key := ctx.Request.Header.Peek("Authorization")
+	if len(key) > len(bearer) && bytes.EqualFold(key[:len(bearer)], bearer) {
+		key = key[len(bearer):]
+	} else if key = ctx.Request.Header.Peek("x-api-key"); len(key) == 0 { // Anthropic's header
+		unauthorized(ctx, "missing API key: send Authorization: Bearer <key> or x-api-key: <key>")
 		return noKey, false
 	}
-	d := sha256.Sum256(bytes.TrimSpace(h[len(bearer):]))
+	d := sha256.Sum256(bytes.TrimSpace(key))
 	slot = noKey
 	for i := range k.digests {
 		if subtle.ConstantTimeCompare(d[:], k.digests[i][:]) == 1 {

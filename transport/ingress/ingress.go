@@ -140,6 +140,9 @@ func (in *Ingress) handle(ctx *fasthttp.RequestCtx) {
 		ctx.SetStatusCode(fasthttp.StatusOK)
 		return
 	}
+	if messagesPath(path) {
+		defer messagesAnswer(ctx)
+	}
 	live := in.live.Load()
 	arrival := time.Now()
 	slot, ok := live.keys.admit(ctx)
@@ -147,6 +150,8 @@ func (in *Ingress) handle(ctx *fasthttp.RequestCtx) {
 		name := "other"
 		if ep, known := wire.EndpointForPath(path); known {
 			name = ep.String()
+		} else if messagesPath(path) { // count_tokens
+			name = wire.EndpointMessages.String()
 		}
 		in.metrics.Rejected(name, ctx.Response.StatusCode(), 0)
 		ctx.Response.Header.Set("x-request-id", clientRequestID(ctx.Request.Header.Peek("X-Request-Id")))
@@ -163,6 +168,11 @@ func (in *Ingress) handle(ctx *fasthttp.RequestCtx) {
 	case "/v1/responses":
 		in.generate(ctx, live, wire.EndpointResponses, slot)
 		return
+	case "/v1/messages":
+		in.generate(ctx, live, wire.EndpointMessages, slot)
+		return
+	case countTokensPath:
+		in.countTokens(ctx, live)
 	case "/v1/models":
 		in.listModels(ctx)
 	default:
@@ -183,6 +193,9 @@ func (in *Ingress) handle(ctx *fasthttp.RequestCtx) {
 // the answer, lingering so that a client still sending reads it (linger.go).
 func (in *Ingress) handleTransportError(ctx *fasthttp.RequestCtx, err error) {
 	lingerOnClose(ctx)
+	if messagesPath(ctx.Path()) {
+		defer messagesAnswer(ctx)
+	}
 	var small *fasthttp.ErrSmallBuffer
 	var ne net.Error
 	switch {

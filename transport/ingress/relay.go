@@ -25,6 +25,8 @@ type relay struct {
 	x     *Exchange
 	s     *transport.DecodeStream
 	watch goneWatch
+	// msgs translates the chat stream into the Messages API's events (nil for other endpoints).
+	msgs *wire.MessagesStream
 
 	end          StreamFinished
 	writeArmedAt time.Time // when armWrite last moved the client write deadline
@@ -35,7 +37,11 @@ type relay struct {
 }
 
 func newRelay(in *Ingress, ctx *fasthttp.RequestCtx, x *Exchange, s *transport.DecodeStream, watch goneWatch) *relay {
-	return &relay{in: in, ctx: ctx, x: x, s: s, watch: watch}
+	r := &relay{in: in, ctx: ctx, x: x, s: s, watch: watch}
+	if x.Body.Endpoint == wire.EndpointMessages {
+		r.msgs = wire.NewMessagesStream()
+	}
+	return r
 }
 
 // armWrite bounds the next client write: server.client_write_timeout_s, and never more than
@@ -133,7 +139,12 @@ func (r *relay) WriteTo(w io.Writer) (int64, error) {
 				batch = relayBuffers.Get().(*[]byte)
 			}
 			// ev.Raw is the engine's own error event when the stream failed with one (Next), else nil
-			*batch = fault.AppendTerminalEvent(*batch, f, r.x.Body.Endpoint, r.sent, r.x.live.exposeErrors, ev.Raw)
+			if r.msgs != nil { // the chat stream's terminal event, in Anthropic's shape
+				*batch = wire.AppendMessagesErrorEvent(*batch, f.ClientStatus(),
+					fault.AppendTerminalEvent(nil, f, wire.EndpointChat, r.sent, r.x.live.exposeErrors, ev.Raw))
+			} else {
+				*batch = fault.AppendTerminalEvent(*batch, f, r.x.Body.Endpoint, r.sent, r.x.live.exposeErrors, ev.Raw)
+			}
 			flush()
 			break
 		}
@@ -158,6 +169,12 @@ func (r *relay) WriteTo(w io.Writer) (int64, error) {
 				continue
 			}
 			ev.Raw = r.x.CorrectUsage(ev.Raw)
+		}
+		if r.msgs != nil {
+			ev.Raw = r.msgs.Event(ev.Kind, ev.Data, wire.Tokens{Prompt: r.end.PromptTokens, Completion: r.end.OutputTokens, Cached: r.end.CachedTokens})
+			if len(ev.Raw) == 0 {
+				continue
+			}
 		}
 		// The event that finishes a choice is normally followed at once by the usage event and
 		// [DONE]: it waits for them (bounded by the silence watchdog) so that they leave in one

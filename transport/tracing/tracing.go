@@ -198,7 +198,7 @@ func (t *Tracer) StartRequest(endpoint wire.Endpoint, requestID, model, tracePar
 	if traceParent != "" {
 		ctx = traceContext.Extract(ctx, propagation.MapCarrier{"traceparent": traceParent, "tracestate": traceState})
 	}
-	path := endpoint.Path()
+	path := endpoint.ClientPath()
 	ctx, span := t.tracer.Start(ctx, "POST "+path, trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(arrival),
 		trace.WithAttributes(attribute.String("http.request.method", "POST"), attribute.String("http.route", path),
 			attribute.String("url.path", path), attribute.String("narwhal.endpoint", endpoint.String()),

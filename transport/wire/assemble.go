@@ -292,6 +292,9 @@ func (a *Assembler) Body() ([]byte, error) {
 		}
 		out.Choices = append(out.Choices, ch)
 	}
+	if a.endpoint == EndpointMessages {
+		return messagesAnswer(&out)
+	}
 	return json.Marshal(out)
 }
 

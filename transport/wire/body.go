@@ -17,6 +17,9 @@ const (
 	EndpointCompletions Endpoint = iota + 1
 	EndpointChat
 	EndpointResponses
+	// EndpointMessages is Anthropic's Messages API, run on the engines' chat completions
+	// (messages.go).
+	EndpointMessages
 	EndpointEmbeddings
 	EndpointTokenize
 	EndpointDetokenize
@@ -28,8 +31,27 @@ const (
 	EndpointCount
 )
 
-// Path is the engine-side URL path of the endpoint (the client-side one too).
+// Path is the engine-side URL path of the endpoint (the client-side one too, but for the
+// Messages API: ClientPath).
 func (e Endpoint) Path() string { return endpointInfo[e].path }
+
+// ClientPath is the URL path clients call the endpoint at.
+func (e Endpoint) ClientPath() string {
+	if p := endpointInfo[e].client; p != "" {
+		return p
+	}
+	return endpointInfo[e].path
+}
+
+// EngineShape is the endpoint whose request and stream shapes the engines see for e: chat for
+// the Messages API (translated to chat on the way in), e itself otherwise. Code that reads the
+// engine-bound body (a prompt's tokens, say) switches on it.
+func (e Endpoint) EngineShape() Endpoint {
+	if e == EndpointMessages {
+		return EndpointChat
+	}
+	return e
+}
 
 // String names the endpoint in logs and metric tags.
 func (e Endpoint) String() string {
@@ -77,6 +99,9 @@ func bodyError(err error) *BadRequestError {
 // ParseClientBody validates raw for endpoint ep. raw is not copied: the caller must keep it
 // unchanged for as long as the ClientBody is used.
 func ParseClientBody(ep Endpoint, raw []byte) (*ClientBody, error) {
+	if ep == EndpointMessages {
+		return parseMessagesBody(raw)
+	}
 	fields, err := ScanObject(raw, make([]Field, 0, 16))
 	if err != nil {
 		return nil, bodyError(err)

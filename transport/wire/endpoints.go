@@ -7,11 +7,13 @@ import "github.com/goccy/go-json"
 // disaggregated.
 var endpointInfo = [EndpointCount]struct {
 	path, name  string
+	client      string // the client-side path, when it is not path
 	passthrough bool
 }{
 	EndpointCompletions: {path: "/v1/completions", name: "completions"},
 	EndpointChat:        {path: "/v1/chat/completions", name: "chat"},
 	EndpointResponses:   {path: "/v1/responses", name: "responses"},
+	EndpointMessages:    {path: "/v1/chat/completions", client: "/v1/messages", name: "messages"},
 	EndpointEmbeddings:  {path: "/v1/embeddings", name: "embeddings", passthrough: true},
 	EndpointTokenize:    {path: "/tokenize", name: "tokenize", passthrough: true},
 	EndpointDetokenize:  {path: "/detokenize", name: "detokenize", passthrough: true},
@@ -28,7 +30,7 @@ func (e Endpoint) Passthrough() bool { return e < EndpointCount && endpointInfo[
 // EndpointForPath returns the endpoint served at a client path.
 func EndpointForPath(path []byte) (Endpoint, bool) {
 	for e := EndpointCompletions; e < EndpointCount; e++ {
-		if endpointInfo[e].path == string(path) {
+		if e.ClientPath() == string(path) {
 			return e, true
 		}
 	}

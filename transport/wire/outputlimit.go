@@ -6,7 +6,7 @@ func (b *ClientBody) outputLimitKey() string {
 	switch {
 	case b.Endpoint == EndpointResponses:
 		return "max_output_tokens"
-	case b.Endpoint == EndpointChat:
+	case b.Endpoint.EngineShape() == EndpointChat:
 		if _, ok := b.intMember("max_completion_tokens"); ok {
 			return "max_completion_tokens"
 		}

@@ -193,7 +193,7 @@ func (b *ClientBody) Prompt(blockWords int) Prompt {
 		}
 	}
 	h := promptHasher{blockWords: max(1, blockWords), h: fnvOffset}
-	switch b.Endpoint {
+	switch b.Endpoint.EngineShape() {
 	case EndpointCompletions:
 		v, ok := b.member("prompt")
 		if !ok {
