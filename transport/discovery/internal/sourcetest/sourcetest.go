@@ -245,6 +245,20 @@ func (p *Process) Start() {
 	p.t.Logf("%s ready after %v", p.name, took.Round(time.Millisecond))
 }
 
+// Signal sends sig to the running server: SIGSTOP freezes it (its connections stay open and
+// nothing answers on them), SIGCONT thaws it.
+func (p *Process) Signal(sig os.Signal) {
+	p.t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		p.t.Fatalf("signal %s: %s is not running", sig, p.name)
+	}
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		p.t.Fatalf("signal %s to %s: %v", sig, p.name, err)
+	}
+}
+
 // Stop kills the server and waits for it to exit.
 func (p *Process) Stop() {
 	p.mu.Lock()
