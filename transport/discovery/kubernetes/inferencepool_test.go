@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"go.yaml.in/yaml/v3"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
@@ -119,6 +120,60 @@ func TestInferencePoolPicksPods(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec.WaitNames(t, 10*time.Second)
+	rec.Stop(t)
+
+	// deploy/kubernetes/vllm/inferencepool.yaml: the API server takes its pool, and the router
+	// configuration beside it, loaded as `narwhal serve` loads it, finds the pods labelled as
+	// that directory's Deployments label theirs, on the pool's port.
+	example, routerYAML := deployExample(t)
+	if _, err := pools.Create(ctx, example, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	routerCfg, err := config.Parse([]byte(routerYAML), func(string) (string, bool) { return "x", true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := *routerCfg.Discovery.Kubernetes
+	k.Kubeconfig = kubeconfig
+	rec = sourcetest.Start(t, newSource(t, k, &log))
+	vp := a.ready(a.pod("vllm-prefill-0", map[string]string{"app.kubernetes.io/name": "vllm", "narwhal.io/role": "prefill"}, nil), "10.1.0.4", true)
+	vd := a.ready(a.pod("vllm-decode-0", map[string]string{"app.kubernetes.io/name": "vllm", "narwhal.io/role": "decode"}, nil), "10.1.0.5", true)
+	rep = rec.WaitNames(t, 10*time.Second, names(vd, vp)...)
+	if e := sourcetest.Engine(t, rep, names(vp)[0]); e.URL != "http://10.1.0.4:8000" || e.Role != config.RolePrefill {
+		t.Fatalf("the example's prefill engine %+v", e)
+	}
+	if e := sourcetest.Engine(t, rep, names(vd)[0]); e.URL != "http://10.1.0.5:8000" || e.Role != config.RoleDecode {
+		t.Fatalf("the example's decode engine %+v", e)
+	}
 	a.adminHTTP.CloseIdleConnections()
 	rec.Stop(t)
+}
+
+// deployExample reads deploy/kubernetes/vllm/inferencepool.yaml: its InferencePool (moved to
+// the test's namespace) and its ConfigMap's router configuration.
+func deployExample(t *testing.T) (*unstructured.Unstructured, string) {
+	t.Helper()
+	b, err := os.ReadFile("../../../deploy/kubernetes/vllm/inferencepool.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pool *unstructured.Unstructured
+	var router string
+	for _, doc := range bytes.Split(b, []byte("\n---\n")) {
+		obj := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal(doc, &obj.Object); err != nil {
+			t.Fatal(err)
+		}
+		switch obj.GetKind() {
+		case "InferencePool":
+			obj.SetNamespace(ns)
+			pool = obj
+		case "ConfigMap":
+			router, _, _ = unstructured.NestedString(obj.Object, "data", "narwhal.yaml")
+		}
+	}
+	if pool == nil || router == "" {
+		t.Fatal("deploy/kubernetes/vllm/inferencepool.yaml holds no InferencePool or no router configuration")
+	}
+	return pool, router
 }
