@@ -132,6 +132,16 @@ func (r *Recorder) WaitErr(t *testing.T, d time.Duration, want string) discovery
 	})
 }
 
+// Last is the source's latest report (false: none yet).
+func (r *Recorder) Last() (discovery.Report, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.reports) == 0 {
+		return discovery.Report{}, false
+	}
+	return r.reports[len(r.reports)-1], true
+}
+
 // Count is how many reports the source made so far.
 func (r *Recorder) Count() int {
 	r.mu.Lock()
