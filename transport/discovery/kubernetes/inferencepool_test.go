@@ -88,8 +88,7 @@ func TestInferencePoolPicksPods(t *testing.T) {
 	})
 
 	ctx := context.Background()
-	p, err := pools.Create(ctx, inferencePool("qwen", map[string]any{"app": "qwen"}, 8200), metav1.CreateOptions{})
-	if err != nil {
+	if _, err := pools.Create(ctx, inferencePool("qwen", map[string]any{"app": "qwen"}, 8200), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	rep := rec.WaitNames(t, 10*time.Second, names(da, pa)...)
@@ -101,7 +100,7 @@ func TestInferencePoolPicksPods(t *testing.T) {
 	}
 
 	// The pool edited: another app's pods, another port.
-	p = inferencePool("qwen", map[string]any{"app": "other"}, 8300).DeepCopy()
+	p := inferencePool("qwen", map[string]any{"app": "other"}, 8300)
 	cur, err := pools.Get(ctx, "qwen", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
