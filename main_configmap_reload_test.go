@@ -72,36 +72,15 @@ func TestServeReloadsAConfigMapSwap(t *testing.T) {
 	defer fleet.Close()
 	server := `listen: "127.0.0.1:0", admin_listen: "127.0.0.1:0", shutdown_grace_s: 1, drain_delay_s: 0`
 	file := func(server string, engines ...string) string {
-		var b strings.Builder
-		fmt.Fprintf(&b, "server: {%s}\nlog: {format: text}\nengines:\n", server)
-		for _, name := range engines {
-			e := fleet.Engine(name)
-			fmt.Fprintf(&b, "  - {name: %s, url: %q, role: %s, models: [m], kv: {engine_id: %q, endpoint: %q}}\n",
-				e.Name(), e.URL(), e.Role(), e.EngineID(), e.KVEndpoint())
-		}
-		return b.String()
+		return fmt.Sprintf("server: {%s}\nlog: {format: text}\nengines:\n%s", server, engineLines(fleet, engines...))
 	}
 	vol, path := newConfigMapVolume(t, "narwhal.yaml", file(server, "p0", "d0"))
 	p := startServe(t, path)
 	waitFor(t, 10*time.Second, func() bool { code, _ := p.get("/readyz"); return code == 200 }, func() string { return "never ready" })
-	reload := func() map[string]any {
-		var st struct {
-			Reload map[string]any `json:"reload"`
-		}
-		_, body := p.get("/discovery")
-		json.Unmarshal([]byte(body), &st)
-		return st.Reload
-	}
-	var lastAt any
+	reloads := &reloadWatch{p: p}
 	waitReload := func(result string) map[string]any {
 		t.Helper()
-		var last map[string]any
-		waitFor(t, 10*time.Second, func() bool {
-			last = reload()
-			return last != nil && last["at"] != lastAt && last["result"] == result
-		}, func() string { return fmt.Sprintf("no %s reload after the swap: last %v", result, last) })
-		lastAt = last["at"]
-		return last
+		return reloads.next(t, 10*time.Second, "the reload after the swap", result)
 	}
 
 	// d1 joins through a swap alone.
@@ -151,4 +130,40 @@ func TestServeReloadsAConfigMapSwap(t *testing.T) {
 	if n := strings.Count(p.log.String(), `msg="the configuration file changed: reloading it"`); n != 4 {
 		t.Errorf("%d reloads for 4 swaps:\n%s", n, grepLines(p.log.String(), "configuration"))
 	}
+}
+
+// engineLines are the engines list entries of the fleet's engines named (model m, KV identity
+// pinned).
+func engineLines(fleet *sim.Fleet, names ...string) string {
+	var b strings.Builder
+	for _, name := range names {
+		e := fleet.Engine(name)
+		fmt.Fprintf(&b, "  - {name: %s, url: %q, role: %s, models: [m], kv: {engine_id: %q, endpoint: %q}}\n",
+			e.Name(), e.URL(), e.Role(), e.EngineID(), e.KVEndpoint())
+	}
+	return b.String()
+}
+
+// reloadWatch follows a serve process's reloads through /discovery.
+type reloadWatch struct {
+	p      *serveProc
+	lastAt any
+}
+
+// next waits up to within for a reload newer than the last one next returned, whose result is
+// result, and returns it (what names the awaited reload in a failure).
+func (w *reloadWatch) next(t *testing.T, within time.Duration, what, result string) map[string]any {
+	t.Helper()
+	var last map[string]any
+	waitFor(t, within, func() bool {
+		var st struct {
+			Reload map[string]any `json:"reload"`
+		}
+		_, body := w.p.get("/discovery")
+		json.Unmarshal([]byte(body), &st)
+		last = st.Reload
+		return last != nil && last["at"] != w.lastAt && last["result"] == result
+	}, func() string { return fmt.Sprintf("%s: no %s reload; last %v", what, result, last) })
+	w.lastAt = last["at"]
+	return last
 }
