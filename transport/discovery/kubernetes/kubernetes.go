@@ -300,13 +300,14 @@ func (s *Source) listWatch(sel string, fail func(error)) plainListWatch {
 			return list, err
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o = s.watchOptions(o)
-			w, err := pods(o).Timeout(s.watchTimeout).Watch(ctx)
+			dog := s.watchdog("pods ("+sel+")", fail)
+			w, err := pods(s.watchOptions(o)).Timeout(s.watchTimeout).Watch(ctx)
 			if err != nil {
+				dog.stop()
 				fail(fmt.Errorf("watch pods (%s) in %s: %w", sel, s.namespace, err))
 				return nil, err
 			}
-			return s.watchdog(w, "pods ("+sel+")", fail), nil
+			return dog.wrap(w), nil
 		},
 	}}
 }

@@ -77,13 +77,14 @@ func (s *Source) poolListWatch(name string, fail func(error)) plainListWatch {
 			return list, nil
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o = s.watchOptions(one(o))
-			w, err := pools.Watch(ctx, o)
+			dog := s.watchdog("inferencepool "+name, fail)
+			w, err := pools.Watch(ctx, s.watchOptions(one(o)))
 			if err != nil {
+				dog.stop()
 				fail(fmt.Errorf("watch inferencepools.%s %s in %s: %w", inferencePools.Group, name, s.namespace, err))
 				return nil, err
 			}
-			return s.watchdog(w, "inferencepool "+name, fail), nil
+			return dog.wrap(w), nil
 		},
 	}}
 }

@@ -1,8 +1,8 @@
 package kubernetes
 
 import (
+	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,7 +16,8 @@ import (
 // and nothing notices a proxy that answers them). So every watch asks the API server to end it
 // after watch_timeout_s (timeoutSeconds, which the server honours whatever it has to send; the
 // informer then watches again from the revision it reached, without a new list), and a watch
-// still open config.KubernetesWatchGrace later is a stall: the session fails, its last set
+// still open config.KubernetesWatchGrace later — or a request for one still unanswered — is a
+// stall: the session fails, its last set
 // stands, the failure is logged and counted like any, and the next session lists afresh on new
 // connections.
 
@@ -36,30 +37,38 @@ func (s *Source) watchOptions(o metav1.ListOptions) metav1.ListOptions {
 	return o
 }
 
-// watchdog is w, reported to fail as a stall of what if it is still open (the informer has not
-// stopped it) config.KubernetesWatchGrace after its timeoutSeconds.
-func (s *Source) watchdog(w watch.Interface, what string, fail func(error)) watch.Interface {
+// watchdog starts the clock of a watch about to be requested: the watch (or the request for
+// it, which a frozen API server never answers) is reported to fail as a stall of what if the
+// informer has not stopped it config.KubernetesWatchGrace after its timeoutSeconds. wrap gives
+// it the watch once the request returned; stop is for a request that failed.
+func (s *Source) watchdog(what string, fail func(error)) *watchdogged {
 	began := time.Now()
-	d := &watchdogged{Interface: w}
+	d := &watchdogged{}
 	d.timer = time.AfterFunc(s.watchTimeout+s.watchGrace, func() {
-		fail(fmt.Errorf("watch %s in %s: %w: open for %v, past its timeout of %v, with nothing from the API server",
+		fail(fmt.Errorf("watch %s in %s: %w: the watch is still open %v after it began, past its timeout of %v",
 			what, s.namespace, ErrStalled, time.Since(began).Round(time.Second), s.watchTimeout))
 	})
 	return d
 }
 
 // ErrStalled is the failure of a watch the API server kept open past its timeout.
-var ErrStalled = fmt.Errorf("the API server stalled")
+var ErrStalled = errors.New("the API server stalled")
 
 type watchdogged struct {
 	watch.Interface
-	once  sync.Once
 	timer *time.Timer
 }
+
+func (d *watchdogged) wrap(w watch.Interface) watch.Interface {
+	d.Interface = w
+	return d
+}
+
+func (d *watchdogged) stop() { d.timer.Stop() }
 
 // Stop is called by the informer when it is done with the watch: when the server ended it, or
 // the session ends.
 func (d *watchdogged) Stop() {
-	d.once.Do(func() { d.timer.Stop() })
+	d.timer.Stop()
 	d.Interface.Stop()
 }
