@@ -73,19 +73,17 @@ func (w *configWatch) wrap(load func() (node.Runtime, error)) func() (node.Runti
 }
 
 // run calls request (the path SIGHUP takes: the same reload, the same refusal rules) when the
-// file differs from what the last reload read and has stayed as it is for one interval, until
-// ctx ends. It only looks at the file's identity (a stat, never a read, so a FIFO put in its
-// place blocks nothing); a file that does not load is refused by the reload, and is not
-// reloaded again until it changes once more.
-func (w *configWatch) run(ctx context.Context, every time.Duration, log *slog.Logger, request func()) {
+// file differs from what the last reload read and has stayed as it is from one tick to the
+// next, until ctx ends. It only looks at the file's identity (a stat, never a read, so a FIFO
+// put in its place blocks nothing); a file that does not load is refused by the reload, and is
+// not reloaded again until it changes once more.
+func (w *configWatch) run(ctx context.Context, ticks <-chan time.Time, log *slog.Logger, request func()) {
 	last := identify(w.path)
-	tick := time.NewTicker(every)
-	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
+		case <-ticks:
 		}
 		now := identify(w.path)
 		settled := now.same(last)

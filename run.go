@@ -60,9 +60,11 @@ func run(rt node.Runtime, log *slog.Logger, level *slog.LevelVar, reload func() 
 	if w != nil {
 		ctx, cancel := context.WithCancel(context.Background())
 		watched := make(chan struct{})
+		tick := time.NewTicker(configPollInterval)
 		go func() {
 			defer close(watched)
-			w.run(ctx, configPollInterval, log, func() {
+			defer tick.Stop()
+			w.run(ctx, tick.C, log, func() {
 				select {
 				case reloads <- struct{}{}:
 				default: // one is already pending: it reads the file as it is by then
