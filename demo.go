@@ -58,7 +58,7 @@ func demoCommand() *cobra.Command {
 				return demoNodes(cfg, nodes, fleet)
 			}
 			log, level := newLogger(cfg.Log, os.Stderr)
-			return run(rt, log, level, nil, func(s *node.Server) {
+			return run(rt, log, level, nil, "", func(s *node.Server) {
 				// The banner's curls should work when it appears: wait (bounded) for the
 				// simulated engines' join checks, which take a few tens of milliseconds. Past
 				// the bound the banner is printed all the same.

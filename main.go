@@ -1,6 +1,6 @@
 // Command narwhal is a disaggregated prefill/decode router for vLLM-compatible engines.
 //
-//	narwhal serve --config narwhal.yaml      run the router (SIGHUP reloads the file)
+//	narwhal serve --config narwhal.yaml      run the router (SIGHUP, or a change of the file, reloads it)
 //	narwhal serve --check --config FILE      validate the configuration and exit
 //	narwhal preflight --config narwhal.yaml  check every engine and KV transfer, print a matrix
 //	narwhal dump [--admin ADDR]              print the live supervisor tree
@@ -116,7 +116,7 @@ func serveCommand() *cobra.Command {
 						"to start with the engines that pass their own checks)", err)
 				}
 			}
-			return run(rt, log, level, func() (node.Runtime, error) { return load(path) }, nil)
+			return run(rt, log, level, func() (node.Runtime, error) { return load(path) }, path, nil)
 		},
 	}
 	cmd.Flags().StringVarP(&path, "config", "c", "narwhal.yaml", "configuration file (YAML)")

@@ -306,12 +306,7 @@ func TestServeReloadsOnSIGHUP(t *testing.T) {
 		if !logged {
 			b.WriteString("log: {format: text}\n")
 		}
-		b.WriteString("engines:\n")
-		for _, name := range engines {
-			e := fleet.Engine(name)
-			fmt.Fprintf(&b, "  - {name: %s, url: %q, role: %s, models: [m], kv: {engine_id: %q, endpoint: %q}}\n",
-				e.Name(), e.URL(), e.Role(), e.EngineID(), e.KVEndpoint())
-		}
+		b.WriteString("engines:\n" + engineLines(fleet, engines...))
 		path := filepath.Join(dir, "narwhal.yaml")
 		tmp := path + ".new"
 		if err := os.WriteFile(tmp, []byte(b.String()), 0o644); err != nil {
@@ -353,24 +348,10 @@ func TestServeReloadsOnSIGHUP(t *testing.T) {
 		}()
 	}
 	hup := func() { p.t.Helper(); p.cmd.Process.Signal(syscall.SIGHUP) }
-	reload := func() map[string]any {
-		var st struct {
-			Reload map[string]any `json:"reload"`
-		}
-		_, body := p.get("/discovery")
-		json.Unmarshal([]byte(body), &st)
-		return st.Reload
-	}
-	var lastAt any
+	reloads := &reloadWatch{p: p}
 	waitReloads := func(n int, result string) map[string]any {
 		t.Helper()
-		var last map[string]any
-		waitFor(t, 5*time.Second, func() bool {
-			last = reload()
-			return last != nil && last["at"] != lastAt && last["result"] == result
-		}, func() string { return fmt.Sprintf("reload %d: %v", n, last) })
-		lastAt = last["at"]
-		return last
+		return reloads.next(t, 5*time.Second, fmt.Sprintf("reload %d", n), result)
 	}
 
 	// 1: add d1, quieten the log to warnings, allow a retry.

@@ -19,13 +19,14 @@ import (
 // run serves until SIGTERM or SIGINT, then shuts down gracefully: /readyz turns 503 at once,
 // the listener keeps serving for server.drain_delay_s (a second SIGTERM or SIGINT ends that
 // delay), then in-flight requests get server.shutdown_grace_s. SIGHUP reloads the
-// configuration with reload (nil: nothing to reload); SIGUSR1 writes the supervisor tree to
-// stderr.
+// configuration with reload (nil: nothing to reload), and so does a change of the file at
+// watch (empty: none watched), which Kubernetes makes to a mounted ConfigMap without a signal;
+// SIGUSR1 writes the supervisor tree to stderr.
 //
 // A reload runs off this loop (reloader), so that a slow one — a large fleet, a file that
 // blocks — never holds back a stop signal: SIGTERM starts the drain at once, whatever a reload
 // is doing.
-func run(rt node.Runtime, log *slog.Logger, level *slog.LevelVar, reload func() (node.Runtime, error), started func(*node.Server)) error {
+func run(rt node.Runtime, log *slog.Logger, level *slog.LevelVar, reload func() (node.Runtime, error), watch string, started func(*node.Server)) error {
 	// Signals are caught before the listeners open: a SIGTERM that arrives as soon as Narwhal
 	// says it is listening is a graceful stop, not the default abrupt exit.
 	signals := make(chan os.Signal, 4)
@@ -49,8 +50,29 @@ func run(rt node.Runtime, log *slog.Logger, level *slog.LevelVar, reload func() 
 	if started != nil {
 		started(srv)
 	}
+	var w *configWatch
+	if reload != nil && watch != "" {
+		w = newConfigWatch(watch)
+		reload = w.wrap(reload)
+	}
 	reloads := reloader(srv, reload)
 	defer close(reloads)
+	if w != nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		watched := make(chan struct{})
+		tick := time.NewTicker(configPollInterval)
+		go func() {
+			defer close(watched)
+			defer tick.Stop()
+			w.run(ctx, tick.C, log, func() {
+				select {
+				case reloads <- struct{}{}:
+				default: // one is already pending: it reads the file as it is by then
+				}
+			})
+		}()
+		defer func() { cancel(); <-watched }() // before reloads is closed
+	}
 	var stopped chan error // set once a shutdown began
 	for {
 		select {

@@ -35,7 +35,15 @@ type KubernetesDiscovery struct {
 	Annotations KubernetesAnnotations `yaml:"annotations"`
 	// Roles select the pods of each role; a pod several entries select is the first's.
 	Roles []KubernetesRole `yaml:"roles"`
+	// WatchTimeoutS is how long the API server keeps one watch open before it ends it (the
+	// watch's timeoutSeconds; the source then watches again from where it was). A watch still
+	// open WatchTimeoutS + KubernetesWatchGrace after it began is a stalled API server.
+	WatchTimeoutS Seconds `yaml:"watch_timeout_s"`
 }
+
+// KubernetesWatchGrace is how long past its timeoutSeconds a watch may stay open before the
+// Kubernetes source calls the API server stalled.
+const KubernetesWatchGrace = 5 // seconds
 
 // KubernetesAnnotations name the pod annotations an engine's KV identity is read from.
 type KubernetesAnnotations struct {
@@ -46,9 +54,15 @@ type KubernetesAnnotations struct {
 // KubernetesRole selects the pods of one role and says how to reach them.
 type KubernetesRole struct {
 	Role Role `yaml:"role"`
-	// Selector is a label selector in kubectl's syntax (app=vllm,tier in (decode)).
+	// Selector is a label selector in kubectl's syntax (app=vllm,tier in (decode)). With
+	// InferencePool, it narrows the pool's pods to this role's (empty: all of them).
 	Selector string `yaml:"selector"`
-	// Port is the engine's container port: a number, or the name of a container port.
+	// InferencePool names a Gateway API Inference Extension InferencePool
+	// (inference.networking.k8s.io/v1) of the namespace: its selector picks the pods (with
+	// Selector's labels too), its target port is the engines' port.
+	InferencePool string `yaml:"inference_pool"`
+	// Port is the engine's container port: a number, or the name of a container port. Not set
+	// with InferencePool, whose target port it is.
 	Port     string         `yaml:"port"`
 	Scheme   string         `yaml:"scheme"`
 	Template EngineTemplate `yaml:"template"`
@@ -147,9 +161,10 @@ func (d *Discovery) applyDefaults(set func(path string) bool) {
 	if k := d.Kubernetes; k != nil {
 		def("discovery.kubernetes.annotations.kv_engine_id", k.Annotations.EngineID == "", func() { k.Annotations.EngineID = DefaultEngineIDAnnotation })
 		def("discovery.kubernetes.annotations.kv_endpoint", k.Annotations.Endpoint == "", func() { k.Annotations.Endpoint = DefaultEndpointAnnotation })
+		def("discovery.kubernetes.watch_timeout_s", k.WatchTimeoutS == 0, func() { k.WatchTimeoutS = 60 })
 		for i := range k.Roles {
 			r, p := &k.Roles[i], fmt.Sprintf("discovery.kubernetes.roles[%d]", i)
-			def(p+".port", r.Port == "", func() { r.Port = "8000" })
+			def(p+".port", r.Port == "" && r.InferencePool == "", func() { r.Port = "8000" })
 			def(p+".scheme", r.Scheme == "", func() { r.Scheme = "http" })
 		}
 	}
@@ -243,6 +258,9 @@ func (k *KubernetesDiscovery) check(ck *checker) {
 			ck.fail("discovery.kubernetes.annotations."+a.key, "%q is not an annotation name (an optional DNS prefix and '/', then up to 63 letters, digits, '-', '_', '.')", a.name)
 		}
 	}
+	if f := float64(k.WatchTimeoutS); !finite(f) || f < 1 || f > 3600 {
+		ck.fail("discovery.kubernetes.watch_timeout_s", "%v is not allowed; want a number of seconds from 1 to 3600", f)
+	}
 	if len(k.Roles) == 0 {
 		ck.fail("discovery.kubernetes.roles", "selects no pods; list at least one role with its selector, e.g. {role: decode, selector: \"app=vllm,role=decode\"}")
 	}
@@ -257,12 +275,20 @@ func (k *KubernetesDiscovery) check(ck *checker) {
 // check checks one role's entry at path p.
 func (r KubernetesRole) check(ck *checker, p string) {
 	ck.oneOf(p+".role", string(r.Role), string(RolePrefill), string(RoleDecode), string(RoleBoth))
-	if strings.TrimSpace(r.Selector) == "" {
-		ck.fail(p+".selector", "must not be empty (it would select every pod of the namespace); write a label selector, e.g. app=vllm,role=decode")
-	} else if _, err := labels.Parse(r.Selector); err != nil {
+	switch {
+	case r.InferencePool != "" && !namespaceRe.MatchString(r.InferencePool):
+		ck.fail(p+".inference_pool", "%q is not an InferencePool name (lowercase letters, digits and '-', up to 63)", r.InferencePool)
+	case r.InferencePool == "" && strings.TrimSpace(r.Selector) == "":
+		ck.fail(p+".selector", "must not be empty (it would select every pod of the namespace); write a label selector, e.g. app=vllm,role=decode, or name an inference_pool")
+	}
+	if _, err := labels.Parse(r.Selector); err != nil {
 		ck.fail(p+".selector", "%q is not a label selector (kubectl's -l syntax: app=vllm,role in (decode)): %v", r.Selector, err)
 	}
-	if n, err := strconv.Atoi(r.Port); err == nil {
+	if r.InferencePool != "" {
+		if r.Port != "" {
+			ck.fail(p+".port", "must not be set with inference_pool: the pool's targetPorts give the engines' port")
+		}
+	} else if n, err := strconv.Atoi(r.Port); err == nil {
 		if n < 1 || n > 65535 {
 			ck.fail(p+".port", "%d is not allowed; want a port from 1 to 65535 or a container port name", n)
 		}

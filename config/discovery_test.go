@@ -92,6 +92,10 @@ func TestDiscoveryRefusesBadValuesByName(t *testing.T) {
 		{"bad annotation", "discovery: {kubernetes: {annotations: {kv_endpoint: \"a b\"}, roles: [{role: both, selector: a=b}]}}\n", `discovery.kubernetes.annotations.kv_endpoint: "a b" is not an annotation name`},
 		{"bad template", "discovery: {kubernetes: {roles: [{role: both, selector: a=b, template: {kv: {transfer_modes: [pul]}}}]}}\n", `discovery.kubernetes.roles[0].template.kv.transfer_modes[0]: "pul" is not allowed`},
 		{"unknown template key", "discovery: {kubernetes: {roles: [{role: both, selector: a=b, template: {url: x}}]}}\n", `unknown key "url" under discovery.kubernetes.roles[0].template`},
+		{"pool and port", "discovery: {kubernetes: {roles: [{role: both, inference_pool: qwen, port: 8000}]}}\n", "discovery.kubernetes.roles[0].port: must not be set with inference_pool"},
+		{"bad pool name", "discovery: {kubernetes: {roles: [{role: both, inference_pool: Qwen}]}}\n", `discovery.kubernetes.roles[0].inference_pool: "Qwen" is not an InferencePool name`},
+		{"bad selector within a pool", "discovery: {kubernetes: {roles: [{role: both, inference_pool: qwen, selector: \"a in (b\"}]}}\n", `discovery.kubernetes.roles[0].selector: "a in (b" is not a label selector`},
+		{"zero watch timeout", "discovery: {kubernetes: {watch_timeout_s: 0, roles: [{role: both, selector: a=b}]}}\n", "discovery.kubernetes.watch_timeout_s: 0 is not allowed; want a number of seconds from 1 to 3600"},
 		{"dns without port", "discovery: {dns: [{name: d.example, role: both}]}\n", "discovery.dns[0].port: 0 is not allowed; want the engines' port, from 1 to 65535 (required with type a)"},
 		{"srv with port", "discovery: {dns: [{name: d.example, type: srv, role: both, port: 80}]}\n", "discovery.dns[0].port: must not be set with type srv"},
 		{"bad type", "discovery: {dns: [{name: d.example, type: cname, role: both, port: 80}]}\n", `discovery.dns[0].type: "cname" is not allowed (allowed: a, aaaa, srv)`},
@@ -114,6 +118,18 @@ func TestDiscoveryRefusesBadValuesByName(t *testing.T) {
 				t.Fatalf("error %v, want it to contain %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// A role read from an InferencePool needs no selector and takes no port: the pool gives both.
+func TestDiscoveryOfAnInferencePool(t *testing.T) {
+	cfg, err := Parse([]byte("discovery: {kubernetes: {roles: [{role: both, inference_pool: qwen}]}}\n"), noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := cfg.Discovery.Kubernetes
+	if r := k.Roles[0]; r.InferencePool != "qwen" || r.Port != "" || r.Selector != "" || r.Scheme != "http" || k.WatchTimeoutS != 60 {
+		t.Fatalf("kubernetes %+v", k)
 	}
 }
 

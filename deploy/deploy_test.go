@@ -415,7 +415,8 @@ func TestKubernetesManifests(t *testing.T) {
 }
 
 // The Deployment runs as rbac.yaml's ServiceAccount, which the RoleBinding gives the Role that
-// lets the Kubernetes engine source read pods (get, list, watch) and nothing more; the
+// lets the Kubernetes engine source read pods and InferencePools (get, list, watch) and nothing
+// more; the
 // ConfigMap's configuration uses that source. (transport/discovery/kubernetes applies rbac.yaml
 // to a real API server and runs the source with exactly these permissions.)
 func TestKubernetesRBACCoversDiscovery(t *testing.T) {
@@ -437,12 +438,15 @@ func TestKubernetesRBACCoversDiscovery(t *testing.T) {
 		t.Errorf("the RoleBinding's subject is %v, not the ServiceAccount", at(t, rb, "subjects", 0))
 	}
 	rules := at(t, docs["Role"], "rules").([]any)
-	if len(rules) != 1 {
-		t.Fatalf("the Role has %d rules, want the one on pods", len(rules))
+	want := []string{`{"apiGroups":[""],"resources":["pods"],"verbs":["get","list","watch"]}`,
+		`{"apiGroups":["inference.networking.k8s.io"],"resources":["inferencepools"],"verbs":["get","list","watch"]}`}
+	if len(rules) != len(want) {
+		t.Fatalf("the Role has %d rules, want the ones on pods and inferencepools", len(rules))
 	}
-	got, _ := json.Marshal(rules[0])
-	if want := `{"apiGroups":[""],"resources":["pods"],"verbs":["get","list","watch"]}`; string(got) != want {
-		t.Errorf("the Role grants %s, want exactly %s", got, want)
+	for i, r := range rules {
+		if got, _ := json.Marshal(r); string(got) != want[i] {
+			t.Errorf("the Role's rule %d grants %s, want exactly %s", i, got, want[i])
+		}
 	}
 	text := at(t, docs["ConfigMap"], "data", "narwhal.yaml").(string)
 	cfg, err := config.Parse([]byte(text), func(string) (string, bool) { return "x", true })

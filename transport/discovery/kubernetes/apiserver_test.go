@@ -76,9 +76,10 @@ type apiServer struct {
 	URL    string
 	CAFile string
 	// Admin is a client in system:masters; its connections are the test's own.
-	Admin     *kubernetes.Clientset
-	adminHTTP *http.Client
-	t         *testing.T
+	Admin       *kubernetes.Clientset
+	adminHTTP   *http.Client
+	adminConfig *rest.Config
+	t           *testing.T
 }
 
 func startAPIServer(t *testing.T) *apiServer {
@@ -123,6 +124,7 @@ func startAPIServer(t *testing.T) *apiServer {
 		}, ready)}
 	a.Start()
 	rc := &rest.Config{Host: a.URL, BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAFile: a.CAFile}}
+	a.adminConfig = rc
 	if a.adminHTTP, err = rest.HTTPClientFor(rc); err != nil {
 		t.Fatal(err)
 	}

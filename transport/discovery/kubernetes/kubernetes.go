@@ -1,11 +1,12 @@
 // Package kubernetes is the engine source of Kubernetes pods: for each configured role, the
-// pods of one namespace that a label selector picks, watched through client-go informers. A pod
+// pods of one namespace that a label selector, a Gateway API Inference Extension InferencePool,
+// or both pick, watched through client-go informers. A pod
 // is an engine while it is Ready, has an IP and is not being deleted; its name comes from the
 // pod's name and UID, so that every Narwhal node names it alike and a recreated pod is a new
 // engine. The engine's port is a container port's number or name, its KV identity comes from
 // the pod's annotations, and the rest of it from the role's template. An API server that
-// cannot be reached is an error report; the informers then start afresh, after a backoff,
-// from a new list.
+// cannot be reached, or that keeps a watch open past its timeout (stall.go), is an error
+// report; the informers then start afresh, after a backoff, from a new list.
 package kubernetes
 
 import (
@@ -24,11 +25,13 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
@@ -53,17 +56,23 @@ const namespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 type Source struct {
 	cfg config.KubernetesDiscovery
 	// roles are cfg.Roles as the source uses them, in their order.
-	roles     []role
-	client    *rest.RESTClient
-	params    runtime.ParameterCodec
+	roles  []role
+	client *rest.RESTClient
+	params runtime.ParameterCodec
+	// pools reads InferencePools; nil when no role names one.
+	pools     dynamic.Interface
 	conns     *connections
 	namespace string
 	selectors []string
-	retry     discovery.Backoff
-	log       *slog.Logger
+	// watchTimeout is every watch's timeoutSeconds; watchGrace how much longer one may stay
+	// open before it is a stall.
+	watchTimeout, watchGrace time.Duration
+	retry                    discovery.Backoff
+	log                      *slog.Logger
 	// warned remembers the pods whose problem was logged (by UID and problem), so a pod that
-	// cannot be an engine is logged once, not at every change.
-	warned map[types.UID]string
+	// cannot be an engine is logged once, not at every change; poolWarned the same of pools.
+	warned     map[types.UID]string
+	poolWarned map[string]string
 }
 
 // New returns the source of cfg, with the in-cluster configuration or cfg.Kubeconfig's; a
@@ -77,6 +86,15 @@ func New(cfg config.KubernetesDiscovery, retryInitial, retryMax time.Duration, l
 	rc.ContentType = "application/vnd.kubernetes.protobuf"
 	conns := &connections{open: map[*trackedConn]struct{}{}}
 	rc.Dial = conns.dial
+	var pools dynamic.Interface
+	for _, r := range cfg.Roles {
+		if r.InferencePool != "" && pools == nil {
+			// InferencePools are custom resources: JSON only, through a client of their own.
+			if pools, err = dynamic.NewForConfig(rest.CopyConfig(rc)); err != nil {
+				return nil, fmt.Errorf("discovery.kubernetes: %w", err)
+			}
+		}
+	}
 	// A REST client that knows pods alone: client-go's typed clients would link in every API
 	// group Kubernetes has.
 	scheme := runtime.NewScheme()
@@ -89,8 +107,13 @@ func New(cfg config.KubernetesDiscovery, retryInitial, retryMax time.Duration, l
 	if err != nil {
 		return nil, fmt.Errorf("discovery.kubernetes: %w", err)
 	}
-	s := &Source{cfg: cfg, client: client, params: runtime.NewParameterCodec(scheme), conns: conns, namespace: namespace, retry: discovery.Backoff{Initial: retryInitial, Max: retryMax},
-		log: log.With("source", "kubernetes", "namespace", namespace), warned: map[types.UID]string{}}
+	s := &Source{cfg: cfg, client: client, params: runtime.NewParameterCodec(scheme), pools: pools, conns: conns, namespace: namespace,
+		watchTimeout: cfg.WatchTimeoutS.Duration(), watchGrace: config.KubernetesWatchGrace * time.Second,
+		retry: discovery.Backoff{Initial: retryInitial, Max: retryMax},
+		log:   log.With("source", "kubernetes", "namespace", namespace), warned: map[types.UID]string{}, poolWarned: map[string]string{}}
+	if s.watchTimeout < time.Second { // a configuration built in code, without defaults
+		s.watchTimeout = 60 * time.Second
+	}
 	for i, r := range cfg.Roles {
 		sel, err := labels.Parse(r.Selector)
 		if err != nil { // validated by config
@@ -106,6 +129,8 @@ func New(cfg config.KubernetesDiscovery, retryInitial, retryMax time.Duration, l
 type role struct {
 	role   config.Role
 	scheme string
+	// pool is the InferencePool whose pods (and port) the role takes, if any.
+	pool string
 	// portNumber is the port when it was given as a number, else portName is the container
 	// port's name.
 	portNumber int
@@ -115,7 +140,7 @@ type role struct {
 }
 
 func newRole(r config.KubernetesRole) role {
-	out := role{role: r.Role, scheme: r.Scheme, template: r.Template.Engine()}
+	out := role{role: r.Role, scheme: r.Scheme, pool: r.InferencePool, template: r.Template.Engine()}
 	if n, err := strconv.Atoi(r.Port); err == nil {
 		out.portNumber = n
 	} else {
@@ -197,21 +222,39 @@ func (s *Source) session(ctx context.Context, report func(discovery.Report)) err
 		UpdateFunc: func(_, _ any) { poke() },
 		DeleteFunc: func(any) { poke() },
 	}
-	informers := make([]cache.SharedIndexInformer, len(s.selectors))
-	synced := make([]cache.InformerSynced, len(s.selectors))
-	for i, sel := range s.selectors {
-		inf := cache.NewSharedIndexInformerWithOptions(s.listWatch(sel, fail), &corev1.Pod{},
-			cache.SharedIndexInformerOptions{ObjectDescription: "pods " + sel})
+	var synced []cache.InformerSynced
+	start := func(lw cache.ListerWatcher, obj runtime.Object, what string) (cache.SharedIndexInformer, error) {
+		inf := cache.NewSharedIndexInformerWithOptions(lw, obj, cache.SharedIndexInformerOptions{ObjectDescription: what})
 		if err := errors.Join(inf.SetTransform(trim), inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
-			fail(fmt.Errorf("watch pods (%s) in %s: %w", sel, s.namespace, err))
+			fail(fmt.Errorf("watch %s in %s: %w", what, s.namespace, err))
 		})); err != nil {
-			return err
+			return nil, err
 		}
 		if _, err := inf.AddEventHandler(handler); err != nil {
+			return nil, err
+		}
+		synced = append(synced, inf.HasSynced)
+		wg.Go(func() { inf.RunWithContext(sctx) })
+		return inf, nil
+	}
+	informers := make([]cache.SharedIndexInformer, len(s.selectors))
+	for i, sel := range s.selectors {
+		inf, err := start(s.listWatch(sel, fail), &corev1.Pod{}, "pods ("+sel+")")
+		if err != nil {
 			return err
 		}
-		informers[i], synced[i] = inf, inf.HasSynced
-		wg.Go(func() { inf.RunWithContext(sctx) })
+		informers[i] = inf
+	}
+	pools := map[string]cache.SharedIndexInformer{}
+	for _, r := range s.roles {
+		if r.pool == "" || pools[r.pool] != nil {
+			continue
+		}
+		inf, err := start(s.poolListWatch(r.pool, fail), &unstructured.Unstructured{}, "inferencepool "+r.pool)
+		if err != nil {
+			return err
+		}
+		pools[r.pool] = inf
 	}
 	ready := make(chan bool, 1)
 	wg.Go(func() { ready <- cache.WaitForCacheSync(sctx.Done(), synced...) })
@@ -225,7 +268,7 @@ func (s *Source) session(ctx context.Context, report func(discovery.Report)) err
 			return nil // ended before the first list
 		}
 	}
-	report(discovery.Report{Engines: s.engines(informers)})
+	report(discovery.Report{Engines: s.engines(informers, s.poolsNow(pools))})
 	s.retry.Reset()
 	for {
 		select {
@@ -234,28 +277,20 @@ func (s *Source) session(ctx context.Context, report func(discovery.Report)) err
 		case err := <-failed:
 			return err
 		case <-changed:
-			report(discovery.Report{Engines: s.engines(informers)})
+			report(discovery.Report{Engines: s.engines(informers, s.poolsNow(pools))})
 		}
 	}
 }
 
-// podListWatch lists, then watches: it declines client-go's streamed lists (a watch that
-// begins with every object), which older API servers refuse, so that each call it makes is one
-// whose failure means the API server failed.
-type podListWatch struct{ *cache.ListWatch }
-
-// IsWatchListSemanticsUnSupported tells the reflector to list, then watch.
-func (podListWatch) IsWatchListSemanticsUnSupported() bool { return true }
-
 // listWatch lists and watches the namespace's pods that sel selects, telling fail of every
 // call the API server refused or did not answer: the informer alone retries a refused watch in
 // silence.
-func (s *Source) listWatch(sel string, fail func(error)) podListWatch {
+func (s *Source) listWatch(sel string, fail func(error)) plainListWatch {
 	pods := func(o metav1.ListOptions) *rest.Request {
 		o.LabelSelector = sel
 		return s.client.Get().Namespace(s.namespace).Resource("pods").VersionedParams(&o, s.params)
 	}
-	return podListWatch{&cache.ListWatch{
+	return plainListWatch{&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			list := &corev1.PodList{}
 			err := pods(o).Timeout(listTimeout).Do(ctx).Into(list)
@@ -265,16 +300,14 @@ func (s *Source) listWatch(sel string, fail func(error)) podListWatch {
 			return list, err
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.Watch = true
-			req := pods(o)
-			if o.TimeoutSeconds != nil {
-				req = req.Timeout(time.Duration(*o.TimeoutSeconds) * time.Second)
-			}
-			w, err := req.Watch(ctx)
+			dog := s.watchdog("pods ("+sel+")", fail)
+			w, err := pods(s.watchOptions(o)).Timeout(s.watchTimeout).Watch(ctx)
 			if err != nil {
+				dog.stop()
 				fail(fmt.Errorf("watch pods (%s) in %s: %w", sel, s.namespace, err))
+				return nil, err
 			}
-			return w, err
+			return dog.wrap(w), nil
 		},
 	}}
 }
@@ -321,27 +354,38 @@ func (c *connections) closeAll() {
 	}
 }
 
-// trim drops what the source never reads from a pod before the informer stores it.
+// trim drops what the source never reads from a pod or a pool before the informer stores it.
 func trim(obj any) (any, error) {
-	if pod, ok := obj.(*corev1.Pod); ok {
-		pod.ManagedFields = nil
+	switch o := obj.(type) {
+	case *corev1.Pod:
+		o.ManagedFields = nil
+	case *unstructured.Unstructured:
+		o.SetManagedFields(nil)
 	}
 	return obj, nil
 }
 
 // engines is the set the informers hold now: every role's usable pods, a pod several roles
-// select under the first.
-func (s *Source) engines(informers []cache.SharedIndexInformer) []config.Engine {
+// select under the first. A role of an InferencePool takes the pods its pool (as pools holds
+// it now) selects, on the pool's port; one whose pool is missing takes none.
+func (s *Source) engines(informers []cache.SharedIndexInformer, pools map[string]pool) []config.Engine {
 	var out []config.Engine
 	seen := map[types.UID]bool{}
 	for i, inf := range informers {
 		role := s.roles[i]
+		p, pooled := pools[role.pool]
+		if role.pool != "" && !pooled {
+			continue
+		}
 		for _, obj := range inf.GetStore().List() {
 			pod, ok := obj.(*corev1.Pod)
-			if !ok || seen[pod.UID] {
+			if !ok || seen[pod.UID] || (pooled && !p.selector.Matches(labels.Set(pod.Labels))) {
 				continue
 			}
 			seen[pod.UID] = true
+			if pooled {
+				role.portNumber, role.portName = p.port, ""
+			}
 			e, err := s.engine(pod, role)
 			if err != nil {
 				if s.warned[pod.UID] != err.Error() {

@@ -132,6 +132,16 @@ func (r *Recorder) WaitErr(t *testing.T, d time.Duration, want string) discovery
 	})
 }
 
+// Last is the source's latest report (false: none yet).
+func (r *Recorder) Last() (discovery.Report, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.reports) == 0 {
+		return discovery.Report{}, false
+	}
+	return r.reports[len(r.reports)-1], true
+}
+
 // Count is how many reports the source made so far.
 func (r *Recorder) Count() int {
 	r.mu.Lock()
@@ -243,6 +253,20 @@ func (p *Process) Start() {
 	took := testwait.UntilEvery(p.t, time.Minute, 50*time.Millisecond, p.ready,
 		func() string { return p.name + " not ready:\n" + p.Logs.String() })
 	p.t.Logf("%s ready after %v", p.name, took.Round(time.Millisecond))
+}
+
+// Signal sends sig to the running server: SIGSTOP freezes it (its connections stay open and
+// nothing answers on them), SIGCONT thaws it.
+func (p *Process) Signal(sig os.Signal) {
+	p.t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		p.t.Fatalf("signal %s: %s is not running", sig, p.name)
+	}
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		p.t.Fatalf("signal %s to %s: %v", sig, p.name, err)
+	}
 }
 
 // Stop kills the server and waits for it to exit.
