@@ -4,6 +4,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/narwhal-router/narwhal/internal/testwait"
 )
 
 // TestClusterStalledNodeRecovers stops one node's process (SIGSTOP) twice: until the others
@@ -25,8 +27,10 @@ func TestClusterStalledNodeRecovers(t *testing.T) {
 		c.waitMembers(2, 3*time.Second, a, b)
 		c.ejectByTraffic(a, "d0")
 		b.watchState("d0", "ejected", time.Second)
-		if stall > 0 {
-			time.Sleep(time.Until(stopped.Add(stall))) // the stall's length is the scenario
+		// For the rest of the stall the peers keep the stopped node out.
+		fenced := func() bool { return len(a.status().Members) == 2 && len(b.status().Members) == 2 }
+		if !testwait.Holds(time.Until(stopped.Add(stall)), 200*time.Millisecond, fenced) {
+			t.Fatalf("round %d: a peer took the stopped node back during its %s stall: %+v / %+v", round, stall, a.status().Members, b.status().Members)
 		}
 		s.cmd.Process.Signal(syscall.SIGCONT)
 

@@ -51,3 +51,28 @@ func UntilEvery(t testing.TB, within, every time.Duration, cond func() bool, wha
 	}
 	return time.Since(start)
 }
+
+// Holds checks cond at once and then every interval for the whole of within, and says whether
+// it held at every check; it returns at the first check that fails. It is for a property that
+// must stay true over a window the test is about (a healthy source is never reported failing
+// across several of its timeouts, a stopped node stays fenced for the length of its stall): the
+// window's length is the scenario, not a guess at how long something takes.
+func Holds(within, every time.Duration, cond func() bool) bool {
+	if !cond() {
+		return false
+	}
+	deadline := time.NewTimer(within)
+	defer deadline.Stop()
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-tick.C:
+			if !cond() {
+				return false
+			}
+		case <-deadline.C:
+			return cond()
+		}
+	}
+}

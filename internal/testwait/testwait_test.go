@@ -41,3 +41,31 @@ func TestWithinReturnsAtOnceForAConditionAlreadyTrue(t *testing.T) {
 		t.Fatalf("took %v for a condition true at once", took)
 	}
 }
+
+// Holds watches the whole window for a condition that stays true, and returns at the first
+// check that fails for one that does not.
+func TestHoldsWatchesTheWindowAndStopsAtTheFirstFailure(t *testing.T) {
+	start := time.Now()
+	var checks atomic.Int32
+	if !Holds(50*time.Millisecond, 10*time.Millisecond, func() bool { checks.Add(1); return true }) {
+		t.Fatal("a condition true at every check was reported to fail")
+	}
+	if took := time.Since(start); took < 50*time.Millisecond {
+		t.Fatalf("returned after %v, before the end of the 50 ms window", took)
+	}
+	if checks.Load() < 2 {
+		t.Fatalf("%d checks in 50 ms at a 10 ms tick", checks.Load())
+	}
+
+	start = time.Now()
+	var n atomic.Int32
+	if Holds(time.Minute, time.Millisecond, func() bool { return n.Add(1) < 3 }) {
+		t.Fatal("a condition false at its third check was reported to hold")
+	}
+	if took := time.Since(start); took > 30*time.Second {
+		t.Fatalf("took %v to see a condition fail at its third 1 ms check", took)
+	}
+	if n.Load() != 3 {
+		t.Fatalf("%d checks; want it to stop at the first failure, the third", n.Load())
+	}
+}

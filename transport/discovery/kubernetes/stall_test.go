@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/narwhal-router/narwhal/internal/testwait"
 	"github.com/narwhal-router/narwhal/transport/discovery/internal/sourcetest"
 )
 
@@ -31,10 +32,9 @@ func TestFrozenAPIServerIsNoticed(t *testing.T) {
 	// Healthy, the watches end at their timeout and begin again, never taken for a stall: the
 	// window is the subject here (several watch timeouts and the grace), not a wait for a
 	// condition.
-	for end := time.Now().Add(bound); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
-		if st := cat.Status().Sources[0]; !st.Up || st.Errors != 0 {
-			t.Fatalf("a healthy API server taken for a failing one: %+v", st)
-		}
+	healthy := func() bool { st := cat.Status().Sources[0]; return st.Up && st.Errors == 0 }
+	if !testwait.Holds(bound, 100*time.Millisecond, healthy) {
+		t.Fatalf("a healthy API server taken for a failing one: %+v", cat.Status().Sources[0])
 	}
 
 	a.Signal(syscall.SIGSTOP)
