@@ -89,7 +89,7 @@ func (s *requestSupervisor) uncachedOn(match int) int {
 	if match == 0 || p.Words == 0 {
 		return p.Tokens
 	}
-	return uncached(p.Tokens, p.Words, match*s.set.fleet.BlockWords)
+	return uncached(p.Tokens, p.Words, match*p.PerBlock)
 }
 
 // uncached scales the token estimate to the words past the cached ones.

@@ -163,7 +163,8 @@ func TestDecodeOtherVersions(t *testing.T) {
 	gpu := MediumGPU
 	rank := 1
 	want := Batch{TS: 2, DataParallelRank: &rank, Events: []Event{
-		BlockStored{BlockHashes: []uint64{0x0102}, ParentBlockHash: &parent, TokenIDs: []uint32{5, 6}, BlockSize: 2, Medium: &gpu},
+		BlockStored{BlockHashes: []uint64{0x0102}, ParentBlockHash: &parent, TokenIDs: []uint32{5, 6}, BlockSize: 2, Medium: &gpu,
+			ExtraKeys: [][]string{nil}},
 		BlockRemoved{BlockHashes: []uint64{9}},
 		AllBlocksCleared{},
 	}}
