@@ -42,6 +42,7 @@ func (s *requestSupervisor) place(ctx actor.Context) {
 	}
 	if !s.prompted {
 		s.prompt, s.prompted = s.x.Body.Prompt(s.set.fleet.BlockWords), true
+		s.tokenizePrompt(f)
 	}
 	blocks := s.prompt.Blocks
 	for {
@@ -113,6 +114,9 @@ func (s *requestSupervisor) place(ctx actor.Context) {
 		}
 		s.reportSlots(cons)
 		f.Index.Record(blocks, cons.Idx)
+		if s.predictedCached = s.cachedPrediction(c.Match); prod != nil {
+			s.predictedCached = s.cachedPrediction(prodMatch)
+		}
 		break
 	}
 	s.countDecision()

@@ -16,6 +16,7 @@ import (
 	"github.com/narwhal-router/narwhal/transport/fault"
 	"github.com/narwhal-router/narwhal/transport/ingress"
 	"github.com/narwhal-router/narwhal/transport/telemetry"
+	"github.com/narwhal-router/narwhal/transport/tokenize"
 	"github.com/narwhal-router/narwhal/transport/wire"
 )
 
@@ -74,6 +75,7 @@ type requestEnv struct {
 	metrics *telemetry.Metrics
 	log     *slog.Logger
 	access  *accessLog // nil: no access log
+	tokens  *tokenize.Tokenizer
 	cluster *cluster.Node
 
 	// board is the blame board (blameboard.go); commits the fingerprints that committed lately,
@@ -154,6 +156,9 @@ type requestSupervisor struct {
 	prompted    bool
 	decision    decision
 	prefixMatch int
+	// predictedCached is the prompt tokens placement predicted the computing engine holds
+	// (tokens.go).
+	predictedCached int
 	// predicted is the decision's predicted times to first token (ttft.go); leg the attempt's
 	// prompt work, measured at commit; localHeld the tokens counted in the consumer's
 	// localTokens for a local decode, until its first token.

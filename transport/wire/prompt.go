@@ -28,6 +28,8 @@ type Prompt struct {
 	// clear: the keys of token blocks (transport/blockkey) have it set, and replace these when
 	// the prompt's tokens are known.
 	Blocks []uint64
+	// Tokenized says Blocks are keys of the prompt's tokens, and Tokens and Words its token count.
+	Tokenized bool
 }
 
 const (
@@ -302,3 +304,7 @@ func (p *promptHasher) messages(v []byte) {
 		}
 	}
 }
+
+// Lookup returns the raw value of the body's top-level member key, for the prompt's tokenizer
+// (transport/tokenize: the prompt, the messages, cache_salt).
+func (b *ClientBody) Lookup(key string) ([]byte, bool) { return b.member(key) }
