@@ -17,14 +17,13 @@ import (
 // (a restart: AllBlocksCleared), the exact index knows at once, and the prompt is placed as a
 // miss where our own placements alone would still have claimed a hit.
 func TestPlacementFollowsTheEnginesKVEvents(t *testing.T) {
-	t.Skip("issue #34, router part: the router does not yet re-hash event token ids; the simulator now hashes token ids as vLLM does, with a random per-engine seed")
 	eng := sim.Options{Tokens: 2, MaxNumSeqs: 8, PromptTokensDetails: true,
 		KVEvents: "tcp://127.0.0.1:0", KVEventsReplay: "tcp://127.0.0.1:0"}
 	h := start(t, setup{both: 3, engine: eng,
 		config: func(c *config.Config) {
 			policy(config.DisaggNever, 0)(c)
 			c.Placement.Policy = config.PlacePrefix
-			c.Placement.PrefixBlockWords = 32 // two of the engines' 16-token blocks
+			c.Placement.Tokens.Default.Source = config.TokensRender // the engines' /v1/completions/render
 		},
 		fleetConfig: func(f *sim.Fleet, c *config.Config) {
 			for i := range c.Engines {
