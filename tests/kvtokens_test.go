@@ -200,3 +200,18 @@ func TestAFailingOrSlowRenderFallsBackToTheEstimate(t *testing.T) {
 		h.waitMetricAtLeast(fmt.Sprintf(`narwhal_prompt_tokens_total{model="sim-model",result=%q,source="render"}`, c.reason), 1)
 	}
 }
+
+// With events on and no source of tokens (estimate), an engine keeps its prefix preference:
+// the prompt's word blocks are matched on the estimate for every engine.
+func TestAnEngineWithEventsKeepsPrefixPreferenceOnTheEstimate(t *testing.T) {
+	h := start(t, eventsSetup(sim.Options{}, config.TokenSource{Source: config.TokensEstimate}, nil))
+	body := func(p string) string { return completions(p + " " + words("k", 200)) }
+	home, prefix := h.warmHome(body, 12) // its events are live
+	prompt := body(prefix)
+	for range 3 { // a random placement finds the home for all three 1 in 27 times
+		r := h.send("/v1/completions", prompt)
+		if line := h.accessLine(r.id); str(line["consumer"]) != home || line["prompt_blocks"] != "estimate" {
+			t.Fatalf("the repeat went to %v from %v blocks, not %s whose placements hold it: %v", line["consumer"], line["prompt_blocks"], home, line)
+		}
+	}
+}
