@@ -197,7 +197,7 @@ func TestAFailingOrSlowRenderFallsBackToTheEstimate(t *testing.T) {
 		if line := h.accessLine(r.id); line["prompt_blocks"] != "estimate" {
 			t.Fatalf("%s: placed from %v blocks, want the estimate's: %v", c.path, line["prompt_blocks"], line)
 		}
-		h.waitMetricAtLeast(fmt.Sprintf(`narwhal_prompt_tokens_total{model="sim-model",result=%q,source="render"}`, c.reason), 1)
+		h.waitMetricAtLeast(fmt.Sprintf(`narwhal_prompt_tokenization_total{model="sim-model",result=%q,source="render"}`, c.reason), 1)
 	}
 }
 

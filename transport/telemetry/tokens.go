@@ -10,8 +10,8 @@ import (
 // and result (ok, or why the request was placed on the estimate: timeout, error, status,
 // decode, unsupported, no_engine), and records the time it took before placement.
 func (m *Metrics) PromptTokens(model, source, result string, d time.Duration) {
-	m.counter("prompt_tokens", "model", m.modelLabel(model), "source", source, "result", result).Inc(1)
-	m.timer("prompt_tokens_s", "source", source).Record(d)
+	m.counter("prompt_tokenization", "model", m.modelLabel(model), "source", source, "result", result).Inc(1)
+	m.timer("prompt_tokenization_s", "source", source).Record(d)
 }
 
 // CachedTokensError records, per request served, how far the cached tokens placement
