@@ -35,6 +35,10 @@ type fleetPolicy struct {
 	// FixedRule turns the TTFT prediction off (disaggregation.local_stall_budget_s 0): auto as
 	// it decided before the prediction, for an A/B arm in the same run.
 	FixedRule bool
+	// Tokens is placement.tokens.default.source ("": the default, estimate).
+	Tokens string
+	// KVBlocks overrides the engines' KV cache size in blocks (0: fleetEngine's).
+	KVBlocks int
 }
 
 var fleetPolicies = []fleetPolicy{
@@ -215,12 +219,15 @@ type armResult struct {
 	// span is the whole run; window the part over which the rates are taken (the span
 	// for a paced replay; for a closed loop, until the last request was sent), with the
 	// requests and tokens that ended in it.
-	span, window  time.Duration
-	windowOK      int
-	windowTokens  int64
-	hits, total   int64 // prefix-cache tokens hit and looked up, over every engine
-	blocksMoved   int64
-	lines, disagg int
+	span, window time.Duration
+	windowOK     int
+	windowTokens int64
+	hits, total  int64 // prefix-cache tokens hit and looked up, over every engine
+	blocksMoved  int64
+	// predictionError is the mean absolute difference, in tokens, between the cached tokens
+	// the router predicted and those the engine reported (access log).
+	predictionError float64
+	lines, disagg   int
 }
 
 type sample struct {
@@ -316,7 +323,11 @@ func (r *armResult) points() []report.Point {
 // runFleetArm starts a fresh fleet (empty caches) and router for policy p and offers it rep
 // in mode m.
 func runFleetArm(p fleetPolicy, rep *trace.Replay, m fleetMode) (*armResult, error) {
-	rig, err := startFleetRig(p, fleetEngine(), rep.Scale.BlockTokens)
+	e := fleetEngine()
+	if p.KVBlocks > 0 {
+		e.KVBlocks = p.KVBlocks
+	}
+	rig, err := startFleetRig(p, e, rep.Scale.BlockTokens)
 	if err != nil {
 		return nil, err
 	}
@@ -379,6 +390,7 @@ func runFleetArm(p fleetPolicy, rep *trace.Replay, m fleetMode) (*armResult, err
 	}
 	res.hits, res.total, res.blocksMoved = rig.cacheStats()
 	res.lines, res.disagg = rig.decisions(len(rep.Requests))
+	res.predictionError = rig.access.predictionError()
 	return res, nil
 }
 
@@ -453,6 +465,9 @@ func fleetRouterConfig(p fleetPolicy, blockWords int, engines []config.Engine) c
 	}
 	if p.FixedRule {
 		cfg.Disaggregation.LocalStallBudgetS = 0
+	}
+	if p.Tokens != "" {
+		cfg.Placement.Tokens.Default.Source = p.Tokens
 	}
 	cfg.Log.Level = "warn"
 	cfg.Engines = engines
