@@ -227,7 +227,10 @@ type armResult struct {
 	// predictionError is the mean absolute difference, in tokens, between the cached tokens
 	// the router predicted and those the engine reported (access log).
 	predictionError float64
-	lines, disagg   int
+	// tokenizeP50 and tokenizeP99 bound the time placement.tokens added before placement: the
+	// upper bounds of the router's histogram buckets holding those percentiles.
+	tokenizeP50, tokenizeP99 float64
+	lines, disagg            int
 }
 
 type sample struct {
@@ -391,6 +394,9 @@ func runFleetArm(p fleetPolicy, rep *trace.Replay, m fleetMode) (*armResult, err
 	res.hits, res.total, res.blocksMoved = rig.cacheStats()
 	res.lines, res.disagg = rig.decisions(len(rep.Requests))
 	res.predictionError = rig.access.predictionError()
+	if p.Tokens != "" {
+		res.tokenizeP50, res.tokenizeP99 = rig.tokenizeTimes(p.Tokens)
+	}
 	return res, nil
 }
 
@@ -402,6 +408,7 @@ type fleetRig struct {
 	access *lockedBuffer
 	client *http.Client
 	url    string // the router's /v1/completions
+	admin  string // the router's admin listener, http://host:port
 }
 
 // startFleetRig starts the fleet with engine options e and a router for policy p whose
@@ -445,8 +452,13 @@ func startFleetRig(p fleetPolicy, e sim.Options, blockWords int) (_ *fleetRig, e
 		return nil, fmt.Errorf("router: %w", err)
 	}
 	client := &http.Client{Timeout: 3 * time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 2048, MaxConnsPerHost: 0}}
-	return &fleetRig{fleet: fleet, srv: srv, access: access, client: client, url: "http://" + srv.Addr() + "/v1/completions"}, nil
+	return &fleetRig{fleet: fleet, srv: srv, access: access, client: client, url: "http://" + srv.Addr() + "/v1/completions",
+		admin: "http://" + adminLn.Addr().String()}, nil
 }
+
+// simTokenizerJSON is the simulated engines' tokenizer, for placement.tokens source local (the
+// bench runs from the repository's root).
+const simTokenizerJSON = "bench/sim/tokenizer/tokenizer.json"
 
 // fleetRouterConfig is the router's configuration for policy p in front of engines, its
 // prefix index hashing blockWords-word blocks: the production defaults but for the policy
@@ -468,6 +480,7 @@ func fleetRouterConfig(p fleetPolicy, blockWords int, engines []config.Engine) c
 	}
 	if p.Tokens != "" {
 		cfg.Placement.Tokens.Default.Source = p.Tokens
+		cfg.Placement.Tokens.Default.TokenizerJSON = simTokenizerJSON
 	}
 	cfg.Log.Level = "warn"
 	cfg.Engines = engines
