@@ -1,6 +1,8 @@
 package actors
 
 import (
+	"slices"
+
 	"github.com/narwhal-router/narwhal/actors/placement"
 	"github.com/narwhal-router/narwhal/transport/fault"
 )
@@ -12,17 +14,13 @@ import (
 // tokenizePrompt replaces the prompt's word blocks by the keys of its token blocks when its
 // model's source gives its tokens; on the estimate otherwise (the source counted why).
 func (s *requestSupervisor) tokenizePrompt(f *placement.Snapshot) {
-	engine := func() string { // one of the model's engines, spread by the body's fingerprint
-		list := f.Candidates(fault.PhaseDecode, s.x.Body.Model)
+	engine := func() string { // one of the model's engines still in the fleet, spread by the body's fingerprint
+		list := slices.Concat(f.Candidates(fault.PhaseDecode, s.x.Body.Model), f.Candidates(fault.PhasePrefill, s.x.Body.Model)) // a copy: the lists are shared
+		list = slices.DeleteFunc(list, func(v *placement.Engine) bool { return v.Removed.Load() || v.Client == nil })
 		if len(list) == 0 {
-			if list = f.Candidates(fault.PhasePrefill, s.x.Body.Model); len(list) == 0 {
-				return ""
-			}
+			return ""
 		}
-		if c := list[int(s.fingerprint%uint64(len(list)))].Client; c != nil {
-			return c.BaseURL()
-		}
-		return ""
+		return list[int(s.fingerprint%uint64(len(list)))].Client.BaseURL()
 	}
 	b, ok := s.env.tokens.Prompt(s.x.Context(), s.x.Body, engine)
 	if !ok {
