@@ -43,10 +43,15 @@ type accessLine struct {
 	OutputTokens    int     `json:"output_tokens"`
 	PromptTokens    int     `json:"prompt_tokens,omitempty"`
 	CachedTokens    int     `json:"cached_tokens,omitempty"`
-	ErrorKind       string  `json:"error_kind,omitempty"`
-	ErrorEngine     string  `json:"error_engine,omitempty"`
-	ErrorDetail     string  `json:"error_detail,omitempty"`
-	Reason          string  `json:"descriptor_reason,omitempty"`
+	// PredictedCached is the prompt tokens placement predicted the engine computing the prompt
+	// had cached, from PromptBlocks ("tokens": the prompt's token blocks; "estimate": its
+	// words), to be read beside CachedTokens.
+	PredictedCached int    `json:"predicted_cached_tokens"`
+	PromptBlocks    string `json:"prompt_blocks,omitempty"`
+	ErrorKind       string `json:"error_kind,omitempty"`
+	ErrorEngine     string `json:"error_engine,omitempty"`
+	ErrorDetail     string `json:"error_detail,omitempty"`
+	Reason          string `json:"descriptor_reason,omitempty"`
 }
 
 // accessLog writes one JSON line per request through a buffer flushed every interval

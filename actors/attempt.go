@@ -43,6 +43,7 @@ func (s *requestSupervisor) place(ctx actor.Context) {
 	}
 	if !s.prompted {
 		s.prompt, s.prompted = s.x.Body.Prompt(s.set.fleet.BlockWords), true
+		s.tokenizePrompt(f)
 	}
 	blocks := s.prompt.Blocks
 	for {
@@ -97,6 +98,9 @@ func (s *requestSupervisor) place(ctx actor.Context) {
 		}
 		s.reportSlots(cons)
 		f.Index.Record(blocks, cons.Idx)
+		if s.predictedCached = s.cachedPrediction(&ask, plan.ConsumerMatch); prod != nil {
+			s.predictedCached = s.cachedPrediction(&ask, plan.ProducerMatch)
+		}
 		break
 	}
 	s.countDecision()

@@ -124,6 +124,7 @@ func (s *requestSupervisor) record() {
 		env.live.remove(s.self)
 	}
 	if env.access == nil {
+		s.reportPrediction(nil)
 		return
 	}
 	line := &accessLine{
@@ -143,6 +144,7 @@ func (s *requestSupervisor) record() {
 			line.Disaggregation, line.DisaggReason, line.PrefixMatch = s.decision.Name(), s.decision.Reason, s.prefixMatch
 			line.PredictedLocal, line.PredictedDisagg = s.predicted.Local.Seconds(), s.predicted.Disaggregated.Seconds()
 		}
+		s.reportPrediction(line)
 	}
 	if s.stage != stageQueued && !s.decodeStart.IsZero() {
 		line.HandoffAge = s.handoffAge.Seconds()

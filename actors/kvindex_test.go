@@ -12,6 +12,7 @@ import (
 	"github.com/narwhal-router/narwhal/actors/placement"
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/transport"
+	"github.com/narwhal-router/narwhal/transport/blockkey"
 	"github.com/narwhal-router/narwhal/transport/kvevents"
 	"github.com/narwhal-router/narwhal/transport/telemetry"
 )
@@ -123,30 +124,30 @@ func TestKVFeedFillsGapsByReplayAndStartsOverWhenItCannot(t *testing.T) {
 		seq++
 		return e.IsLive(v.Idx)
 	})
-	p.send(seq, batchOf(stored(1, 2)), false, false)
-	p.send(seq+1, batchOf(stored(3)), true, false) // dropped live, in the replay buffer
-	p.send(seq+2, batchOf(stored(4)), false, false)
+	p.send(seq, batchOf(stored(0, 1, 2)), false, false)
+	p.send(seq+1, batchOf(stored(2, 3)), true, false) // dropped live, in the replay buffer
+	p.send(seq+2, batchOf(stored(3, 4)), false, false)
 	seq += 3
-	eventually(t, "the gap is filled by replay", func() bool { return x.Matches([]uint64{1, 2, 3, 4})[v.Idx] == 4 })
+	eventually(t, "the gap is filled by replay", func() bool { return x.Matches(keysOf(1, 2, 3, 4))[v.Idx] == 4 })
 
-	p.send(seq, batchOf(stored(5)), true, true) // lost for good
-	p.send(seq+1, batchOf(stored(9)), false, false)
+	p.send(seq, batchOf(stored(0, 5)), true, true) // lost for good
+	p.send(seq+1, batchOf(stored(0, 9)), false, false)
 	seq += 2
 	eventually(t, "a lost gap drops what the engine held", func() bool {
-		return x.Matches([]uint64{1})[v.Idx] == 0 && x.Matches([]uint64{9})[v.Idx] == 1
+		return x.Matches(keysOf(1))[v.Idx] == 0 && x.Matches(keysOf(9))[v.Idx] == 1
 	})
 
-	p.send(0, batchOf(stored(7)), false, false) // the publisher restarted: numbers from 0
+	p.send(0, batchOf(stored(0, 7)), false, false) // the publisher restarted: numbers from 0
 	eventually(t, "a restart starts the engine over", func() bool {
-		return x.Matches([]uint64{9})[v.Idx] == 0 && x.Matches([]uint64{7})[v.Idx] == 1
+		return x.Matches(keysOf(9))[v.Idx] == 0 && x.Matches(keysOf(7))[v.Idx] == 1
 	})
 
 	f.remove(v)
-	if m := x.Matches([]uint64{7}); m[v.Idx] != 0 || e.IsLive(v.Idx) {
+	if m := x.Matches(keysOf(7)); m[v.Idx] != 0 || e.IsLive(v.Idx) {
 		t.Fatalf("a removed engine is still indexed: %v", m)
 	}
-	p.send(1, batchOf(stored(8)), false, false)
-	if m := x.Matches([]uint64{8}); len(m) != 0 {
+	p.send(1, batchOf(stored(0, 8)), false, false)
+	if m := x.Matches(keysOf(8)); len(m) != 0 {
 		t.Fatalf("a removed engine's feed still writes: %v", m)
 	}
 }
@@ -162,26 +163,44 @@ func TestKVFeedFallsBackToTheEstimateWhenThePublisherGoesAway(t *testing.T) {
 		ReplayTimeout: time.Second, Reconnect: 20 * time.Millisecond}, e, telemetry.Noop(), slog.New(slog.DiscardHandler))
 	defer f.stop()
 	v := &placement.Engine{Idx: x.TakeSlot(), Name: "e0"}
-	x.Record([]uint64{1, 2}, v.Idx) // our own placement: the estimate
+	x.Record(keysOf(1, 2), v.Idx) // our own placement: the estimate
 	f.add(v, transport.EngineSpec{Name: "e0"})
 	seq := uint64(0)
 	eventually(t, "the feed receives a batch", func() bool {
-		p.send(seq, batchOf(stored(1)), false, false)
+		p.send(seq, batchOf(stored(0, 1)), false, false)
 		seq++
 		return e.IsLive(v.Idx)
 	})
-	if m := x.Matches([]uint64{1, 2}); m[v.Idx] != 1 {
+	if m := x.Matches(keysOf(1, 2)); m[v.Idx] != 1 {
 		t.Fatalf("live: the events say one block, got %v", m)
 	}
 	p.close()
 	eventually(t, "the engine falls back to the estimate", func() bool { return !e.IsLive(v.Idx) })
-	if m := x.Matches([]uint64{1, 2}); m[v.Idx] != 2 {
+	if m := x.Matches(keysOf(1, 2)); m[v.Idx] != 2 {
 		t.Fatalf("after the publisher went away the estimate should place it: %v", m)
 	}
 }
 
-func stored(hs ...uint64) kvevents.BlockStored {
-	return kvevents.BlockStored{BlockHashes: hs, BlockSize: 16}
+// stored is a BlockStored of blocks ns after block parent (0: a prompt's first), block n being
+// one token n and named n by the engine.
+func stored(parent uint64, ns ...uint64) kvevents.BlockStored {
+	ev := kvevents.BlockStored{BlockHashes: ns, BlockSize: 1}
+	for _, n := range ns {
+		ev.TokenIDs = append(ev.TokenIDs, uint32(n))
+	}
+	if parent != 0 {
+		ev.ParentBlockHash = &parent
+	}
+	return ev
+}
+
+// keysOf are the router's keys of a prompt of the blocks ns.
+func keysOf(ns ...uint64) []uint64 {
+	ids := make([]uint32, len(ns))
+	for i, n := range ns {
+		ids[i] = uint32(n)
+	}
+	return blockkey.Keys(nil, ids, 1, blockkey.Extra{})
 }
 
 func batchOf(evs ...kvevents.Event) kvevents.Batch { return kvevents.Batch{Events: evs} }

@@ -17,6 +17,7 @@ import (
 	"github.com/narwhal-router/narwhal/transport/fault"
 	"github.com/narwhal-router/narwhal/transport/ingress"
 	"github.com/narwhal-router/narwhal/transport/telemetry"
+	"github.com/narwhal-router/narwhal/transport/tokenize"
 	"github.com/narwhal-router/narwhal/transport/wire"
 )
 
@@ -77,6 +78,7 @@ type requestEnv struct {
 	metrics *telemetry.Metrics
 	log     *slog.Logger
 	access  *accessLog // nil: no access log
+	tokens  *tokenize.Tokenizer
 	cluster *cluster.Node
 
 	// board is the blame board (blameboard.go). Writer: the guardian, once, when it starts.
@@ -160,6 +162,9 @@ type requestSupervisor struct {
 	prompted    bool
 	decision    placement.Decision
 	prefixMatch int
+	// predictedCached is the prompt tokens placement predicted the computing engine holds
+	// (tokens.go).
+	predictedCached int
 	// predicted is the decision's predicted times to first token (placement.AttemptPlan);
 	// leg the attempt's prompt work, measured at commit; localHeld the tokens counted in the
 	// consumer's LocalTokens for a local decode, until its first token.

@@ -29,6 +29,7 @@ import (
 	"github.com/narwhal-router/narwhal/transport/fault"
 	"github.com/narwhal-router/narwhal/transport/ingress"
 	"github.com/narwhal-router/narwhal/transport/telemetry"
+	"github.com/narwhal-router/narwhal/transport/tokenize"
 )
 
 // Options are the router's collaborators; zero values work (no metrics, no logs).
@@ -103,8 +104,14 @@ func NewRouter(rt config.Config, engines []transport.EngineSpec, opts Options) (
 		return slog.New(levelFloor{logger.Handler(), slog.LevelWarn}).With("lib", "protoactor")
 	}))
 	r.root = r.system.Root
+	tokens, err := tokenize.New(rt.Placement.Tokens, r.metrics)
+	if err != nil {
+		r.scraper.stop()
+		r.kvFeeds.stop()
+		return nil, err
+	}
 	r.env = &requestEnv{fleet: r.fleet, root: r.root, metrics: r.metrics, log: r.log, cluster: r.cluster,
-		live: &liveSet{}}
+		live: &liveSet{}, tokens: tokens}
 	r.env.settings.Store(newSettings(rt, nil))
 	if opts.AccessLog != nil {
 		r.env.access = newAccessLog(opts.AccessLog, rt.Log.AccessLogFlushS.Duration())
@@ -376,6 +383,7 @@ func (r *Router) Close() {
 		st.view.Client.Close()
 	}
 	r.system.Shutdown()
+	r.env.tokens.Close()
 	if r.env.access != nil {
 		r.env.access.close()
 	}

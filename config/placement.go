@@ -62,6 +62,8 @@ type Placement struct {
 	// KVEvents is where the router follows the engines' KV cache events, for an exact prefix
 	// index.
 	KVEvents KVEvents `yaml:"kv_events"`
+	// Tokens is where a prompt's token ids come from (config/tokens.go).
+	Tokens Tokens `yaml:"tokens"`
 }
 
 // KVEvents is the router's side of vLLM's --kv-events-config: the endpoints each engine's
@@ -108,7 +110,7 @@ func defaultDisaggregation() Disaggregation {
 func defaultPlacement() Placement {
 	return Placement{Policy: PlacePrefix, PrefixBlockWords: 64, PrefixIndexBlocks: 1 << 18,
 		LoadFactor: 1.25, ScrapeIntervalS: 0, ScrapeStaleS: 5, ScrapeTimeoutS: 1,
-		KVEvents: KVEvents{MaxBlocks: 1 << 20, ReplayTimeoutS: 2, ReconnectS: 1}}
+		KVEvents: KVEvents{MaxBlocks: 1 << 20, ReplayTimeoutS: 2, ReconnectS: 1}, Tokens: defaultTokens()}
 }
 
 // maxLocalStallBudget bounds disaggregation.local_stall_budget_s: streams held up for longer
@@ -149,6 +151,7 @@ func (p Placement) check(ck *checker) {
 	ck.positive("placement.scrape_stale_s", p.ScrapeStaleS)
 	ck.positive("placement.scrape_timeout_s", p.ScrapeTimeoutS)
 	p.KVEvents.check(ck)
+	p.Tokens.check(ck)
 }
 
 func (k KVEvents) check(ck *checker) {

@@ -7,7 +7,6 @@ import (
 
 	"github.com/narwhal-router/narwhal/bench/sim"
 	"github.com/narwhal-router/narwhal/config"
-	"github.com/narwhal-router/narwhal/internal/testwait"
 )
 
 // TestPlacementFollowsTheEnginesKVEvents: with placement.kv_events, the router follows each
@@ -17,43 +16,10 @@ import (
 // (a restart: AllBlocksCleared), the exact index knows at once, and the prompt is placed as a
 // miss where our own placements alone would still have claimed a hit.
 func TestPlacementFollowsTheEnginesKVEvents(t *testing.T) {
-	t.Skip("issue #34, router part: the router does not yet re-hash event token ids; the simulator now hashes token ids as vLLM does, with a random per-engine seed")
-	eng := sim.Options{Tokens: 2, MaxNumSeqs: 8, PromptTokensDetails: true,
-		KVEvents: "tcp://127.0.0.1:0", KVEventsReplay: "tcp://127.0.0.1:0"}
-	h := start(t, setup{both: 3, engine: eng,
-		config: func(c *config.Config) {
-			policy(config.DisaggNever, 0)(c)
-			c.Placement.Policy = config.PlacePrefix
-			c.Placement.PrefixBlockWords = 32 // two of the engines' 16-token blocks
-		},
-		fleetConfig: func(f *sim.Fleet, c *config.Config) {
-			for i := range c.Engines {
-				pub, replay := f.Engine(c.Engines[i].Name).KVEvents()
-				c.Engines[i].KVEvents = config.EngineKVEvents{Endpoint: pub, ReplayEndpoint: replay}
-			}
-		}})
-	prompt := words("k", 200) // 12 full blocks of 16 tokens, 6 router blocks of 32 words
-	// ZeroMQ subscribers miss what is published before they connect: requests until one
-	// engine's events are indexed (each request a new prompt, so no placement is a hit yet).
-	indexed := func(engine string, blocks float64, within time.Duration) bool {
-		return testwait.Within(within, 10*time.Millisecond, func() bool {
-			return h.metric(fmt.Sprintf(`narwhal_kv_index_blocks{engine=%q}`, engine)) >= blocks
-		})
-	}
-	var home string
-	for i := 0; home == ""; i++ {
-		if i == 5 {
-			t.Fatal("no engine's KV events reached the index after 5 requests")
-		}
-		p := fmt.Sprintf("warm%d %s", i, prompt)
-		r := h.send("/v1/completions", completions(p))
-		if r.status != 200 {
-			t.Fatalf("status %d: %s", r.status, r.body)
-		}
-		if e := str(h.accessLine(r.id)["consumer"]); indexed(e, 12, 3*time.Second) {
-			home, prompt = e, p
-		}
-	}
+	h := start(t, eventsSetup(sim.Options{}, config.TokenSource{Source: config.TokensRender}, nil)) // the engines' render
+	prompt := words("k", 200)                                                                       // 12 full blocks of 16 tokens
+	home, prefix := h.warmHome(func(p string) string { return completions(p + " " + prompt) }, 12)
+	prompt = prefix + " " + prompt
 	hits := h.metric(`narwhal_prefix_placements_total{phase="decode",result="hit"}`)
 	again := h.send("/v1/completions", completions(prompt+" "+words("more", 20)))
 	if got := str(h.accessLine(again.id)["consumer"]); got != home {

@@ -104,6 +104,9 @@ func NewEngineClient(e EngineSpec, t config.EngineTimeouts, maxResponseBytes int
 // Name is the engine's configured name.
 func (c *EngineClient) Name() string { return c.name }
 
+// BaseURL is the engine's URL without a path, as a render call is addressed (transport/tokenize).
+func (c *EngineClient) BaseURL() string { return c.base }
+
 // Close drops the idle connections to the engine.
 func (c *EngineClient) Close() { c.hc.CloseIdleConnections() }
 

@@ -154,7 +154,11 @@ func (a *AttemptAsk) Uncached(match int) int {
 	if match == 0 || p.Words == 0 {
 		return p.Tokens
 	}
-	if cached := match * a.Rules.BlockWords; cached < p.Words {
+	perBlock := p.PerBlock
+	if perBlock == 0 {
+		perBlock = a.Rules.BlockWords
+	}
+	if cached := match * perBlock; cached < p.Words {
 		return p.Tokens * (p.Words - cached) / p.Words
 	}
 	return 0

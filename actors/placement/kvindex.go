@@ -4,16 +4,25 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/narwhal-router/narwhal/transport/blockkey"
 	"github.com/narwhal-router/narwhal/transport/kvevents"
 )
 
-// ExactIndex is the engines' prefix caches as their KV cache events tell them: for each
-// block hash, the engines holding it (the same slots as the estimate's), fed by kvFeeds. It is
-// exact as far as the events go — a block stored is indexed when its BlockStored arrives and
-// forgotten with its BlockRemoved — with three exceptions, each of which can only make it
+// ExactIndex is the engines' prefix caches as their KV cache events tell them: for each block
+// key, the engines holding it (the same slots as the estimate's), fed by kvFeeds. The keys are
+// the router's own (transport/blockkey), computed from the token ids each BlockStored carries,
+// chained from the parent block's key and with the block's extra keys (the LoRA adapter, the
+// cache_salt), exactly as a prompt's are computed from its tokens: whatever hash algorithm and
+// seed an engine uses, its blocks and a prompt's meet on the same keys. The engine's own
+// hashes are kept per engine only to find a stored block's parent and what a BlockRemoved
+// names.
+//
+// It is exact as far as the events go — a block stored is indexed when its BlockStored arrives
+// and forgotten with its BlockRemoved — with four exceptions, each of which can only make it
 // claim less than an engine holds, never more: blocks the engine cached before its stream was
-// followed, blocks a lost gap hid (the engine's entries are dropped and it falls back to the
-// estimate until its next batch), and blocks trimmed to the bound.
+// followed (and their children, whose parent it cannot key), blocks a lost gap hid (the
+// engine's entries are dropped and it falls back to the estimate until its next batch),
+// events without their token ids (older vLLM), and blocks trimmed to the bound.
 //
 // The bound: at most maxBlocks (engine, block) pairs in all; each engine may hold its share,
 // maxBlocks divided among the engines followed, and past it its oldest stores are forgotten
@@ -37,15 +46,16 @@ type ExactIndex struct {
 type ExactEngine struct {
 	slot   int
 	closed bool
-	held   map[uint64]uint32 // block hash → the stamp of its store
+	held   map[uint64]uint32 // block key → the stamp of its store
+	keys   map[uint64]uint64 // the engine's block hash → the block's key
 	order  []stampedBlock    // stores, oldest first from head; entries no longer held are skipped
 	head   int
 	stamp  uint32
 }
 
 type stampedBlock struct {
-	hash  uint64
-	stamp uint32
+	key, engineHash uint64
+	stamp           uint32
 }
 
 // defaultExactBlocks bounds an exact index made without a configured bound (tests).
@@ -65,7 +75,7 @@ func (e *ExactIndex) Open(slot int) *ExactEngine {
 	if old := e.engines[slot]; old != nil {
 		e.dropLocked(old)
 	}
-	en := &ExactEngine{slot: slot, held: map[uint64]uint32{}}
+	en := &ExactEngine{slot: slot, held: map[uint64]uint32{}, keys: map[uint64]uint64{}}
 	e.engines[slot] = en
 	return en
 }
@@ -84,18 +94,17 @@ func (e *ExactIndex) Apply(en *ExactEngine, b kvevents.Batch) (stored, removed i
 			if !inGPU(ev.Medium) {
 				continue
 			}
-			for _, h := range ev.BlockHashes {
-				if e.storeLocked(en, h) {
-					stored++
-				}
-			}
+			stored += e.storeEventLocked(en, ev)
 		case kvevents.BlockRemoved:
 			if !inGPU(ev.Medium) {
 				continue
 			}
 			for _, h := range ev.BlockHashes {
-				if e.removeLocked(en, h) {
-					removed++
+				if key, ok := en.keys[h]; ok {
+					delete(en.keys, h)
+					if e.removeLocked(en, key) {
+						removed++
+					}
 				}
 			}
 		case kvevents.AllBlocksCleared:
@@ -139,15 +148,61 @@ func (e *ExactIndex) dropLocked(en *ExactEngine) {
 	delete(e.engines, en.slot)
 }
 
-func (e *ExactIndex) storeLocked(en *ExactEngine, h uint64) bool {
-	if _, ok := en.held[h]; ok {
+// storeEventLocked keys the blocks of one BlockStored (blockKeys) and stores them.
+func (e *ExactIndex) storeEventLocked(en *ExactEngine, ev kvevents.BlockStored) (stored int) {
+	for i, key := range blockKeys(en.keys, ev) {
+		h := ev.BlockHashes[i]
+		en.keys[h] = key
+		if e.storeLocked(en, key, h) {
+			stored++
+		}
+	}
+	return stored
+}
+
+// blockKeys are the router's keys (transport/blockkey) of the blocks ev stores, computed from
+// its token ids: each chained from the one before, the first from the parent's key (found
+// through the engine's hash of it in keys), with the block's extra keys — as the engine sent
+// them, or, from a version that sends none, the adapter's name on every block. None when they
+// cannot be computed: no token ids for every block, or a parent the index never keyed.
+func blockKeys(keys map[uint64]uint64, ev kvevents.BlockStored) []uint64 {
+	n, size := len(ev.BlockHashes), ev.BlockSize
+	if n == 0 || size < 1 || len(ev.TokenIDs) != n*size {
+		return nil
+	}
+	var parent uint64
+	chained := ev.ParentBlockHash != nil
+	if chained {
+		var ok bool
+		if parent, ok = keys[*ev.ParentBlockHash]; !ok {
+			return nil
+		}
+	}
+	var adapter []string
+	if ev.LoraName != nil && *ev.LoraName != "" {
+		adapter = []string{*ev.LoraName}
+	}
+	out := make([]uint64, n)
+	for i := range n {
+		extra := adapter
+		if ev.ExtraKeys != nil {
+			extra = ev.ExtraKeys[i]
+		}
+		parent = blockkey.Block(parent, chained || i > 0, ev.TokenIDs[i*size:(i+1)*size], extra)
+		out[i] = parent
+	}
+	return out
+}
+
+func (e *ExactIndex) storeLocked(en *ExactEngine, key, engineHash uint64) bool {
+	if _, ok := en.held[key]; ok {
 		return false
 	}
 	en.stamp++
-	en.held[h] = en.stamp
-	en.order = append(en.order, stampedBlock{h, en.stamp})
-	v, _ := e.blocks.get(h)
-	e.blocks.put(h, v, en.slot)
+	en.held[key] = en.stamp
+	en.order = append(en.order, stampedBlock{key, engineHash, en.stamp})
+	v, _ := e.blocks.get(key)
+	e.blocks.put(key, v, en.slot)
 	e.pairs++
 	return true
 }
@@ -167,6 +222,7 @@ func (e *ExactIndex) clearLocked(en *ExactEngine) {
 		e.removeLocked(en, h)
 	}
 	clear(en.held)
+	clear(en.keys)
 	en.order, en.head = nil, 0
 }
 
@@ -180,14 +236,17 @@ func (e *ExactIndex) trimLocked(en *ExactEngine) {
 	for len(en.held) > limit && en.head < len(en.order) {
 		o := en.order[en.head]
 		en.head++
-		if en.held[o.hash] == o.stamp {
-			e.removeLocked(en, o.hash)
+		if st, ok := en.held[o.key]; ok && st == o.stamp {
+			e.removeLocked(en, o.key)
+			if en.keys[o.engineHash] == o.key {
+				delete(en.keys, o.engineHash)
+			}
 		}
 	}
 	if pending := len(en.order) - en.head; pending > 2*len(en.held)+1024 {
 		kept := en.order[:0]
 		for _, o := range en.order[en.head:] {
-			if st, ok := en.held[o.hash]; ok && st == o.stamp {
+			if st, ok := en.held[o.key]; ok && st == o.stamp {
 				kept = append(kept, o)
 			}
 		}

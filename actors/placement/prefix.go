@@ -4,6 +4,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/narwhal-router/narwhal/transport/blockkey"
 )
 
 // MaxIndexed is how many engines the prefix index can tell apart at once: a slot is 16 bits in
@@ -12,18 +14,22 @@ import (
 const MaxIndexed = 1<<16 - 1
 
 // PrefixIndex is what placement knows of the engines' prefix caches: for each prompt block
-// hash (wire.Prompt.Blocks, chained, so a hash stands for all the text before it), which
-// engines hold it. Two sources feed it:
+// (wire.Prompt.Blocks, chained, so a block stands for all the prompt before it), which engines
+// hold it. A prompt's blocks are either keys of its token ids (transport/blockkey: the
+// placement.tokens source gave the tokens) or hashes of its words (the estimate's blocks, when
+// no tokens are known); blockkey.IsKey tells them apart. Two sources feed the index:
 //
 //   - the exact index (kvindex.go), from the KV cache events of the engines that publish them
-//     (placement.kv_events): what the engine itself says it holds;
-//   - the estimate, from our own placements, for every other engine: which engines recently
-//     served a prompt starting with the block. It is approximate on purpose — an engine may
-//     have evicted a block the estimate still lists, or hold one it forgot; placement treats a
-//     match as a likelihood, bounded by load.
+//     (placement.kv_events): what the engine itself says it holds, keyed by its token ids;
+//   - the estimate, from our own placements, for every engine: which engines recently served a
+//     prompt starting with the block (under whichever blocks that prompt had). It is
+//     approximate on purpose — an engine may have evicted a block the estimate still lists, or
+//     hold one it forgot; placement treats a match as a likelihood, bounded by load.
 //
-// An engine whose events are live is matched on the exact index alone; any other (no events
-// configured, not yet received, its stream broken) on the estimate.
+// For a prompt of token keys, an engine whose events are live is matched on the exact index
+// alone, any other (no events configured, not yet received, its stream broken) on the
+// estimate. For a prompt of word hashes every engine is matched on the estimate: an engine
+// publishing events keeps its prefix preference when a prompt's tokens are not known.
 //
 // The estimate forgets in two generations: new entries go to cur; once cur holds half the
 // bound it becomes old and the previous old is dropped, so the estimate stays under its bound
@@ -64,8 +70,9 @@ func NewPrefixIndex(bound int, exact *ExactIndex) *PrefixIndex {
 		retiredAt: map[int]uint64{}}
 }
 
-// match appends to dst the prompt's match per engine holding at least its first block: from
-// the exact index for engines whose events are live, from the estimate for the others.
+// match appends to dst the prompt's match per engine holding at least its first block: for
+// token keys from the exact index for engines whose events are live and from the estimate for
+// the others; for word hashes from the estimate for all.
 func (x *PrefixIndex) match(blocks []uint64, dst prefixMatches) prefixMatches {
 	if len(blocks) == 0 {
 		return dst
@@ -73,12 +80,15 @@ func (x *PrefixIndex) match(blocks []uint64, dst prefixMatches) prefixMatches {
 	start := len(dst)
 	e := x.exact
 	e.mu.RLock()
-	if first, ok := e.blocks.get(blocks[0]); ok {
-		dst = walkMatches(dst, blocks, first, slotView{}, e.live.has, e.sets)
+	var live bitset
+	if blockkey.IsKey(blocks[0]) {
+		if first, ok := e.blocks.get(blocks[0]); ok {
+			dst = walkMatches(dst, blocks, first, slotView{}, e.live.has, e.sets)
+		}
+		live = e.live
 	}
 	exactEnd := len(dst)
 	x.mu.Lock()
-	live := e.live
 	first, _ := x.sets(blocks[0])
 	dst = walkMatches(dst, blocks, first, slotView{},
 		func(s int) bool { return !x.retired.has(s) && !live.has(s) }, x.sets)

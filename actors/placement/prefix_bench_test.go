@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/narwhal-router/narwhal/config"
+	"github.com/narwhal-router/narwhal/transport/blockkey"
 	"github.com/narwhal-router/narwhal/transport/fault"
 	"github.com/narwhal-router/narwhal/transport/kvevents"
 )
@@ -46,14 +47,14 @@ func BenchmarkPlacementAtAThousandEngines(b *testing.B) {
 				for _, v := range views {
 					x.Record(prompt[:1], v.Idx)
 					if c.exact {
-						exact.Apply(exact.engines[v.Idx], batchOf(stored(prompt[0])))
+						exact.Apply(exact.engines[v.Idx], batchOf(storedChain(1<<40, 1)))
 					}
 				}
 			}
 			home := views[producers+17]
 			x.Record(prompt[:40], home.Idx)
 			if c.exact {
-				exact.Apply(exact.engines[home.Idx], batchOf(stored(prompt[:40]...)))
+				exact.Apply(exact.engines[home.Idx], batchOf(storedChain(1<<40, 40)))
 			}
 			rules := &config.FleetRuntime{Placement: config.PlacePrefix, LoadFactor: 1.25}
 			if c.p2c {
@@ -74,14 +75,28 @@ func BenchmarkPlacementAtAThousandEngines(b *testing.B) {
 	}
 }
 
-// chain is n block hashes of one prompt, from seed.
-func chain(seed uint64, n int) []uint64 {
-	out := make([]uint64, n)
+// chainTokens are the token ids of a prompt of n blocks, from seed.
+func chainTokens(seed uint64, n int) []uint32 {
+	out := make([]uint32, n*testBlock)
 	for i := range out {
 		seed = seed*6364136223846793005 + 1442695040888963407
-		out[i] = seed
+		out[i] = uint32(seed >> 40)
 	}
 	return out
+}
+
+// chain is the keys of chainTokens(seed, n).
+func chain(seed uint64, n int) []uint64 {
+	return blockkey.Keys(nil, chainTokens(seed, n), testBlock, blockkey.Extra{})
+}
+
+// storedChain is an engine's BlockStored of chainTokens(seed, n), its hashes its own.
+func storedChain(seed uint64, n int) kvevents.BlockStored {
+	ev := kvevents.BlockStored{TokenIDs: chainTokens(seed, n), BlockSize: testBlock, BlockHashes: make([]uint64, n)}
+	for i := range ev.BlockHashes {
+		ev.BlockHashes[i] = seed ^ uint64(i)*0x9e3779b97f4a7c15
+	}
+	return ev
 }
 
 // fillIndex fills the estimate past its bound (it turns over and holds 0.5–1M blocks) with
@@ -99,7 +114,7 @@ func fillIndex(x *PrefixIndex, exact *ExactIndex, views []*Engine, withExact boo
 		ens[i] = exact.Open(v.Idx)
 	}
 	for i := range 1 << 15 {
-		exact.Apply(ens[i%len(ens)], kvevents.Batch{Events: []kvevents.Event{stored(chain(uint64(i)+1<<30, 32)...)}})
+		exact.Apply(ens[i%len(ens)], batchOf(storedChain(uint64(i)+1<<30, 32)))
 	}
 }
 
@@ -123,7 +138,7 @@ func BenchmarkPrefixIndexMemory(b *testing.B) {
 			ens[i] = e.Open(i)
 		}
 		for i := range 1 << 15 {
-			e.Apply(ens[i%1000], kvevents.Batch{Events: []kvevents.Event{stored(chain(uint64(i), 32)...)}})
+			e.Apply(ens[i%1000], batchOf(storedChain(uint64(i), 32)))
 		}
 		after := heap()
 		b.ReportMetric(float64(after-mid)/float64(e.pairs), "exact-B/pair")
@@ -155,7 +170,7 @@ func BenchmarkPrefixMatchAtAMillionBlocks(b *testing.B) {
 			prompt := chain(1<<40, 62)
 			x.Record(prompt[:40], 17)
 			if withExact {
-				exact.Apply(exact.engines[17], batchOf(stored(prompt[:40]...)))
+				exact.Apply(exact.engines[17], batchOf(storedChain(1<<40, 40)))
 			}
 			var buf [32]slotDepth
 			b.ReportAllocs()

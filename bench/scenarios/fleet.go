@@ -35,6 +35,10 @@ type fleetPolicy struct {
 	// FixedRule turns the TTFT prediction off (disaggregation.local_stall_budget_s 0): auto as
 	// it decided before the prediction, for an A/B arm in the same run.
 	FixedRule bool
+	// Tokens is placement.tokens.default.source ("": the default, estimate).
+	Tokens string
+	// KVBlocks overrides the engines' KV cache size in blocks (0: fleetEngine's).
+	KVBlocks int
 }
 
 var fleetPolicies = []fleetPolicy{
@@ -215,12 +219,18 @@ type armResult struct {
 	// span is the whole run; window the part over which the rates are taken (the span
 	// for a paced replay; for a closed loop, until the last request was sent), with the
 	// requests and tokens that ended in it.
-	span, window  time.Duration
-	windowOK      int
-	windowTokens  int64
-	hits, total   int64 // prefix-cache tokens hit and looked up, over every engine
-	blocksMoved   int64
-	lines, disagg int
+	span, window time.Duration
+	windowOK     int
+	windowTokens int64
+	hits, total  int64 // prefix-cache tokens hit and looked up, over every engine
+	blocksMoved  int64
+	// predictionError is the mean absolute difference, in tokens, between the cached tokens
+	// the router predicted and those the engine reported (access log).
+	predictionError float64
+	// tokenizeP50 and tokenizeP99 bound the time placement.tokens added before placement: the
+	// upper bounds of the router's histogram buckets holding those percentiles.
+	tokenizeP50, tokenizeP99 float64
+	lines, disagg            int
 }
 
 type sample struct {
@@ -316,7 +326,11 @@ func (r *armResult) points() []report.Point {
 // runFleetArm starts a fresh fleet (empty caches) and router for policy p and offers it rep
 // in mode m.
 func runFleetArm(p fleetPolicy, rep *trace.Replay, m fleetMode) (*armResult, error) {
-	rig, err := startFleetRig(p, fleetEngine(), rep.Scale.BlockTokens)
+	e := fleetEngine()
+	if p.KVBlocks > 0 {
+		e.KVBlocks = p.KVBlocks
+	}
+	rig, err := startFleetRig(p, e, rep.Scale.BlockTokens)
 	if err != nil {
 		return nil, err
 	}
@@ -379,6 +393,10 @@ func runFleetArm(p fleetPolicy, rep *trace.Replay, m fleetMode) (*armResult, err
 	}
 	res.hits, res.total, res.blocksMoved = rig.cacheStats()
 	res.lines, res.disagg = rig.decisions(len(rep.Requests))
+	res.predictionError = rig.access.predictionError()
+	if p.Tokens != "" {
+		res.tokenizeP50, res.tokenizeP99 = rig.tokenizeTimes(p.Tokens)
+	}
 	return res, nil
 }
 
@@ -390,6 +408,7 @@ type fleetRig struct {
 	access *lockedBuffer
 	client *http.Client
 	url    string // the router's /v1/completions
+	admin  string // the router's admin listener, http://host:port
 }
 
 // startFleetRig starts the fleet with engine options e and a router for policy p whose
@@ -433,8 +452,13 @@ func startFleetRig(p fleetPolicy, e sim.Options, blockWords int) (_ *fleetRig, e
 		return nil, fmt.Errorf("router: %w", err)
 	}
 	client := &http.Client{Timeout: 3 * time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 2048, MaxConnsPerHost: 0}}
-	return &fleetRig{fleet: fleet, srv: srv, access: access, client: client, url: "http://" + srv.Addr() + "/v1/completions"}, nil
+	return &fleetRig{fleet: fleet, srv: srv, access: access, client: client, url: "http://" + srv.Addr() + "/v1/completions",
+		admin: "http://" + adminLn.Addr().String()}, nil
 }
+
+// simTokenizerJSON is the simulated engines' tokenizer, for placement.tokens source local (the
+// bench runs from the repository's root).
+const simTokenizerJSON = "bench/sim/tokenizer/tokenizer.json"
 
 // fleetRouterConfig is the router's configuration for policy p in front of engines, its
 // prefix index hashing blockWords-word blocks: the production defaults but for the policy
@@ -453,6 +477,10 @@ func fleetRouterConfig(p fleetPolicy, blockWords int, engines []config.Engine) c
 	}
 	if p.FixedRule {
 		cfg.Disaggregation.LocalStallBudgetS = 0
+	}
+	if p.Tokens != "" {
+		cfg.Placement.Tokens.Default.Source = p.Tokens
+		cfg.Placement.Tokens.Default.TokenizerJSON = simTokenizerJSON
 	}
 	cfg.Log.Level = "warn"
 	cfg.Engines = engines

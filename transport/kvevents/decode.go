@@ -159,7 +159,7 @@ func (d *decoder) mapEvent() (Event, error) {
 
 // layouts are each event's fields in vLLM 0.14's order (after the tag).
 var layouts = map[string][]string{
-	TagBlockStored:      {"block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "lora_name"},
+	TagBlockStored:      {"block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "lora_name", "extra_keys"},
 	TagBlockRemoved:     {"block_hashes", "medium"},
 	TagAllBlocksCleared: {},
 }
@@ -183,6 +183,7 @@ type eventFields struct {
 	loraID   *int
 	medium   *string
 	loraName *string
+	extra    [][]string
 }
 
 func (s *eventFields) event(tag string) (Event, error) {
@@ -194,8 +195,11 @@ func (s *eventFields) event(tag string) (Event, error) {
 		if len(s.tokens) > len(s.hashes)*MaxBlockSize {
 			return nil, fmt.Errorf("%d token IDs for %d blocks", len(s.tokens), len(s.hashes))
 		}
+		if s.extra != nil && len(s.extra) != len(s.hashes) {
+			return nil, fmt.Errorf("extra_keys for %d blocks, block_hashes for %d", len(s.extra), len(s.hashes))
+		}
 		return BlockStored{BlockHashes: s.hashes, ParentBlockHash: s.parent, TokenIDs: s.tokens, BlockSize: s.size,
-			LoraID: s.loraID, Medium: s.medium, LoraName: s.loraName}, nil
+			LoraID: s.loraID, Medium: s.medium, LoraName: s.loraName, ExtraKeys: s.extra}, nil
 	case TagBlockRemoved:
 		return BlockRemoved{BlockHashes: s.hashes, Medium: s.medium}, nil
 	}
@@ -227,6 +231,8 @@ func (d *decoder) field(s *eventFields, name string) error {
 		s.medium, err = d.optString()
 	case "lora_name":
 		s.loraName, err = d.optString()
+	case "extra_keys":
+		s.extra, err = d.extraKeys()
 	default:
 		err = d.r.skip()
 	}
@@ -318,4 +324,55 @@ func (d *decoder) optString() (*string, error) {
 	}
 	s := string(b)
 	return &s, nil
+}
+
+// extraKeys reads extra_keys: None, or per block None or a list of keys. A string key is kept
+// as it is; any other (bytes, an integer, a tuple) as "\x00" and its msgpack bytes.
+func (d *decoder) extraKeys() ([][]string, error) {
+	if d.r.isNil() {
+		return nil, d.r.skip()
+	}
+	n, err := d.elements(MaxHashesPerEvent)
+	if err != nil {
+		return nil, err
+	}
+	out := make([][]string, 0, n)
+	for range n {
+		if d.r.isNil() {
+			if err := d.r.skip(); err != nil {
+				return nil, err
+			}
+			out = append(out, nil)
+			continue
+		}
+		m, err := d.elements(maxFields)
+		if err != nil {
+			return nil, err
+		}
+		keys := make([]string, 0, m)
+		for range m {
+			k, err := d.extraKey()
+			if err != nil {
+				return nil, err
+			}
+			keys = append(keys, k)
+		}
+		out = append(out, keys)
+	}
+	return out, nil
+}
+
+func (d *decoder) extraKey() (string, error) {
+	if d.r.isStr() {
+		b, err := d.r.raw(maxStringBytes)
+		return string(b), err
+	}
+	start := d.r.i
+	if err := d.r.skip(); err != nil {
+		return "", err
+	}
+	if d.r.i-start > maxStringBytes {
+		return "", fmt.Errorf("an extra key of %d bytes, at most %d are accepted", d.r.i-start, maxStringBytes)
+	}
+	return "\x00" + string(d.r.b[start:d.r.i]), nil
 }

@@ -13,7 +13,7 @@
 //	KVEventBatch     [ts float64, [event, …], data_parallel_rank int]   (rank left out when None)
 //	BlockStored      ["BlockStored", block_hashes [int, …], parent_block_hash int|nil,
 //	                  token_ids [int, …], block_size int, lora_id int|nil, medium str|nil,
-//	                  lora_name str|nil]
+//	                  lora_name str|nil, extra_keys [[key, …]|nil, …]|nil]
 //	BlockRemoved     ["BlockRemoved", block_hashes [int, …], medium str|nil]
 //	AllBlocksCleared ["AllBlocksCleared"]
 //
@@ -59,6 +59,12 @@ type BlockStored struct {
 	LoraID    *int
 	Medium    *string
 	LoraName  *string
+	// ExtraKeys are, per stored block, the extra keys vLLM hashed into it (the LoRA adapter's
+	// name, the cache_salt on a prompt's first block, multimodal identifiers): nil for a block
+	// with none; a nil slice when the engine sent none at all (left out by versions before
+	// the field). A key that is not a string is kept as "\x00" followed by its msgpack bytes,
+	// so it equals no key the router derives from a prompt.
+	ExtraKeys [][]string
 }
 
 // BlockRemoved says blocks left the cache (evicted).
@@ -105,9 +111,17 @@ func AppendBatch(dst []byte, b Batch) ([]byte, error) {
 func encodeEvent(enc *msgpack.Encoder, ev Event) error {
 	switch e := ev.(type) {
 	case BlockStored:
-		return errors.Join(enc.EncodeArrayLen(8), enc.EncodeString(TagBlockStored), encodeHashes(enc, e.BlockHashes),
+		n := 8
+		if e.ExtraKeys != nil {
+			n = 9
+		}
+		err := errors.Join(enc.EncodeArrayLen(n), enc.EncodeString(TagBlockStored), encodeHashes(enc, e.BlockHashes),
 			encodeOptUint(enc, e.ParentBlockHash), encodeTokens(enc, e.TokenIDs), enc.EncodeInt(int64(e.BlockSize)),
 			encodeOptInt(enc, e.LoraID), encodeOptString(enc, e.Medium), encodeOptString(enc, e.LoraName))
+		if e.ExtraKeys != nil {
+			err = errors.Join(err, encodeExtraKeys(enc, e.ExtraKeys))
+		}
+		return err
 	case BlockRemoved:
 		return errors.Join(enc.EncodeArrayLen(3), enc.EncodeString(TagBlockRemoved), encodeHashes(enc, e.BlockHashes),
 			encodeOptString(enc, e.Medium))
@@ -129,6 +143,21 @@ func encodeTokens(enc *msgpack.Encoder, ts []uint32) error {
 	err := enc.EncodeArrayLen(len(ts))
 	for _, t := range ts {
 		err = errors.Join(err, enc.EncodeUint(uint64(t)))
+	}
+	return err
+}
+
+func encodeExtraKeys(enc *msgpack.Encoder, keys [][]string) error {
+	err := enc.EncodeArrayLen(len(keys))
+	for _, block := range keys {
+		if block == nil {
+			err = errors.Join(err, enc.EncodeNil())
+			continue
+		}
+		err = errors.Join(err, enc.EncodeArrayLen(len(block)))
+		for _, k := range block {
+			err = errors.Join(err, enc.EncodeString(k))
+		}
 	}
 	return err
 }

@@ -163,7 +163,8 @@ func TestDecodeOtherVersions(t *testing.T) {
 	gpu := MediumGPU
 	rank := 1
 	want := Batch{TS: 2, DataParallelRank: &rank, Events: []Event{
-		BlockStored{BlockHashes: []uint64{0x0102}, ParentBlockHash: &parent, TokenIDs: []uint32{5, 6}, BlockSize: 2, Medium: &gpu},
+		BlockStored{BlockHashes: []uint64{0x0102}, ParentBlockHash: &parent, TokenIDs: []uint32{5, 6}, BlockSize: 2, Medium: &gpu,
+			ExtraKeys: [][]string{nil}},
 		BlockRemoved{BlockHashes: []uint64{9}},
 		AllBlocksCleared{},
 	}}
@@ -215,5 +216,33 @@ func TestFraming(t *testing.T) {
 	}
 	if hex.EncodeToString(EndSeq) != "ffffffffffffffff" {
 		t.Fatal("the end marker is not −1")
+	}
+}
+
+// extra_keys as vLLM's block pool fills them: per block None or a tuple; a key that is not a
+// string (a prompt-embeds digest as bytes, an integer offset) is kept as its msgpack bytes
+// behind a NUL, so it equals no key the router derives from a prompt; a count of entries that
+// is not one per block is refused.
+func TestDecodeExtraKeys(t *testing.T) {
+	encode := func(extra []any) []byte {
+		var buf bytes.Buffer
+		enc := msgpack.NewEncoder(&buf)
+		for _, v := range []any{[]any{1.5, []any{[]any{"BlockStored", []uint64{1, 2}, nil, []int{5, 6}, 1, nil, "GPU", "lora", extra}}}} {
+			if err := enc.Encode(v); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return buf.Bytes()
+	}
+	b, err := DecodeBatch(encode([]any{[]any{"lora", "salt"}, []any{"lora", []byte{0xab}, 7}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := [][]string{{"lora", "salt"}, {"lora", "\x00\xc4\x01\xab", "\x00\x07"}}
+	if got := b.Events[0].(BlockStored).ExtraKeys; !reflect.DeepEqual(got, want) {
+		t.Fatalf("extra keys %q, want %q", got, want)
+	}
+	if _, err := DecodeBatch(encode([]any{nil})); err == nil {
+		t.Fatal("extra_keys for one block of two was accepted")
 	}
 }

@@ -104,6 +104,12 @@ func (r *reader) isMap() bool {
 	return err == nil && (c&0xf0 == 0x80 || c == 0xde || c == 0xdf)
 }
 
+// isStr says whether the next value is a string (not bytes).
+func (r *reader) isStr() bool {
+	c, err := r.peek()
+	return err == nil && (c&0xe0 == 0xa0 || (c >= 0xd9 && c <= 0xdb))
+}
+
 // isNil says whether the next value is nil; isRaw whether it is a str or bin.
 func (r *reader) isNil() bool {
 	c, err := r.peek()

@@ -16,21 +16,22 @@ import (
 
 // vectorEvent is one event of a vector's "batch:" line, in vLLM's field names.
 type vectorEvent struct {
-	Type      string   `json:"type"`
-	Hashes    []uint64 `json:"block_hashes"`
-	Parent    *uint64  `json:"parent_block_hash"`
-	Tokens    []uint32 `json:"token_ids"`
-	BlockSize int      `json:"block_size"`
-	LoraID    *int     `json:"lora_id"`
-	Medium    *string  `json:"medium"`
-	LoraName  *string  `json:"lora_name"`
+	Type      string     `json:"type"`
+	Hashes    []uint64   `json:"block_hashes"`
+	Parent    *uint64    `json:"parent_block_hash"`
+	Tokens    []uint32   `json:"token_ids"`
+	BlockSize int        `json:"block_size"`
+	LoraID    *int       `json:"lora_id"`
+	Medium    *string    `json:"medium"`
+	LoraName  *string    `json:"lora_name"`
+	ExtraKeys [][]string `json:"extra_keys"`
 }
 
 func (e vectorEvent) want() Event {
 	switch e.Type {
 	case TagBlockStored:
 		return BlockStored{BlockHashes: e.Hashes, ParentBlockHash: e.Parent, TokenIDs: e.Tokens, BlockSize: e.BlockSize,
-			LoraID: e.LoraID, Medium: e.Medium, LoraName: e.LoraName}
+			LoraID: e.LoraID, Medium: e.Medium, LoraName: e.LoraName, ExtraKeys: e.ExtraKeys}
 	case TagBlockRemoved:
 		return BlockRemoved{BlockHashes: e.Hashes, Medium: e.Medium}
 	}

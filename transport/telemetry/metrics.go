@@ -26,6 +26,8 @@ type Metrics struct {
 	sets     map[setKey]*requestSet
 
 	tokenGap tally.Histogram
+	// errorHists are CachedTokensError's histograms, by kind and direction.
+	errorHists sync.Map
 
 	// models is the model label's values (ServeModels); modelsMu serializes its writers.
 	models   atomic.Pointer[map[string]string]

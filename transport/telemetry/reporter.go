@@ -49,9 +49,10 @@ const (
 // Prometheus naming conventions: the narwhal_ prefix, durations in seconds named _seconds (the
 // catalog's _s), counters ending in _total. For example requests is narwhal_requests_total and
 // ttft_s is narwhal_ttft_seconds. statsd keeps the catalog name itself (StatsdName), so the
-// two stay derivable from one another and neither changes with a library upgrade.
+// two stay derivable from one another and neither changes with a library upgrade. A histogram
+// of something other than time (cached_tokens_error, in tokens) keeps its name.
 func PrometheusName(name, kind string) string {
-	if kind == KindTimer || kind == KindHistogram {
+	if kind == KindTimer || (kind == KindHistogram && strings.HasSuffix(name, "_s")) {
 		name = strings.TrimSuffix(name, "_s") + "_seconds"
 	}
 	if kind == KindCounter {

@@ -16,17 +16,27 @@ type Prompt struct {
 	// Tokens estimates the prompt's tokens: the larger of its whitespace-separated words and a
 	// quarter of its text bytes (a token-id prompt: its ids).
 	Tokens int
-	// Words is the number of whitespace-separated words (token ids) hashed.
+	// Words is the number of whitespace-separated words (token ids) hashed; once the prompt's
+	// tokens are known (transport/tokenize), its tokens.
 	Words int
+	// PerBlock is how many of Words each block covers: blockWords, or the engines' block size
+	// in tokens once the blocks are keys of the prompt's tokens.
+	PerBlock int
 	// Blocks are the hashes of the prompt's full blocks of blockWords words, in order. Block
 	// i's hash covers its words and block i−1's hash, so two prompts share Blocks[:k] exactly
-	// when (barring collisions) their first k×blockWords words are equal.
+	// when (barring collisions) their first k×blockWords words are equal. Their top bit is
+	// clear: the keys of token blocks (transport/blockkey) have it set, and replace these when
+	// the prompt's tokens are known.
 	Blocks []uint64
+	// Tokenized says Blocks are keys of the prompt's tokens, and Tokens and Words its token count.
+	Tokenized bool
 }
 
 const (
 	fnvOffset uint64 = 14695981039346656037
 	fnvPrime  uint64 = 1099511628211
+	// wordDomain is the bit a word block's hash never has (transport/blockkey's keys do).
+	wordDomain uint64 = 1 << 63
 )
 
 // promptHasher cuts words into blocks and chains their hashes.
@@ -175,7 +185,7 @@ func (p *promptHasher) endWord() {
 	p.byte(' ')
 	p.inBlock++
 	if p.inBlock == p.blockWords {
-		p.blocks = append(p.blocks, p.h)
+		p.blocks = append(p.blocks, p.h&^wordDomain)
 		p.inBlock = 0 // the next block starts from this hash: the chain
 	}
 }
@@ -236,7 +246,7 @@ func (b *ClientBody) Prompt(blockWords int) Prompt {
 			h.messages(v)
 		}
 	}
-	out.Words, out.Blocks = h.words, h.blocks
+	out.Words, out.Blocks, out.PerBlock = h.words, h.blocks, h.blockWords
 	out.Tokens = max(h.words, (h.bytes+3)/4)
 	return out
 }
@@ -294,3 +304,7 @@ func (p *promptHasher) messages(v []byte) {
 		}
 	}
 }
+
+// Lookup returns the raw value of the body's top-level member key, for the prompt's tokenizer
+// (transport/tokenize: the prompt, the messages, cache_salt).
+func (b *ClientBody) Lookup(key string) ([]byte, bool) { return b.member(key) }

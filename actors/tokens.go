@@ -1,0 +1,58 @@
+package actors
+
+import (
+	"slices"
+
+	"github.com/narwhal-router/narwhal/actors/placement"
+	"github.com/narwhal-router/narwhal/transport/fault"
+)
+
+// A prompt's token blocks (placement.tokens, transport/tokenize): asked for once per request,
+// before its first placement, so a render's time is paid once and never after placement; what
+// placement then predicts the computing engine holds is set beside what the engine reported.
+
+// tokenizePrompt replaces the prompt's word blocks by the keys of its token blocks when its
+// model's source gives its tokens; on the estimate otherwise (the source counted why).
+func (s *requestSupervisor) tokenizePrompt(f *placement.Snapshot) {
+	engine := func() string { // one of the model's engines still in the fleet, spread by the body's fingerprint
+		list := slices.Concat(f.Candidates(fault.PhaseDecode, s.x.Body.Model), f.Candidates(fault.PhasePrefill, s.x.Body.Model)) // a copy: the lists are shared
+		list = slices.DeleteFunc(list, func(v *placement.Engine) bool { return v.Removed.Load() || v.Client == nil })
+		if len(list) == 0 {
+			return ""
+		}
+		return list[int(s.fingerprint%uint64(len(list)))].Client.BaseURL()
+	}
+	b, ok := s.env.tokens.Prompt(s.x.Context(), s.x.Body, engine)
+	if !ok {
+		return
+	}
+	p := &s.prompt
+	p.Blocks, p.Tokens, p.Words, p.PerBlock, p.Tokenized = b.Keys, b.Tokens, b.Tokens, b.BlockSize, true
+}
+
+// cachedPrediction is the prompt tokens an engine matching match leading blocks is predicted
+// to have cached: for token blocks, the blocks' tokens, as vLLM counts them (never the
+// prompt's last token, which is always computed); for word blocks, the estimate's share.
+func (s *requestSupervisor) cachedPrediction(ask *placement.AttemptAsk, match int) int {
+	p := &s.prompt
+	if p.Tokenized && p.PerBlock > 0 {
+		return min(match, max(p.Tokens-1, 0)/p.PerBlock) * p.PerBlock
+	}
+	return p.Tokens - ask.Uncached(match)
+}
+
+// reportPrediction records how far the prediction was from the engine's cached_tokens, for a
+// request an engine served with a prompt placement read.
+func (s *requestSupervisor) reportPrediction(line *accessLine) {
+	if s.outcome != outcomeSuccess || s.x.Body.Endpoint.Passthrough() || s.consumer == nil {
+		return
+	}
+	kind := "estimate"
+	if s.prompt.Tokenized {
+		kind = "tokens"
+	}
+	s.env.metrics.CachedTokensError(kind, s.predictedCached, s.end.CachedTokens)
+	if line != nil {
+		line.PredictedCached, line.PromptBlocks = s.predictedCached, kind
+	}
+}
