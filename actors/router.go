@@ -69,6 +69,7 @@ type Router struct {
 	// and two closures built per request (issue #17).
 	requestProps *actor.Props
 	seq          atomic.Uint64
+	countSpread  atomic.Uint64 // spreads count_tokens renders over a model's engines
 	scraper      *scraper // placement.scrape_interval_s; nil when off
 	kvFeeds      *kvFeeds // placement.kv_events, engines[].kv_events
 }

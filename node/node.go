@@ -176,7 +176,7 @@ func Start(rt Runtime, opts Options) (_ *Server, err error) {
 	cleanup = append(cleanup, s.budget.Close)
 	s.log.Info("memory budget for request bodies and whole answers", "max_buffered_bytes", budget, "from", budgetFrom)
 	if s.ingress, err = ingress.NewIngress(cfg.Server, rt.APIKeys, cfg.Request, s.router, s.router, metrics,
-		ingress.Options{Logger: s.log, Budget: s.budget, Tracer: s.tracer, Rejections: s.router}); err != nil {
+		ingress.Options{Logger: s.log, Budget: s.budget, Tracer: s.tracer, Rejections: s.router, Counter: s.router}); err != nil {
 		return nil, err
 	}
 	cleanup = append(cleanup, s.ingress.Close)

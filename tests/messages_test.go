@@ -124,7 +124,7 @@ func TestOfficialAnthropicSDKTalksToNarwhal(t *testing.T) {
 		"504 before the first token (stream)": {got.Before504Stream, "GatewayTimeoutError", "timeout_error", 504, "no token from the decode engine"},
 		"thinking refused":                    {got.Refused, "BadRequestError", "invalid_request_error", 400, "thinking"},
 		"error after the first token":         {got.After, "APIError", "api_error", 0, "closed before [DONE]"},
-		"count_tokens":                        {got.CountTokens, "NotImplementedError", "api_error", 501, "no tokenizer source is configured"},
+		"count_tokens":                        {got.CountTokens, "NotImplementedError", "api_error", 501, "no tokenizer source"},
 		"wrong x-api-key":                     {got.WrongKey, "AuthenticationError", "authentication_error", 401, "incorrect API key"},
 	} {
 		if c.got.Name != c.class || c.got.Type != c.typ || c.got.Status != c.status || !strings.Contains(c.got.Message, c.messageHolds) {

@@ -38,6 +38,9 @@ type Env struct {
 	Rates []float64
 	// Policies are the goodput scenario's arms by key (auto, pd, …); empty: all of them.
 	Policies []string
+	// Workloads are the goodput scenario's workloads by key (trace, no_sharing, overflow);
+	// empty: trace and no_sharing.
+	Workloads []string
 }
 
 // Logf prints progress to stderr, stamped.

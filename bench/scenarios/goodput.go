@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -21,28 +22,40 @@ import (
 	"github.com/narwhal-router/narwhal/config"
 )
 
-// goodputPolicy is one arm of the goodput scenario; Key names it in the JSON line.
+// goodputPolicy is one arm of the goodput scenario; Key names it in the JSON line. An OptIn
+// arm runs only when -goodput-policies names it.
 type goodputPolicy struct {
 	Key string
 	fleetPolicy
+	OptIn bool
 }
 
 var allGoodputPolicies = []goodputPolicy{
-	{"auto", fleetPolicy{Name: "auto + prefix", Disaggregation: config.DisaggAuto, Placement: config.PlacePrefix, ScrapeS: 0.25}},
-	{"auto-fixed", fleetPolicy{Name: "auto + prefix, fixed rule", Disaggregation: config.DisaggAuto, Placement: config.PlacePrefix, ScrapeS: 0.25, FixedRule: true}},
-	{"auto-events", fleetPolicy{Name: "auto + prefix on KV events", Disaggregation: config.DisaggAuto, Placement: config.PlacePrefix, ScrapeS: 0.25, KVEvents: true}},
-	{"pd", fleetPolicy{Name: "always P/D + p2c", Disaggregation: config.DisaggAlways, Placement: config.PlaceP2C}},
-	{"local", fleetPolicy{Name: "never (local) + p2c", Disaggregation: config.DisaggNever, Placement: config.PlaceP2C}},
+	{"auto", fleetPolicy{Name: "auto + prefix", Disaggregation: config.DisaggAuto, Placement: config.PlacePrefix, ScrapeS: 0.25}, false},
+	{"auto-fixed", fleetPolicy{Name: "auto + prefix, fixed rule", Disaggregation: config.DisaggAuto, Placement: config.PlacePrefix, ScrapeS: 0.25, FixedRule: true}, false},
+	{"auto-events", fleetPolicy{Name: "auto + prefix on KV events", Disaggregation: config.DisaggAuto, Placement: config.PlacePrefix, ScrapeS: 0.25, KVEvents: true}, false},
+	// Issue #34's arm: KV events keyed by the router's own keys of their token ids, and the
+	// prompt's tokens from the router's tokenizer (placement.tokens source local).
+	{"auto-tokens", fleetPolicy{Name: "auto + prefix on KV events and tokens", Disaggregation: config.DisaggAuto, Placement: config.PlacePrefix, ScrapeS: 0.25, KVEvents: true,
+		Tokens: config.TokensLocal}, true},
+	{"pd", fleetPolicy{Name: "always P/D + p2c", Disaggregation: config.DisaggAlways, Placement: config.PlaceP2C}, false},
+	{"local", fleetPolicy{Name: "never (local) + p2c", Disaggregation: config.DisaggNever, Placement: config.PlaceP2C}, false},
 }
 
-// goodputPolicies are the arms this run measures: every one of allGoodputPolicies, or those
-// -goodput-policies names.
+// goodputPolicies are the arms this run measures: every one of allGoodputPolicies but the
+// opt-in ones, or those -goodput-policies names.
 var goodputPolicies = allGoodputPolicies
 
-// selectGoodputPolicies keeps the arms keys names, in allGoodputPolicies' order; none: all.
+// selectGoodputPolicies keeps the arms keys names, in allGoodputPolicies' order; none: all
+// but the opt-in ones.
 func selectGoodputPolicies(keys []string) error {
-	goodputPolicies = allGoodputPolicies
+	goodputPolicies = nil
 	if len(keys) == 0 {
+		for _, p := range allGoodputPolicies {
+			if !p.OptIn {
+				goodputPolicies = append(goodputPolicies, p)
+			}
+		}
 		return nil
 	}
 	var sel []goodputPolicy
@@ -236,11 +249,9 @@ func Goodput(env harness.Env) (*report.Section, error) {
 		"(the rate half way between the last swept rate that meets it and the first that does not), then interpolated linearly between "+
 		"the two nearest rates either side", 100*goodputTarget)
 
-	workloads := []struct {
-		name, key string
-		recs      []trace.Record
-	}{
-		{"trace", "trace", recs}, {"no sharing", "no_sharing", trace.WithoutSharing(recs)},
+	workloads, err := goodputWorkloads(env.Workloads, recs)
+	if err != nil {
+		return nil, err
 	}
 	var summary []goodputSummary
 	for wi, w := range workloads {
@@ -254,8 +265,13 @@ func Goodput(env harness.Env) (*report.Section, error) {
 			sec.Figure("slo_ttft_ms", ms1(slo.TTFT))
 			sec.Figure("slo_tpot_ms", ms1(slo.TPOT))
 		}
+		weng := eng
+		if w.overflow {
+			_, weng.KVBlocks = overflowingCache(rep, eng)
+			sec.Printf("workload %q: every engine's cache holds %d blocks of %d tokens, a quarter of the replay's working set", w.name, weng.KVBlocks, eng.BlockSize)
+		}
 		sec.Printf("workload %q: %s", w.name, rep.Summary())
-		runs, err := sweep(rep, eng, rates, window, slo, w.name)
+		runs, err := sweep(rep, weng, rates, window, slo, w.name)
 		if err != nil {
 			return nil, err
 		}
@@ -264,6 +280,36 @@ func Goodput(env harness.Env) (*report.Section, error) {
 	}
 	reportSummary(sec, summary)
 	return sec, nil
+}
+
+// goodputWorkload is one workload of the goodput scenario: the trace's records, replayed with
+// the engines' usual caches or (overflow) with caches of a quarter of the working set.
+type goodputWorkload struct {
+	name, key string
+	recs      []trace.Record
+	overflow  bool
+}
+
+// goodputWorkloads are the workloads keys names, in order; none: the trace and its
+// no-sharing control.
+func goodputWorkloads(keys []string, recs []trace.Record) ([]goodputWorkload, error) {
+	all := []goodputWorkload{
+		{"trace", "trace", recs, false},
+		{"no sharing", "no_sharing", trace.WithoutSharing(recs), false},
+		{"overflowing caches", "overflow", recs, true},
+	}
+	if len(keys) == 0 {
+		return all[:2], nil
+	}
+	var out []goodputWorkload
+	for _, k := range keys {
+		i := slices.IndexFunc(all, func(w goodputWorkload) bool { return w.key == k })
+		if i < 0 {
+			return nil, fmt.Errorf("-goodput-workloads %s: %q is not one of trace, no_sharing, overflow", strings.Join(keys, ","), k)
+		}
+		out = append(out, all[i])
+	}
+	return out, nil
 }
 
 // sweep runs every policy at every rate, rate by rate, skipping a policy's rates above its

@@ -13,6 +13,7 @@ import (
 
 	"github.com/narwhal-router/narwhal/bench/harness"
 	"github.com/narwhal-router/narwhal/bench/report"
+	"github.com/narwhal-router/narwhal/bench/sim"
 	"github.com/narwhal-router/narwhal/bench/trace"
 	"github.com/narwhal-router/narwhal/config"
 )
@@ -48,15 +49,7 @@ func Tokens(env harness.Env) (*report.Section, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The working set: every distinct trace block's tokens, in the engines' 16-token blocks.
-	seen := map[int]bool{}
-	for _, q := range rep.Requests {
-		for _, h := range q.HashIDs {
-			seen[h] = true
-		}
-	}
-	working := len(seen) * rep.Scale.BlockTokens / fleetEngine().BlockSize
-	small := max(fleetEngine().MaxModelLen/fleetEngine().BlockSize, working/4)
+	working, small := overflowingCache(rep, fleetEngine())
 	sec.Printf("workload: %s; working set %d blocks of 16 tokens; the overflowing caches hold %d", rep.Summary(), working, small)
 	for _, w := range []struct {
 		name     string
@@ -84,6 +77,19 @@ func Tokens(env harness.Env) (*report.Section, error) {
 		sec.Add(t.String())
 	}
 	return sec, nil
+}
+
+// overflowingCache is rep's working set (every distinct trace block's tokens) in e's blocks,
+// and a cache size of a quarter of it, but never less than one prompt of e's longest.
+func overflowingCache(rep *trace.Replay, e sim.Options) (working, cache int) {
+	seen := map[int]bool{}
+	for _, q := range rep.Requests {
+		for _, h := range q.HashIDs {
+			seen[h] = true
+		}
+	}
+	working = len(seen) * rep.Scale.BlockTokens / e.BlockSize
+	return working, max(e.MaxModelLen/e.BlockSize, working/4)
 }
 
 // predictionError is the mean absolute difference between predicted_cached_tokens and

@@ -39,6 +39,7 @@ type Ingress struct {
 	budget     *memory.Budget
 	live       atomic.Pointer[liveSettings]
 	rejections RejectionLog              // nil: requests ingress answers itself are not logged
+	counter    TokenCounter              // nil: count_tokens answers 501
 	flows      atomic.Pointer[flowTable] // flow_control (tenant.go); nil: every request one flow
 }
 
@@ -50,6 +51,9 @@ type Options struct {
 	Budget *memory.Budget
 	// Tracer traces every request the listener admits; nil: tracing off.
 	Tracer *tracing.Tracer
+	// Counter counts prompts' tokens for the Messages API's count_tokens; nil: that endpoint
+	// answers 501.
+	Counter TokenCounter
 	// Rejections hears of every request ingress answers itself, before any supervisor (a
 	// missing key, a malformed body, a bad header): the access log's line for it. nil: none.
 	Rejections RejectionLog
@@ -76,7 +80,7 @@ func NewIngress(srv config.Server, keys []string, req config.Request, d Dispatch
 		return nil, err
 	}
 	in := &Ingress{rt: srv, dispatcher: dispatcher, models: models, metrics: m, tracer: opts.Tracer, gone: gone, budget: opts.Budget,
-		rejections: opts.Rejections}
+		rejections: opts.Rejections, counter: opts.Counter}
 	in.Reconfigure(srv, keys, req)
 	in.srv = &fasthttp.Server{
 		Name:               "narwhal",
@@ -247,13 +251,7 @@ func (in *Ingress) generate(ctx *fasthttp.RequestCtx, live *liveSettings, ep wir
 	if err != nil {
 		hold.Free()
 		live.keys.release(slot)
-		var bre *wire.BadRequestError
-		errors.As(err, &bre)
-		var param *string
-		if bre.Param != "" {
-			param = &bre.Param
-		}
-		in.reject(ctx, live, ep, arrival, fasthttp.StatusBadRequest, fault.ErrorBody{Message: bre.Message, Type: fault.ErrorType(400), Param: param, Code: "invalid_request"})
+		in.rejectBadBody(ctx, live, ep, arrival, err)
 		return
 	}
 

@@ -1,11 +1,15 @@
 package ingress
 
 import (
+	"context"
+	"errors"
+	"strconv"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
 	"github.com/narwhal-router/narwhal/transport/fault"
+	"github.com/narwhal-router/narwhal/transport/tokenize"
 	"github.com/narwhal-router/narwhal/transport/wire"
 )
 
@@ -42,9 +46,16 @@ func messagesAnswer(ctx *fasthttp.RequestCtx) {
 	ctx.SetBody(wire.MessagesErrorBody(status, ctx.Response.Body()))
 }
 
-// countTokens answers POST /v1/messages/count_tokens. Counting needs the model's tokenizer;
-// until a tokenizer source is configured for the model, the answer says so (501) rather than
-// guess a count.
+// TokenCounter counts a prompt's tokens with its model's tokenizer (placement.tokens), for
+// POST /v1/messages/count_tokens. ErrNoTokenizer (transport/tokenize) says the model has none.
+type TokenCounter interface {
+	CountTokens(ctx context.Context, body *wire.ClientBody) (int, error)
+}
+
+// countTokens answers POST /v1/messages/count_tokens with {"input_tokens": n}: the prompt a
+// Messages request with the same fields would run, counted by its model's tokenizer. A model
+// with no tokenizer source gets 501 rather than a guessed count; a tokenizer that failed (a
+// render that timed out) 502.
 func (in *Ingress) countTokens(ctx *fasthttp.RequestCtx, live *liveSettings) {
 	arrival := time.Now()
 	if !ctx.IsPost() {
@@ -52,7 +63,36 @@ func (in *Ingress) countTokens(ctx *fasthttp.RequestCtx, live *liveSettings) {
 		return
 	}
 	ctx.Response.Header.Set("x-request-id", clientRequestID(ctx.Request.Header.Peek("X-Request-Id")))
-	in.reject(ctx, live, wire.EndpointMessages, arrival, fasthttp.StatusNotImplemented, fault.ErrorBody{
-		Message: "count_tokens needs the model's tokenizer, and no tokenizer source is configured for it in this router",
-		Type:    fault.ErrorType(fasthttp.StatusNotImplemented), Code: "tokenizer_not_configured"})
+	raw, hold, ok := in.readBody(ctx, live, wire.EndpointMessages, arrival)
+	if !ok {
+		return
+	}
+	defer hold.Free()
+	body, err := wire.ParseCountTokensBody(raw)
+	if err != nil {
+		in.rejectBadBody(ctx, live, wire.EndpointMessages, arrival, err)
+		return
+	}
+	n := 0
+	if in.counter == nil {
+		err = tokenize.ErrNoTokenizer
+	} else {
+		n, err = in.counter.CountTokens(ctx, body)
+	}
+	switch {
+	case errors.Is(err, tokenize.ErrNoTokenizer):
+		in.reject(ctx, live, wire.EndpointMessages, arrival, fasthttp.StatusNotImplemented, fault.ErrorBody{
+			Message: "count_tokens needs the tokenizer of " + strconv.Quote(body.Model) + ", and no tokenizer source (placement.tokens: local or render) is configured for it in this router",
+			Type:    fault.ErrorType(fasthttp.StatusNotImplemented), Code: "tokenizer_not_configured"})
+	case err != nil:
+		in.reject(ctx, live, wire.EndpointMessages, arrival, fasthttp.StatusBadGateway, fault.ErrorBody{
+			Message: err.Error(), Type: fault.ErrorType(fasthttp.StatusBadGateway), Code: "tokenizer_failed"})
+	default:
+		ctx.SetStatusCode(fasthttp.StatusOK)
+		ctx.SetContentType("application/json")
+		ctx.SetBody(strconv.AppendInt(append(ctx.Response.Body()[:0], `{"input_tokens":`...), int64(n), 10))
+		ctx.Response.AppendBodyString("}")
+		in.setCommonHeaders(ctx, live, Timing{}, Routing{})
+		in.logRejected(ctx, wire.EndpointMessages.String(), arrival, "")
+	}
 }

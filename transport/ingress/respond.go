@@ -1,6 +1,7 @@
 package ingress
 
 import (
+	"errors"
 	"strconv"
 	"time"
 
@@ -37,6 +38,17 @@ func (in *Ingress) reject(ctx *fasthttp.RequestCtx, live *liveSettings, ep wire.
 	in.metrics.Rejected(ep.String(), status, time.Since(arrival))
 	code, _ := e.Code.(string)
 	in.logRejected(ctx, ep.String(), arrival, code)
+}
+
+// rejectBadBody answers 400 for a body wire refused (a *wire.BadRequestError), naming the field.
+func (in *Ingress) rejectBadBody(ctx *fasthttp.RequestCtx, live *liveSettings, ep wire.Endpoint, arrival time.Time, err error) {
+	var bre *wire.BadRequestError
+	errors.As(err, &bre)
+	var param *string
+	if bre.Param != "" {
+		param = &bre.Param
+	}
+	in.reject(ctx, live, ep, arrival, fasthttp.StatusBadRequest, fault.ErrorBody{Message: bre.Message, Type: fault.ErrorType(400), Param: param, Code: "invalid_request"})
 }
 
 // RejectionLog records the requests ingress answers itself (the router's access log).

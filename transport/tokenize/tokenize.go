@@ -10,6 +10,7 @@ package tokenize
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -78,13 +79,7 @@ func (t *Tokenizer) Prompt(ctx context.Context, body *wire.ClientBody, engine fu
 	if src.Source == config.TokensEstimate {
 		return Blocks{}, false
 	}
-	start := time.Now()
-	ids, rerr := t.tokens(ctx, src, body, engine)
-	result := "ok"
-	if rerr != nil {
-		result = rerr.reason
-	}
-	t.m.PromptTokens(body.Model, src.Source, result, time.Since(start))
+	ids, rerr := t.timedTokens(ctx, src, body, engine)
 	if rerr != nil {
 		return Blocks{}, false
 	}
@@ -93,6 +88,42 @@ func (t *Tokenizer) Prompt(ctx context.Context, body *wire.ClientBody, engine fu
 		x.Adapter = body.Model
 	}
 	return Blocks{Keys: blockkey.Keys(nil, ids, src.BlockSize, x), Tokens: len(ids), BlockSize: src.BlockSize}, true
+}
+
+// ErrNoTokenizer is Count's answer for a model whose placement.tokens source is the estimate:
+// the router has no tokenizer for it, only a word count, and a word count is not a token count.
+var ErrNoTokenizer = errors.New("no tokenizer source (placement.tokens: local or render) is configured for this model")
+
+// Count is the number of tokens body's prompt comes to on its model's engines, from the
+// model's source, as Prompt computes them (a chat through the chat template the engines apply).
+// It is the count a client asks for ahead of a request (the Messages API's count_tokens), so a
+// failure is the caller's to report, not a fallback: ErrNoTokenizer without a source, else the
+// source's error (a render that failed or timed out), counted like Prompt's.
+func (t *Tokenizer) Count(ctx context.Context, body *wire.ClientBody, engine func() string) (int, error) {
+	if t == nil {
+		return 0, ErrNoTokenizer
+	}
+	src, _ := t.cfg.For(body.Model)
+	if src.Source == config.TokensEstimate {
+		return 0, ErrNoTokenizer
+	}
+	ids, rerr := t.timedTokens(ctx, src, body, engine)
+	if rerr != nil {
+		return 0, fmt.Errorf("tokenizing a %q prompt (source %s): %w", body.Model, src.Source, rerr)
+	}
+	return len(ids), nil
+}
+
+// timedTokens is tokens, its time and result counted (narwhal_prompt_tokenization_seconds).
+func (t *Tokenizer) timedTokens(ctx context.Context, src config.TokenSource, body *wire.ClientBody, engine func() string) ([]uint32, *renderError) {
+	start := time.Now()
+	ids, rerr := t.tokens(ctx, src, body, engine)
+	result := "ok"
+	if rerr != nil {
+		result = rerr.reason
+	}
+	t.m.PromptTokens(body.Model, src.Source, result, time.Since(start))
+	return ids, rerr
 }
 
 // tokens are body's token ids from src: a token-id prompt's own, else the source's.

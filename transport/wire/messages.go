@@ -134,6 +134,30 @@ func parseMessagesBody(raw []byte) (*ClientBody, error) {
 	return b, nil
 }
 
+// ParseCountTokensBody validates the body of a Messages count_tokens request (model, messages,
+// system, tools, …: a Messages request without max_tokens, which counting has no use for) and
+// translates it as parseMessagesBody does, so its prompt is the one a Messages request with
+// the same fields would run.
+func ParseCountTokensBody(raw []byte) (*ClientBody, error) {
+	fields, err := ScanObject(raw, make([]Field, 0, 16))
+	if err != nil {
+		return nil, bodyError(err)
+	}
+	for _, f := range fields {
+		if string(raw[f.keyStart:f.keyEnd]) == `"max_tokens"` {
+			return parseMessagesBody(raw)
+		}
+	}
+	open := bytes.IndexByte(raw, '{') + 1
+	filled := make([]byte, 0, len(raw)+16)
+	filled = append(filled, raw[:open]...)
+	filled = append(filled, `"max_tokens":1`...)
+	if len(fields) > 0 {
+		filled = append(filled, ',')
+	}
+	return parseMessagesBody(append(filled, raw[open:]...))
+}
+
 // translateMessages turns a Messages request body into the chat completions body vLLM's Messages
 // handler would run (vllm/entrypoints/anthropic/serving.py), or says which field it cannot
 // honour.

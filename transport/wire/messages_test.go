@@ -304,3 +304,27 @@ func FuzzMessages(f *testing.F) {
 		}
 	})
 }
+
+func TestCountTokensBodyNeedsNoMaxTokens(t *testing.T) {
+	for _, c := range []struct {
+		in, bad string // bad: the field a refusal names ("" when accepted)
+	}{
+		{`{"model":"m","messages":[{"role":"user","content":"hi"}]}`, ""},
+		{`{"model":"m","max_tokens":9,"messages":[{"role":"user","content":"hi"}]}`, ""},
+		{`{"model":"m","max_tokens":0,"messages":[{"role":"user","content":"hi"}]}`, "max_tokens"},
+		{`{"messages":[{"role":"user","content":"hi"}]}`, "model"},
+		{`{}`, "model"},
+		{`{"model":"m","messages":[{"role":"user","content":"hi"}],"thinking":{"type":"enabled","budget_tokens":1024}}`, "thinking"},
+	} {
+		b, err := ParseCountTokensBody([]byte(c.in))
+		var bre *BadRequestError
+		switch {
+		case c.bad == "" && err != nil:
+			t.Errorf("%s: %v", c.in, err)
+		case c.bad == "" && (b.Model != "m" || b.Endpoint != EndpointMessages):
+			t.Errorf("%s: model %q endpoint %v", c.in, b.Model, b.Endpoint)
+		case c.bad != "" && (!errors.As(err, &bre) || bre.Param != c.bad):
+			t.Errorf("%s: %v, want a refusal naming %s", c.in, err, c.bad)
+		}
+	}
+}

@@ -72,8 +72,14 @@ func run() int {
 		}
 		return nil
 	})
-	var policies []string
-	flag.Func("goodput-policies", "goodput scenario: comma-separated arms to run (auto, auto-fixed, auto-events, pd, local; default: all)", func(v string) error {
+	var policies, workloads []string
+	flag.Func("goodput-workloads", "goodput scenario: comma-separated workloads (trace, no_sharing, overflow: the trace with caches a quarter of its working set; default: trace,no_sharing)", func(v string) error {
+		for _, k := range strings.Split(v, ",") {
+			workloads = append(workloads, strings.TrimSpace(k))
+		}
+		return nil
+	})
+	flag.Func("goodput-policies", "goodput scenario: comma-separated arms to run (auto, auto-fixed, auto-events, auto-tokens, pd, local; default: all but auto-tokens)", func(v string) error {
 		for _, k := range strings.Split(v, ",") {
 			policies = append(policies, strings.TrimSpace(k))
 		}
@@ -173,7 +179,7 @@ func run() int {
 			return 1
 		}
 		env := harness.Env{Narwhal: bin, Baseline: baseBin, BaselineTraced: *traced, Self: self, Dir: dir, Profile: *profile, Quick: *quick, RouterEnv: routerEnv, Trace: *tracePath,
-			SLOTTFT: *sloTTFT, SLOTPOT: *sloTPOT, Rates: rates, Policies: policies}
+			SLOTTFT: *sloTTFT, SLOTPOT: *sloTPOT, Rates: rates, Policies: policies, Workloads: workloads}
 		harness.Logf("scenario %s: starting (logs in %s)", sc.Name, dir)
 		t0, load0 := time.Now(), scenarios.LoadAverage()
 		sec, err := sc.Run(env)
