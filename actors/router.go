@@ -70,8 +70,8 @@ type Router struct {
 	requestProps *actor.Props
 	seq          atomic.Uint64
 	countSpread  atomic.Uint64 // spreads count_tokens renders over a model's engines
-	scraper      *scraper // placement.scrape_interval_s; nil when off
-	kvFeeds      *kvFeeds // placement.kv_events, engines[].kv_events
+	scraper      *scraper      // placement.scrape_interval_s; nil when off
+	kvFeeds      *kvFeeds      // placement.kv_events, engines[].kv_events
 }
 
 // NewRouter builds the engine clients from rt and starts the actor system, with rt.Engines as
