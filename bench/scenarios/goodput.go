@@ -297,6 +297,9 @@ func goodputWorkloads(keys []string, recs []trace.Record) ([]goodputWorkload, er
 		{"trace", "trace", recs, false},
 		{"no sharing", "no_sharing", trace.WithoutSharing(recs), false},
 		{"overflowing caches", "overflow", recs, true},
+		// 16 groups of 60-block (1,920-token) prefixes and 4 blocks of their own, 256 out.
+		{"prefix groups, overflowing caches", "groups_overflow", trace.PrefixGroups(16, 60, 4, len(recs), 1024, 34), true},
+		{"prefix groups", "groups", trace.PrefixGroups(16, 60, 4, len(recs), 1024, 34), false},
 	}
 	if len(keys) == 0 {
 		return all[:2], nil
@@ -305,7 +308,7 @@ func goodputWorkloads(keys []string, recs []trace.Record) ([]goodputWorkload, er
 	for _, k := range keys {
 		i := slices.IndexFunc(all, func(w goodputWorkload) bool { return w.key == k })
 		if i < 0 {
-			return nil, fmt.Errorf("-goodput-workloads %s: %q is not one of trace, no_sharing, overflow", strings.Join(keys, ","), k)
+			return nil, fmt.Errorf("-goodput-workloads %s: %q is not one of trace, no_sharing, overflow, groups, groups_overflow", strings.Join(keys, ","), k)
 		}
 		out = append(out, all[i])
 	}

@@ -73,7 +73,7 @@ func run() int {
 		return nil
 	})
 	var policies, workloads []string
-	flag.Func("goodput-workloads", "goodput scenario: comma-separated workloads (trace, no_sharing, overflow: the trace with caches a quarter of its working set; default: trace,no_sharing)", func(v string) error {
+	flag.Func("goodput-workloads", "goodput scenario: comma-separated workloads (trace, no_sharing, overflow: the trace with caches a quarter of its working set, groups and groups_overflow: 16 shared 1,920-token prefixes; default: trace,no_sharing)", func(v string) error {
 		for _, k := range strings.Split(v, ",") {
 			workloads = append(workloads, strings.TrimSpace(k))
 		}
