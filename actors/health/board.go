@@ -71,6 +71,10 @@ const (
 	// Suspect: the producer's handoffs fail on two or more consumers; until Until a consumer's
 	// probe picks another partner.
 	Suspect
+	// BlamePair: the failure is the pair's (pairblame.go): the consumer cannot read this
+	// producer's handoffs while both serve others. The pair's breaker opens (PairBreakers);
+	// neither engine's breaker is told.
+	BlamePair
 )
 
 // Decision is one thing the board decided, for the board's actor to apply in order.
@@ -118,6 +122,7 @@ const (
 	requestSuspect suspicion = iota + 1 // the request failed the same way on two or more engines
 	repeatSuspect                       // the request failed the same way on this engine before
 	handoffSuspect                      // a decode failed reading a producer's handoff
+	pairSuspect                         // ... and the failures are confined to that pair (pairblame.go)
 )
 
 type heldFailure[E comparable] struct {
@@ -158,6 +163,8 @@ func (b *Board[E]) Report(r Report[E], now time.Time, window time.Duration) []De
 			// The request committed through another producer, or the producer's handoffs failed
 			// on another consumer too: the pair's fault, until the evidence tells which side.
 			b.hold(b.newHeld(l, r.FP, handoffSuspect))
+		case b.mayBePairs(l, r):
+			b.hold(b.newHeld(l, r.FP, pairSuspect))
 		default:
 			b.decide(Count, l)
 		}
@@ -199,7 +206,7 @@ func (b *Board[E]) evaluate() {
 
 // settle decides h if it can, reporting whether it did.
 func (b *Board[E]) settle(h *heldFailure[E]) bool {
-	if h.why == handoffSuspect && b.failsEverywhere(h.fp) {
+	if (h.why == handoffSuspect || h.why == pairSuspect) && b.failsEverywhere(h.fp) {
 		h.why = requestSuspect // the request fails on every consumer: not the producer's doing
 	}
 	if h.why == repeatSuspect && b.failedOnAnother(h) {
@@ -223,8 +230,16 @@ func (b *Board[E]) settle(h *heldFailure[E]) bool {
 				b.decide(BlameProducer, h.l)
 				return true
 			}
+		case b.facts.Commits(p) > h.producerCommits && b.confinedToPair(h.l):
+			h.why = pairSuspect // the producer's handoffs commit elsewhere: the consumer's, or the pair's
+			return b.settle(h)
 		case b.facts.Commits(p) > h.producerCommits: // the producer's handoffs commit elsewhere
 			b.decide(Count, h.l)
+			return true
+		}
+	case pairSuspect:
+		if v, ok := b.settlePair(h); ok {
+			b.decide(v, h.l)
 			return true
 		}
 	}

@@ -87,6 +87,8 @@ func (d Decision[E]) String() string {
 		return fmt.Sprintf("suspect %v", d.Leg.Producer)
 	case BlameProducer:
 		return fmt.Sprintf("blame %v for %v", d.Leg.Producer, d.Leg.Engine)
+	case BlamePair:
+		return fmt.Sprintf("pair %v→%v", d.Leg.Producer, d.Leg.Engine)
 	}
 	return "?"
 }
@@ -144,6 +146,30 @@ func TestBoardRules(t *testing.T) {
 				facts(1500*time.Millisecond, func(f *fleetFacts, now time.Time) { f.commit(now, "p0") }),
 				report(2*time.Second, 2, decodeFail("d2", "p0"))},
 			[]string{"count d0", "count d2"}},
+		// The pair rule (pairblame.go).
+		{"a consumer that cannot read one producer whose handoffs work elsewhere: the pair's once the consumer commits",
+			[]event{served("p0", "d0"), report(time.Second, 1, decodeFail("d0", "p0")),
+				look(2 * time.Second), // held: d0 has not shown it serves others since
+				facts(3*time.Second, func(f *fleetFacts, now time.Time) { f.commit(now, "d0", "p1") }), look(3 * time.Second)},
+			[]string{"pair p0→d0"}},
+		{"the request committed through the same producer on another consumer: the pair's once the consumer commits",
+			[]event{served("d0"), {at: time.Second, report: &Report[string]{FP: 1, Committed: true, Producer: "p0",
+				Ends: []Leg[string]{decodeFail("d0", "p0")}}},
+				facts(2*time.Second, func(f *fleetFacts, now time.Time) { f.commit(now, "d0", "p1") }), look(2 * time.Second)},
+			[]string{"pair p0→d0"}},
+		{"a held handoff failure whose producer commits elsewhere, confined to the pair: the pair's",
+			[]event{served("d0"), {at: time.Second, report: &Report[string]{FP: 1, Committed: true, Producer: "p1",
+				Ends: []Leg[string]{decodeFail("d0", "p0")}}},
+				facts(2*time.Second, func(f *fleetFacts, now time.Time) { f.commit(now, "p0", "d2") }), look(2 * time.Second),
+				facts(3*time.Second, func(f *fleetFacts, now time.Time) { f.commit(now, "d0", "p1") }), look(3 * time.Second)},
+			[]string{"pair p0→d0"}},
+		{"a consumer that then fails with another producer too is the consumer's",
+			[]event{served("p0", "p1", "d0"), report(time.Second, 1, decodeFail("d0", "p0")),
+				report(2*time.Second, 2, decodeFail("d0", "p1"))},
+			[]string{"count d0", "count d0"}},
+		{"a consumer that never commits is counted when the window passes",
+			[]event{served("p0", "d0"), report(time.Second, 1, decodeFail("d0", "p0")), look(5 * time.Second), look(11 * time.Second)},
+			[]string{"count d0"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFleetFacts()
