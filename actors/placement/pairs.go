@@ -1,0 +1,69 @@
+package placement
+
+import (
+	"github.com/narwhal-router/narwhal/actors/health"
+	"github.com/narwhal-router/narwhal/transport/fault"
+	"github.com/narwhal-router/narwhal/transport/kv"
+)
+
+// Pairs: placement never pairs a producer with a consumer that cannot read its handoffs. Two
+// things say so: their KV shapes differ (kv.Mismatch over what the engines' scrapes report:
+// block size, cache dtype), or the pair's breaker is open (health.PairBreakers: the blame board
+// found a failed read confined to that pair, and no probe of the pair has passed since).
+
+// pairSet is the open pair breakers as placement reads them: immutable, swapped whole.
+type pairSet struct {
+	open map[health.PairKey]string // the cause of each
+}
+
+// PublishPairs makes open the pairs placement keeps apart. Writer: the blame board's actor,
+// the one writer of the pair breakers (actors/pairs.go).
+func (f *Fleet) PublishPairs(open []health.PairView) {
+	s := &pairSet{open: make(map[health.PairKey]string, len(open))}
+	for _, p := range open {
+		s.open[p.PairKey] = p.Cause
+	}
+	f.pairs.Store(s)
+}
+
+// KVShape is the engine's KV layout as its last successful /metrics scrape reported it (zero
+// fields: unknown, as without placement.scrape_interval_s).
+func (v *Engine) KVShape() kv.Shape {
+	if s := v.Scraped.Load(); s != nil {
+		return s.Load.Shape
+	}
+	return kv.Shape{}
+}
+
+// Pairable says whether producer p may hand its KV cache to consumer c, and why not: their KV
+// shapes differ, or the pair's breaker is open. An engine is always pairable with itself.
+func (f *Snapshot) Pairable(p, c *Engine) (ok bool, why string) {
+	if p == c {
+		return true, ""
+	}
+	if why := kv.Mismatch(p.KVShape(), c.KVShape()); why != "" {
+		return false, "incompatible KV caches: " + why
+	}
+	if s := f.pairs.Load(); s != nil && len(s.open) > 0 {
+		if cause, open := s.open[health.PairKey{Producer: p.Name, Consumer: c.Name}]; open {
+			return false, "pair breaker open: " + cause
+		}
+	}
+	return true, ""
+}
+
+// withUnpairable is exclude plus the producers that cannot hand to cons (exclude itself when
+// every one can, so the common case allocates nothing).
+func (f *Snapshot) withUnpairable(exclude []string, cons *Engine) []string {
+	out := exclude
+	for _, p := range f.byPhase[fault.PhasePrefill] {
+		if ok, _ := f.Pairable(p, cons); !ok {
+			if len(out) == len(exclude) {
+				out = append(exclude[:len(exclude):len(exclude)], p.Name)
+				continue
+			}
+			out = append(out, p.Name)
+		}
+	}
+	return out
+}
