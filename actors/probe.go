@@ -32,6 +32,9 @@ type probeOutcome struct {
 	// rejected are the partners whose handoff descriptors failed validation on their own
 	// (descriptorsRejected): the engine actor tells each.
 	rejected []*placement.Engine
+	// refused are the pairs whose transfer failed on the consumer's leg while another partner's
+	// passed: the pair's fault (pairs.go). The engine actor tells the blame board's actor.
+	refused []pairRefused
 }
 
 // startProbe moves an ejected engine to probing and runs its readmission check off the actor.
@@ -55,6 +58,7 @@ func (a *engineActor) probeFinished(ctx actor.Context, m probeFinished) {
 	}
 	out := m.outcome
 	a.tellRejected(ctx, out.rejected)
+	a.tellRefused(ctx, out.refused)
 	st.lastProbe = &out.Probe
 	st.view.Why.Store(a.whyOut())
 	a.storeModels(out.models)
@@ -100,6 +104,7 @@ func (a *engineActor) joinFinished(ctx actor.Context, m joinFinished) {
 	st.checking = false
 	out := m.outcome
 	a.tellRejected(ctx, out.rejected)
+	a.tellRefused(ctx, out.refused)
 	st.joinCheck = &out.Probe
 	st.view.Why.Store(a.whyOut()) // readiness's reason, even when the state does not change
 	a.storeModels(out.models)
@@ -139,6 +144,13 @@ func (a *engineActor) tellRejected(ctx actor.Context, rejected []*placement.Engi
 		if pid := pidOf(v); pid != nil {
 			ctx.Send(pid, descriptorsRejected{reason: "its handoff descriptors fail validation (probe of " + a.st.spec.Name + ")"})
 		}
+	}
+}
+
+// tellRefused tells the blame board's actor of the pairs a check found unable to transfer.
+func (a *engineActor) tellRefused(ctx actor.Context, refused []pairRefused) {
+	for _, m := range refused {
+		ctx.Send(a.r.env.board, m)
 	}
 }
 
@@ -192,6 +204,11 @@ func (r *Router) planProbe(st *engineState, join bool) *probe {
 			// (inconclusive).
 			partner = nil
 		}
+		if partner != nil {
+			if ok, _ := f.Pairable(partner, st.view); !ok {
+				partner = nil // the pair cannot transfer: it says nothing of this consumer
+			}
+		}
 		if partner == nil {
 			if cands := trustedProducers(f, st.view, model, now); len(cands) > 0 {
 				partner, p.alternatives = cands[0], cands[1:]
@@ -202,7 +219,10 @@ func (r *Router) planProbe(st *engineState, join bool) *probe {
 			p.local = true
 		}
 	case st.spec.Role == config.RolePrefill:
-		p.producer, p.consumer = st.view, f.AnyAdmitted(fault.PhaseDecode, st.view, model)
+		p.producer = st.view
+		if cands := pairableConsumers(f, st.view, model); len(cands) > 0 {
+			p.consumer, p.alternatives = cands[0], cands[1:]
+		}
 	default:
 		p.producer, p.consumer = st.view, st.view
 	}
@@ -213,9 +233,29 @@ func (r *Router) planProbe(st *engineState, join bool) *probe {
 // does not suspect, for a probe, in the order it tries them (health.Partners): those serving
 // model first, each group at random.
 func trustedProducers(f *placement.Snapshot, not *placement.Engine, model string, now time.Time) []*placement.Engine {
+	return probePartners(f, not, model, fault.PhasePrefill, func(v *placement.Engine) bool { return !v.Suspected(now) })
+}
+
+// pairableConsumers are the admitted consumers (other than producer) its handoffs may go to
+// (placement's Pairable), for a producer's probe, in the order it tries them.
+func pairableConsumers(f *placement.Snapshot, producer *placement.Engine, model string) []*placement.Engine {
+	return probePartners(f, producer, model, fault.PhaseDecode, func(*placement.Engine) bool { return true })
+}
+
+// probePartners are the admitted engines running phase, other than target, that target may be
+// paired with (placement's Pairable) and that pass ok, in the order a probe tries them
+// (health.Partners): those serving model first, each group at random.
+func probePartners(f *placement.Snapshot, target *placement.Engine, model string, phase fault.Phase, ok func(*placement.Engine) bool) []*placement.Engine {
 	var cands []*placement.Engine
 	for _, v := range f.Engines {
-		if v != not && v.CanServe(fault.PhasePrefill) && v.Placeable.Load() && !v.Suspected(now) {
+		if v == target || !v.CanServe(phase) || !v.Placeable.Load() || !ok(v) {
+			continue
+		}
+		producer, consumer := v, target
+		if phase == fault.PhaseDecode {
+			producer, consumer = target, v
+		}
+		if pairable, _ := f.Pairable(producer, consumer); pairable {
 			cands = append(cands, v)
 		}
 	}
@@ -255,11 +295,14 @@ type probe struct {
 	targetIsConsumer bool
 	// join says this is a join check; local that the consumer is judged on a local decode.
 	join, local bool
-	// alternatives are the other producers a consumer's probe may partner with, in order:
-	// tried in turn while the partner's own leg fails, so a bad partner never decides.
+	// alternatives are the other partners the probe may take, in order: tried in turn while
+	// the partner's own leg fails, so a bad partner never decides (and, for a consumer, while
+	// its own leg fails reading the partner's handoff: that may be the pair's fault).
 	alternatives []*placement.Engine
-	// rejected collects the partners whose descriptors failed validation (probeOutcome).
+	// rejected collects the partners whose descriptors failed validation (probeOutcome);
+	// refused the pairs at fault (check).
 	rejected []*placement.Engine
+	refused  []pairRefused
 }
 
 func (p *probe) partner() *placement.Engine {
@@ -298,7 +341,7 @@ func (p *probe) run() probeOutcome {
 		out.models, model = models, models[0]
 	}
 	out.Probe = p.check(ctx, model)
-	out.rejected = p.rejected
+	out.rejected, out.refused = p.rejected, p.refused
 	return out
 }
 
@@ -328,13 +371,29 @@ func (p *probe) check(ctx context.Context, model string) messages.Probe {
 	if model == "" {
 		return p.result(probeFailure, "no model to probe with")
 	}
+	var refused []pairRefused
 	for {
 		res, partnerFailed := p.transfer(ctx, model, contract != nil)
-		if !partnerFailed || len(p.alternatives) == 0 || ctx.Err() != nil {
+		more := len(p.alternatives) > 0 && ctx.Err() == nil
+		readFailed := res.Result == probeFailure && p.targetIsConsumer && !p.local && p.producer != p.consumer
+		switch {
+		case readFailed && more:
+			// The consumer could not read this producer's handoff: the consumer's fault, or
+			// the pair's. Another producer tells which.
+			refused = append(refused, pairRefused{producer: p.producer, consumer: p.consumer, cause: res.Reason})
+		case partnerFailed && more:
+			// The partner's own leg failed: that says nothing of the target. Another may.
+		default:
+			if res.Result == probeSuccess {
+				p.refused = refused // another producer's handoff read: those pairs are at fault
+			}
 			return res
 		}
-		// The partner's own leg failed: that says nothing of the target. Another partner may.
-		p.producer, p.alternatives = p.alternatives[0], p.alternatives[1:]
+		if p.targetIsConsumer {
+			p.producer, p.alternatives = p.alternatives[0], p.alternatives[1:]
+		} else {
+			p.consumer, p.alternatives = p.alternatives[0], p.alternatives[1:]
+		}
 	}
 }
 
