@@ -10,6 +10,7 @@ import (
 	"github.com/narwhal-router/narwhal/actors/placement"
 	"github.com/narwhal-router/narwhal/transport"
 	"github.com/narwhal-router/narwhal/transport/fault"
+	"github.com/narwhal-router/narwhal/transport/kv"
 )
 
 // The pair breakers (health.PairBreakers) belong to the blame board's actor, their one
@@ -21,7 +22,8 @@ import (
 // producer→consumer pair's state (kv_pair_state): open, probing, incompatible (their KV shapes
 // differ: placement keeps them apart without a breaker) or closed.
 
-// pairSweepEvery is how often the pairs are swept.
+// pairSweepEvery is how often the pairs are swept at least; a pair probe falling due sooner
+// brings the sweep forward.
 const pairSweepEvery = time.Second
 
 // pairRefused tells the board's actor that a probe found producer's handoffs unreadable by
@@ -34,7 +36,7 @@ type pairRefused struct {
 // pairSweep is the sweep's tick; pairProbed a pair probe's result (err nil: it passed;
 // inconclusive: it said nothing of the pair).
 type (
-	pairSweep  struct{}
+	pairSweep  struct{ gen uint64 }
 	pairProbed struct {
 		key          health.PairKey
 		err          error
@@ -47,6 +49,8 @@ type pairState struct {
 	breakers *health.PairBreakers
 	reported map[health.PairKey]string
 	sweep    *time.Timer // the next sweep's; stopped with the actor
+	// gen numbers the sweeps scheduled: only the newest reschedules, so one chain runs.
+	gen uint64
 }
 
 func (b *blameBoard) startPairs() {
@@ -56,8 +60,16 @@ func (b *blameBoard) startPairs() {
 }
 
 func (b *blameBoard) schedulePairSweep() {
-	self, root := b.self, b.env.root
-	b.pairs.sweep = time.AfterFunc(pairSweepEvery, func() { root.Send(self, pairSweep{}) })
+	if b.pairs.sweep != nil {
+		b.pairs.sweep.Stop()
+	}
+	wait := pairSweepEvery
+	if next := b.pairs.breakers.NextProbe(); !next.IsZero() {
+		wait = min(wait, max(time.Until(next), time.Millisecond))
+	}
+	b.pairs.gen++
+	self, root, gen := b.self, b.env.root, b.pairs.gen
+	b.pairs.sweep = time.AfterFunc(wait, func() { root.Send(self, pairSweep{gen: gen}) })
 }
 
 // receivePairs handles the pair messages; false for any other.
@@ -71,7 +83,9 @@ func (b *blameBoard) receivePairs(msg any) bool {
 		b.pairFailed(m.producer, m.consumer, m.cause)
 	case pairSweep:
 		b.sweepPairs()
-		b.schedulePairSweep()
+		if m.gen == b.pairs.gen {
+			b.schedulePairSweep()
+		}
 	case pairProbed:
 		b.pairProbed(m)
 	default:
@@ -88,6 +102,8 @@ func (b *blameBoard) pairFailed(producer, consumer *placement.Engine, cause stri
 			"producer", k.Producer, "consumer", k.Consumer, "cause", cause)
 		b.env.metrics.PairBreakerTransition(k.Producer, k.Consumer, health.PairOpen.String())
 		b.publishPairs()
+		b.reportPairs(b.env.fleet.Load())
+		b.schedulePairSweep() // its probe falls due before the next sweep
 	}
 }
 
@@ -117,11 +133,14 @@ func (b *blameBoard) sweepPairs() {
 }
 
 // probePair runs one probe transfer of k off the actor; it is inconclusive when either engine
-// is gone or out of placement (their own breakers' business), or serves no model in common.
+// is gone or out of placement (their own breakers' business), serves no model in common, or
+// their KV shapes differ.
 func (b *blameBoard) probePair(f *placement.Snapshot, k health.PairKey) {
 	p, c := f.Engine(k.Producer), f.Engine(k.Consumer)
 	self, root := b.self, b.env.root
-	if p == nil || c == nil || !p.Placeable.Load() || !c.Placeable.Load() || !c.Serves(p.FirstModel()) {
+	if p == nil || c == nil || !p.Placeable.Load() || !c.Placeable.Load() || !c.Serves(p.FirstModel()) ||
+		kv.Mismatch(p.KVShape(), c.KVShape()) != "" { // no use probing a pair known not to fit
+
 		root.Send(self, pairProbed{key: k, inconclusive: true})
 		return
 	}
@@ -152,6 +171,7 @@ func (b *blameBoard) pairProbed(m pairProbed) {
 	}
 	b.publishPairs()
 	b.reportPairs(b.env.fleet.Load())
+	b.schedulePairSweep()
 }
 
 // reportPairs sets kv_pair_state for every producer→consumer pair of the fleet whose state
@@ -167,10 +187,8 @@ func (b *blameBoard) reportPairs(f *placement.Snapshot) {
 			}
 			k := health.PairKey{Producer: p.Name, Consumer: c.Name}
 			st := b.pairs.breakers.State(k).String()
-			if st == health.PairClosed.String() {
-				if ok, _ := f.Pairable(p, c); !ok {
-					st = pairIncompatible
-				}
+			if kv.Mismatch(p.KVShape(), c.KVShape()) != "" {
+				st = pairIncompatible // whatever its breaker says: placement keeps the two apart
 			}
 			if b.pairs.reported[k] != st {
 				b.pairs.reported[k] = st

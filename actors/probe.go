@@ -35,6 +35,11 @@ type probeOutcome struct {
 	// refused are the pairs whose transfer failed on the consumer's leg while another partner's
 	// passed: the pair's fault (pairs.go). The engine actor tells the blame board's actor.
 	refused []pairRefused
+	// readFailed are such pairs of a check left inconclusive, waiting for another producer:
+	// the engine actor keeps them until a check passes (and then tells them) or fails.
+	readFailed []pairRefused
+	// lastProducer is the producer of the check's last transfer.
+	lastProducer *placement.Engine
 }
 
 // startProbe moves an ejected engine to probing and runs its readmission check off the actor.
@@ -58,7 +63,7 @@ func (a *engineActor) probeFinished(ctx actor.Context, m probeFinished) {
 	}
 	out := m.outcome
 	a.tellRejected(ctx, out.rejected)
-	a.tellRefused(ctx, out.refused)
+	a.tellRefused(ctx, out)
 	st.lastProbe = &out.Probe
 	st.view.Why.Store(a.whyOut())
 	a.storeModels(out.models)
@@ -104,7 +109,7 @@ func (a *engineActor) joinFinished(ctx actor.Context, m joinFinished) {
 	st.checking = false
 	out := m.outcome
 	a.tellRejected(ctx, out.rejected)
-	a.tellRefused(ctx, out.refused)
+	a.tellRefused(ctx, out)
 	st.joinCheck = &out.Probe
 	st.view.Why.Store(a.whyOut()) // readiness's reason, even when the state does not change
 	a.storeModels(out.models)
@@ -147,9 +152,25 @@ func (a *engineActor) tellRejected(ctx actor.Context, rejected []*placement.Engi
 	}
 }
 
-// tellRefused tells the blame board's actor of the pairs a check found unable to transfer.
-func (a *engineActor) tellRefused(ctx actor.Context, refused []pairRefused) {
-	for _, m := range refused {
+// tellRefused tells the blame board's actor of the pairs a check found unable to transfer:
+// those it found itself and, when it passed, those earlier inconclusive checks could not read
+// (with another producer's handoff read now, those pairs are at fault).
+func (a *engineActor) tellRefused(ctx actor.Context, out probeOutcome) {
+	st := a.st
+	switch out.Result {
+	case probeInconclusive:
+		st.readFailed = append(st.readFailed, out.readFailed...)
+	case probeSuccess:
+		for _, m := range st.readFailed {
+			if m.producer != out.lastProducer {
+				ctx.Send(a.r.env.board, m)
+			}
+		}
+		st.readFailed = nil
+	default:
+		st.readFailed = nil
+	}
+	for _, m := range out.refused {
 		ctx.Send(a.r.env.board, m)
 	}
 }
@@ -215,6 +236,7 @@ func (r *Router) planProbe(st *engineState, join bool) *probe {
 			}
 		}
 		p.producer, p.consumer, p.targetIsConsumer = partner, st.view, true
+		p.producerJoining = join && producerJoining(f, st.view)
 		if partner == nil && join && cur.Disaggregation.Policy != config.DisaggAlways && !producerJoining(f, st.view) {
 			p.local = true
 		}
@@ -293,16 +315,19 @@ type probe struct {
 	consumer *placement.Engine
 	// targetIsConsumer says the target runs the decode leg; the producer is its partner.
 	targetIsConsumer bool
-	// join says this is a join check; local that the consumer is judged on a local decode.
-	join, local bool
+	// join says this is a join check; local that the consumer is judged on a local decode;
+	// producerJoining that another producer is still joining (a consumer's failed read waits
+	// for it: the pair may be at fault).
+	join, local, producerJoining bool
 	// alternatives are the other partners the probe may take, in order: tried in turn while
 	// the partner's own leg fails, so a bad partner never decides (and, for a consumer, while
 	// its own leg fails reading the partner's handoff: that may be the pair's fault).
 	alternatives []*placement.Engine
 	// rejected collects the partners whose descriptors failed validation (probeOutcome);
-	// refused the pairs at fault (check).
-	rejected []*placement.Engine
-	refused  []pairRefused
+	// refused the pairs at fault (check), readFailed those of a check left waiting.
+	rejected   []*placement.Engine
+	refused    []pairRefused
+	readFailed []pairRefused
 }
 
 func (p *probe) partner() *placement.Engine {
@@ -341,7 +366,8 @@ func (p *probe) run() probeOutcome {
 		out.models, model = models, models[0]
 	}
 	out.Probe = p.check(ctx, model)
-	out.rejected, out.refused = p.rejected, p.refused
+	out.rejected, out.refused, out.readFailed = p.rejected, p.refused, p.readFailed
+	out.lastProducer = p.producer
 	return out
 }
 
@@ -383,6 +409,12 @@ func (p *probe) check(ctx context.Context, model string) messages.Probe {
 			refused = append(refused, pairRefused{producer: p.producer, consumer: p.consumer, cause: res.Reason})
 		case partnerFailed && more:
 			// The partner's own leg failed: that says nothing of the target. Another may.
+		case readFailed && p.producerJoining:
+			// No other producer to tell whether the consumer or the pair is at fault yet:
+			// the check waits for one that is joining (the engine actor keeps this pair).
+			p.readFailed = append(refused, pairRefused{producer: p.producer, consumer: p.consumer, cause: res.Reason})
+			return p.result(probeInconclusive, "its read of %s's handoff failed (%s); waiting for another producer to tell "+
+				"whether the pair is at fault", p.producer.Name, res.Reason)
 		default:
 			if res.Result == probeSuccess {
 				p.refused = refused // another producer's handoff read: those pairs are at fault

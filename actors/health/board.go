@@ -142,6 +142,10 @@ func (b *Board[E]) Report(r Report[E], now time.Time, window time.Duration) []De
 	b.begin(now, window)
 	for i, l := range r.Ends {
 		switch {
+		case b.pairFailedBefore(l, r.FP):
+			// Another request failed on this very pair, and nothing else failed on either
+			// engine: the pair's, whatever this request did elsewhere.
+			b.decide(BlamePair, l)
 		case !r.Committed && b.failedElsewhere(r, i):
 			h := b.newHeld(l, r.FP, requestSuspect)
 			switch {

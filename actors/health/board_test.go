@@ -167,6 +167,12 @@ func TestBoardRules(t *testing.T) {
 			[]event{served("p0", "p1", "d0"), report(time.Second, 1, decodeFail("d0", "p0")),
 				report(2*time.Second, 2, decodeFail("d0", "p1"))},
 			[]string{"count d0", "count d0"}},
+		// The first request failed on both cross pairs of an asymmetric fleet: alone it looks like
+		// a request failing everywhere (no engine counts it); the second tells the pairs.
+		{"a second request failing on the same pair: the pair's at once, even failing on another such pair too",
+			[]event{served("p0", "p1", "d0", "d1"), report(time.Second, 1, decodeFail("d1", "p0"), decodeFail("d0", "p1")),
+				report(1500*time.Millisecond, 2, decodeFail("d1", "p0"), decodeFail("d0", "p1"))},
+			[]string{"request's d1", "request's d0", "pair p0→d1", "pair p1→d0"}},
 		{"a consumer that never commits is counted when the window passes",
 			[]event{served("p0", "d0"), report(time.Second, 1, decodeFail("d0", "p0")), look(5 * time.Second), look(11 * time.Second)},
 			[]string{"count d0"}},

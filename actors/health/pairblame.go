@@ -11,10 +11,28 @@ package health
 //     failed nothing else (confinedToPair);
 //   - the consumer then commits a request (with another producer: BlamePair).
 //
-// The failure is held until the consumer commits (BlamePair: the pair's breaker opens, neither
+// A second request failing on the same pair, with the failures still confined to it, is the
+// pair's at once (pairFailedBefore) — even when that request failed on another such pair too,
+// which would otherwise look like a request failing everywhere. Otherwise the failure is held
+// until the consumer commits (BlamePair: the pair's breaker opens, neither
 // engine's counts it), fails something else (Count), or the window passes (Count). A consumer
 // that cannot read anyone's handoffs never commits, so it is counted as before, at most one
 // window later; a producer whose handoffs fail on two consumers is ProducerSuspect's business.
+
+// pairFailedBefore says another request (another fingerprint) failed reading a handoff on l's
+// very pair within the window, and the failures are confined to the pair: two requests are
+// evidence enough, even one that failed on another such pair too.
+func (b *Board[E]) pairFailedBefore(l Leg[E], fp uint64) bool {
+	if !l.Transfer() || !b.confinedToPair(l) {
+		return false
+	}
+	for _, rec := range b.recent {
+		if rec.fp != fp && rec.leg.Transfer() && rec.leg.Engine == l.Engine && rec.leg.Producer == l.Producer {
+			return true
+		}
+	}
+	return false
+}
 
 // mayBePairs says the transfer failure l of report r is held as the pair's until the consumer
 // shows it serves other producers.
