@@ -44,7 +44,7 @@ type engineState struct {
 	// readFailed are the producers whose handoff this consumer's inconclusive check could not
 	// read (probe.go): when a later check passes with another producer, those pairs are at fault.
 	readFailed []pairRefused
-	restarts  int
+	restarts   int
 	// probeGen identifies the probe or join check in flight; an outcome for another
 	// generation is stale. checking says a join check is in flight.
 	probeGen int

@@ -100,7 +100,7 @@ func TestAPairBreakerOpensOnARefusedHandshakeAndAPairProbeClosesIt(t *testing.T)
 			h.metric(pairState("p0", "d1", "open"))+h.metric(pairState("p0", "d1", "probing")) == 1 &&
 			h.metric(pairState("p1", "d0", "open"))+h.metric(pairState("p1", "d0", "probing")) == 1
 	}, func() string { return fmt.Sprintf("the cross pairs' breakers did not open in %d requests", i) })
-	t.Logf("both cross pairs open after %d requests, %v before the deadline", i, time.Until(deadline).Round(time.Millisecond))
+	t.Logf("both cross pairs shown open after %d requests, %v before the deadline", i, time.Until(deadline).Round(time.Millisecond))
 	before := map[string]int64{}
 	for _, d := range []string{"d0", "d1"} {
 		before[d] = h.simEngine(d).Stats().KVLoadFailures

@@ -31,7 +31,7 @@ type Engine struct {
 	kvHost     string
 	kvPort     int
 
-	identity atomic.Pointer[string] // engine id; Restart replaces it
+	identity atomic.Pointer[string]   // engine id; Restart replaces it
 	kvcfg    atomic.Pointer[kvConfig] // what the KV handshake compares that may change (handshake.go)
 	dead     atomic.Bool
 	// metricsFault bends /metrics for scrape tests (nil: none).
