@@ -38,8 +38,10 @@ type probeOutcome struct {
 	// readFailed are such pairs of a check left inconclusive, waiting for another producer:
 	// the engine actor keeps them until a check passes (and then tells them) or fails.
 	readFailed []pairRefused
-	// lastProducer is the producer of the check's last transfer.
+	// lastProducer is the producer of the check's last transfer; tp the tensor parallel size
+	// the target's own handoff advertised (0: it made none).
 	lastProducer *placement.Engine
+	tp           int
 }
 
 // startProbe moves an ejected engine to probing and runs its readmission check off the actor.
@@ -64,6 +66,7 @@ func (a *engineActor) probeFinished(ctx actor.Context, m probeFinished) {
 	out := m.outcome
 	a.tellRejected(ctx, out.rejected)
 	a.tellRefused(ctx, out)
+	a.storeTP(out)
 	st.lastProbe = &out.Probe
 	st.view.Why.Store(a.whyOut())
 	a.storeModels(out.models)
@@ -110,6 +113,7 @@ func (a *engineActor) joinFinished(ctx actor.Context, m joinFinished) {
 	out := m.outcome
 	a.tellRejected(ctx, out.rejected)
 	a.tellRefused(ctx, out)
+	a.storeTP(out)
 	st.joinCheck = &out.Probe
 	st.view.Why.Store(a.whyOut()) // readiness's reason, even when the state does not change
 	a.storeModels(out.models)
@@ -186,6 +190,13 @@ func (a *engineActor) onDescriptorsRejected(ctx actor.Context, m descriptorsReje
 	a.r.log.Warn("producer ejected: its handoff descriptors fail validation", "engine", st.spec.Name, "reason", m.reason)
 	a.transition(ctx, prev)
 	a.schedule(ctx)
+}
+
+// storeTP keeps the tensor parallel size the engine's own handoff advertised in a check.
+func (a *engineActor) storeTP(out probeOutcome) {
+	if out.tp > 0 {
+		a.st.view.TP.Store(int32(out.tp))
+	}
 }
 
 // storeModels keeps the model list a check found, for an engine that had none.
@@ -324,7 +335,9 @@ type probe struct {
 	// its own leg fails reading the partner's handoff: that may be the pair's fault).
 	alternatives []*placement.Engine
 	// rejected collects the partners whose descriptors failed validation (probeOutcome);
-	// refused the pairs at fault (check), readFailed those of a check left waiting.
+	// refused the pairs at fault (check), readFailed those of a check left waiting; tp is the
+	// tensor parallel size the target's own handoff advertised.
+	tp         int
 	rejected   []*placement.Engine
 	refused    []pairRefused
 	readFailed []pairRefused
@@ -367,7 +380,7 @@ func (p *probe) run() probeOutcome {
 	}
 	out.Probe = p.check(ctx, model)
 	out.rejected, out.refused, out.readFailed = p.rejected, p.refused, p.readFailed
-	out.lastProducer = p.producer
+	out.lastProducer, out.tp = p.producer, p.tp
 	return out
 }
 
@@ -440,7 +453,10 @@ func (p *probe) transfer(ctx context.Context, model string, contract bool) (res 
 	if p.consumer != nil {
 		consumer = p.consumer.Client
 	}
-	_, err := transport.ProbeTransfer(ctx, producer, consumer, model, p.legTimeout())
+	rep, err := transport.ProbeTransfer(ctx, producer, consumer, model, p.legTimeout())
+	if p.producer == p.target && len(rep.Descriptor) > 0 {
+		p.tp = kv.DescriptorTP(rep.Descriptor)
+	}
 	if err == nil {
 		switch {
 		case p.local:

@@ -26,13 +26,15 @@ func (f *Fleet) PublishPairs(open []health.PairView) {
 	f.pairs.Store(s)
 }
 
-// KVShape is the engine's KV layout as its last successful /metrics scrape reported it (zero
-// fields: unknown, as without placement.scrape_interval_s).
+// KVShape is the engine's KV layout as the router knows it: block size and cache dtype from its
+// last successful /metrics scrape, TP from its own descriptors (zero fields: unknown).
 func (v *Engine) KVShape() kv.Shape {
-	if s := v.Scraped.Load(); s != nil {
-		return s.Load.Shape
+	var s kv.Shape
+	if l := v.Scraped.Load(); l != nil {
+		s = l.Load.Shape
 	}
-	return kv.Shape{}
+	s.TP = int(v.TP.Load())
+	return s
 }
 
 // Pairable says whether producer p may hand its KV cache to consumer c, and why not: their KV

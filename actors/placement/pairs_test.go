@@ -14,7 +14,9 @@ import (
 // shaped is a view whose last scrape reported shape.
 func shaped(name string, role config.Role, shape kv.Shape) *Engine {
 	v := view(name, role, 0, 0)
-	v.Scraped.Store(&LoadSample{At: time.Unix(1, 0), Load: transport.EngineLoad{Shape: shape}})
+	v.Scraped.Store(&LoadSample{At: time.Unix(1, 0), Load: transport.EngineLoad{Shape: kv.Shape{BlockSize: shape.BlockSize,
+		CacheDType: shape.CacheDType}}})
+	v.TP.Store(int32(shape.TP)) // a scrape never reports it: the engine's descriptors do
 	return v
 }
 
@@ -36,6 +38,8 @@ func TestPairable(t *testing.T) {
 		{"the pair's breaker is open", auto16, auto16,
 			[]health.PairView{{PairKey: health.PairKey{Producer: "p0", Consumer: "d0"}, Cause: "hash mismatch"}},
 			"pair breaker open: hash mismatch"},
+		{"TP sizes differ (the engines' descriptors)", kv.Shape{BlockSize: 16, TP: 2}, kv.Shape{BlockSize: 16, TP: 1}, nil,
+			"incompatible KV caches: tensor parallel size 2 ≠ 1"},
 		{"another pair's breaker is open", auto16, auto16,
 			[]health.PairView{{PairKey: health.PairKey{Producer: "d0", Consumer: "p0"}, Cause: "x"}}, ""},
 	} {

@@ -1,6 +1,11 @@
 package kv
 
-import "fmt"
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/narwhal-router/narwhal/transport/wire"
+)
 
 // Shape is what the router knows of an engine's KV cache layout, the parts on which a NIXL
 // transfer between two engines depends. A zero field is unknown and never compared.
@@ -39,4 +44,22 @@ func Mismatch(p, c Shape) string {
 		return fmt.Sprintf("tensor parallel size %d ≠ %d", p.TP, c.TP)
 	}
 	return ""
+}
+
+// DescriptorTP is the tensor parallel size a producer's handoff descriptor advertises (NIXL's
+// tp_size), 0 when it names none.
+func DescriptorTP(raw []byte) int {
+	fields, err := wire.ScanObject(raw, nil)
+	if err != nil {
+		return 0
+	}
+	v, ok := wire.Member(raw, fields, "tp_size")
+	if !ok {
+		return 0
+	}
+	n, err := strconv.Atoi(string(v))
+	if err != nil || n < 1 {
+		return 0
+	}
+	return n
 }

@@ -21,3 +21,17 @@ func TestMismatch(t *testing.T) {
 		}
 	}
 }
+
+func TestDescriptorTP(t *testing.T) {
+	for raw, want := range map[string]int{
+		`{"do_remote_prefill":true,"remote_engine_id":"e","tp_size":4}`: 4,
+		`{"do_remote_prefill":true,"remote_engine_id":"e"}`:             0,
+		`{"tp_size":"4"}`: 0,
+		`{"tp_size":0}`:   0,
+		`not json`:        0,
+	} {
+		if got := DescriptorTP([]byte(raw)); got != want {
+			t.Errorf("DescriptorTP(%s) = %d, want %d", raw, got, want)
+		}
+	}
+}
