@@ -88,6 +88,10 @@ func (f boardFacts) Commits(e *placement.Engine) uint64   { return e.Commits.Loa
 func (f boardFacts) LastCommit(e *placement.Engine) int64 { return e.LastCommit.Load() }
 func (f boardFacts) InPlacement(e *placement.Engine) bool { return e.Placeable.Load() }
 
+func (f boardFacts) OtherPartners(p, c *placement.Engine) bool {
+	return f.env.fleet.Load().OtherPartners(p, c)
+}
+
 func (f boardFacts) CommittedAfter(fp uint64, after time.Time) bool {
 	return f.env.commits.Since(fp, after)
 }

@@ -45,16 +45,19 @@ type Facts[E comparable] interface {
 	FleetCommittedAfter(cut int64) bool
 	// CommittedAfter says a request with fingerprint fp committed after the time given.
 	CommittedAfter(fp uint64, after time.Time) bool
+	// OtherPartners says producer p may hand to another consumer in placement, and consumer c
+	// read another producer's handoffs: keeping the pair apart leaves both something to do.
+	OtherPartners(p, c E) bool
 }
 
 // Report is one request's counted failures, sent once its fate is known: FP is its
 // fingerprint; Committed says it committed on another attempt, through Producer (the zero E
-// for a local decode).
+// for a local decode) to Consumer.
 type Report[E comparable] struct {
-	FP        uint64
-	Committed bool
-	Producer  E
-	Ends      []Leg[E]
+	FP                 uint64
+	Committed          bool
+	Producer, Consumer E
+	Ends               []Leg[E]
 }
 
 // Verdict is what the board found a failure to be.
@@ -142,9 +145,10 @@ func (b *Board[E]) Report(r Report[E], now time.Time, window time.Duration) []De
 	b.begin(now, window)
 	for i, l := range r.Ends {
 		switch {
-		case b.pairFailedBefore(l, r.FP):
-			// Another request failed on this very pair, and nothing else failed on either
-			// engine: the pair's, whatever this request did elsewhere.
+		case b.pairFailedBefore(l, r.FP), b.pairsAtOnce(l, r):
+			// Another request failed on this very pair, or this one then committed through
+			// another producer to this consumer, and nothing else failed on either engine: the
+			// pair's, whatever this request did elsewhere.
 			b.decide(BlamePair, l)
 		case !r.Committed && b.failedElsewhere(r, i):
 			h := b.newHeld(l, r.FP, requestSuspect)

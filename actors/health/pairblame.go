@@ -4,12 +4,15 @@ package health
 // pair's fault — the consumer cannot read this producer's handoffs, as when vLLM refuses their
 // handshake — when the failures are confined to the pair while both engines serve others:
 //
-//   - the producer's handoffs are readable (it committed since its first failed handoff in the
-//     window, or this very request committed through it on another consumer), or a held
-//     handoff failure's producer commits elsewhere;
+//   - the request itself committed on another pair: through another producer to the same
+//     consumer (the consumer reads others' handoffs), or through the same producer to another
+//     consumer (the producer's handoffs are read elsewhere);
 //   - in the window, the producer's handoffs failed on no other consumer and the consumer
 //     failed nothing else (confinedToPair);
-//   - the consumer then commits a request (with another producer: BlamePair).
+//   - committed through another producer to this consumer, that is evidence enough: the pair's
+//     at once (BlamePair). Committed through this producer elsewhere, the consumer must then
+//     commit a request too (with some producer: the board cannot tell which, so a pair that
+//     failed once and works again may open, and its first probe closes it).
 //
 // A second request failing on the same pair, with the failures still confined to it, is the
 // pair's at once (pairFailedBefore) — even when that request failed on another such pair too,
@@ -34,15 +37,27 @@ func (b *Board[E]) pairFailedBefore(l Leg[E], fp uint64) bool {
 	return false
 }
 
+// pairsAtOnce says the transfer failure l of report r is the pair's at once: the request
+// committed through another producer to this very consumer.
+func (b *Board[E]) pairsAtOnce(l Leg[E], r Report[E]) bool {
+	return l.Transfer() && r.Committed && r.Consumer == l.Engine && r.Producer != l.Producer && b.confinedToPair(l)
+}
+
 // mayBePairs says the transfer failure l of report r is held as the pair's until the consumer
-// shows it serves other producers.
+// shows it serves: the request committed through this producer to another consumer.
 func (b *Board[E]) mayBePairs(l Leg[E], r Report[E]) bool {
-	return l.Transfer() && (b.handoffsWork(l.Producer) || r.Committed && r.Producer == l.Producer) && b.confinedToPair(l)
+	return l.Transfer() && r.Committed && r.Producer == l.Producer && r.Consumer != l.Engine && b.confinedToPair(l)
 }
 
 // confinedToPair says no failure in the window involves l's consumer or l's producer's handoffs
 // other than this pair's transfers.
+//
+// It is false too when either engine has no other partner in placement: a fleet of one pair
+// cannot tell the pair from its engines, and keeping it apart would leave them idle.
 func (b *Board[E]) confinedToPair(l Leg[E]) bool {
+	if !b.facts.OtherPartners(l.Producer, l.Engine) {
+		return false
+	}
 	for _, rec := range b.recent {
 		samePair := rec.leg.Transfer() && rec.leg.Engine == l.Engine && rec.leg.Producer == l.Producer
 		switch {

@@ -69,3 +69,23 @@ func (f *Snapshot) withUnpairable(exclude []string, cons *Engine) []string {
 	}
 	return out
 }
+
+// OtherPartners says producer p may hand to a consumer in placement other than c, and consumer c
+// read the handoffs of a producer in placement other than p (Pairable both): keeping the pair
+// p→c apart leaves both engines something to do.
+func (f *Snapshot) OtherPartners(p, c *Engine) bool {
+	return f.hasPartner(fault.PhaseDecode, p, c, func(v *Engine) (bool, string) { return f.Pairable(p, v) }) &&
+		f.hasPartner(fault.PhasePrefill, c, p, func(v *Engine) (bool, string) { return f.Pairable(v, c) })
+}
+
+// hasPartner says an engine in placement running phase, neither self nor not, passes pairable.
+func (f *Snapshot) hasPartner(phase fault.Phase, self, not *Engine, pairable func(*Engine) (bool, string)) bool {
+	for _, v := range f.byPhase[phase] {
+		if v != self && v != not && v.Placeable.Load() {
+			if ok, _ := pairable(v); ok {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -95,3 +95,37 @@ func TestPlaceAttemptSkipsUnpairableProducers(t *testing.T) {
 		}
 	}
 }
+
+// TestOtherPartners: a pair may be kept apart only while both its engines have another partner
+// in placement they can pair with.
+func TestOtherPartners(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		p1Out   bool
+		d1Shape kv.Shape
+		open    []health.PairView
+		want    bool
+		p0Alone bool // no second consumer at all
+	}{
+		{name: "two of each", want: true},
+		{name: "the other producer is out", p1Out: true, want: false},
+		{name: "the other consumer cannot read p0", d1Shape: kv.Shape{CacheDType: "fp8"}, want: false},
+		{name: "the other producer's pair with d0 is open",
+			open: []health.PairView{{PairKey: health.PairKey{Producer: "p1", Consumer: "d0"}}}, want: false},
+		{name: "one consumer only", p0Alone: true, want: false},
+	} {
+		p0, p1 := shaped("p0", config.RolePrefill, kv.Shape{CacheDType: "auto"}), shaped("p1", config.RolePrefill, kv.Shape{CacheDType: "auto"})
+		d0, d1 := shaped("d0", config.RoleDecode, kv.Shape{CacheDType: "auto"}), shaped("d1", config.RoleDecode, tc.d1Shape)
+		p1.Placeable.Store(!tc.p1Out)
+		engines := []*Engine{p0, p1, d0, d1}
+		if tc.p0Alone {
+			engines = engines[:3]
+		}
+		f := NewFleet(NewPrefixIndex(1<<10, nil), nil)
+		f.Publish(engines)
+		f.PublishPairs(tc.open)
+		if got := f.Load().OtherPartners(p0, d0); got != tc.want {
+			t.Errorf("%s: OtherPartners(p0, d0) = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

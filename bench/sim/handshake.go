@@ -105,7 +105,7 @@ func (e *Engine) handshake(ctx context.Context, addr string) error {
 		// vLLM's own words (nixl/base_worker.py).
 		return fmt.Errorf("NIXL compatibility hash mismatch. Local: %s, Remote: %s. Prefill and decode instances "+
 			"have incompatible configurations. This may be due to: different vLLM versions, models, dtypes, "+
-			"KV cache layouts, attention backends, etc. Both instances must use identical configurations.",
+			"KV cache layouts, attention backends, etc. Both instances must use identical configurations",
 			local, peer.CompatibilityHash)
 	}
 	if peer.BlockSize != e.opts.BlockSize {
