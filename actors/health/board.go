@@ -145,7 +145,7 @@ func (b *Board[E]) Report(r Report[E], now time.Time, window time.Duration) []De
 	b.begin(now, window)
 	for i, l := range r.Ends {
 		switch {
-		case b.pairFailedBefore(l, r.FP), b.pairsAtOnce(l, r):
+		case b.pairFailedBefore(l, r), b.pairsAtOnce(l, r):
 			// Another request failed on this very pair, or this one then committed through
 			// another producer to this consumer, and nothing else failed on either engine: the
 			// pair's, whatever this request did elsewhere.
@@ -238,7 +238,7 @@ func (b *Board[E]) settle(h *heldFailure[E]) bool {
 				b.decide(BlameProducer, h.l)
 				return true
 			}
-		case b.facts.Commits(p) > h.producerCommits && b.confinedToPair(h.l):
+		case b.facts.Commits(p) > h.producerCommits && b.confinedToPair(h.l, nil):
 			h.why = pairSuspect // the producer's handoffs commit elsewhere: the consumer's, or the pair's
 			return b.settle(h)
 		case b.facts.Commits(p) > h.producerCommits: // the producer's handoffs commit elsewhere

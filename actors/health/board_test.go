@@ -182,6 +182,10 @@ func TestBoardRules(t *testing.T) {
 			[]event{served("p0", "p1", "d0", "d1"), report(time.Second, 1, decodeFail("d1", "p0"), decodeFail("d0", "p1")),
 				report(1500*time.Millisecond, 2, decodeFail("d1", "p0"), decodeFail("d0", "p1"))},
 			[]string{"request's d1", "request's d0", "pair p0→d1", "pair p1→d0"}},
+		{"a request failing through one producer on several consumers is no pair's, whatever failed before",
+			[]event{served("p0", "d0", "d1", "d2"), report(time.Second, 1, decodeFail("d1", "p0")),
+				report(1500*time.Millisecond, 2, decodeFail("d0", "p0"), decodeFail("d1", "p0"), decodeFail("d2", "p0"))},
+			[]string{"count d1", "request's d0", "request's d2"}}, // d1's second failure waits for the window (held)
 		{"one pair alone cannot be told from its engines: a second request failing on it is the consumer's",
 			[]event{served("p0", "d0"), facts(0, func(f *fleetFacts, _ time.Time) { f.alone["d0"] = true }),
 				report(time.Second, 1, decodeFail("d0", "p0")), report(1500*time.Millisecond, 2, decodeFail("d0", "p0"))},

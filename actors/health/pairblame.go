@@ -23,14 +23,16 @@ package health
 // window later; a producer whose handoffs fail on two consumers is ProducerSuspect's business.
 
 // pairFailedBefore says another request (another fingerprint) failed reading a handoff on l's
-// very pair within the window, and the failures are confined to the pair: two requests are
+// very pair the same way (fault kind and status) within the window, and the failures are
+// confined to the pair: two requests are
 // evidence enough, even one that failed on another such pair too.
-func (b *Board[E]) pairFailedBefore(l Leg[E], fp uint64) bool {
-	if !l.Transfer() || !b.confinedToPair(l) {
+func (b *Board[E]) pairFailedBefore(l Leg[E], r Report[E]) bool {
+	if !l.Transfer() || !b.confinedToPair(l, r.Ends) {
 		return false
 	}
 	for _, rec := range b.recent {
-		if rec.fp != fp && rec.leg.Transfer() && rec.leg.Engine == l.Engine && rec.leg.Producer == l.Producer {
+		if rec.fp != r.FP && rec.leg.Transfer() && rec.leg.Engine == l.Engine && rec.leg.Producer == l.Producer &&
+			rec.leg.Fault.Kind == l.Fault.Kind && rec.leg.Fault.Status == l.Fault.Status {
 			return true
 		}
 	}
@@ -40,33 +42,47 @@ func (b *Board[E]) pairFailedBefore(l Leg[E], fp uint64) bool {
 // pairsAtOnce says the transfer failure l of report r is the pair's at once: the request
 // committed through another producer to this very consumer.
 func (b *Board[E]) pairsAtOnce(l Leg[E], r Report[E]) bool {
-	return l.Transfer() && r.Committed && r.Consumer == l.Engine && r.Producer != l.Producer && b.confinedToPair(l)
+	return l.Transfer() && r.Committed && r.Consumer == l.Engine && r.Producer != l.Producer && b.confinedToPair(l, r.Ends)
 }
 
 // mayBePairs says the transfer failure l of report r is held as the pair's until the consumer
 // shows it serves: the request committed through this producer to another consumer.
 func (b *Board[E]) mayBePairs(l Leg[E], r Report[E]) bool {
-	return l.Transfer() && r.Committed && r.Producer == l.Producer && r.Consumer != l.Engine && b.confinedToPair(l)
+	return l.Transfer() && r.Committed && r.Producer == l.Producer && r.Consumer != l.Engine && b.confinedToPair(l, r.Ends)
 }
 
-// confinedToPair says no failure in the window involves l's consumer or l's producer's handoffs
-// other than this pair's transfers.
+// confinedToPair says no failure in the window, nor another end of the request being reported
+// (ends), involves l's consumer or l's producer's handoffs other than this pair's transfers.
 //
 // It is false too when either engine has no other partner in placement: a fleet of one pair
 // cannot tell the pair from its engines, and keeping it apart would leave them idle.
-func (b *Board[E]) confinedToPair(l Leg[E]) bool {
+func (b *Board[E]) confinedToPair(l Leg[E], ends []Leg[E]) bool {
 	if !b.facts.OtherPartners(l.Producer, l.Engine) {
 		return false
 	}
 	for _, rec := range b.recent {
-		samePair := rec.leg.Transfer() && rec.leg.Engine == l.Engine && rec.leg.Producer == l.Producer
-		switch {
-		case samePair:
-		case rec.leg.Engine == l.Engine: // the consumer failed something else
-			return false
-		case rec.leg.Transfer() && rec.leg.Producer == l.Producer: // the producer's handoffs failed elsewhere
+		if !sameSides(l, rec.leg) {
 			return false
 		}
+	}
+	for _, o := range ends {
+		if !sameSides(l, o) {
+			return false
+		}
+	}
+	return true
+}
+
+// sameSides says failure o does not set l's pair apart from its engines: it is a transfer of the
+// same pair, or involves neither l's consumer nor l's producer's handoffs.
+func sameSides[E comparable](l, o Leg[E]) bool {
+	switch {
+	case o.Transfer() && o.Engine == l.Engine && o.Producer == l.Producer:
+		return true
+	case o.Engine == l.Engine: // the consumer failed something else
+		return false
+	case o.Transfer() && o.Producer == l.Producer: // the producer's handoffs failed elsewhere
+		return false
 	}
 	return true
 }
@@ -75,7 +91,7 @@ func (b *Board[E]) confinedToPair(l Leg[E]) bool {
 // commits, its consumer's once the failures are not confined to the pair any more.
 func (b *Board[E]) settlePair(h *heldFailure[E]) (Verdict, bool) {
 	switch {
-	case !b.confinedToPair(h.l):
+	case !b.confinedToPair(h.l, nil):
 		return Count, true
 	case b.facts.Commits(h.l.Engine) > h.commits:
 		return BlamePair, true
