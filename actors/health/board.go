@@ -145,11 +145,6 @@ func (b *Board[E]) Report(r Report[E], now time.Time, window time.Duration) []De
 	b.begin(now, window)
 	for i, l := range r.Ends {
 		switch {
-		case b.pairFailedBefore(l, r), b.pairsAtOnce(l, r):
-			// Another request failed on this very pair, or this one then committed through
-			// another producer to this consumer, and nothing else failed on either engine: the
-			// pair's, whatever this request did elsewhere.
-			b.decide(BlamePair, l)
 		case !r.Committed && b.failedElsewhere(r, i):
 			h := b.newHeld(l, r.FP, requestSuspect)
 			switch {
@@ -166,6 +161,11 @@ func (b *Board[E]) Report(r Report[E], now time.Time, window time.Duration) []De
 			// Sent again and failing on the same engine: the request's if it fails on another
 			// engine too within the window, else the engine's when the window has passed.
 			b.hold(b.newHeld(l, r.FP, repeatSuspect))
+		case b.pairFailedBefore(l, r), b.pairsAtOnce(l, r):
+			// Another request failed on this very pair, or this one then committed through
+			// another producer to this consumer, and nothing else failed on either engine: the
+			// pair's. (A request failing the same way everywhere is the request's first.)
+			b.decide(BlamePair, l)
 		case l.Transfer() && !b.handoffsWork(l.Producer) &&
 			(r.Committed && r.Producer != l.Producer || !r.Committed && b.failedOnOthers(l)):
 			// The request committed through another producer, or the producer's handoffs failed

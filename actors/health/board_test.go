@@ -177,11 +177,14 @@ func TestBoardRules(t *testing.T) {
 				report(2*time.Second, 2, decodeFail("d0", "p1"))},
 			[]string{"count d0", "count d0"}},
 		// The first request failed on both cross pairs of an asymmetric fleet: alone it looks like
-		// a request failing everywhere (no engine counts it); the second tells the pairs.
-		{"a second request failing on the same pair: the pair's at once, even failing on another such pair too",
+		// a request failing everywhere (no engine counts it), and a second that fails the same
+		// waits for evidence; the third, committed on its third attempt, tells the pairs.
+		{"a request committed after failing on pairs that failed before: the pairs'",
 			[]event{served("p0", "p1", "d0", "d1"), report(time.Second, 1, decodeFail("d1", "p0"), decodeFail("d0", "p1")),
-				report(1500*time.Millisecond, 2, decodeFail("d1", "p0"), decodeFail("d0", "p1"))},
-			[]string{"request's d1", "request's d0", "pair p0→d1", "pair p1→d0"}},
+				report(1500*time.Millisecond, 2, decodeFail("d1", "p0"), decodeFail("d0", "p1")),
+				{at: 2 * time.Second, report: &Report[string]{FP: 3, Committed: true, Producer: "p1", Consumer: "d1",
+					Ends: []Leg[string]{decodeFail("d1", "p0"), decodeFail("d0", "p1")}}}},
+			[]string{"request's d1", "request's d0", "pair p0→d1", "pair p1→d0"}}, // the second's are held for evidence
 		{"a request failing through one producer on several consumers is no pair's, whatever failed before",
 			[]event{served("p0", "d0", "d1", "d2"), report(time.Second, 1, decodeFail("d1", "p0")),
 				report(1500*time.Millisecond, 2, decodeFail("d0", "p0"), decodeFail("d1", "p0"), decodeFail("d2", "p0"))},
