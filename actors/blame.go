@@ -72,7 +72,7 @@ func (s *requestSupervisor) judge(ctx actor.Context, committed bool) {
 		if r == nil {
 			r = &blameReport{FP: s.fingerprint, Committed: committed}
 			if committed {
-				r.Producer = s.producer
+				r.Producer, r.Consumer = s.producer, s.consumer
 			}
 		}
 		r.Ends = append(r.Ends, l)

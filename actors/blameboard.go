@@ -17,9 +17,12 @@ import (
 // evidence, the actor has it look again every boardTickEvery.
 type blameBoard struct {
 	env     *requestEnv
+	r       *Router // the configuration a pair probe runs with (pairs.go)
 	self    *actor.PID
 	board   *health.Board[*placement.Engine]
 	ticking bool
+	// pairs are the pair breakers, whose one writer this actor is (pairs.go).
+	pairs pairState
 }
 
 // boardTickEvery is how often the board looks for evidence while it holds failures.
@@ -32,11 +35,14 @@ func (b *blameBoard) Receive(ctx actor.Context) {
 	case *actor.Started:
 		b.self = ctx.Self()
 		b.board = health.NewBoard[*placement.Engine](boardFacts{b.env})
+		b.startPairs()
 	case *blameReport:
 		b.apply(ctx, b.board.Report(*m, time.Now(), b.window()))
 	case boardDue:
 		b.ticking = false
 		b.apply(ctx, b.board.Evaluate(time.Now(), b.window()))
+	default:
+		b.receivePairs(m)
 	}
 }
 
@@ -63,6 +69,8 @@ func (b *blameBoard) apply(ctx actor.Context, ds []health.Decision[*placement.En
 			}
 			b.env.log.Info("failed handoff blamed on the producer: its handoffs fail on two or more consumers",
 				"producer", l.Producer.Name, "consumer", l.Engine.Name, "kind", l.Fault.Kind.String())
+		case health.BlamePair:
+			b.pairFailed(l.Producer, l.Engine, l.Fault.Error())
 		}
 	}
 	if b.board.Holding() && !b.ticking {
@@ -79,6 +87,10 @@ type boardFacts struct{ env *requestEnv }
 func (f boardFacts) Commits(e *placement.Engine) uint64   { return e.Commits.Load() }
 func (f boardFacts) LastCommit(e *placement.Engine) int64 { return e.LastCommit.Load() }
 func (f boardFacts) InPlacement(e *placement.Engine) bool { return e.Placeable.Load() }
+
+func (f boardFacts) OtherPartners(p, c *placement.Engine) bool {
+	return f.env.fleet.Load().OtherPartners(p, c)
+}
 
 func (f boardFacts) CommittedAfter(fp uint64, after time.Time) bool {
 	return f.env.commits.Since(fp, after)

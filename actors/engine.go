@@ -41,7 +41,10 @@ type engineState struct {
 	// check (kept once the engine is admitted, for /engines).
 	lastProbe *messages.Probe
 	joinCheck *messages.Probe
-	restarts  int
+	// readFailed are the producers whose handoff this consumer's inconclusive check could not
+	// read (probe.go): when a later check passes with another producer, those pairs are at fault.
+	readFailed []pairRefused
+	restarts   int
 	// probeGen identifies the probe or join check in flight; an outcome for another
 	// generation is stale. checking says a join check is in flight.
 	probeGen int

@@ -20,7 +20,7 @@ func (g *guardianActor) Receive(ctx actor.Context) {
 			panic(err)
 		}
 		g.r.pool, g.r.env.pool = pid, pid
-		board, err := ctx.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &blameBoard{env: g.r.env} }, inline), "blame")
+		board, err := ctx.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &blameBoard{env: g.r.env, r: g.r} }, inline), "blame")
 		if err != nil {
 			panic(err)
 		}

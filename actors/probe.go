@@ -3,7 +3,6 @@ package actors
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -32,6 +31,16 @@ type probeOutcome struct {
 	// rejected are the partners whose handoff descriptors failed validation on their own
 	// (descriptorsRejected): the engine actor tells each.
 	rejected []*placement.Engine
+	// refused are the pairs whose transfer failed on the consumer's leg while another partner's
+	// passed: the pair's fault (pairs.go). The engine actor tells the blame board's actor.
+	refused []pairRefused
+	// readFailed are such pairs of a check left inconclusive, waiting for another producer:
+	// the engine actor keeps them until a check passes (and then tells them) or fails.
+	readFailed []pairRefused
+	// lastProducer is the producer of the check's last transfer; tp the tensor parallel size
+	// the target's own handoff advertised (0: it made none).
+	lastProducer *placement.Engine
+	tp           int
 }
 
 // startProbe moves an ejected engine to probing and runs its readmission check off the actor.
@@ -55,6 +64,8 @@ func (a *engineActor) probeFinished(ctx actor.Context, m probeFinished) {
 	}
 	out := m.outcome
 	a.tellRejected(ctx, out.rejected)
+	a.tellRefused(ctx, out)
+	a.storeTP(out)
 	st.lastProbe = &out.Probe
 	st.view.Why.Store(a.whyOut())
 	a.storeModels(out.models)
@@ -100,6 +111,8 @@ func (a *engineActor) joinFinished(ctx actor.Context, m joinFinished) {
 	st.checking = false
 	out := m.outcome
 	a.tellRejected(ctx, out.rejected)
+	a.tellRefused(ctx, out)
+	a.storeTP(out)
 	st.joinCheck = &out.Probe
 	st.view.Why.Store(a.whyOut()) // readiness's reason, even when the state does not change
 	a.storeModels(out.models)
@@ -142,6 +155,29 @@ func (a *engineActor) tellRejected(ctx actor.Context, rejected []*placement.Engi
 	}
 }
 
+// tellRefused tells the blame board's actor of the pairs a check found unable to transfer:
+// those it found itself and, when it passed, those earlier inconclusive checks could not read
+// (with another producer's handoff read now, those pairs are at fault).
+func (a *engineActor) tellRefused(ctx actor.Context, out probeOutcome) {
+	st := a.st
+	switch out.Result {
+	case probeInconclusive:
+		st.readFailed = append(st.readFailed, out.readFailed...)
+	case probeSuccess:
+		for _, m := range st.readFailed {
+			if m.producer != out.lastProducer {
+				ctx.Send(a.r.env.board, m)
+			}
+		}
+		st.readFailed = nil
+	default:
+		st.readFailed = nil
+	}
+	for _, m := range out.refused {
+		ctx.Send(a.r.env.board, m)
+	}
+}
+
 // onDescriptorsRejected ejects an engine in placement whose descriptors a probe found invalid.
 func (a *engineActor) onDescriptorsRejected(ctx actor.Context, m descriptorsRejected) {
 	st := a.st
@@ -153,6 +189,13 @@ func (a *engineActor) onDescriptorsRejected(ctx actor.Context, m descriptorsReje
 	a.r.log.Warn("producer ejected: its handoff descriptors fail validation", "engine", st.spec.Name, "reason", m.reason)
 	a.transition(ctx, prev)
 	a.schedule(ctx)
+}
+
+// storeTP keeps the tensor parallel size the engine's own handoff advertised in a check.
+func (a *engineActor) storeTP(out probeOutcome) {
+	if out.tp > 0 {
+		a.st.view.TP.Store(int32(out.tp))
+	}
 }
 
 // storeModels keeps the model list a check found, for an engine that had none.
@@ -192,49 +235,30 @@ func (r *Router) planProbe(st *engineState, join bool) *probe {
 			// (inconclusive).
 			partner = nil
 		}
+		if partner != nil {
+			if ok, _ := f.Pairable(partner, st.view); !ok {
+				partner = nil // the pair cannot transfer: it says nothing of this consumer
+			}
+		}
 		if partner == nil {
 			if cands := trustedProducers(f, st.view, model, now); len(cands) > 0 {
 				partner, p.alternatives = cands[0], cands[1:]
 			}
 		}
 		p.producer, p.consumer, p.targetIsConsumer = partner, st.view, true
+		p.producerJoining = join && producerJoining(f, st.view)
 		if partner == nil && join && cur.Disaggregation.Policy != config.DisaggAlways && !producerJoining(f, st.view) {
 			p.local = true
 		}
 	case st.spec.Role == config.RolePrefill:
-		p.producer, p.consumer = st.view, f.AnyAdmitted(fault.PhaseDecode, st.view, model)
+		p.producer = st.view
+		if cands := pairableConsumers(f, st.view, model); len(cands) > 0 {
+			p.consumer, p.alternatives = cands[0], cands[1:]
+		}
 	default:
 		p.producer, p.consumer = st.view, st.view
 	}
 	return p
-}
-
-// trustedProducers are the admitted producers (other than not) whose handoffs the blame board
-// does not suspect, for a probe, in the order it tries them (health.Partners): those serving
-// model first, each group at random.
-func trustedProducers(f *placement.Snapshot, not *placement.Engine, model string, now time.Time) []*placement.Engine {
-	var cands []*placement.Engine
-	for _, v := range f.Engines {
-		if v != not && v.CanServe(fault.PhasePrefill) && v.Placeable.Load() && !v.Suspected(now) {
-			cands = append(cands, v)
-		}
-	}
-	order := health.Partners(len(cands), func(i int) bool { return model == "" || cands[i].Serves(model) }, rand.IntN)
-	out := make([]*placement.Engine, len(order))
-	for i, j := range order {
-		out[i] = cands[j]
-	}
-	return out
-}
-
-// producerJoining reports whether an engine able to prefill, other than not, is joining.
-func producerJoining(f *placement.Snapshot, not *placement.Engine) bool {
-	for _, v := range f.Engines {
-		if v != not && v.CanServe(fault.PhasePrefill) && health.State(v.State.Load()) == health.Joining {
-			return true
-		}
-	}
-	return false
 }
 
 // probe is one readmission check or join check. By default (recovery.readmission: probe) it
@@ -253,13 +277,21 @@ type probe struct {
 	consumer *placement.Engine
 	// targetIsConsumer says the target runs the decode leg; the producer is its partner.
 	targetIsConsumer bool
-	// join says this is a join check; local that the consumer is judged on a local decode.
-	join, local bool
-	// alternatives are the other producers a consumer's probe may partner with, in order:
-	// tried in turn while the partner's own leg fails, so a bad partner never decides.
+	// join says this is a join check; local that the consumer is judged on a local decode;
+	// producerJoining that another producer is still joining (a consumer's failed read waits
+	// for it: the pair may be at fault).
+	join, local, producerJoining bool
+	// alternatives are the other partners the probe may take, in order: tried in turn while
+	// the partner's own leg fails, so a bad partner never decides (and, for a consumer, while
+	// its own leg fails reading the partner's handoff: that may be the pair's fault).
 	alternatives []*placement.Engine
-	// rejected collects the partners whose descriptors failed validation (probeOutcome).
-	rejected []*placement.Engine
+	// rejected collects the partners whose descriptors failed validation (probeOutcome);
+	// refused the pairs at fault (check), readFailed those of a check left waiting; tp is the
+	// tensor parallel size the target's own handoff advertised.
+	tp         int
+	rejected   []*placement.Engine
+	refused    []pairRefused
+	readFailed []pairRefused
 }
 
 func (p *probe) partner() *placement.Engine {
@@ -298,7 +330,8 @@ func (p *probe) run() probeOutcome {
 		out.models, model = models, models[0]
 	}
 	out.Probe = p.check(ctx, model)
-	out.rejected = p.rejected
+	out.rejected, out.refused, out.readFailed = p.rejected, p.refused, p.readFailed
+	out.lastProducer, out.tp = p.producer, p.tp
 	return out
 }
 
@@ -328,13 +361,35 @@ func (p *probe) check(ctx context.Context, model string) messages.Probe {
 	if model == "" {
 		return p.result(probeFailure, "no model to probe with")
 	}
+	var refused []pairRefused
 	for {
 		res, partnerFailed := p.transfer(ctx, model, contract != nil)
-		if !partnerFailed || len(p.alternatives) == 0 || ctx.Err() != nil {
+		more := len(p.alternatives) > 0 && ctx.Err() == nil
+		readFailed := res.Result == probeFailure && p.targetIsConsumer && !p.local && p.producer != p.consumer
+		switch {
+		case readFailed && more:
+			// The consumer could not read this producer's handoff: the consumer's fault, or
+			// the pair's. Another producer tells which.
+			refused = append(refused, pairRefused{producer: p.producer, consumer: p.consumer, cause: res.Reason})
+		case partnerFailed && more:
+			// The partner's own leg failed: that says nothing of the target. Another may.
+		case readFailed && p.producerJoining:
+			// No other producer to tell whether the consumer or the pair is at fault yet:
+			// the check waits for one that is joining (the engine actor keeps this pair).
+			p.readFailed = append(refused, pairRefused{producer: p.producer, consumer: p.consumer, cause: res.Reason})
+			return p.result(probeInconclusive, "its read of %s's handoff failed (%s); waiting for another producer to tell "+
+				"whether the pair is at fault", p.producer.Name, res.Reason)
+		default:
+			if res.Result == probeSuccess {
+				p.refused = refused // another producer's handoff read: those pairs are at fault
+			}
 			return res
 		}
-		// The partner's own leg failed: that says nothing of the target. Another partner may.
-		p.producer, p.alternatives = p.alternatives[0], p.alternatives[1:]
+		if p.targetIsConsumer {
+			p.producer, p.alternatives = p.alternatives[0], p.alternatives[1:]
+		} else {
+			p.consumer, p.alternatives = p.alternatives[0], p.alternatives[1:]
+		}
 	}
 }
 
@@ -349,7 +404,10 @@ func (p *probe) transfer(ctx context.Context, model string, contract bool) (res 
 	if p.consumer != nil {
 		consumer = p.consumer.Client
 	}
-	_, err := transport.ProbeTransfer(ctx, producer, consumer, model, p.legTimeout())
+	rep, err := transport.ProbeTransfer(ctx, producer, consumer, model, p.legTimeout())
+	if p.producer == p.target && len(rep.Descriptor) > 0 {
+		p.tp = kv.DescriptorTP(rep.Descriptor)
+	}
 	if err == nil {
 		switch {
 		case p.local:

@@ -88,3 +88,42 @@ func TestPreflightChecksThePinnedContract(t *testing.T) {
 		t.Fatalf("a version mismatch passed:\n%s", res.Matrix())
 	}
 }
+
+// An asymmetric fleet (p0 and d0 run an fp8 KV cache, p1 and d1 the default): preflight reads
+// each engine's vllm:cache_config_info, shows the cross pairs incompatible with why, tries only
+// the others, and passes, since every engine keeps a partner. With d1 fp8 as well, p1 has no
+// consumer left: preflight fails naming it.
+func TestPreflightShowsIncompatiblePairsWithWhy(t *testing.T) {
+	f, err := sim.StartFleet(sim.FleetOptions{Prefill: 2, Decode: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	f.Engine("p0").SetKVConfig("", "fp8")
+	f.Engine("d0").SetKVConfig("", "fp8")
+	res := runPreflight(t, fleetConfig(f))
+	m := res.Matrix()
+	if !res.OK() {
+		t.Fatalf("preflight failed:\n%s", m)
+	}
+	for _, p := range res.Pairs {
+		cross := p.Producer[1] != p.Consumer[1]
+		if want := map[bool]string{true: "cache dtype"}[cross]; !strings.HasPrefix(p.Incompatible, want) || (p.Report.Tokens == 0) != cross {
+			t.Fatalf("%s→%s: incompatible %q, %d tokens transferred:\n%s", p.Producer, p.Consumer, p.Incompatible, p.Report.Tokens, m)
+		}
+	}
+	for _, want := range []string{"incompatible", "p0 → d1: cache dtype fp8 ≠ auto", "p1 → d0: cache dtype auto ≠ fp8", "preflight passed"} {
+		if !strings.Contains(m, want) {
+			t.Fatalf("matrix lacks %q:\n%s", want, m)
+		}
+	}
+	if s := f.Engine("d1").Stats(); s.KVLoadFailures != 0 {
+		t.Fatalf("an incompatible pair was tried: d1 failed %d KV loads", s.KVLoadFailures)
+	}
+
+	f.Engine("d1").SetKVConfig("", "fp8")
+	res = runPreflight(t, fleetConfig(f))
+	if m := res.Matrix(); res.OK() || !strings.Contains(m, "no compatible partner: p1 (producer)") {
+		t.Fatalf("preflight with p1 unpaired:\n%s", m)
+	}
+}

@@ -8,6 +8,8 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
+
+	"github.com/narwhal-router/narwhal/transport/kv"
 )
 
 // EngineLoad is what a router reads of an engine's own load from its Prometheus /metrics,
@@ -19,6 +21,9 @@ type EngineLoad struct {
 	KVUsage float64
 	// HasKVUsage says the engine reported vllm:kv_cache_usage_perc.
 	HasKVUsage bool
+	// Shape is the KV layout vllm:cache_config_info's labels report (kvshape.go); zero
+	// fields when the engine does not publish it.
+	Shape kv.Shape
 }
 
 // Load reads GET /metrics, bounded by ctx. An engine that answers but reports none of the
@@ -67,6 +72,7 @@ func ParseEngineLoad(body []byte) (EngineLoad, error) {
 		return l, errors.New("no vllm:num_requests_running, vllm:num_requests_waiting or vllm:kv_cache_usage_perc")
 	}
 	l.Running, l.Waiting = int(running), int(waiting)
+	l.Shape = cacheShape(families["vllm:cache_config_info"])
 	if n > 0 {
 		l.KVUsage, l.HasKVUsage = usage/float64(n), true
 	}

@@ -45,16 +45,19 @@ type Facts[E comparable] interface {
 	FleetCommittedAfter(cut int64) bool
 	// CommittedAfter says a request with fingerprint fp committed after the time given.
 	CommittedAfter(fp uint64, after time.Time) bool
+	// OtherPartners says producer p may hand to another consumer in placement, and consumer c
+	// read another producer's handoffs: keeping the pair apart leaves both something to do.
+	OtherPartners(p, c E) bool
 }
 
 // Report is one request's counted failures, sent once its fate is known: FP is its
 // fingerprint; Committed says it committed on another attempt, through Producer (the zero E
-// for a local decode).
+// for a local decode) to Consumer.
 type Report[E comparable] struct {
-	FP        uint64
-	Committed bool
-	Producer  E
-	Ends      []Leg[E]
+	FP                 uint64
+	Committed          bool
+	Producer, Consumer E
+	Ends               []Leg[E]
 }
 
 // Verdict is what the board found a failure to be.
@@ -71,6 +74,10 @@ const (
 	// Suspect: the producer's handoffs fail on two or more consumers; until Until a consumer's
 	// probe picks another partner.
 	Suspect
+	// BlamePair: the failure is the pair's (pairblame.go): the consumer cannot read this
+	// producer's handoffs while both serve others. The pair's breaker opens (PairBreakers);
+	// neither engine's breaker is told.
+	BlamePair
 )
 
 // Decision is one thing the board decided, for the board's actor to apply in order.
@@ -118,6 +125,7 @@ const (
 	requestSuspect suspicion = iota + 1 // the request failed the same way on two or more engines
 	repeatSuspect                       // the request failed the same way on this engine before
 	handoffSuspect                      // a decode failed reading a producer's handoff
+	pairSuspect                         // ... and the failures are confined to that pair (pairblame.go)
 )
 
 type heldFailure[E comparable] struct {
@@ -153,11 +161,18 @@ func (b *Board[E]) Report(r Report[E], now time.Time, window time.Duration) []De
 			// Sent again and failing on the same engine: the request's if it fails on another
 			// engine too within the window, else the engine's when the window has passed.
 			b.hold(b.newHeld(l, r.FP, repeatSuspect))
+		case b.pairFailedBefore(l, r), b.pairsAtOnce(l, r):
+			// Another request failed on this very pair, or this one then committed through
+			// another producer to this consumer, and nothing else failed on either engine: the
+			// pair's. (A request failing the same way everywhere is the request's first.)
+			b.decide(BlamePair, l)
 		case l.Transfer() && !b.handoffsWork(l.Producer) &&
 			(r.Committed && r.Producer != l.Producer || !r.Committed && b.failedOnOthers(l)):
 			// The request committed through another producer, or the producer's handoffs failed
 			// on another consumer too: the pair's fault, until the evidence tells which side.
 			b.hold(b.newHeld(l, r.FP, handoffSuspect))
+		case b.mayBePairs(l, r):
+			b.hold(b.newHeld(l, r.FP, pairSuspect))
 		default:
 			b.decide(Count, l)
 		}
@@ -199,7 +214,7 @@ func (b *Board[E]) evaluate() {
 
 // settle decides h if it can, reporting whether it did.
 func (b *Board[E]) settle(h *heldFailure[E]) bool {
-	if h.why == handoffSuspect && b.failsEverywhere(h.fp) {
+	if (h.why == handoffSuspect || h.why == pairSuspect) && b.failsEverywhere(h.fp) {
 		h.why = requestSuspect // the request fails on every consumer: not the producer's doing
 	}
 	if h.why == repeatSuspect && b.failedOnAnother(h) {
@@ -223,8 +238,16 @@ func (b *Board[E]) settle(h *heldFailure[E]) bool {
 				b.decide(BlameProducer, h.l)
 				return true
 			}
+		case b.facts.Commits(p) > h.producerCommits && b.confinedToPair(h.l, nil):
+			h.why = pairSuspect // the producer's handoffs commit elsewhere: the consumer's, or the pair's
+			return b.settle(h)
 		case b.facts.Commits(p) > h.producerCommits: // the producer's handoffs commit elsewhere
 			b.decide(Count, h.l)
+			return true
+		}
+	case pairSuspect:
+		if v, ok := b.settlePair(h); ok {
+			b.decide(v, h.l)
 			return true
 		}
 	}

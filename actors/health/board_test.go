@@ -15,15 +15,20 @@ type fleetFacts struct {
 	last     map[string]int64
 	out      map[string]bool
 	fpCommit map[uint64]time.Time
+	alone    map[string]bool // engines with no other partner
 }
 
 func newFleetFacts() *fleetFacts {
-	return &fleetFacts{commits: map[string]uint64{}, last: map[string]int64{}, out: map[string]bool{}, fpCommit: map[uint64]time.Time{}}
+	return &fleetFacts{commits: map[string]uint64{}, last: map[string]int64{}, out: map[string]bool{}, fpCommit: map[uint64]time.Time{},
+		alone: map[string]bool{}}
 }
 
 func (f *fleetFacts) Commits(e string) uint64   { return f.commits[e] }
 func (f *fleetFacts) LastCommit(e string) int64 { return f.last[e] }
 func (f *fleetFacts) InPlacement(e string) bool { return !f.out[e] }
+func (f *fleetFacts) OtherPartners(p, c string) bool {
+	return !f.alone[p] && !f.alone[c]
+}
 func (f *fleetFacts) CommittedAfter(fp uint64, after time.Time) bool {
 	t, ok := f.fpCommit[fp]
 	return ok && t.After(after)
@@ -87,6 +92,8 @@ func (d Decision[E]) String() string {
 		return fmt.Sprintf("suspect %v", d.Leg.Producer)
 	case BlameProducer:
 		return fmt.Sprintf("blame %v for %v", d.Leg.Producer, d.Leg.Engine)
+	case BlamePair:
+		return fmt.Sprintf("pair %v→%v", d.Leg.Producer, d.Leg.Engine)
 	}
 	return "?"
 }
@@ -144,6 +151,52 @@ func TestBoardRules(t *testing.T) {
 				facts(1500*time.Millisecond, func(f *fleetFacts, now time.Time) { f.commit(now, "p0") }),
 				report(2*time.Second, 2, decodeFail("d2", "p0"))},
 			[]string{"count d0", "count d2"}},
+		// The pair rule (pairblame.go).
+		{"the request then committed through another producer to the same consumer: the pair's at once",
+			[]event{served("p0", "d0"), {at: time.Second, report: &Report[string]{FP: 1, Committed: true, Producer: "p1", Consumer: "d0",
+				Ends: []Leg[string]{decodeFail("d0", "p0")}}}},
+			[]string{"pair p0→d0"}},
+		{"a retry on the same pair that commits: the consumer's (a transient failure)",
+			[]event{served("p0", "d0"), {at: time.Second, report: &Report[string]{FP: 1, Committed: true, Producer: "p0", Consumer: "d0",
+				Ends: []Leg[string]{decodeFail("d0", "p0")}}}},
+			[]string{"count d0"}},
+		{"the request committed through the same producer on another consumer: the pair's once the consumer commits",
+			[]event{served("d0"), {at: time.Second, report: &Report[string]{FP: 1, Committed: true, Producer: "p0", Consumer: "d2",
+				Ends: []Leg[string]{decodeFail("d0", "p0")}}},
+				look(1500 * time.Millisecond), // held: d0 has not shown it serves since
+				facts(2*time.Second, func(f *fleetFacts, now time.Time) { f.commit(now, "d0", "p1") }), look(2 * time.Second)},
+			[]string{"pair p0→d0"}},
+		{"a held handoff failure whose producer commits elsewhere, confined to the pair: the pair's",
+			[]event{served("d0"), {at: time.Second, report: &Report[string]{FP: 1, Committed: true, Producer: "p1", Consumer: "d2",
+				Ends: []Leg[string]{decodeFail("d0", "p0")}}},
+				facts(2*time.Second, func(f *fleetFacts, now time.Time) { f.commit(now, "p0", "d2") }), look(2 * time.Second),
+				facts(3*time.Second, func(f *fleetFacts, now time.Time) { f.commit(now, "d0", "p1") }), look(3 * time.Second)},
+			[]string{"pair p0→d0"}},
+		{"a consumer that then fails with another producer too is the consumer's",
+			[]event{served("p0", "p1", "d0"), report(time.Second, 1, decodeFail("d0", "p0")),
+				report(2*time.Second, 2, decodeFail("d0", "p1"))},
+			[]string{"count d0", "count d0"}},
+		// The first request failed on both cross pairs of an asymmetric fleet: alone it looks like
+		// a request failing everywhere (no engine counts it), and a second that fails the same
+		// waits for evidence; the third, committed on its third attempt, tells the pairs.
+		{"a request committed after failing on pairs that failed before: the pairs'",
+			[]event{served("p0", "p1", "d0", "d1"), report(time.Second, 1, decodeFail("d1", "p0"), decodeFail("d0", "p1")),
+				report(1500*time.Millisecond, 2, decodeFail("d1", "p0"), decodeFail("d0", "p1")),
+				{at: 2 * time.Second, report: &Report[string]{FP: 3, Committed: true, Producer: "p1", Consumer: "d1",
+					Ends: []Leg[string]{decodeFail("d1", "p0"), decodeFail("d0", "p1")}}}},
+			[]string{"request's d1", "request's d0", "pair p0→d1", "pair p1→d0"}}, // the second's are held for evidence
+		{"a request failing through one producer on several consumers is no pair's, whatever failed before",
+			[]event{served("p0", "d0", "d1", "d2"), report(time.Second, 1, decodeFail("d1", "p0")),
+				report(1500*time.Millisecond, 2, decodeFail("d0", "p0"), decodeFail("d1", "p0"), decodeFail("d2", "p0"))},
+			[]string{"count d1", "request's d0", "request's d2"}}, // d1's second failure waits for the window (held)
+		{"one pair alone cannot be told from its engines: a second request failing on it is the consumer's",
+			[]event{served("p0", "d0"), facts(0, func(f *fleetFacts, _ time.Time) { f.alone["d0"] = true }),
+				report(time.Second, 1, decodeFail("d0", "p0")), report(1500*time.Millisecond, 2, decodeFail("d0", "p0"))},
+			[]string{"count d0", "count d0"}},
+		{"a consumer that never commits is counted when the window passes",
+			[]event{served("p0", "d0"), {at: time.Second, report: &Report[string]{FP: 1, Committed: true, Producer: "p0", Consumer: "d2",
+				Ends: []Leg[string]{decodeFail("d0", "p0")}}}, look(5 * time.Second), look(11 * time.Second)},
+			[]string{"count d0"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFleetFacts()

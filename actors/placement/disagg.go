@@ -101,7 +101,7 @@ func (f *Snapshot) PlaceAttempt(a AttemptAsk) AttemptPlan {
 		return out
 	}
 	p := f.Place(Ask{Phase: fault.PhasePrefill, Model: a.Model, Avoid: append(a.Avoid[:len(a.Avoid):len(a.Avoid)], cons.Name),
-		Full: a.Full, Exclude: a.Exclude, Blocks: a.Prompt.Blocks, Tokens: a.Prompt.Tokens, Rules: a.Rules, Now: a.Now})
+		Full: a.Full, Exclude: f.withUnpairable(a.Exclude, cons), Blocks: a.Prompt.Blocks, Tokens: a.Prompt.Tokens, Rules: a.Rules, Now: a.Now})
 	out.ProducerPrefix = p.Prefix
 	switch auto := a.Rules.Disaggregation == config.DisaggAuto; {
 	case auto && p.Engine == nil && p.Why == NoRoom && a.affordsWhileFull(cons, c.Match):

@@ -43,6 +43,10 @@ type Engine struct {
 	// Scraped is the last /metrics scrape (placement.scrape_interval_s). Writer: the engine's
 	// scraper goroutine.
 	Scraped atomic.Pointer[LoadSample]
+	// TP is the tensor parallel size the engine's own handoff descriptors advertise (tp_size),
+	// 0 until one of its checks made a handoff. Writer: the engine actor, from its join checks
+	// and probes.
+	TP atomic.Int32
 	// MaxInflight is engines[].max_inflight (0: uncapped). Writer: the pool, before publication.
 	MaxInflight int
 	// Pushback is the engine's backpressure record. Writer: the request supervisors whose legs

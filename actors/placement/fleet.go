@@ -24,6 +24,8 @@ type Fleet struct {
 	rr [2]atomic.Uint64
 	// rnd draws a number in [0, n): the randomness of p2c and of ties, safe for concurrent use.
 	rnd func(n int) int
+	// pairs are the open pair breakers (pairs.go). Writer: the blame board's actor.
+	pairs atomic.Pointer[pairSet]
 }
 
 // NewFleet is an empty fleet whose placements remember prompts in index and draw their random
@@ -42,7 +44,8 @@ func (f *Fleet) Load() *Snapshot { return f.cur.Load() }
 
 // Publish makes engines (in their sources' order) the fleet placement sees.
 func (f *Fleet) Publish(engines []*Engine) {
-	s := &Snapshot{Engines: engines, byName: make(map[string]*Engine, len(engines)), Index: f.Index, rr: &f.rr, rnd: f.rnd}
+	s := &Snapshot{Engines: engines, byName: make(map[string]*Engine, len(engines)), Index: f.Index, rr: &f.rr, rnd: f.rnd,
+		pairs: &f.pairs}
 	slots := 0
 	for _, v := range engines {
 		s.byName[v.Name] = v
@@ -79,6 +82,7 @@ type Snapshot struct {
 	Index   *PrefixIndex
 	rr      *[2]atomic.Uint64
 	rnd     func(n int) int
+	pairs   *atomic.Pointer[pairSet]
 }
 
 // candidateLists are the engines able to run a phase of a model, per (phase, model) asked for,

@@ -35,6 +35,7 @@ func (e *Engine) apiRoutes() http.Handler {
 	mux.HandleFunc("POST /sim/faults", e.serveInjectFault)
 	mux.HandleFunc("DELETE /sim/faults", e.serveClearFaults)
 	mux.HandleFunc("POST /sim/restart", e.serveRestart)
+	mux.HandleFunc("POST /sim/kvconfig", e.serveSetKVConfig)
 	mux.HandleFunc("POST /sim/health", e.serveSetHealth)
 	mux.HandleFunc("POST /sim/metrics", e.serveSetMetricsFault)
 	mux.HandleFunc("DELETE /sim/metrics", e.serveClearMetricsFault)
@@ -125,7 +126,7 @@ func (e *Engine) serveModels(w http.ResponseWriter, r *http.Request) {
 }
 
 func (e *Engine) serveVersion(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]string{"version": e.opts.Version})
+	writeJSON(w, http.StatusOK, map[string]string{"version": e.kvConfig().Version})
 }
 
 func (e *Engine) serveMetrics(w http.ResponseWriter, r *http.Request) {

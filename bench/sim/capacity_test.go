@@ -374,7 +374,7 @@ func TestTransferCostWithoutCapacityModel(t *testing.T) {
 		t.Errorf("metrics without the capacity model: %v", m)
 	}
 	_, _, text := get(t, d.URL()+"/metrics")
-	if want := `vllm:cache_config_info{block_size="16",enable_prefix_caching="False",engine="0",num_gpu_blocks="8192"} 1.0`; !strings.Contains(string(text), want) {
+	if want := `vllm:cache_config_info{block_size="16",cache_dtype="auto",enable_prefix_caching="False",engine="0",num_gpu_blocks="8192"} 1.0`; !strings.Contains(string(text), want) {
 		t.Errorf("/metrics lacks %s:\n%s", want, text)
 	}
 }

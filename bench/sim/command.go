@@ -111,6 +111,7 @@ func addEngineFlags(fs *pflag.FlagSet, o *Options) {
 	fs.DurationVar(&o.KVLease, "kv-lease", DefaultKVLease, "how long unread blocks stay pinned")
 	fs.StringVar(&o.KVLoadFailure, "kv-load-failure", KVLoadFail, "on a failed KV load: fail (HTTP 500) or recompute")
 	fs.IntVar(&o.TPSize, "tp-size", 1, "tp_size advertised in descriptors")
+	fs.StringVar(&o.CacheDType, "kv-cache-dtype", "auto", "KV cache dtype (cache_config_info, the KV handshake's hash)")
 
 	// The capacity model (off while --max-num-seqs is 0).
 	fs.IntVar(&o.MaxNumSeqs, "max-num-seqs", 0, "capacity model: sequences running at once, the rest queue (vLLM max_num_seqs; 0: model off, unbounded)")

@@ -31,7 +31,8 @@ type Engine struct {
 	kvHost     string
 	kvPort     int
 
-	identity atomic.Pointer[string] // engine id; Restart replaces it
+	identity atomic.Pointer[string]   // engine id; Restart replaces it
+	kvcfg    atomic.Pointer[kvConfig] // what the KV handshake compares that may change (handshake.go)
 	dead     atomic.Bool
 	// metricsFault bends /metrics for scrape tests (nil: none).
 	metricsFault atomic.Pointer[MetricsFault]
@@ -88,6 +89,7 @@ func Start(o Options) (*Engine, error) {
 		id = uuid.NewString()
 	}
 	e.identity.Store(&id)
+	e.kvcfg.Store(&kvConfig{Version: o.Version, CacheDType: o.CacheDType})
 
 	apiLn, err := net.Listen("tcp", o.Listen)
 	if err != nil {

@@ -57,6 +57,7 @@ func newKVClient() *http.Client {
 func (e *Engine) kvRoutes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+kvReadPath, e.serveKVRead)
+	mux.HandleFunc("GET "+kvHandshakePath, e.serveKVHandshake)
 	return mux
 }
 
@@ -100,6 +101,9 @@ func (e *Engine) serveKVRead(w http.ResponseWriter, r *http.Request) {
 // descriptor names, over the side channel, and returns how many blocks it sent.
 func (e *Engine) readRemoteBlocks(ctx context.Context, h handoff) (int, error) {
 	addr := net.JoinHostPort(h.host, strconv.Itoa(h.port))
+	if err := e.handshake(ctx, addr); err != nil {
+		return 0, err
+	}
 	body, err := json.Marshal(kvReadRequest{EngineID: h.engineID, RequestID: h.requestID, BlockIDs: h.blocks})
 	if err != nil {
 		return 0, fmt.Errorf("encode KV read for %s: %w", addr, err)

@@ -93,6 +93,9 @@ type Options struct {
 	Version string
 	// TPSize is the tp_size advertised in descriptors (default 1).
 	TPSize int
+	// CacheDType is the KV cache dtype (vLLM's --kv-cache-dtype, default "auto"), reported in
+	// vllm:cache_config_info and part of the KV handshake's compatibility hash (handshake.go).
+	CacheDType string
 	// The capacity model (see README.md, "Capacity model"). It is off while MaxNumSeqs is
 	// 0, and then every generation is timed on its own (TTFT, PrefillPerToken, ITL) as if
 	// the engine had unbounded capacity.
@@ -207,6 +210,9 @@ func (o Options) normalized() (Options, error) {
 	}
 	if o.Version == "" {
 		o.Version = DefaultVersion
+	}
+	if o.CacheDType == "" {
+		o.CacheDType = "auto"
 	}
 	if o.TPSize == 0 {
 		o.TPSize = 1

@@ -164,7 +164,9 @@ func (e *Engine) appendMetrics(b []byte) []byte {
 	b = append(b, "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"+
 		"# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{block_size=\""...)
 	b = strconv.AppendInt(b, int64(e.opts.BlockSize), 10)
-	b = append(b, `",enable_prefix_caching="`+caching+`",engine="0",num_gpu_blocks="`...)
+	b = append(b, `",cache_dtype=`...)
+	b = strconv.AppendQuote(b, e.kvConfig().CacheDType)
+	b = append(b, `,enable_prefix_caching="`+caching+`",engine="0",num_gpu_blocks="`...)
 	b = strconv.AppendInt(b, int64(e.opts.KVBlocks), 10)
 	b = append(b, "\"} 1.0\n"...)
 	return b

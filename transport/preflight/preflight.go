@@ -1,6 +1,8 @@
 // Package preflight checks a fleet before Narwhal serves it (`narwhal preflight`): every
 // engine's health and pinned contract, and one real KV transfer for every producer→consumer pair
-// the roles permit, drawn as a matrix.
+// the roles permit, drawn as a matrix. A pair whose KV caches cannot match (kv.Mismatch over
+// each engine's vllm:cache_config_info) is not tried: the matrix shows it incompatible, with why,
+// as a pair the router keeps apart.
 package preflight
 
 import (
@@ -13,6 +15,7 @@ import (
 
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/transport"
+	"github.com/narwhal-router/narwhal/transport/kv"
 )
 
 // Result is the outcome of a preflight: every engine's contract check and every
@@ -33,6 +36,9 @@ type PairCheck struct {
 	Producer, Consumer string
 	Report             transport.ProbeReport
 	Err                error
+	// Incompatible says why the pair's KV caches cannot match (kv.Mismatch), when they cannot:
+	// no transfer was tried, and the router never pairs the two. Not a failure.
+	Incompatible string
 }
 
 // OK reports whether everything passed.
@@ -47,7 +53,29 @@ func (r Result) OK() bool {
 			return false
 		}
 	}
-	return true
+	return len(r.Unpaired()) == 0
+}
+
+// Unpaired names the engines whose every pair the roles permit is incompatible: a producer no
+// consumer can read, or a consumer that can read no producer.
+func (r Result) Unpaired() []string {
+	usable := map[string]bool{}
+	var names []string
+	for _, p := range r.Pairs {
+		for _, n := range []string{p.Producer + " (producer)", p.Consumer + " (consumer)"} {
+			if _, seen := usable[n]; !seen {
+				names = append(names, n)
+			}
+			usable[n] = usable[n] || p.Incompatible == ""
+		}
+	}
+	var out []string
+	for _, n := range names {
+		if !usable[n] {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // Run checks every engine of engines (provisioned) against cfg's engine_contract (and /health),
@@ -65,6 +93,7 @@ func Run(ctx context.Context, engines []transport.EngineSpec, cfg config.Config)
 	legTimeout := cfg.Engine.FirstTokenTimeoutS.Duration()
 	res := Result{Engines: make([]EngineCheck, len(clients))}
 	models := make([][]string, len(clients))
+	shapes := make([]kv.Shape, len(clients))
 	sem := make(chan struct{}, cfg.Preflight.Concurrency)
 	var wg sync.WaitGroup
 	for i, c := range clients {
@@ -74,6 +103,7 @@ func Run(ctx context.Context, engines []transport.EngineSpec, cfg config.Config)
 			defer func() { <-sem; wg.Done() }()
 			res.Engines[i] = EngineCheck{Engine: c.Name()}
 			models[i], res.Engines[i].Err = checkEngine(ctx, c, engines[i], cfg.EngineContract, legTimeout)
+			shapes[i] = shapeOf(ctx, c, legTimeout)
 		}()
 	}
 	wg.Wait()
@@ -90,6 +120,10 @@ func Run(ctx context.Context, engines []transport.EngineSpec, cfg config.Config)
 	}
 	for i, j := range jobs {
 		pc := &res.Pairs[i]
+		if why := kv.Mismatch(shapes[j.producer], shapes[j.consumer]); why != "" {
+			pc.Incompatible = why
+			continue
+		}
 		model := commonModel(cfg.EngineContract, models[j.producer], models[j.consumer])
 		if model == "" {
 			pc.Err = fmt.Errorf("%s and %s serve no model in common", pc.Producer, pc.Consumer)
@@ -122,6 +156,18 @@ func checkEngine(ctx context.Context, c *transport.EngineClient, e transport.Eng
 		return e.Models, nil
 	}
 	return c.ModelIDs(ctx)
+}
+
+// shapeOf is the engine's KV shape as its /metrics reports it; the zero shape (nothing known)
+// when it cannot be read.
+func shapeOf(ctx context.Context, c *transport.EngineClient, timeout time.Duration) kv.Shape {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	l, err := c.Load(ctx)
+	if err != nil {
+		return kv.Shape{}
+	}
+	return l.Shape
 }
 
 func commonModel(contract *config.EngineContract, a, b []string) string {
@@ -174,6 +220,8 @@ func (r Result) Matrix() string {
 			switch {
 			case !ok:
 				fmt.Fprintf(&b, " %-14s", "-")
+			case pc.Incompatible != "":
+				fmt.Fprintf(&b, " %-14s", "incompatible")
 			case pc.Err != nil:
 				fmt.Fprintf(&b, " %-14s", "FAIL")
 			default:
@@ -192,6 +240,20 @@ func (r Result) Matrix() string {
 		b.WriteString("\nfailed transfers\n")
 		b.WriteString(strings.Join(failed, "\n"))
 		b.WriteByte('\n')
+	}
+	var apart []string
+	for _, p := range r.Pairs {
+		if p.Incompatible != "" {
+			apart = append(apart, fmt.Sprintf("  %s → %s: %s", p.Producer, p.Consumer, p.Incompatible))
+		}
+	}
+	if len(apart) > 0 {
+		b.WriteString("\nincompatible KV caches (not tried; the router never pairs them)\n")
+		b.WriteString(strings.Join(apart, "\n"))
+		b.WriteByte('\n')
+	}
+	if un := r.Unpaired(); len(un) > 0 {
+		b.WriteString("\nno compatible partner: " + strings.Join(un, ", ") + "\n")
 	}
 	if r.OK() {
 		b.WriteString("\npreflight passed\n")
