@@ -124,9 +124,9 @@ func Run(ctx context.Context, p *Plan, req *Request, progress Progress) Outcome 
 	}
 	tell(progress, fault.PhasePrefill, start)
 	if p.Producer != p.Consumer {
-		a := kv.Attempt{
-			Pair:             kv.Pair{Producer: p.Producer.kv, Consumer: p.Consumer.kv, Endpoint: req.Body.Endpoint},
-			BackendRequestID: req.BackendRequestID,
+		a := kv.Attempt{Pair: kv.Pair{Producer: p.Producer.kv, Endpoint: req.Body.Endpoint}, BackendRequestID: req.BackendRequestID}
+		if p.Consumer != nil {
+			a.Pair.Consumer = p.Consumer.kv
 		}
 		if req.Transfer, out.Fault = planTransfer(ctx, p.Producer, a); out.Fault != nil {
 			return out

@@ -57,6 +57,8 @@ func newKVClient() *http.Client {
 func (e *Engine) kvRoutes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+kvReadPath, e.serveKVRead)
+	mux.HandleFunc("GET "+mooncakeQueryPath, e.serveBootstrapQuery) // mooncake.go
+	mux.HandleFunc("POST "+mooncakePullPath, e.serveMooncakePull)
 	return mux
 }
 
