@@ -82,7 +82,7 @@ func TestMooncakeFleetPullsTheProducersBlocks(t *testing.T) {
 func TestMooncakeBadBootstrapFailsCleanlyAndEjectsTheProducer(t *testing.T) {
 	for _, tc := range []struct {
 		name, kind string
-		bend                func(*config.Engine)
+		bend       func(*config.Engine)
 	}{
 		{"wrong engine id", "invalid_descriptor", func(e *config.Engine) { e.KV.EngineID = "not-this-producer" }},
 		{"unreachable bootstrap", "unreachable", func(e *config.Engine) { e.KV.Endpoint = deadAddress(t) }},
