@@ -47,8 +47,8 @@ func MooncakeConnector(env harness.Env) (*report.Section, error) {
 		ttft, e2e := r.sorted()
 		t.Row(p.Name, fmt.Sprintf("%d/%d", r.ok, len(rep.Requests)), msInt(pct(ttft, 0.5)), msInt(pct(ttft, 0.99)),
 			msInt(pct(e2e, 0.5)), fmt.Sprintf("%.0f", r.tokensPerS()))
-		sec.Figure("mooncake_"+p.Name+"_ttft_p50_ms", ms1(pct(ttft, 0.5)))
-		sec.Figure("mooncake_"+p.Name+"_ttft_p99_ms", ms1(pct(ttft, 0.99)))
+		sec.Figure(p.Name+"_ttft_p50_ms", ms1(pct(ttft, 0.5)))
+		sec.Figure(p.Name+"_ttft_p99_ms", ms1(pct(ttft, 0.99)))
 	}
 	sec.Add(t.String())
 	return sec, nil
