@@ -26,17 +26,9 @@ var connectorArms = []fleetPolicy{
 // neighbours load it more as the scenario goes on then favours neither arm.
 func MooncakeConnector(env harness.Env) (*report.Section, error) {
 	sec := report.NewSection("mooncake", "TTFT of the Mooncake connector's concurrent legs against NIXL's sequential ones (issue #36)")
-	if _, err := os.Stat(env.Trace); err != nil {
-		sec.Printf("SKIPPED: no trace at %s (%v)", env.Trace, err)
-		return sec, nil
-	}
-	recs, err := trace.Load(env.Trace)
-	if err != nil {
-		return nil, err
-	}
-	rep, err := trace.NewReplay(recs, fleetScale(env.Quick))
-	if err != nil {
-		return nil, err
+	rep, err := fleetReplay(env, sec)
+	if rep == nil || err != nil {
+		return sec, err
 	}
 	sec.Printf("workload: %s; always P/D, p2c, 2 producers and 4 consumers; each arm run twice (A B B A), pooled", rep.Summary())
 	pooled := make([]armResult, len(connectorArms))
@@ -63,4 +55,18 @@ func MooncakeConnector(env harness.Env) (*report.Section, error) {
 	}
 	sec.Add(t.String())
 	return sec, nil
+}
+
+// fleetReplay is the public trace scaled as the fleet scenario replays it (quick: 250
+// requests), or nil when there is no trace (the section says it was skipped).
+func fleetReplay(env harness.Env, sec *report.Section) (*trace.Replay, error) {
+	if _, err := os.Stat(env.Trace); err != nil {
+		sec.Printf("SKIPPED: no trace at %s (%v)", env.Trace, err)
+		return nil, nil
+	}
+	recs, err := trace.Load(env.Trace)
+	if err != nil {
+		return nil, err
+	}
+	return trace.NewReplay(recs, fleetScale(env.Quick))
 }

@@ -6,14 +6,12 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/narwhal-router/narwhal/bench/harness"
 	"github.com/narwhal-router/narwhal/bench/report"
-	"github.com/narwhal-router/narwhal/bench/trace"
 	"github.com/narwhal-router/narwhal/config"
 )
 
@@ -36,17 +34,9 @@ var tokenArms = []fleetPolicy{
 // rate, the router's prediction error, the time to first token and the output rate.
 func Tokens(env harness.Env) (*report.Section, error) {
 	sec := report.NewSection("tokens", "prefix placement on the engines' tokens and events against the estimate (issue #34)")
-	if _, err := os.Stat(env.Trace); err != nil {
-		sec.Printf("SKIPPED: no trace at %s (%v)", env.Trace, err)
-		return sec, nil
-	}
-	recs, err := trace.Load(env.Trace)
-	if err != nil {
-		return nil, err
-	}
-	rep, err := trace.NewReplay(recs, fleetScale(env.Quick))
-	if err != nil {
-		return nil, err
+	rep, err := fleetReplay(env, sec)
+	if rep == nil || err != nil {
+		return sec, err
 	}
 	// The working set: every distinct trace block's tokens, in the engines' 16-token blocks.
 	seen := map[int]bool{}

@@ -113,17 +113,9 @@ type mooncakePull struct {
 // serveMooncakePull is the producer's worker: it hands over the blocks registered under the
 // transfer id, waiting for them up to the block lease.
 func (e *Engine) serveMooncakePull(w http.ResponseWriter, r *http.Request) {
-	reply := func(code int, resp kvReadResponse) {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(code)
-		b, _ := json.Marshal(resp)
-		_, _ = w.Write(b)
-	}
+	reply := func(code int, resp kvReadResponse) { replyKV(w, code, resp) }
 	var req mooncakePull
-	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
-	if err == nil {
-		err = json.Unmarshal(body, &req)
-	}
+	err := readKVRequest(r, &req)
 	if err != nil || req.TransferID == "" {
 		reply(http.StatusBadRequest, kvReadResponse{Error: fmt.Sprintf("bad pull request: %v", err)})
 		return

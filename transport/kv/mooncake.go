@@ -122,13 +122,8 @@ func (*mooncakeConnector) Validate(d *Descriptor, pair Pair) *Rejection {
 	if tid, ok := d.stringView("transfer_id"); !ok || tid == "" {
 		return Reject(ReasonMissingEngineIdentity, "transfer_id is absent, empty or not a string")
 	}
-	id, ok := d.stringView("remote_engine_id")
-	if !ok || id == "" {
-		return Reject(ReasonMissingEngineIdentity, "remote_engine_id is absent, empty or not a string (the producer's bootstrap server named none)")
-	}
-	if pin := pair.Producer.EngineID; pin != "" && !sameEngineID(id, pin) {
-		return Reject(ReasonMissingEngineIdentity, "remote_engine_id %q is not producer %s's pinned identity %q",
-			id, pair.Producer.Engine, pin)
+	if r := checkEngineID(d, pair); r != nil {
+		return r
 	}
 	addr, ok := d.stringView("remote_bootstrap_addr")
 	rest, isHTTP := strings.CutPrefix(addr, "http://")
