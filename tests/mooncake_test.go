@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"context"
 	"net"
 	"strconv"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	"github.com/narwhal-router/narwhal/bench/sim"
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/transport/kv"
+	"github.com/narwhal-router/narwhal/transport/preflight"
 )
 
 // startMooncake runs one producer and one consumer on vLLM's MooncakeConnector: the producer's
@@ -70,6 +72,16 @@ func TestMooncakeFleetPullsTheProducersBlocks(t *testing.T) {
 		}
 	}
 	ps, ds := p0.Stats(), d0.Stats()
+	// Preflight's transfer runs the same plan: a bootstrap query, both legs, a real pull.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rt := h.srv.Runtime()
+	if res := preflight.Run(ctx, rt.Engines, rt.Config); !res.OK() || len(res.Pairs) != 1 {
+		t.Fatalf("preflight through the mooncake connector:\n%s", res.Matrix())
+	}
+	if loads := d0.Stats().KVLoads; loads != ds.KVLoads+1 {
+		t.Fatalf("preflight made %d pulls, want 1", loads-ds.KVLoads)
+	}
 	if read := ps.BlocksRead - readBefore; ds.KVLoads != 2 || ds.KVLoadFailures != 0 || read < 2 || ds.BlocksLoaded != read {
 		t.Fatalf("producer handed over %d blocks, consumer loaded %d in %d loads (%d failed): want both transfers' blocks pulled",
 			read, ds.BlocksLoaded, ds.KVLoads, ds.KVLoadFailures)
