@@ -29,14 +29,14 @@ engines:
   - name: d0
     url: "http://127.0.0.1:8200"
     role: decode
-    kv: {connector: mooncake}
+    kv: {connector: lmcache}
 `
 	cfg, err := config.Parse([]byte(file), func(string) (string, bool) { return "", false })
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := Provision(cfg, kv.Builtin()); err == nil ||
-		!strings.Contains(err.Error(), `line 7: engines[1].kv.connector: "mooncake" is not allowed (allowed: nixl)`) {
+		!strings.Contains(err.Error(), `line 7: engines[1].kv.connector: "lmcache" is not allowed (allowed: mooncake, nixl)`) {
 		t.Fatalf("unknown connector: %v", err)
 	}
 

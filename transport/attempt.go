@@ -122,17 +122,24 @@ func Run(ctx context.Context, p *Plan, req *Request, progress Progress) Outcome 
 	case p.Producer == nil:
 		return runLocal(ctx, p, req, start, progress, obs, out)
 	}
-	if p.Producer != p.Consumer && p.Consumer != nil {
-		req.Transfer = p.Producer.connector.Plan(kv.Attempt{
-			Pair:             kv.Pair{Producer: p.Producer.kv, Consumer: p.Consumer.kv, Endpoint: req.Body.Endpoint},
-			BackendRequestID: req.BackendRequestID,
-		})
-	}
 	tell(progress, fault.PhasePrefill, start)
-	p.bound(req, start)
-	if req.Transfer.Concurrent() {
-		return runConcurrent(ctx, p, req, start, progress, obs, out)
+	if p.Producer != p.Consumer {
+		a := kv.Attempt{Pair: kv.Pair{Producer: p.Producer.kv, Endpoint: req.Body.Endpoint}, BackendRequestID: req.BackendRequestID}
+		if p.Consumer != nil {
+			a.Pair.Consumer = p.Consumer.kv
+		}
+		if req.Transfer, out.Fault = planTransfer(ctx, p.Producer, a); out.Fault != nil {
+			return out
+		}
+		if req.Transfer.Concurrent() && p.Consumer != nil {
+			p.bound(req, start)
+			if out = runConcurrent(ctx, p, req, start, progress, obs, out); out.Fault != nil {
+				forgetTransfer(p.Producer, a)
+			}
+			return out
+		}
 	}
+	p.bound(req, start)
 	stepStarted(obs, StepPrefill, p.Producer.name, req)
 	res, err := p.Producer.Prefill(ctx, req)
 	if err != nil {
@@ -141,6 +148,14 @@ func Run(ctx context.Context, p *Plan, req *Request, progress Progress) Outcome 
 		return out
 	}
 	stepEnded(obs, StepPrefill, nil)
+	if req.Transfer.Concurrent() {
+		// A concurrent connector's producer probed with no consumer: its handoff is the one
+		// planned up front (its bootstrap server answered), not a descriptor in its answer.
+		if res, err = res.withPlanned(p.Producer, req); err != nil {
+			out.Fault = faultOf(err, fault.PhasePrefill, p.Producer.name)
+			return out
+		}
+	}
 	out.PrefillDone = res.Completed
 	out.Descriptor = res.Descriptor()
 
@@ -330,7 +345,13 @@ func runConcurrent(ctx context.Context, p *Plan, req *Request, start time.Time, 
 		return out
 	}
 	stepEnded(obs, StepDecode, nil)
+	// ttft_s of concurrent legs: the prompt is known computed at the producer's answer or at
+	// the consumer's first token, whichever came first (the producer may answer after the
+	// consumer pulled the blocks). The handoff's age is zero: nothing waited between the legs.
 	out.PrefillDone = pre.res.Completed
+	if stream.FirstTokenAt.Before(out.PrefillDone) {
+		out.PrefillDone = stream.FirstTokenAt
+	}
 	out.Stream = stream
 	out.CachedTokens = pre.res.CachedTokens
 	out.Descriptor = res.Descriptor()

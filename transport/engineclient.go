@@ -277,6 +277,7 @@ func (c *EngineClient) legBody(hreq *fasthttp.Request, req *Request, leg fault.P
 			byRef = req.Body.DecodeLegBody(params)
 		}
 		c.prepare(hreq, req, nil)
+		setRank(hreq, req, leg)
 		return byRef, nil
 	}
 	buf = bytebufferpool.Get()
@@ -286,6 +287,7 @@ func (c *EngineClient) legBody(hreq *fasthttp.Request, req *Request, leg fault.P
 		buf.B = req.Body.AppendDecodeBody(buf.B[:0], params)
 	}
 	c.prepare(hreq, req, buf.B)
+	setRank(hreq, req, leg)
 	return nil, buf
 }
 

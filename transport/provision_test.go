@@ -49,7 +49,7 @@ func TestProvisionerChecksEnginesAgainstTheRegistryInUse(t *testing.T) {
 	_, err := transport.NewProvisioner(kv.Builtin(), nil).Engine(config.Engine{Name: "bad name", URL: "http://a:1/v1", Role: "decoder",
 		KV: config.KV{Connector: "other", Endpoint: "x"}})
 	for _, want := range []string{"engine bad name", "name: \"bad name\" is not a usable name", "url:", "role: \"decoder\"",
-		"kv.connector: \"other\" is not allowed (allowed: nixl)", "kv.endpoint"} {
+		"kv.connector: \"other\" is not allowed (allowed: mooncake, nixl)", "kv.endpoint"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v lacks %q", err, want)
 		}

@@ -39,6 +39,8 @@ type fleetPolicy struct {
 	Tokens string
 	// KVBlocks overrides the engines' KV cache size in blocks (0: fleetEngine's).
 	KVBlocks int
+	// Connector is every engine's kv.connector ("": nixl).
+	Connector string
 }
 
 var fleetPolicies = []fleetPolicy{
@@ -484,6 +486,11 @@ func fleetRouterConfig(p fleetPolicy, blockWords int, engines []config.Engine) c
 	}
 	cfg.Log.Level = "warn"
 	cfg.Engines = engines
+	if p.Connector != "" {
+		for i := range cfg.Engines {
+			cfg.Engines[i].KV.Connector = p.Connector
+		}
+	}
 	return cfg
 }
 

@@ -37,6 +37,7 @@ var All = []Scenario{
 	{Name: "nodes", Run: Nodes},
 	{Name: "tenants", Run: Tenants},
 	{Name: "tokens", Run: Tokens},
+	{Name: "mooncake", Run: MooncakeConnector},
 }
 
 // Select returns the scenarios named in a comma-separated list ("" or "all": every one).

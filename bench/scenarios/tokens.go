@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -37,17 +36,9 @@ var tokenArms = []fleetPolicy{
 // rate, the router's prediction error, the time to first token and the output rate.
 func Tokens(env harness.Env) (*report.Section, error) {
 	sec := report.NewSection("tokens", "prefix placement on the engines' tokens and events against the estimate (issue #34)")
-	if _, err := os.Stat(env.Trace); err != nil {
-		sec.Printf("SKIPPED: no trace at %s (%v)", env.Trace, err)
-		return sec, nil
-	}
-	recs, err := trace.Load(env.Trace)
-	if err != nil {
-		return nil, err
-	}
-	rep, err := trace.NewReplay(recs, fleetScale(env.Quick))
-	if err != nil {
-		return nil, err
+	rep, err := fleetReplay(env, sec)
+	if rep == nil || err != nil {
+		return sec, err
 	}
 	working, small := overflowingCache(rep, fleetEngine())
 	sec.Printf("workload: %s; working set %d blocks of 16 tokens; the overflowing caches hold %d", rep.Summary(), working, small)

@@ -40,13 +40,15 @@ type Engine struct {
 	tok    *tokenizer.Tokenizer
 	hasher *blockhash.Hasher // this process's block hashes: NONE_HASH is per start
 
-	blocks   *blockTable
-	sched    *scheduler   // nil unless the capacity model is on (Options.MaxNumSeqs > 0)
-	kvPub    *kvPublisher // nil unless Options.KVEvents is set
-	faults   faultQueue
-	recorded recorder
-	count    counters
-	kvClient *http.Client
+	blocks *blockTable
+	// transfers wakes Mooncake pulls waiting for their prefill (mooncake.go).
+	transfers transferWaits
+	sched     *scheduler   // nil unless the capacity model is on (Options.MaxNumSeqs > 0)
+	kvPub     *kvPublisher // nil unless Options.KVEvents is set
+	faults    faultQueue
+	recorded  recorder
+	count     counters
+	kvClient  *http.Client
 
 	// ctx is the base context of every request; Close cancels it so that hung and
 	// streaming handlers return.

@@ -47,6 +47,9 @@ type generation struct {
 	// transferred says the prompt's KV came from a producer (for cached_tokens without
 	// the capacity model).
 	transferred bool
+	// pulledAt is when a Mooncake pull, which waits for its prefill, ended: the transfer's
+	// time counts from then (mooncake.go). Zero for NIXL's read, made at arrival.
+	pulledAt time.Time
 }
 
 func (e *Engine) serveGeneration(api endpoint) http.HandlerFunc {
@@ -299,8 +302,12 @@ func (g *generation) prefill(w http.ResponseWriter) {
 			g.handedOff = true
 			release = func() { e.sched.release(q) }
 		}
-		groups := e.blocks.pin(remoteID, g.req.promptTokens, e.opts.KVLayout == KVLayoutGrouped, time.Now(), release)
-		kv = g.appendDescriptor(nil, remoteID, groups)
+		if tid, ok := mooncakeTransferID(g.req.kvParams); ok {
+			e.pinTransfer(tid, g.req.promptTokens, release) // mooncake.go: no descriptor
+		} else {
+			groups := e.blocks.pin(remoteID, g.req.promptTokens, e.opts.KVLayout == KVLayoutGrouped, time.Now(), release)
+			kv = g.appendDescriptor(nil, remoteID, groups)
+		}
 	}
 	g.respond(w, kv)
 }
@@ -337,7 +344,11 @@ func (g *generation) decode(w http.ResponseWriter) {
 		}
 	}
 	e.count.blocksLoaded.Add(int64(moved))
-	first := g.arrived.Add(f.slowHeaders + e.opts.TTFT + f.slow + time.Duration(moved)*e.opts.TransferPerBlock)
+	first := g.arrived.Add(f.slowHeaders + e.opts.TTFT + f.slow)
+	if g.pulledAt.After(first) {
+		first = g.pulledAt
+	}
+	first = first.Add(time.Duration(moved) * e.opts.TransferPerBlock)
 	if computePrompt && e.sched == nil {
 		first = first.Add(g.prefillTime())
 	}
@@ -361,6 +372,11 @@ func (g *generation) decode(w http.ResponseWriter) {
 
 // loadKV reads the prompt's blocks from the producer and returns how many it sent.
 func (g *generation) loadKV() (int, error) {
+	if tid, ok := mooncakeTransferID(g.req.kvParams); ok {
+		n, err := g.pullMooncake(tid)
+		g.pulledAt = time.Now()
+		return n, err
+	}
 	h, err := parseHandoff(g.req.kvParams)
 	if err != nil {
 		return 0, err

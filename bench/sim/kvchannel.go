@@ -58,21 +58,15 @@ func (e *Engine) kvRoutes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+kvReadPath, e.serveKVRead)
 	mux.HandleFunc("GET "+kvHandshakePath, e.serveKVHandshake)
+	mux.HandleFunc("GET "+mooncakeQueryPath, e.serveBootstrapQuery) // mooncake.go
+	mux.HandleFunc("POST "+mooncakePullPath, e.serveMooncakePull)
 	return mux
 }
 
 func (e *Engine) serveKVRead(w http.ResponseWriter, r *http.Request) {
-	reply := func(code int, resp kvReadResponse) {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(code)
-		b, _ := json.Marshal(resp)
-		_, _ = w.Write(b)
-	}
+	reply := func(code int, resp kvReadResponse) { replyKV(w, code, resp) }
 	var req kvReadRequest
-	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
-	if err == nil {
-		err = json.Unmarshal(body, &req)
-	}
+	err := readKVRequest(r, &req)
 	if err != nil {
 		reply(http.StatusBadRequest, kvReadResponse{Error: "bad read request: " + err.Error()})
 		return
@@ -95,6 +89,23 @@ func (e *Engine) serveKVRead(w http.ResponseWriter, r *http.Request) {
 	default:
 		reply(http.StatusOK, kvReadResponse{Blocks: n})
 	}
+}
+
+// replyKV writes a side-channel answer.
+func replyKV(w http.ResponseWriter, code int, resp kvReadResponse) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	b, _ := json.Marshal(resp)
+	_, _ = w.Write(b)
+}
+
+// readKVRequest decodes a side-channel request's JSON body (at most 1 MiB) into dst.
+func readKVRequest(r *http.Request, dst any) error {
+	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(body, dst)
 }
 
 // readRemoteBlocks is the consumer side: it reads h's blocks from the producer the

@@ -1,6 +1,7 @@
 package kv
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/narwhal-router/narwhal/transport/wire"
@@ -35,6 +36,23 @@ type Connector interface {
 type Attempt struct {
 	Pair             Pair
 	BackendRequestID string
+	// ProducerRank and ConsumerRank are the data-parallel ranks the legs run on (0 for an
+	// engine of one rank); a connector that addresses ranks (Mooncake) names them.
+	ProducerRank, ConsumerRank int
+}
+
+// ContextPlanner is a connector that may have to ask the producer something before it can plan
+// an attempt (Mooncake asks its bootstrap server for the engine id of each data-parallel rank).
+// transport.Run plans through PlanContext when the producer's connector is one, and calls
+// Forget after an attempt it planned failed, so that what was learned is asked again.
+type ContextPlanner interface {
+	Connector
+	// PlanContext is Plan with the attempt's context; an error fails the attempt before either
+	// leg starts (a *Rejection is the producer's bad handoff, any other error an unreachable
+	// producer).
+	PlanContext(ctx context.Context, a Attempt) (Transfer, error)
+	// Forget drops what the connector learned about a's producer.
+	Forget(a Attempt)
 }
 
 // Transfer is a connector's parameters for the two legs of one attempt.
@@ -45,6 +63,10 @@ type Transfer struct {
 	// concurrently. Nil for a sequential connector, whose consumer gets the producer's
 	// descriptor.
 	Decode []byte
+	// Ranked says each leg carries the header X-data-parallel-rank: PrefillRank on the
+	// producer, DecodeRank on the consumer (Mooncake's proxies always send it).
+	Ranked                  bool
+	PrefillRank, DecodeRank int
 }
 
 // Concurrent says the transfer runs both legs at once.

@@ -1,7 +1,8 @@
 // Package kv owns the KV-cache handoff between the two legs: the producer's descriptor (indexed,
 // never re-encoded, validated against the producer→consumer pair), the Connector interface a
 // transfer mechanism implements (what each leg carries, planned per attempt, sequential or
-// concurrent), NIXL, and the explicit Registry of connectors engines may name.
+// concurrent), NIXL, Mooncake (whose plan asks the producer's bootstrap server first:
+// ContextPlanner), and the explicit Registry of connectors engines may name.
 //
 // Adding a connector: implement Connector in a new file of this package (nixl.go is the example)
 // and list it in Builtin (registry.go). Provisioning (node.Provision, which validates the

@@ -101,7 +101,7 @@ func (p Side) checkPort(got []byte, port int64) *Rejection {
 	}
 	ranges := p.AllowedPorts
 	if len(ranges) == 0 {
-		ranges = DefaultAllowedPorts
+		ranges = defaultPorts(p.Connector) // mooncake.go: a Mooncake producer's bootstrap port
 	}
 	for _, r := range ranges {
 		if int64(r.Lo) <= port && port <= int64(r.Hi) {

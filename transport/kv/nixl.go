@@ -41,13 +41,8 @@ func (nixlConnector) Validate(d *Descriptor, pair Pair) *Rejection {
 		}
 	}
 
-	id, ok := d.stringView("remote_engine_id")
-	if !ok || id == "" {
-		return Reject(ReasonMissingEngineIdentity, "remote_engine_id is absent, empty or not a string")
-	}
-	if pin := pair.Producer.EngineID; pin != "" && !sameEngineID(id, pin) {
-		return Reject(ReasonMissingEngineIdentity, "remote_engine_id %q is not producer %s's pinned identity %q",
-			id, pair.Producer.Engine, pin)
+	if r := checkEngineID(d, pair); r != nil {
+		return r
 	}
 
 	blocks, ok := d.Member("remote_block_ids")
@@ -71,6 +66,21 @@ func (nixlConnector) Validate(d *Descriptor, pair Pair) *Rejection {
 	// consumer hold its blocks for a remote decode that never comes, as a producer does.
 	if v, ok := d.Member("do_remote_decode"); ok && !wire.IsNull(v) && string(v) != "false" {
 		return Reject(ReasonConnectorMismatch, "do_remote_decode is %s; a consumer must not be asked to hand its KV cache on", excerpt(v))
+	}
+	return nil
+}
+
+// checkEngineID requires the descriptor's remote_engine_id, and the producer's pinned identity
+// (or one of its ranks') when kv.engine_id pins one; Mooncake's decode parameters are held to
+// it too.
+func checkEngineID(d *Descriptor, pair Pair) *Rejection {
+	id, ok := d.stringView("remote_engine_id")
+	if !ok || id == "" {
+		return Reject(ReasonMissingEngineIdentity, "remote_engine_id is absent, empty or not a string")
+	}
+	if pin := pair.Producer.EngineID; pin != "" && !sameEngineID(id, pin) {
+		return Reject(ReasonMissingEngineIdentity, "remote_engine_id %q is not producer %s's pinned identity %q",
+			id, pair.Producer.Engine, pin)
 	}
 	return nil
 }

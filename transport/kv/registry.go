@@ -16,7 +16,7 @@ type Registry struct {
 // Builtin is every connector Narwhal ships. A new connector is listed here; configuration
 // validation checks engines' connector names against the registry the router runs with, so
 // nothing else needs the name.
-func Builtin() Registry { return Registry{}.With(nixlConnector{}) }
+func Builtin() Registry { return Registry{}.With(nixlConnector{}, newMooncake()) }
 
 // With returns a copy of r that also holds cs (replacing connectors of the same name).
 func (r Registry) With(cs ...Connector) Registry {
