@@ -31,6 +31,9 @@ type Plan struct {
 	// LegTimeout, when set, bounds each leg on its own (from its start) instead of the request
 	// deadline bounding the whole attempt: a probe gives every leg engine.first_token_timeout_s.
 	LegTimeout time.Duration
+	// ProducerRank and ConsumerRank are the data-parallel ranks of the legs' engines placement
+	// chose (RankHeader); zero: none, the engine's API server balances its ranks.
+	ProducerRank, ConsumerRank Rank
 }
 
 // Outcome is how an attempt ended: committed (Stream, or Answer for a passthrough request, is
@@ -105,6 +108,7 @@ type Observer interface {
 func Run(ctx context.Context, p *Plan, req *Request, progress Progress) Outcome {
 	out := Outcome{CachedTokens: -1}
 	start := time.Now()
+	req.Ranks[fault.PhasePrefill], req.Ranks[fault.PhaseDecode] = p.ProducerRank, p.ConsumerRank
 	obs, _ := progress.(Observer)
 	switch {
 	case req.Body.Endpoint.Passthrough():

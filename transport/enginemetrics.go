@@ -19,6 +19,9 @@ type EngineLoad struct {
 	KVUsage float64
 	// HasKVUsage says the engine reported vllm:kv_cache_usage_perc.
 	HasKVUsage bool
+	// Ranks are the gauges per data-parallel rank (rankload.go), in rank order, when the engine
+	// exports more than one; nil otherwise.
+	Ranks []RankLoad
 }
 
 // Load reads GET /metrics, bounded by ctx. An engine that answers but reports none of the
@@ -67,6 +70,7 @@ func ParseEngineLoad(body []byte) (EngineLoad, error) {
 		return l, errors.New("no vllm:num_requests_running, vllm:num_requests_waiting or vllm:kv_cache_usage_perc")
 	}
 	l.Running, l.Waiting = int(running), int(waiting)
+	l.Ranks = rankLoads(families)
 	if n > 0 {
 		l.KVUsage, l.HasKVUsage = usage/float64(n), true
 	}
