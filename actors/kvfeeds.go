@@ -99,7 +99,13 @@ func (f *kvFeeds) stop() {
 // not applied.
 func (f *kvFeeds) follow(ctx context.Context, v *placement.Engine, rank int, en *placement.ExactEngine, pub, replay string) {
 	wait := f.cfg.Reconnect
-	report := func() { f.m.KVIndexBlocks(v.Name, f.index.Held(en)) }
+	report := func() { // the engine's blocks, all its ranks' together
+		held := 0
+		for _, slot := range v.IndexSlots() {
+			held += f.index.HeldAt(slot)
+		}
+		f.m.KVIndexBlocks(v.Name, held)
+	}
 	for {
 		sub := kvevents.Subscriber{Endpoint: pub, Replay: replay, Topic: f.cfg.Topic, ReplayTimeout: f.cfg.ReplayTimeout,
 			Handle: func(_ uint64, b kvevents.Batch) {

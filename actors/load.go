@@ -105,5 +105,7 @@ func (s *scraper) stop() {
 
 // loadState is v's load view with the prefix index's size for it.
 func (r *Router) loadState(v *placement.Engine) messages.LoadState {
-	return loadStateOf(v, time.Now(), r.current().Placement.ScrapeStaleS.Duration(), r.fleet.Index.HeldBy(v.Idx))
+	st := loadStateOf(v, time.Now(), r.current().Placement.ScrapeStaleS.Duration(), r.fleet.Index.HeldBy(v.Idx))
+	st.Ranks = r.rankStates(v)
+	return st
 }

@@ -2,6 +2,8 @@ package actors
 
 import (
 	"github.com/narwhal-router/narwhal/actors/placement"
+	"github.com/narwhal-router/narwhal/messages"
+	"github.com/narwhal-router/narwhal/transport"
 )
 
 // An engine's data-parallel ranks (placement.Rank): the pool makes them, from
@@ -62,4 +64,25 @@ func (p *poolActor) onRanksFound(m *ranksFound) {
 	p.r.log.Info("engine serves data-parallel ranks: placing each", "engine", m.view.Name, "ranks", m.n)
 	p.r.fleet.Publish(p.views())
 	p.r.kvFeeds.addRanks(m.view, st.spec)
+}
+
+// rankStates are v's ranks for /engines and the tree dump; nil for an engine of one rank.
+func (r *Router) rankStates(v *placement.Engine) []messages.RankState {
+	ranks := v.Ranks()
+	if len(ranks) == 0 {
+		return nil
+	}
+	var scraped []transport.RankLoad
+	if s := v.Scraped.Load(); s != nil {
+		scraped = s.Load.Ranks
+	}
+	out := make([]messages.RankState, len(ranks))
+	for i, rk := range ranks {
+		out[i] = messages.RankState{Rank: rk.N, Reservations: int(rk.Held.Load()),
+			PrefixBlocks: r.fleet.Index.HeldBy(rk.Idx), EventBlocks: r.fleet.Index.EventBlocks(rk.Idx)}
+		if l, ok := (transport.EngineLoad{Ranks: scraped}).Rank(rk.N); ok {
+			out[i].Running, out[i].Waiting = l.Running, l.Waiting
+		}
+	}
+	return out
 }

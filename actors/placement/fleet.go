@@ -46,7 +46,7 @@ func (f *Fleet) Publish(engines []*Engine) {
 	slots := 0
 	for _, v := range engines {
 		s.byName[v.Name] = v
-		for _, idx := range v.indexSlots() { // its ranks' slots too: a rank's match is its engine's
+		for _, idx := range v.IndexSlots() { // its ranks' slots too: a rank's match is its engine's
 			if idx >= 0 && idx < MaxIndexed {
 				slots = max(slots, idx+1)
 			}
@@ -54,7 +54,7 @@ func (f *Fleet) Publish(engines []*Engine) {
 	}
 	s.bySlot = make([]int32, slots)
 	for i, v := range engines {
-		for _, idx := range v.indexSlots() {
+		for _, idx := range v.IndexSlots() {
 			if idx >= 0 && idx < MaxIndexed {
 				s.bySlot[idx] = int32(i + 1)
 			}

@@ -76,8 +76,8 @@ func (v *Engine) Ranks() []*Rank {
 // scrape found them, before it publishes the fleet again). ranks[0].Idx is v.Idx.
 func (v *Engine) SetRanks(ranks []*Rank) { v.ranks.Store(&ranks) }
 
-// indexSlots are the prefix-index slots of v and its ranks.
-func (v *Engine) indexSlots() []int {
+// IndexSlots are the prefix-index slots of v and its ranks.
+func (v *Engine) IndexSlots() []int {
 	rs := v.Ranks()
 	if len(rs) == 0 {
 		return []int{v.Idx}
@@ -173,3 +173,17 @@ func matchAt(match prefixMatches, slot int) int {
 	}
 	return match.of(slot)
 }
+
+// HeldAt is how many blocks the exact index holds for the engine (or rank) in slot, from its
+// KV events.
+func (e *ExactIndex) HeldAt(slot int) int {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if en := e.engines[slot]; en != nil {
+		return len(en.held)
+	}
+	return 0
+}
+
+// EventBlocks is HeldAt of the index's exact part.
+func (x *PrefixIndex) EventBlocks(slot int) int { return x.exact.HeldAt(slot) }

@@ -58,27 +58,66 @@ func (o Options) checkRanks() error {
 }
 
 // startRanks makes rank 0 of the engine's scheduler and publisher, and the other ranks
-// with their own; their KV event endpoints are rank 0's as bound, ports offset by the rank.
+// with their own; their KV event endpoints are rank 0's, ports offset by the rank. When the
+// configured ports are 0 (a free one), rank 0's publisher is bound again where every rank's
+// ports are free (bindRankPublishers).
 func (e *Engine) startRanks() error {
 	e.ranks = []*rank{{sched: e.sched, pub: e.kvPub}}
-	pub, replay := e.KVEvents()
 	for n := 1; n < e.opts.DataParallelSize; n++ {
-		r := &rank{sched: newScheduler(e.opts, func() { e.blocks.counts(time.Now()) })}
-		e.ranks = append(e.ranks, r)
-		if pub == "" {
-			continue
-		}
-		p, err := startKVPublisher(offsetPort(pub, n), offsetPort(replay, n), e.opts.KVEventsTopic)
-		if err != nil {
-			return fmt.Errorf("rank %d: %w", n, err)
-		}
-		p.rank = n
-		r.pub = p
-		r.sched.kv.events, r.sched.kv.blockSize = true, e.opts.BlockSize
-		r.sched.publish = p.publish
+		e.ranks = append(e.ranks, &rank{sched: newScheduler(e.opts, func() { e.blocks.counts(time.Now()) })})
 	}
 	e.lb.counts = make([][2]int, len(e.ranks))
+	if e.kvPub == nil || len(e.ranks) == 1 {
+		return nil
+	}
+	pubs, err := e.bindRankPublishers()
+	if err != nil {
+		return err
+	}
+	e.kvPub = pubs[0]
+	for n, r := range e.ranks {
+		r.pub = pubs[n]
+		r.pub.rank = n
+		r.sched.kv.events, r.sched.kv.blockSize = true, e.opts.BlockSize
+		r.sched.publish = r.pub.publish
+	}
 	return nil
+}
+
+// bindRankPublishers starts one publisher per rank on the configured endpoints offset by the
+// rank. With port 0 configured, it takes rank 0's free ports and tries them for every rank,
+// over again from other free ports when one is taken (a few tries).
+func (e *Engine) bindRankPublishers() ([]*kvPublisher, error) {
+	o := e.opts
+	fixed := !strings.HasSuffix(o.KVEvents, ":0") && (o.KVEventsReplay == "" || !strings.HasSuffix(o.KVEventsReplay, ":0"))
+	var lastErr error
+	for try := 0; try < 8; try++ {
+		pub, replay := e.kvPub.endpoints()
+		pubs := []*kvPublisher{e.kvPub}
+		var err error
+		for n := 1; n < len(e.ranks) && err == nil; n++ {
+			var p *kvPublisher
+			if p, err = startKVPublisher(offsetPort(pub, n), offsetPort(replay, n), o.KVEventsTopic); err == nil {
+				pubs = append(pubs, p)
+			}
+		}
+		if err == nil {
+			return pubs, nil
+		}
+		lastErr = err
+		for _, p := range pubs[1:] {
+			p.close()
+		}
+		if fixed {
+			break
+		}
+		// Other free ports for rank 0, away from the ones that collided.
+		e.kvPub.close()
+		if e.kvPub, err = startKVPublisher(o.KVEvents, o.KVEventsReplay, o.KVEventsTopic); err != nil {
+			return nil, err
+		}
+	}
+	return nil, fmt.Errorf("kv events of %d ranks: %w", len(e.ranks), lastErr)
 }
 
 // offsetPort is a tcp://host:port endpoint with its port moved by n ("" stays "").

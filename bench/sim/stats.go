@@ -91,6 +91,9 @@ func (e *Engine) ResetCounters() {
 		&c.blocksLoaded, &c.lastAbort} {
 		n.Store(0)
 	}
+	for _, r := range e.ranks {
+		r.requests.Store(0)
+	}
 }
 
 // Stats returns a snapshot of the engine's counters.
