@@ -40,11 +40,8 @@ func startKVFeeds(cfg config.KVEventsRuntime, index *placement.ExactIndex, m *te
 
 // add follows v's events if spec names (or the fleet's patterns give) an endpoint.
 func (f *kvFeeds) add(v *placement.Engine, spec transport.EngineSpec) {
-	if f == nil || v.Idx < 0 {
-		return
-	}
-	pub, replay := f.cfg.Endpoints(spec.KVEvents, spec.KV.Host)
-	if pub == "" {
+	pub, replay, ok := f.endpoints(v, spec)
+	if !ok {
 		return
 	}
 	var en *placement.ExactEngine
@@ -55,11 +52,8 @@ func (f *kvFeeds) add(v *placement.Engine, spec transport.EngineSpec) {
 // addRanks follows the events of v's data-parallel ranks past the first (rank 0's are v's own
 // feed): each rank publishes on its own endpoints, offset by its rank (kvevents.RankEndpoint).
 func (f *kvFeeds) addRanks(v *placement.Engine, spec transport.EngineSpec) {
-	if f == nil || v.Idx < 0 {
-		return
-	}
-	pub, replay := f.cfg.Endpoints(spec.KVEvents, spec.KV.Host)
-	if pub == "" {
+	pub, replay, ok := f.endpoints(v, spec)
+	if !ok {
 		return
 	}
 	for _, r := range v.Ranks() {
@@ -71,6 +65,16 @@ func (f *kvFeeds) addRanks(v *placement.Engine, spec transport.EngineSpec) {
 			f.follow(ctx, v, r.N, en, kvevents.RankEndpoint(pub, r.N), kvevents.RankEndpoint(replay, r.N))
 		})
 	}
+}
+
+// endpoints are v's KV event endpoints (rank 0's), when its events are followed: feeds are
+// on, v has a prefix-index slot, and spec names (or the fleet's patterns give) an endpoint.
+func (f *kvFeeds) endpoints(v *placement.Engine, spec transport.EngineSpec) (pub, replay string, ok bool) {
+	if f == nil || v.Idx < 0 {
+		return "", "", false
+	}
+	pub, replay = f.cfg.Endpoints(spec.KVEvents, spec.KV.Host)
+	return pub, replay, pub != ""
 }
 
 // remove stops following v (and its ranks) and drops their entries from the index.
