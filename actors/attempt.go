@@ -37,6 +37,7 @@ func (s *requestSupervisor) place(ctx actor.Context) {
 		}
 		s.producer, s.consumer = nil, cons
 		s.held = [2]*placement.Engine{nil, cons}
+		s.ranks = [2]*placement.Rank{} // vLLM's API server balances a passthrough request
 		s.reportSlots(cons)
 		s.sendAttempt()
 		return
@@ -69,6 +70,8 @@ func (s *requestSupervisor) place(ctx actor.Context) {
 			s.full = append(s.full, prod.Name)
 			continue
 		}
+		s.ranks = [2]*placement.Rank{plan.ProducerRank, plan.ConsumerRank}
+		plan.ProducerRank.Take(fault.PhasePrefill, s.prompt.Tokens) // given back with the slot (release)
 		var leg placement.ComputeLeg
 		if prod != nil {
 			now := time.Now()
@@ -77,6 +80,7 @@ func (s *requestSupervisor) place(ctx actor.Context) {
 			prod.PrefillTokens.Add(int64(s.prompt.Tokens)) // returned with the slot (release)
 		}
 		if !cons.Reserve(fault.PhaseDecode) {
+			s.ranks[fault.PhaseDecode] = nil
 			if prod != nil {
 				s.held[fault.PhasePrefill] = prod
 				s.release(ctx, fault.PhasePrefill, nil, true)
@@ -86,6 +90,7 @@ func (s *requestSupervisor) place(ctx actor.Context) {
 		}
 		s.producer, s.consumer = prod, cons
 		s.held = [2]*placement.Engine{prod, cons}
+		plan.ConsumerRank.Take(fault.PhaseDecode, 0)
 		if prod == nil {
 			rest := ask.Uncached(plan.ConsumerMatch)
 			leg = placement.ComputeLeg{Engine: cons, Queued: int(cons.LocalTokens.Load()), Tokens: rest, At: time.Now()}
@@ -94,10 +99,10 @@ func (s *requestSupervisor) place(ctx actor.Context) {
 		s.leg = leg
 		if prod != nil {
 			s.reportSlots(prod)
-			f.Index.Record(blocks, prod.Idx)
+			f.Index.Record(blocks, placement.SlotOf(prod, plan.ProducerRank))
 		}
 		s.reportSlots(cons)
-		f.Index.Record(blocks, cons.Idx)
+		f.Index.Record(blocks, placement.SlotOf(cons, plan.ConsumerRank))
 		if s.predictedCached = s.cachedPrediction(&ask, plan.ConsumerMatch); prod != nil {
 			s.predictedCached = s.cachedPrediction(&ask, plan.ProducerMatch)
 		}
@@ -115,6 +120,8 @@ func (s *requestSupervisor) sendAttempt() {
 		Consumer:      s.consumer.Client,
 		FailOnMissing: s.set.request.FailOnMissing,
 		MaxHandoffAge: s.set.request.MaxHandoffAge,
+		ProducerRank:  s.ranks[fault.PhasePrefill].Pin(),
+		ConsumerRank:  s.ranks[fault.PhaseDecode].Pin(),
 	}}
 	if s.producer != nil {
 		a.Plan.Producer = s.producer.Client

@@ -22,6 +22,8 @@ func (s *requestSupervisor) release(ctx actor.Context, phase fault.Phase, f *fau
 		return
 	}
 	s.held[phase] = nil
+	s.ranks[phase].Give(phase, s.prompt.Tokens)
+	s.ranks[phase] = nil
 	if phase == fault.PhasePrefill {
 		e.PrefillTokens.Add(-int64(s.prompt.Tokens))
 	} else {

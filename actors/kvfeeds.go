@@ -40,21 +40,55 @@ func startKVFeeds(cfg config.KVEventsRuntime, index *placement.ExactIndex, m *te
 
 // add follows v's events if spec names (or the fleet's patterns give) an endpoint.
 func (f *kvFeeds) add(v *placement.Engine, spec transport.EngineSpec) {
-	if f == nil || v.Idx < 0 {
-		return
-	}
-	pub, replay := f.cfg.Endpoints(spec.KVEvents, spec.KV.Host)
-	if pub == "" {
+	pub, replay, ok := f.endpoints(v, spec)
+	if !ok {
 		return
 	}
 	var en *placement.ExactEngine
-	f.start(v, func() { en = f.index.Open(v.Idx) }, func(ctx context.Context) { f.follow(ctx, v, en, pub, replay) })
+	f.start(v, func() { en = f.index.Open(v.Idx) }, func(ctx context.Context) { f.follow(ctx, v, 0, en, pub, replay) })
+	f.addRanks(v, spec)
 }
 
-// remove stops following v and drops its entries from the index.
+// addRanks follows the events of v's data-parallel ranks past the first (rank 0's are v's own
+// feed): each rank publishes on its own endpoints, offset by its rank (kvevents.RankEndpoint).
+func (f *kvFeeds) addRanks(v *placement.Engine, spec transport.EngineSpec) {
+	pub, replay, ok := f.endpoints(v, spec)
+	if !ok {
+		return
+	}
+	for _, r := range v.Ranks() {
+		if r.N == 0 || r.Idx < 0 {
+			continue
+		}
+		var en *placement.ExactEngine
+		f.start(r, func() { en = f.index.Open(r.Idx) }, func(ctx context.Context) {
+			f.follow(ctx, v, r.N, en, kvevents.RankEndpoint(pub, r.N), kvevents.RankEndpoint(replay, r.N))
+		})
+	}
+}
+
+// endpoints are v's KV event endpoints (rank 0's), when its events are followed: feeds are
+// on, v has a prefix-index slot, and spec names (or the fleet's patterns give) an endpoint.
+func (f *kvFeeds) endpoints(v *placement.Engine, spec transport.EngineSpec) (pub, replay string, ok bool) {
+	if f == nil || v.Idx < 0 {
+		return "", "", false
+	}
+	pub, replay = f.cfg.Endpoints(spec.KVEvents, spec.KV.Host)
+	return pub, replay, pub != ""
+}
+
+// remove stops following v (and its ranks) and drops their entries from the index.
 func (f *kvFeeds) remove(v *placement.Engine) {
-	if f != nil && f.end(v) {
+	if f == nil {
+		return
+	}
+	if f.end(v) {
 		f.index.Forget(v.Idx)
+	}
+	for _, r := range v.Ranks() {
+		if r.N > 0 && f.end(r) {
+			f.index.Forget(r.Idx)
+		}
 	}
 }
 
@@ -64,13 +98,25 @@ func (f *kvFeeds) stop() {
 	}
 }
 
-// follow runs v's subscription until ctx ends, following it again after each failure.
-func (f *kvFeeds) follow(ctx context.Context, v *placement.Engine, en *placement.ExactEngine, pub, replay string) {
+// follow runs the subscription of v's rank until ctx ends, following it again after each
+// failure. A batch from another rank (its data_parallel_rank says so: endpoints crossed) is
+// not applied.
+func (f *kvFeeds) follow(ctx context.Context, v *placement.Engine, rank int, en *placement.ExactEngine, pub, replay string) {
 	wait := f.cfg.Reconnect
-	report := func() { f.m.KVIndexBlocks(v.Name, f.index.Held(en)) }
+	report := func() { // the engine's blocks, all its ranks' together
+		held := 0
+		for _, slot := range v.IndexSlots() {
+			held += f.index.HeldAt(slot)
+		}
+		f.m.KVIndexBlocks(v.Name, held)
+	}
 	for {
 		sub := kvevents.Subscriber{Endpoint: pub, Replay: replay, Topic: f.cfg.Topic, ReplayTimeout: f.cfg.ReplayTimeout,
 			Handle: func(_ uint64, b kvevents.Batch) {
+				if b.DataParallelRank != nil && *b.DataParallelRank != rank {
+					f.m.KVEvents(v.Name, "wrong_rank")
+					return
+				}
 				f.index.Apply(en, b)
 				f.m.KVEvents(v.Name, "batch")
 				report()

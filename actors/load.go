@@ -43,8 +43,9 @@ func startScraper(interval time.Duration, timeout func() time.Duration, m *telem
 	return &scraper{perEngine: newPerEngine(), interval: interval, timeout: timeout, m: m}
 }
 
-// add starts scraping v (nothing when scraping is off).
-func (s *scraper) add(v *placement.Engine) {
+// add starts scraping v (nothing when scraping is off); a scrape showing several data-parallel
+// ranks while v has none is reported to found, when it is not nil (ranks.go).
+func (s *scraper) add(v *placement.Engine, found func(ranks int)) {
 	if s == nil {
 		return
 	}
@@ -53,6 +54,9 @@ func (s *scraper) add(v *placement.Engine) {
 		defer t.Stop()
 		for {
 			scrapeOnce(ctx, v, s.timeout(), s.m)
+			if l, ok := v.Fresh(time.Now(), s.interval+s.timeout()); found != nil && ok && l.RankCount() > 1 && len(v.Ranks()) == 0 {
+				found(l.RankCount())
+			}
 			select {
 			case <-ctx.Done():
 				return
@@ -101,5 +105,7 @@ func (s *scraper) stop() {
 
 // loadState is v's load view with the prefix index's size for it.
 func (r *Router) loadState(v *placement.Engine) messages.LoadState {
-	return loadStateOf(v, time.Now(), r.current().Placement.ScrapeStaleS.Duration(), r.fleet.Index.HeldBy(v.Idx))
+	st := loadStateOf(v, time.Now(), r.current().Placement.ScrapeStaleS.Duration(), r.fleet.Index.HeldBy(v.Idx))
+	st.Ranks = r.rankStates(v)
+	return st
 }

@@ -3,8 +3,6 @@ package actors
 import (
 	"context"
 	"sync"
-
-	"github.com/narwhal-router/narwhal/actors/placement"
 )
 
 // perEngine runs one goroutine per engine — a scraper, a KV event feed — started when the engine
@@ -14,19 +12,21 @@ type perEngine struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu  sync.Mutex
-	per map[*placement.Engine]context.CancelFunc
+	mu sync.Mutex
+	// per is keyed by the engine, or by what else runs a goroutine of its own for it (a
+	// data-parallel rank's KV event feed: its *placement.Rank).
+	per map[any]context.CancelFunc
 }
 
 func newPerEngine() *perEngine {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &perEngine{ctx: ctx, cancel: cancel, per: map[*placement.Engine]context.CancelFunc{}}
+	return &perEngine{ctx: ctx, cancel: cancel, per: map[any]context.CancelFunc{}}
 }
 
 // start runs run for v on its own goroutine unless one runs already or stop was called; run
 // must return once its context is done. before, when start goes ahead, runs first under the
 // lock (what the goroutine needs set up before anything can remove v).
-func (p *perEngine) start(v *placement.Engine, before func(), run func(ctx context.Context)) {
+func (p *perEngine) start(v any, before func(), run func(ctx context.Context)) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.ctx.Err() != nil || p.per[v] != nil {
@@ -46,7 +46,7 @@ func (p *perEngine) start(v *placement.Engine, before func(), run func(ctx conte
 
 // end cancels v's goroutine, reporting whether one ran; it ends at once (work in flight is
 // cancelled).
-func (p *perEngine) end(v *placement.Engine) bool {
+func (p *perEngine) end(v any) bool {
 	p.mu.Lock()
 	cancel := p.per[v]
 	delete(p.per, v)

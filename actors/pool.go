@@ -114,6 +114,8 @@ func (p *poolActor) Receive(ctx actor.Context) {
 		p.settle(ctx, ctx.Sender())
 	case *promiseCheck:
 		p.onPromiseCheck(ctx, m)
+	case *ranksFound:
+		p.onRanksFound(m)
 	case *messages.CapacityFreed:
 		if v := p.r.fleet.Load().Engine(m.Engine); v != nil && v.Placeable.Load() {
 			p.wake(ctx, v)
@@ -189,7 +191,7 @@ func (p *poolActor) apply(ctx actor.Context, specs []transport.EngineSpec) {
 	p.r.fleet.Publish(p.views())
 	for _, st := range joined {
 		p.spawn(ctx, st)
-		p.r.scraper.add(st.view)
+		p.r.scraper.add(st.view, p.ranksFinder(st))
 		p.r.kvFeeds.add(st.view, st.spec)
 	}
 	p.publish()
@@ -212,6 +214,9 @@ func (p *poolActor) add(spec transport.EngineSpec) *engineState {
 	if len(spec.Models) > 0 {
 		ms := append([]string(nil), spec.Models...)
 		v.Models.Store(&ms)
+	}
+	if spec.DataParallelSize > 1 {
+		p.makeRanks(v, spec.DataParallelSize)
 	}
 	v.State.Store(uint32(health.Joining))
 	st := &engineState{spec: spec, view: v, incarnation: p.incarnations, source: spec.Source, reportedBy: spec.Source,
@@ -276,6 +281,7 @@ func (p *poolActor) gone(st *engineState) {
 	st.timers.stop()
 	st.view.Client.Close()
 	p.r.fleet.Index.Retire(st.view.Idx)
+	p.retireRanks(st.view)
 	if p.members[st.spec.Name] == nil {
 		p.r.metrics.ForgetEngine(st.spec.Name)
 	}

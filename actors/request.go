@@ -148,6 +148,7 @@ type requestSupervisor struct {
 	producer   *placement.Engine
 	consumer   *placement.Engine
 	held       [2]*placement.Engine // the slot held per phase
+	ranks      [2]*placement.Rank   // the data-parallel rank of each held slot (nil: the engine has one)
 	full       []string             // engines found full this placement round
 	avoid      []string             // engines that failed this request: used only if nothing else can serve
 	exclude    []string             // engines that pushed back (429/503): never retried for this request

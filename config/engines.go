@@ -39,6 +39,9 @@ type Engine struct {
 	// KVEvents names the engine's own KV event endpoints (placement.kv_events has the
 	// fleet's patterns).
 	KVEvents EngineKVEvents `yaml:"kv_events"`
+	// DataParallelSize is the engine's data-parallel ranks (vLLM's --data-parallel-size): 0
+	// reads them from its metrics, 1 treats it as one rank (ranks.go).
+	DataParallelSize int `yaml:"data_parallel_size"`
 }
 
 // KV describes an engine's side of the KV transfer.
@@ -181,6 +184,7 @@ func (ck *checker) engine(p string, e Engine) {
 	}
 	ck.kvEventsEndpoint(joinPath(p, "kv_events.replay_endpoint"), e.KVEvents.ReplayEndpoint, false)
 	ck.engineFields(p, e)
+	ck.dataParallelSize(joinPath(p, "data_parallel_size"), e.DataParallelSize)
 }
 
 // engineFields checks the keys an engine shares with a discovery source's template.

@@ -162,6 +162,20 @@ type LoadState struct {
 	KVUsage        *float64 `json:"kv_cache_usage,omitempty"`
 	ScrapeError    string   `json:"scrape_error,omitempty"`
 	ScrapeFailures int      `json:"scrape_failures,omitempty"`
+	// Ranks are the engine's data-parallel ranks, when it has more than one.
+	Ranks []RankState `json:"ranks,omitempty"`
+}
+
+// RankState is one data-parallel rank of an engine as placement sees it: the reservations on
+// it, its last scraped queues, and the prompt blocks the prefix index has for it (estimated
+// from our placements, and from its KV events).
+type RankState struct {
+	Rank         int `json:"rank"`
+	Reservations int `json:"reservations"`
+	Running      int `json:"running"`
+	Waiting      int `json:"waiting"`
+	PrefixBlocks int `json:"prefix_blocks"`
+	EventBlocks  int `json:"kv_event_blocks"`
 }
 
 // PhaseSlots counts reservations per phase.

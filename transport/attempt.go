@@ -31,6 +31,9 @@ type Plan struct {
 	// LegTimeout, when set, bounds each leg on its own (from its start) instead of the request
 	// deadline bounding the whole attempt: a probe gives every leg engine.first_token_timeout_s.
 	LegTimeout time.Duration
+	// ProducerRank and ConsumerRank are the data-parallel ranks of the legs' engines placement
+	// chose (RankHeader); zero: none, the engine's API server balances its ranks.
+	ProducerRank, ConsumerRank Rank
 }
 
 // Outcome is how an attempt ended: committed (Stream, or Answer for a passthrough request, is
@@ -105,6 +108,7 @@ type Observer interface {
 func Run(ctx context.Context, p *Plan, req *Request, progress Progress) Outcome {
 	out := Outcome{CachedTokens: -1}
 	start := time.Now()
+	req.Ranks[fault.PhasePrefill], req.Ranks[fault.PhaseDecode] = p.ProducerRank, p.ConsumerRank
 	obs, _ := progress.(Observer)
 	switch {
 	case req.Body.Endpoint.Passthrough():
@@ -125,6 +129,10 @@ func Run(ctx context.Context, p *Plan, req *Request, progress Progress) Outcome 
 	tell(progress, fault.PhasePrefill, start)
 	if p.Producer != p.Consumer {
 		a := kv.Attempt{Pair: kv.Pair{Producer: p.Producer.kv, Endpoint: req.Body.Endpoint}, BackendRequestID: req.BackendRequestID}
+		// The ranks placement chose (rank 0 when the engine has one or it pinned none).
+		a.ProducerRank, _ = p.ProducerRank.Pinned()
+		a.ConsumerRank, _ = p.ConsumerRank.Pinned()
+		a.ProducerRank, a.ConsumerRank = max(a.ProducerRank, 0), max(a.ConsumerRank, 0)
 		if p.Consumer != nil {
 			a.Pair.Consumer = p.Consumer.kv
 		}

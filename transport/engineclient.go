@@ -52,6 +52,9 @@ type Request struct {
 	// Budget is the process's memory budget: a passthrough answer is reserved in it before it
 	// is read. Nil (probes, preflight): bounded by server.max_response_bytes alone.
 	Budget *memory.Budget
+	// Ranks are the data-parallel ranks each leg (by fault.Phase) is pinned to, sent as
+	// RankHeader; Run sets them from the Plan.
+	Ranks [2]Rank
 }
 
 // largeBody is the client body size from which a leg's body is sent by reference
@@ -276,7 +279,7 @@ func (c *EngineClient) legBody(hreq *fasthttp.Request, req *Request, leg fault.P
 		} else {
 			byRef = req.Body.DecodeLegBody(params)
 		}
-		c.prepare(hreq, req, nil)
+		c.prepare(hreq, req, leg, nil)
 		setRank(hreq, req, leg)
 		return byRef, nil
 	}
@@ -286,14 +289,14 @@ func (c *EngineClient) legBody(hreq *fasthttp.Request, req *Request, leg fault.P
 	} else {
 		buf.B = req.Body.AppendDecodeBody(buf.B[:0], params)
 	}
-	c.prepare(hreq, req, buf.B)
+	c.prepare(hreq, req, leg, buf.B)
 	setRank(hreq, req, leg)
 	return nil, buf
 }
 
 // prepare fills the request line and the allowlisted headers; no client header reaches an engine
 // unless it is listed here.
-func (c *EngineClient) prepare(hreq *fasthttp.Request, req *Request, body []byte) {
+func (c *EngineClient) prepare(hreq *fasthttp.Request, req *Request, leg fault.Phase, body []byte) {
 	hreq.Header.SetMethod(fasthttp.MethodPost)
 	hreq.SetRequestURI(c.urls[req.Body.Endpoint])
 	hreq.Header.SetContentType("application/json")
@@ -303,6 +306,7 @@ func (c *EngineClient) prepare(hreq *fasthttp.Request, req *Request, body []byte
 	hreq.Header.Set("Accept-Encoding", "identity")
 	hreq.Header.Set("X-Request-Id", req.BackendRequestID)
 	hreq.Header.Set(HopHeader, "1")
+	setRankHeader(hreq.Header.Set, req, leg)
 	if req.TraceParent != "" {
 		hreq.Header.Set("traceparent", req.TraceParent)
 		if req.TraceState != "" {

@@ -24,6 +24,9 @@ type EngineLoad struct {
 	// Shape is the KV layout vllm:cache_config_info's labels report (kvshape.go); zero
 	// fields when the engine does not publish it.
 	Shape kv.Shape
+	// Ranks are the gauges per data-parallel rank (rankload.go), in rank order, when the engine
+	// exports more than one; nil otherwise.
+	Ranks []RankLoad
 }
 
 // Load reads GET /metrics, bounded by ctx. An engine that answers but reports none of the
@@ -73,6 +76,7 @@ func ParseEngineLoad(body []byte) (EngineLoad, error) {
 	}
 	l.Running, l.Waiting = int(running), int(waiting)
 	l.Shape = cacheShape(families["vllm:cache_config_info"])
+	l.Ranks = rankLoads(families)
 	if n > 0 {
 		l.KVUsage, l.HasKVUsage = usage/float64(n), true
 	}

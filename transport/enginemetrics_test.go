@@ -1,6 +1,9 @@
 package transport
 
-import "testing"
+import (
+	"reflect"
+	"testing"
+)
 
 // vLLM's /metrics as its prometheus_client writes it, with label values a hand-written parser
 // trips on: a '}' and an escaped quote inside a model name, a second data-parallel rank.
@@ -25,8 +28,13 @@ func TestParseEngineLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (EngineLoad{Running: 5, Waiting: 4, KVUsage: 0.5, HasKVUsage: true}); l != want {
+	// Each rank's gauges too, by the engine label (rankload.go).
+	ranks := []RankLoad{{Rank: 0, Running: 3, Waiting: 4}, {Rank: 1, Running: 2}}
+	if want := (EngineLoad{Running: 5, Waiting: 4, KVUsage: 0.5, HasKVUsage: true, Ranks: ranks}); !reflect.DeepEqual(l, want) {
 		t.Fatalf("parsed %+v, want %+v", l, want)
+	}
+	if r, ok := l.Rank(1); l.RankCount() != 2 || !ok || r.Running != 2 {
+		t.Fatalf("%d ranks, rank 1 %+v %v; want 2 ranks, rank 1 running 2", l.RankCount(), r, ok)
 	}
 	// vLLM before 0.10 named the usage gpu_cache_usage_perc; without usage, HasKVUsage is false.
 	l, err = ParseEngineLoad([]byte("vllm:gpu_cache_usage_perc 0.5\nvllm:num_requests_waiting 1\n"))

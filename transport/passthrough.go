@@ -41,7 +41,7 @@ func (c *EngineClient) Passthrough(ctx context.Context, req *Request) (Passthrou
 	deadline, byRequest := earliest(start.Add(c.timeouts.PassthroughTimeoutS.Duration()), req.Deadline)
 	hreq := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(hreq)
-	c.prepare(hreq, req, req.Body.Raw())
+	c.prepare(hreq, req, fault.PhaseDecode, req.Body.Raw())
 
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)

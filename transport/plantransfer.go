@@ -43,10 +43,6 @@ func forgetTransfer(producer *EngineClient, a kv.Attempt) {
 	}
 }
 
-// RankHeader is the header vLLM's API server reads to pick the data-parallel rank that serves
-// a request (vllm/entrypoints/openai: X-data-parallel-rank).
-const RankHeader = "X-data-parallel-rank"
-
 // setRank writes the leg's data-parallel rank when the transfer addresses ranks.
 func setRank(hreq *fasthttp.Request, req *Request, leg fault.Phase) {
 	t := &req.Transfer

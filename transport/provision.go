@@ -36,6 +36,9 @@ type EngineSpec struct {
 	KV        kv.Side
 	// KVEvents are the engine's own KV event endpoints (engines[].kv_events), as configured.
 	KVEvents config.EngineKVEvents
+	// DataParallelSize is engines[].data_parallel_size: the engine's ranks, 0 to read them from
+	// its metrics.
+	DataParallelSize int
 }
 
 // Provisioner is the one way from an engine entry, whichever source it came from (the file,
@@ -145,7 +148,8 @@ func (p Provisioner) resolve(e config.Engine) (EngineSpec, error) {
 			AllowedEndpoints: append([]string(nil), e.KV.AllowedEndpoints...), AllowedPorts: ports,
 			ReservedPorts: p.reserved,
 		},
-		KVEvents: e.KVEvents,
+		KVEvents:         e.KVEvents,
+		DataParallelSize: e.DataParallelSize,
 	}, nil
 }
 

@@ -62,7 +62,10 @@ type AttemptAsk struct {
 type AttemptPlan struct {
 	Consumer, Producer           *Engine
 	ConsumerMatch, ProducerMatch int
-	Decision                     Decision
+	// ConsumerRank and ProducerRank are the ranks chosen inside engines of several
+	// data-parallel ranks (Placed.Rank); nil otherwise.
+	ConsumerRank, ProducerRank *Rank
+	Decision                   Decision
 	// Predicted are the predicted times to first token when the prediction decided.
 	Predicted Prediction
 	// ConsumerPrefix and ProducerPrefix are how the prefix index weighed in for each leg asked
@@ -95,7 +98,7 @@ func (f *Snapshot) PlaceAttempt(a AttemptAsk) AttemptPlan {
 		return out
 	}
 	cons := c.Engine
-	out.Consumer, out.ConsumerMatch = cons, c.Match
+	out.Consumer, out.ConsumerMatch, out.ConsumerRank = cons, c.Match, c.Rank
 	out.Decision = a.decide(f, cons, c.Match)
 	if out.Decision.Local {
 		return out
@@ -108,14 +111,14 @@ func (f *Snapshot) PlaceAttempt(a AttemptAsk) AttemptPlan {
 		out.Decision = Decision{true, ReasonPrefillSaturated}
 	case auto && p.Engine != nil && p.Engine != cons && out.Decision.Reason == ReasonLongPrompt && a.predicting():
 		if out.Decision, out.Predicted = a.predict(f, cons, c.Match, p); !out.Decision.Local {
-			out.Producer, out.ProducerMatch = p.Engine, p.Match
+			out.Producer, out.ProducerMatch, out.ProducerRank = p.Engine, p.Match, p.Rank
 		}
 	case auto && (p.Engine == cons || (p.Engine == nil && p.Why != NoRoom)):
 		out.Decision = Decision{true, ReasonNoProducer}
 	case p.Engine == nil:
 		out.Why, out.Phase = p.Why, fault.PhasePrefill
 	default:
-		out.Producer, out.ProducerMatch = p.Engine, p.Match
+		out.Producer, out.ProducerMatch, out.ProducerRank = p.Engine, p.Match, p.Rank
 	}
 	return out
 }

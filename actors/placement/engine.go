@@ -102,6 +102,9 @@ type Engine struct {
 	// producer's handoffs responsible for failures on two or more consumers in placement: a
 	// consumer's probe picks another partner. Writer: the blame board.
 	Suspect atomic.Int64
+	// ranks are the engine's data-parallel ranks when it has more than one (ranks.go). Writer:
+	// the pool (SetRanks).
+	ranks atomic.Pointer[[]*Rank]
 }
 
 // SetActor records the engine actor's address (the pool, once, when it starts the actor).

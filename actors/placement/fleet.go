@@ -49,14 +49,18 @@ func (f *Fleet) Publish(engines []*Engine) {
 	slots := 0
 	for _, v := range engines {
 		s.byName[v.Name] = v
-		if v.Idx >= 0 && v.Idx < MaxIndexed {
-			slots = max(slots, v.Idx+1)
+		for _, idx := range v.IndexSlots() { // its ranks' slots too: a rank's match is its engine's
+			if idx >= 0 && idx < MaxIndexed {
+				slots = max(slots, idx+1)
+			}
 		}
 	}
 	s.bySlot = make([]int32, slots)
 	for i, v := range engines {
-		if v.Idx >= 0 && v.Idx < MaxIndexed {
-			s.bySlot[v.Idx] = int32(i + 1)
+		for _, idx := range v.IndexSlots() {
+			if idx >= 0 && idx < MaxIndexed {
+				s.bySlot[idx] = int32(i + 1)
+			}
 		}
 		for _, p := range []fault.Phase{fault.PhasePrefill, fault.PhaseDecode} {
 			if v.CanServe(p) {
@@ -170,6 +174,9 @@ type Placed struct {
 	// Prefix is how the prefix index weighed in under placement.policy prefix (PrefixHit,
 	// PrefixBounded, PrefixMiss), for the prefix placement metric; "" when it was not asked.
 	Prefix string
+	// Rank is the engine's data-parallel rank the leg runs on (ranks.go), and Match then that
+	// rank's; nil for an engine of one rank.
+	Rank *Rank
 }
 
 // How the prefix index weighed in on a placement (placed.Prefix).

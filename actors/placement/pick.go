@@ -104,7 +104,22 @@ func classify(v *Engine, mk *marks, now time.Time) (tier, Scarcity) {
 // draws while draws find them (drawTwo); prefix reads each of them once for the load bound's
 // total (tally), then only the engines the index matched. The reason there is no candidate
 // comes from a walk over them all, as before.
+//
+// On an engine of several data-parallel ranks, the rank is then chosen inside it (pickRank).
 func (f *Snapshot) Place(a Ask) Placed {
+	p := f.placeEngine(a)
+	if p.Engine != nil && len(p.Engine.Ranks()) > 1 {
+		now := a.Now
+		if now.IsZero() {
+			now = time.Now()
+		}
+		p.Rank, p.Match = f.pickRank(p.Engine, &a, now)
+	}
+	return p
+}
+
+// placeEngine is Place's choice of the engine.
+func (f *Snapshot) placeEngine(a Ask) Placed {
 	list := f.Candidates(a.Phase, a.Model)
 	if len(list) == 0 {
 		return Placed{Why: UnknownModel}

@@ -6,7 +6,8 @@
 // router in front of a thousand engines), nodes (several routers in front of one fleet) and
 // tenants (the admission queue's flow control against FIFO for tenants and priority bands on a
 // full fleet) and tokens (prefix placement on the engines' tokens and events against the
-// estimate). Each starts its own rig — fleet, router, generator — measures, and returns a
+// estimate) and ranks (the prefix hit rate of data-parallel ranks routed against ranks left to
+// vLLM). Each starts its own rig — fleet, router, generator — measures, and returns a
 // report section with its figures and targets.
 package scenarios
 
@@ -38,6 +39,7 @@ var All = []Scenario{
 	{Name: "tenants", Run: Tenants},
 	{Name: "tokens", Run: Tokens},
 	{Name: "mooncake", Run: MooncakeConnector},
+	{Name: "ranks", Run: Ranks},
 }
 
 // Select returns the scenarios named in a comma-separated list ("" or "all": every one).

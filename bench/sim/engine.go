@@ -45,6 +45,8 @@ type Engine struct {
 	transfers transferWaits
 	sched     *scheduler   // nil unless the capacity model is on (Options.MaxNumSeqs > 0)
 	kvPub     *kvPublisher // nil unless Options.KVEvents is set
+	ranks     []*rank      // the data-parallel ranks; ranks[0] has sched and kvPub (ranks.go)
+	lb        balancer
 	faults    faultQueue
 	recorded  recorder
 	count     counters
@@ -86,6 +88,10 @@ func Start(o Options) (*Engine, error) {
 		e.sched.kv.events, e.sched.kv.blockSize = true, o.BlockSize
 		e.sched.publish = e.kvPub.publish
 	}
+	if err = e.startRanks(); err != nil {
+		e.closeKVEvents()
+		return nil, fmt.Errorf("sim %s: %w", o.Name, err)
+	}
 	id := o.EngineID
 	if id == "" {
 		id = uuid.NewString()
@@ -123,6 +129,7 @@ func Start(o Options) (*Engine, error) {
 			e.sched.run(e.ctx)
 		}()
 	}
+	e.runRanks()
 	return e, nil
 }
 
@@ -169,10 +176,11 @@ func (e *Engine) Close() error {
 }
 
 func (e *Engine) closeKVEvents() error {
+	err := e.closeRanks()
 	if e.kvPub == nil {
-		return nil
+		return err
 	}
-	return e.kvPub.close()
+	return errors.Join(err, e.kvPub.close())
 }
 
 // KVEvents returns the KV events' PUB and replay endpoints as bound (tcp://host:port),
@@ -241,9 +249,7 @@ func (e *Engine) Restart() {
 	id := uuid.NewString()
 	e.identity.Store(&id)
 	e.blocks.dropAll()
-	if e.sched != nil {
-		e.sched.dropCached()
-	}
+	e.dropRankCaches()
 	e.count.restarts.Add(1)
 }
 

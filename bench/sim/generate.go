@@ -40,6 +40,9 @@ type generation struct {
 	// sse is the open event stream of a streaming decode; with a keepalive fault, waits
 	// on it send comments.
 	sse *sseWriter
+	// sched is the scheduler of the data-parallel rank the generation runs on (ranks.go);
+	// nil without the capacity model.
+	sched *scheduler
 	// seq is the generation inside the scheduler (capacity model only); handedOff says a
 	// prefill leg's pin now owns its blocks.
 	seq       *seq
@@ -67,7 +70,15 @@ func (e *Engine) serveGeneration(api endpoint) http.HandlerFunc {
 			apiErr.write(w)
 			return
 		}
+		rk, apiErr := e.rankFor(r)
+		if apiErr != nil {
+			e.recorded.add(newRecord(legNone, r, body, arrived))
+			apiErr.write(w)
+			return
+		}
+		rk.requests.Add(1)
 		g := e.newGeneration(r, req, arrived)
+		g.sched = rk.sched
 		g.record = e.recorded.add(newRecord(req.leg, r, body, arrived))
 		g.serve(w)
 	}
@@ -148,10 +159,10 @@ func (g *generation) serve(w http.ResponseWriter) {
 			g.timer.Stop()
 		}
 		if g.seq != nil && !g.handedOff {
-			e.sched.release(g.seq)
+			g.sched.release(g.seq)
 		}
 		if g.loading {
-			e.sched.loadingDelta(-1)
+			g.sched.loadingDelta(-1)
 		}
 		e.count.inFlight.Add(-1)
 		if !g.aborted {
@@ -272,7 +283,7 @@ func (g *generation) prefill(w http.ResponseWriter) {
 		g.hang()
 		return
 	}
-	if e.sched == nil {
+	if g.sched == nil {
 		if !g.sleepUntil(g.arrived.Add(f.slowHeaders + e.opts.TTFT + g.prefillTime() + f.slow)) {
 			return
 		}
@@ -300,7 +311,7 @@ func (g *generation) prefill(w http.ResponseWriter) {
 		var release func()
 		if q := g.seq; q != nil {
 			g.handedOff = true
-			release = func() { e.sched.release(q) }
+			release = func() { g.sched.release(q) }
 		}
 		if tid, ok := mooncakeTransferID(g.req.kvParams); ok {
 			e.pinTransfer(tid, g.req.promptTokens, release) // mooncake.go: no descriptor
@@ -335,12 +346,12 @@ func (g *generation) decode(w http.ResponseWriter) {
 			}
 		}
 	}
-	if e.sched != nil {
+	if g.sched != nil {
 		g.seq = newSeq(g.req.promptTokens, g.req.hashes, g.plan.len(), !computePrompt, false)
 		g.seq.tokens, g.seq.keys = g.req.tokenIDs, g.req.keys
 		if moved > 0 {
 			// vLLM pulls only the blocks its own prefix cache lacks.
-			moved = max(moved-e.sched.cachedPrefix(g.req.hashes), 0)
+			moved = max(moved-g.sched.cachedPrefix(g.req.hashes), 0)
 		}
 	}
 	e.count.blocksLoaded.Add(int64(moved))
@@ -349,11 +360,11 @@ func (g *generation) decode(w http.ResponseWriter) {
 		first = g.pulledAt
 	}
 	first = first.Add(time.Duration(moved) * e.opts.TransferPerBlock)
-	if computePrompt && e.sched == nil {
+	if computePrompt && g.sched == nil {
 		first = first.Add(g.prefillTime())
 	}
-	if e.sched != nil && moved > 0 {
-		e.sched.loadingDelta(1)
+	if g.sched != nil && moved > 0 {
+		g.sched.loadingDelta(1)
 		g.loading = true
 	}
 	if g.req.stream {
@@ -396,7 +407,7 @@ func (g *generation) waitFirst(first time.Time) bool {
 	ok := g.sleepUntil(first)
 	if g.loading {
 		g.loading = false
-		g.e.sched.loadingDelta(-1)
+		g.sched.loadingDelta(-1)
 	}
 	if !ok {
 		return false
@@ -404,7 +415,7 @@ func (g *generation) waitFirst(first time.Time) bool {
 	if g.seq == nil {
 		return true
 	}
-	g.e.sched.submit(g.seq)
+	g.sched.submit(g.seq)
 	return g.waitProduced(1)
 }
 
@@ -427,7 +438,7 @@ func (g *generation) waitPiece(i int, first time.Time) bool {
 // keep-alive comments meanwhile, and reports whether the client is still there.
 func (g *generation) waitProduced(n int) bool {
 	for {
-		if produced, _ := g.e.sched.progress(g.seq); produced >= n {
+		if produced, _ := g.sched.progress(g.seq); produced >= n {
 			return true
 		}
 		var tick <-chan time.Time
@@ -458,7 +469,7 @@ func (g *generation) waitProduced(n int) bool {
 // KV came from a producer every prompt token but the last (which vLLM recomputes).
 func (g *generation) cachedTokens() int {
 	if g.seq != nil {
-		_, cached := g.e.sched.progress(g.seq)
+		_, cached := g.sched.progress(g.seq)
 		return cached
 	}
 	if g.transferred {

@@ -32,6 +32,7 @@ const kvEventsQueue = 4096
 type kvPublisher struct {
 	pub, replay zmq4.Socket
 	topic       []byte
+	rank        int // the data-parallel rank whose events these are (ranks.go)
 	queue       chan kvwire.Batch
 	// queued counts the batches handed to publish, dropped those it could not queue,
 	// published those sent.
@@ -89,7 +90,7 @@ func (p *kvPublisher) endpoints() (pub, replay string) {
 
 // publish queues one batch of events without waiting.
 func (p *kvPublisher) publish(events []kvwire.Event) {
-	b := kvwire.Batch{TS: float64(time.Now().UnixNano()) / 1e9, Events: events}
+	b := kvwire.Batch{TS: float64(time.Now().UnixNano()) / 1e9, Events: events, DataParallelRank: p.rank}
 	p.queued.Add(1)
 	select {
 	case p.queue <- b:

@@ -149,6 +149,11 @@ type Options struct {
 	// DescriptorExtra is raw JSON members (`"a":1,"b":{"c":[2]}`) appended to every
 	// descriptor, standing for runtime fields a router has never heard of.
 	DescriptorExtra string
+
+	// DataParallelSize is vLLM's --data-parallel-size: this many ranks behind the one API
+	// port, each with its own scheduler and prefix cache (ranks.go); 0 or 1 is one. More than
+	// one needs the capacity model.
+	DataParallelSize int
 }
 
 // normalized returns o with defaults applied, or an error naming the bad field.
@@ -228,6 +233,9 @@ func (o Options) normalized() (Options, error) {
 	}
 	if o.KVEvents == "" && o.KVEventsReplay != "" {
 		return o, fmt.Errorf("kv events replay %q without kv events: set the PUB endpoint too", o.KVEventsReplay)
+	}
+	if err := o.checkRanks(); err != nil {
+		return o, err
 	}
 	if o.KVEvents != "" && o.MaxNumSeqs <= 0 {
 		return o, fmt.Errorf("kv events %q need the capacity model (max num seqs > 0): it owns the prefix cache they report", o.KVEvents)

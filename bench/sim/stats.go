@@ -68,6 +68,9 @@ type Stats struct {
 	PrefixCacheHits      int64 `json:"prefix_cache_hits"`
 	PromptTokensComputed int64 `json:"prompt_tokens_computed"`
 	Steps                int64 `json:"steps"`
+	// Ranks are each data-parallel rank's counters (Options.DataParallelSize > 1); the
+	// fields above add them up.
+	Ranks []RankStats `json:"ranks,omitempty"`
 }
 
 // counters are the engine's live request counters; block counts live in blockTable.
@@ -87,6 +90,9 @@ func (e *Engine) ResetCounters() {
 	for _, n := range []*atomic.Int64{&c.prefill, &c.decode, &c.completed, &c.aborted, &c.kvLoads, &c.kvLoadFailures,
 		&c.blocksLoaded, &c.lastAbort} {
 		n.Store(0)
+	}
+	for _, r := range e.ranks {
+		r.requests.Store(0)
 	}
 }
 
@@ -115,7 +121,9 @@ func (e *Engine) Stats() Stats {
 		BlocksLoaded:    e.count.blocksLoaded.Load(),
 	}
 	if e.sched != nil {
-		c := e.sched.counts()
+		cs := e.rankCounts()
+		c := sumCounts(cs)
+		st.Ranks = e.rankStats(cs)
 		st.Running, st.Waiting, st.Queued = int64(c.running), int64(c.waiting), c.queued
 		st.KVBlocksUsed, st.KVBlocks = int64(c.blocksUsed), int64(e.opts.KVBlocks)
 		st.KVBlocksCached, st.KVBlocksEvicted = int64(c.blocksCached), c.evicted
@@ -131,30 +139,40 @@ func (e *Engine) Stats() Stats {
 // pinned blocks' share of KVBlocks and the prefix-cache counters stay 0.
 func (e *Engine) appendMetrics(b []byte) []byte {
 	bc := e.blocks.counts(time.Now())
-	running, waiting := float64(e.count.inFlight.Load()), 0.0
-	usage := float64(bc.pinned) / float64(e.opts.KVBlocks)
-	var queries, hits int64
+	// One sample per data-parallel rank, labelled engine="<rank>" as vLLM labels each
+	// engine core's (vllm/v1/metrics/loggers.py).
+	ranks := []schedCounts{{running: int(e.count.inFlight.Load())}}
 	if e.sched != nil {
-		c := e.sched.counts()
-		running, waiting = float64(c.running), float64(c.waiting)
-		usage = float64(c.blocksUsed) / float64(e.opts.KVBlocks)
-		queries, hits = c.queries, c.hits
+		ranks = e.rankCounts()
 	}
-	labels := `{engine="0",model_name=` + strconv.Quote(e.opts.Models[0]) + `}`
-	metric := func(name, typ, help, suffix string, v float64) {
-		b = append(b, "# HELP "+name+" "+help+"\n# TYPE "+name+" "+typ+"\n"+name+suffix+labels+" "...)
-		b = appendFloat(b, v)
-		b = append(b, '\n')
+	usage := func(c schedCounts) float64 {
+		if e.sched == nil {
+			return min(float64(bc.pinned)/float64(e.opts.KVBlocks), 1)
+		}
+		return min(float64(c.blocksUsed)/float64(e.opts.KVBlocks), 1)
 	}
-	metric("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.", "", running)
-	metric("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", "", waiting)
-	metric("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", "", min(usage, 1))
+	model := strconv.Quote(e.opts.Models[0])
+	metric := func(name, typ, help, suffix string, v func(schedCounts) float64) {
+		b = append(b, "# HELP "+name+" "+help+"\n# TYPE "+name+" "+typ+"\n"...)
+		for i, c := range ranks {
+			b = append(b, name+suffix+`{engine="`...)
+			b = strconv.AppendInt(b, int64(i), 10)
+			b = append(b, `",model_name=`+model+"} "...)
+			b = appendFloat(b, v(c))
+			b = append(b, '\n')
+		}
+	}
+	metric("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.", "",
+		func(c schedCounts) float64 { return float64(c.running) })
+	metric("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", "",
+		func(c schedCounts) float64 { return float64(c.waiting) })
+	metric("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", "", usage)
 	// Counters follow prometheus_client's exposition: the TYPE line names the family,
 	// the sample carries the _total suffix.
 	metric("vllm:prefix_cache_queries", "counter", "Prefix cache queries, in terms of number of queried tokens.",
-		"_total", float64(queries))
+		"_total", func(c schedCounts) float64 { return float64(c.queries) })
 	metric("vllm:prefix_cache_hits", "counter", "Prefix cache hits, in terms of number of cached tokens.",
-		"_total", float64(hits))
+		"_total", func(c schedCounts) float64 { return float64(c.hits) })
 	// vLLM publishes its cache configuration as an info gauge; a router can read the
 	// block size and capacity from it.
 	caching := "False"
@@ -162,13 +180,18 @@ func (e *Engine) appendMetrics(b []byte) []byte {
 		caching = "True"
 	}
 	b = append(b, "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"+
-		"# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{block_size=\""...)
-	b = strconv.AppendInt(b, int64(e.opts.BlockSize), 10)
-	b = append(b, `",cache_dtype=`...)
-	b = strconv.AppendQuote(b, e.kvConfig().CacheDType)
-	b = append(b, `,enable_prefix_caching="`+caching+`",engine="0",num_gpu_blocks="`...)
-	b = strconv.AppendInt(b, int64(e.opts.KVBlocks), 10)
-	b = append(b, "\"} 1.0\n"...)
+		"# TYPE vllm:cache_config_info gauge\n"...)
+	for i := range ranks {
+		b = append(b, "vllm:cache_config_info{block_size=\""...)
+		b = strconv.AppendInt(b, int64(e.opts.BlockSize), 10)
+		b = append(b, `",cache_dtype=`...)
+		b = strconv.AppendQuote(b, e.kvConfig().CacheDType)
+		b = append(b, `,enable_prefix_caching="`+caching+`",engine="`...)
+		b = strconv.AppendInt(b, int64(i), 10)
+		b = append(b, `",num_gpu_blocks="`...)
+		b = strconv.AppendInt(b, int64(e.opts.KVBlocks), 10)
+		b = append(b, "\"} 1.0\n"...)
+	}
 	return b
 }
 
