@@ -1,0 +1,131 @@
+package tests
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/narwhal-router/narwhal/config"
+	"github.com/narwhal-router/narwhal/internal/testwait"
+)
+
+// A burst of etcd registrations reaches a running router: n engines (1,000 by default;
+// NARWHAL_ETCD_REGISTRATIONS=5000 for the issue's figure) written at once by 16 writers are all
+// in GET /engines within 5 s of the last write, and GET /engines, asked throughout, answers 200
+// every time, each answer within maxAnswer. The registrations name a port nothing listens on, as
+// dead registrations do, so every engine keeps failing its join check meanwhile.
+func TestEtcdBurstReachesTheRouterWhileEnginesAnswers(t *testing.T) {
+	n := 1000
+	if v, err := strconv.Atoi(os.Getenv("NARWHAL_ETCD_REGISTRATIONS")); err == nil && v > 0 {
+		n = v
+	}
+	const (
+		prefix    = "/narwhal/burst/"
+		maxAnswer = 2 * time.Second
+		writers   = 16
+	)
+	etcd := startEtcdServer(t)
+	dead := "http://" + freeTCPAddr(t) // closed: nothing listens there
+	h := start(t, setup{both: 1, config: func(c *config.Config) {
+		c.Discovery.Etcd = &config.EtcdDiscovery{Endpoints: []string{etcd}, Prefix: prefix, DialTimeoutS: 5, RequestTimeoutS: 5, CheckIntervalS: 5}
+	}})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{etcd}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+
+	// GET /engines, asked every 20 ms from before the first write until every engine is listed.
+	poll := &http.Client{Timeout: 10 * time.Second}
+	stop := make(chan struct{})
+	var polled sync.WaitGroup
+	var mu sync.Mutex
+	var answers, failures int
+	var slowest time.Duration
+	var failure string
+	listed := 0 // engines in the last answer
+	polled.Add(1)
+	go func() {
+		defer polled.Done()
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			began := time.Now()
+			resp, err := poll.Get(h.admin + "/engines")
+			took := time.Since(began)
+			var engines []json.RawMessage
+			ok, why := err == nil && resp.StatusCode == http.StatusOK, ""
+			if err == nil {
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				ok = ok && json.Unmarshal(body, &engines) == nil
+				why = fmt.Sprintf("%d %.200s", resp.StatusCode, body)
+			} else {
+				why = err.Error()
+			}
+			mu.Lock()
+			if !ok && failure == "" {
+				failure = why
+			}
+			answers++
+			slowest = max(slowest, took)
+			if ok {
+				listed = len(engines)
+			} else {
+				failures++
+			}
+			mu.Unlock()
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	defer func() { close(stop); polled.Wait() }()
+
+	began0 := time.Now()
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += writers {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				_, err := cli.Put(ctx, fmt.Sprintf("%sd%05d", prefix, i), `{"url": "`+dead+`", "role": "decode", "models": ["m"]}`)
+				cancel()
+				if err != nil {
+					t.Errorf("put %d: %v", i, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	written := time.Now()
+	t.Logf("writes took %v", time.Since(began0))
+	testwait.Until(t, 5*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return listed == n+1 },
+		func() string {
+			mu.Lock()
+			defer mu.Unlock()
+			return fmt.Sprintf("GET /engines lists %d engines 5 s after the last of %d registrations was written", listed, n)
+		})
+	applied := time.Since(written)
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("%d registrations listed %v after the last write; GET /engines answered %d times, slowest %v",
+		n, applied.Round(time.Millisecond), answers, slowest.Round(time.Millisecond))
+	if failures > 0 || slowest > maxAnswer {
+		t.Fatalf("GET /engines: %d of %d answers failed (first: %s), slowest %v (bound %v)", failures, answers, failure, slowest, maxAnswer)
+	}
+}
