@@ -20,7 +20,7 @@ import (
 )
 
 // A burst of etcd registrations reaches a running router: n engines (200 by default;
-// NARWHAL_ETCD_REGISTRATIONS=5000 for the issue's figure) written at once by 16 writers are all
+// NARWHAL_ETCD_REGISTRATIONS=5000 for the issue's figure) written at once are all
 // in GET /engines within 5 s of the last write, and GET /engines, asked throughout, answers 200
 // every time, each answer within maxAnswer. The registrations name a port nothing listens on, as
 // dead registrations do, so every engine keeps failing its join check meanwhile. The default is
@@ -30,13 +30,15 @@ import (
 // (docs/security.md, "Discovery writers").
 func TestEtcdBurstReachesTheRouterWhileEnginesAnswers(t *testing.T) {
 	n := 200
-	if v, err := strconv.Atoi(os.Getenv("NARWHAL_ETCD_REGISTRATIONS")); err == nil && v > 0 {
-		n = v
+	if v, ok := os.LookupEnv("NARWHAL_ETCD_REGISTRATIONS"); ok {
+		n, _ = strconv.Atoi(v)
+	}
+	if n <= 0 {
+		t.Fatal("NARWHAL_ETCD_REGISTRATIONS is not a positive count")
 	}
 	const (
 		prefix    = "/narwhal/burst/"
 		maxAnswer = 2 * time.Second
-		writers   = 16
 	)
 	etcd := startEtcdServer(t)
 	dead := "http://" + freeTCPAddr(t) // closed: nothing listens there
@@ -98,20 +100,24 @@ func TestEtcdBurstReachesTheRouterWhileEnginesAnswers(t *testing.T) {
 	}()
 	defer func() { close(stop); polled.Wait() }()
 
+	// The registrations go in transactions of 64 keys, 8 transactions at a time.
 	began := time.Now()
+	value := `{"url": "` + dead + `", "role": "decode", "models": ["m"]}`
+	slots := make(chan struct{}, 8)
 	var wg sync.WaitGroup
-	for w := range writers {
+	for first := 0; first < n; first += 64 {
+		ops := make([]clientv3.Op, 0, 64)
+		for i := first; i < min(first+64, n); i++ {
+			ops = append(ops, clientv3.OpPut(fmt.Sprintf("%sd%05d", prefix, i), value))
+		}
+		slots <- struct{}{}
 		wg.Add(1)
 		go func() {
-			defer wg.Done()
-			for i := w; i < n; i += writers {
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				_, err := cli.Put(ctx, fmt.Sprintf("%sd%05d", prefix, i), `{"url": "`+dead+`", "role": "decode", "models": ["m"]}`)
-				cancel()
-				if err != nil {
-					t.Errorf("put %d: %v", i, err)
-					return
-				}
+			defer func() { <-slots; wg.Done() }()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if _, err := cli.Txn(ctx).Then(ops...).Commit(); err != nil {
+				t.Errorf("registrations from %d: %v", first, err)
 			}
 		}()
 	}
