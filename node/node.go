@@ -46,6 +46,9 @@ type Options struct {
 	// listeners on free ports).
 	Listener      net.Listener
 	AdminListener net.Listener
+	// Resolver looks up the host names engines are given by, for the check that refuses one
+	// resolving to this router (nil: the system's; tests pass a DNS server of their own).
+	Resolver transport.Resolver
 	// SizeProcs applies server.procs to the process (GOMAXPROCS). Only the process that owns
 	// the scheduler sets it — `narwhal serve`, not a test binary hosting a router.
 	SizeProcs bool
@@ -146,6 +149,11 @@ func Start(rt Runtime, opts Options) (_ *Server, err error) {
 	cleanup = append(cleanup, s.closeListeners)
 	s.provision = rt.Provisioner
 	s.provision.Listening(s.listenerAddrs()...)
+	resolver := opts.Resolver
+	if resolver == nil {
+		resolver = net.DefaultResolver
+	}
+	s.provision.ResolveNames(resolver, telemetry.Throttle(s.log, time.Minute, 10))
 	if err := s.startSources(rt); err != nil {
 		return nil, err
 	}

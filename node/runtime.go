@@ -2,6 +2,7 @@ package node
 
 import (
 	"fmt"
+	"net"
 	"slices"
 
 	"github.com/narwhal-router/narwhal/config"
@@ -48,6 +49,8 @@ func Provision(cfg config.Config, connectors kv.Registry) (Runtime, error) {
 	}
 	rt := Runtime{Config: cfg.Clone(), APIKeys: keys,
 		Provisioner: transport.NewProvisioner(connectors, cfg.ReservedPorts())}
+	// The file's engines named by a host name that resolves to this router are refused too.
+	rt.Provisioner.ResolveNames(net.DefaultResolver, nil)
 	if rt.Engines, err = rt.Provisioner.Engines(cfg.Engines, discovery.SourceFile); err != nil {
 		// unreachable after Validate; kept so that a gap between the two says so
 		return Runtime{}, fmt.Errorf("engines: %w", err)

@@ -21,6 +21,7 @@ import (
 	"github.com/narwhal-router/narwhal/messages"
 	"github.com/narwhal-router/narwhal/node"
 
+	"github.com/narwhal-router/narwhal/transport"
 	"github.com/narwhal-router/narwhal/transport/kv"
 	"github.com/narwhal-router/narwhal/transport/preflight"
 )
@@ -42,6 +43,8 @@ type setup struct {
 	// (POST /engines/{name}/readmit?force=true): the tests of how requests meet an engine that
 	// fails every request — one that broke after it joined — put it in the fleet this way.
 	admit bool
+	// resolver looks up engines' host names for the router's loop check (nil: the system's).
+	resolver transport.Resolver
 }
 
 // harness is a running router with its fleet. Everything stops when the test ends, and the
@@ -109,7 +112,8 @@ func start(t *testing.T, s setup) *harness {
 		t.Fatal(err)
 	}
 	access := &syncBuffer{}
-	srv, err := node.Start(rt, node.Options{Logger: testLogger(t), AccessLog: access, Listener: ln, AdminListener: adminLn})
+	srv, err := node.Start(rt, node.Options{Logger: testLogger(t), AccessLog: access, Listener: ln, AdminListener: adminLn,
+		Resolver: s.resolver})
 	if err != nil {
 		fleet.Close()
 		t.Fatal(err)

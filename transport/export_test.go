@@ -2,6 +2,7 @@ package transport
 
 import (
 	"testing"
+	"time"
 
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/transport/kv"
@@ -29,4 +30,12 @@ func ClientFor(tb testing.TB, e config.Engine, edit func(*config.Config)) *Engin
 	c := NewEngineClient(specs[0], cfg.Engine, cfg.Server.MaxResponseBytes)
 	tb.Cleanup(c.Close)
 	return c
+}
+
+// SetNameBounds shortens the host name lookups' bounds of p (and its copies) and gives them a
+// clock, for tests of the bounds themselves.
+func SetNameBounds(p Provisioner, timeout, budget time.Duration, now func() time.Time) {
+	p.names.mu.Lock()
+	defer p.names.mu.Unlock()
+	p.names.timeout, p.names.budget, p.names.now = timeout, budget, now
 }

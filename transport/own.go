@@ -3,6 +3,7 @@ package transport
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"os"
@@ -68,16 +69,44 @@ func (p Provisioner) Listening(addrs ...net.Addr) {
 	}
 }
 
-// ownListener reports whether host:port is one of the router's own listeners: a port the router
-// listens on, at an address of this host. Every host that reaches this machine counts —
-// loopback, an unspecified address, localhost, this host's name, any address of its interfaces
-// — because a listener bound to every address answers on each. A name that resolves here by
-// DNS is not looked up (provisioning does no I/O); the hop marker catches that loop instead.
-func (p Provisioner) ownListener(host string, port int) bool {
-	return p.own != nil && p.own.has(port) && localHost(host)
+// ResolveNames has every copy of p look the host names engines are given by up with r (nil:
+// never), so that a name resolving to this host at one of the router's listener ports is
+// refused like the address itself; failures to resolve are written to log (nil: nowhere), which
+// should be throttled. Call it before any source can report an engine.
+func (p Provisioner) ResolveNames(r Resolver, log *slog.Logger) {
+	if p.names != nil {
+		p.names.use(r, log)
+	}
 }
 
-// localHost reports whether host names this machine.
+// ownListener reports whether host:port is one of the router's own listeners: a port the router
+// listens on, at an address of this host. Every host that reaches this machine counts —
+// loopback, an unspecified address, localhost, this host's name, any address of its interfaces,
+// a name that resolves to one of these — because a listener bound to every address answers on
+// each. A name is looked up only at a listener's port, within hostNames' bounds; one that does
+// not resolve in time is not refused (the hop marker ends the loop it may make).
+func (p Provisioner) ownListener(host string, port int) bool {
+	if p.own == nil || !p.own.has(port) {
+		return false
+	}
+	if localHost(host) {
+		return true
+	}
+	name := strings.Trim(host, "[]")
+	if _, err := netip.ParseAddr(name); err == nil || p.names == nil {
+		return false
+	}
+	addrs, _ := p.names.addrs(name)
+	for _, a := range addrs {
+		if localAddr(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// localHost reports whether host (a literal address or a name) names this machine, without a
+// lookup.
 func localHost(host string) bool {
 	h := strings.ToLower(strings.TrimSuffix(strings.Trim(host, "[]"), "."))
 	if h == "localhost" || strings.HasSuffix(h, ".localhost") {
@@ -87,9 +116,12 @@ func localHost(host string) bool {
 		return true
 	}
 	ip, err := netip.ParseAddr(h)
-	if err != nil {
-		return false
-	}
+	return err == nil && localAddr(ip)
+}
+
+// localAddr reports whether ip is an address of this machine: loopback, unspecified, or one of
+// its interfaces'.
+func localAddr(ip netip.Addr) bool {
 	ip = ip.Unmap().WithZone("")
 	if ip.IsLoopback() || ip.IsUnspecified() {
 		return true

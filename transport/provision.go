@@ -52,6 +52,8 @@ type Provisioner struct {
 	reserved   []int
 	// own are the ports of the router's listeners: reserved, then what Listening adds.
 	own *ownListeners
+	// names resolves the host names engines are given by, for the same check (ResolveNames).
+	names *hostNames
 }
 
 // Names of the sources whose engines the operator writes (the configuration file, the admin
@@ -64,11 +66,12 @@ const (
 
 // NewProvisioner provisions engines against connectors, no descriptor of theirs naming one of
 // reserved (the router's own listener ports), and no engine's URL, KV pin or KV event endpoint
-// naming one of the router's listeners (reserved, and what Listening adds).
+// naming one of the router's listeners (reserved, and what Listening adds) by address, or by a
+// name that resolves to one once ResolveNames gave it a resolver.
 func NewProvisioner(connectors kv.Registry, reserved []int) Provisioner {
 	own := &ownListeners{}
 	own.add(reserved...)
-	return Provisioner{connectors: connectors, reserved: append([]int(nil), reserved...), own: own}
+	return Provisioner{connectors: connectors, reserved: append([]int(nil), reserved...), own: own, names: newHostNames()}
 }
 
 // Connectors is the registry engines are provisioned against.
