@@ -358,6 +358,15 @@ func (p *probe) check(ctx context.Context, model string) messages.Probe {
 		}
 		return p.result(probeInconclusive, "no admitted producer to make a handoff")
 	}
+	if p.targetIsConsumer && p.producer != nil && p.producer != p.target {
+		// A consumer nothing listens at fails its decode leg whatever the producer does: a
+		// connect finds that out before a producer's prefill is spent on it (a burst of
+		// registrations of engines that are gone would otherwise cost the producers a prefill
+		// each).
+		if err := p.target.Client.Reachable(ctx, p.legTimeout()); err != nil {
+			return p.result(probeFailure, "decode engine unreachable: %v", err)
+		}
+	}
 	if model == "" {
 		return p.result(probeFailure, "no model to probe with")
 	}
