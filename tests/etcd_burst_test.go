@@ -23,11 +23,9 @@ import (
 // NARWHAL_ETCD_REGISTRATIONS=5000 for the figure) written at once are all
 // in GET /engines within 5 s of the last write, and GET /engines, asked throughout, answers 200
 // every time, each answer within maxAnswer. The registrations name a port nothing listens on, as
-// dead registrations do, so every engine keeps failing its join check meanwhile. The default is
-// 200, not the etcd source test's 1,000: under -race on a shared two-core machine the router's
-// own work for 1,000 joining engines (each dead consumer's join probe runs a prefill on a live
-// producer first) takes the burst past 5 s; measured without -race, 5,000 take it past too
-// (docs/security.md, "Discovery writers").
+// dead registrations do, so every engine keeps failing its join check meanwhile (a connect, not
+// a producer's prefill: docs/security.md, "Discovery writers"). The default is 200 to keep the
+// suite short under -race on two cores.
 func TestEtcdBurstReachesTheRouterWhileEnginesAnswers(t *testing.T) {
 	n := 200
 	if v, ok := os.LookupEnv("NARWHAL_ETCD_REGISTRATIONS"); ok {
