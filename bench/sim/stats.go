@@ -167,7 +167,7 @@ func (e *Engine) appendMetrics(b []byte) []byte {
 	b = append(b, `",enable_prefix_caching="`+caching+`",engine="0",num_gpu_blocks="`...)
 	b = strconv.AppendInt(b, int64(e.opts.KVBlocks), 10)
 	b = append(b, "\"} 1.0\n"...)
-	return b
+	return e.appendLoRAMetrics(b)
 }
 
 func unixNanoTime(ns int64) time.Time {
