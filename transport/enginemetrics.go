@@ -19,6 +19,8 @@ type EngineLoad struct {
 	KVUsage float64
 	// HasKVUsage says the engine reported vllm:kv_cache_usage_perc.
 	HasKVUsage bool
+	// LoRA is the engine's vllm:lora_requests_info (lora.go); nil when it runs no LoRA.
+	LoRA *LoRALoad
 }
 
 // Load reads GET /metrics, bounded by ctx. An engine that answers but reports none of the
@@ -67,6 +69,7 @@ func ParseEngineLoad(body []byte) (EngineLoad, error) {
 		return l, errors.New("no vllm:num_requests_running, vllm:num_requests_waiting or vllm:kv_cache_usage_perc")
 	}
 	l.Running, l.Waiting = int(running), int(waiting)
+	l.LoRA = parseLoRALoad(families)
 	if n > 0 {
 		l.KVUsage, l.HasKVUsage = usage/float64(n), true
 	}
