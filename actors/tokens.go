@@ -22,7 +22,7 @@ func (s *requestSupervisor) tokenizePrompt(f *placement.Snapshot) {
 		}
 		return list[int(s.fingerprint%uint64(len(list)))].Client.BaseURL()
 	}
-	b, ok := s.env.tokens.Prompt(s.x.Context(), s.x.Body, engine)
+	b, ok := s.env.tokens.PromptOf(s.x.Context(), s.x.Body, f.Parent(s.x.Body.Model), engine)
 	if !ok {
 		return
 	}

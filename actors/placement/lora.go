@@ -1,11 +1,13 @@
 package placement
 
 import (
+	"hash/fnv"
 	"maps"
 	"sync/atomic"
 	"time"
 
 	"github.com/narwhal-router/narwhal/transport"
+	"github.com/narwhal-router/narwhal/transport/wire"
 )
 
 // LoRA adapters. An engine lists the adapters it has loaded in GET /v1/models, each with its
@@ -100,6 +102,27 @@ func (v *Engine) standing(adapter string, now time.Time, stale time.Duration) lo
 		return loraFull
 	}
 	return loraFree
+}
+
+// KeyAdapter makes the estimate's word blocks of a LoRA adapter's prompt (parent not "") its
+// own: each block's hash is mixed with the adapter's name, as vLLM mixes the adapter's name into
+// every block hash, so the estimated index never says an engine holds an adapter's prompt
+// because it computed the same words for the base model or another adapter. The top bit stays
+// clear (blockkey's keys have it set), and the chain holds: equal prompts of one adapter still
+// share their leading blocks.
+func KeyAdapter(p *wire.Prompt, parent, adapter string) {
+	if parent == "" || len(p.Blocks) == 0 {
+		return
+	}
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(adapter))
+	salt := h.Sum64()
+	blocks := make([]uint64, len(p.Blocks))
+	for i, b := range p.Blocks {
+		x := (b ^ salt) * 0x9e3779b97f4a7c15
+		blocks[i] = (x ^ x>>31) &^ (1 << 63)
+	}
+	p.Blocks = blocks
 }
 
 // adapterNames are the fleet's adapters (every engine's), as they were when modelsChanged

@@ -1,12 +1,15 @@
 package placement
 
 import (
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/narwhal-router/narwhal/config"
 	"github.com/narwhal-router/narwhal/transport"
+	"github.com/narwhal-router/narwhal/transport/blockkey"
 	"github.com/narwhal-router/narwhal/transport/fault"
+	"github.com/narwhal-router/narwhal/transport/wire"
 )
 
 // loraEngine is a decode engine of base model m listing adapters, with load requests reserved
@@ -127,5 +130,25 @@ func TestParentAndModelsListAdapters(t *testing.T) {
 	f.Engines[0].StoreAdapters([]transport.Adapter{{Name: "b", Parent: "m"}}) // a unloaded
 	if cs := f.Candidates(fault.PhaseDecode, "a"); len(cs) != 0 {
 		t.Errorf("candidates of adapter a after its unload: %d, want none", len(cs))
+	}
+}
+
+func TestKeyAdapterSeparatesTheEstimate(t *testing.T) {
+	words := func() wire.Prompt { return wire.Prompt{Blocks: []uint64{1, 2, 3}} }
+	base, a1, a2, b := words(), words(), words(), words()
+	KeyAdapter(&base, "", "m")
+	KeyAdapter(&a1, "m", "a")
+	KeyAdapter(&a2, "m", "a")
+	KeyAdapter(&b, "m", "b")
+	if !slices.Equal(base.Blocks, []uint64{1, 2, 3}) {
+		t.Errorf("a base model's blocks changed: %v", base.Blocks)
+	}
+	if !slices.Equal(a1.Blocks, a2.Blocks) {
+		t.Errorf("one adapter's equal prompts differ: %v %v", a1.Blocks, a2.Blocks)
+	}
+	for i := range a1.Blocks {
+		if a1.Blocks[i] == base.Blocks[i] || a1.Blocks[i] == b.Blocks[i] || blockkey.IsKey(a1.Blocks[i]) {
+			t.Errorf("block %d: adapter a %x, base %x, adapter b %x (and never in the token keys' domain)", i, a1.Blocks[i], base.Blocks[i], b.Blocks[i])
+		}
 	}
 }
