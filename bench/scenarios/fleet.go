@@ -39,6 +39,8 @@ type fleetPolicy struct {
 	Tokens string
 	// KVBlocks overrides the engines' KV cache size in blocks (0: fleetEngine's).
 	KVBlocks int
+	// LoRABlind turns placement.lora_affinity off (lora.go's adapter-blind arm).
+	LoRABlind bool
 }
 
 var fleetPolicies = []fleetPolicy{
@@ -482,6 +484,7 @@ func fleetRouterConfig(p fleetPolicy, blockWords int, engines []config.Engine) c
 		cfg.Placement.Tokens.Default.Source = p.Tokens
 		cfg.Placement.Tokens.Default.TokenizerJSON = simTokenizerJSON
 	}
+	cfg.Placement.LoRAAffinity = !p.LoRABlind
 	cfg.Log.Level = "warn"
 	cfg.Engines = engines
 	return cfg

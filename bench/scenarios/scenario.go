@@ -5,8 +5,8 @@
 // churn (engines added and removed under load), goodput (capacity under SLOs), thousand (a
 // router in front of a thousand engines), nodes (several routers in front of one fleet) and
 // tenants (the admission queue's flow control against FIFO for tenants and priority bands on a
-// full fleet) and tokens (prefix placement on the engines' tokens and events against the
-// estimate). Each starts its own rig — fleet, router, generator — measures, and returns a
+// full fleet), tokens (prefix placement on the engines' tokens and events against the
+// estimate) and lora (adapter-aware placement against adapter-blind). Each starts its own rig — fleet, router, generator — measures, and returns a
 // report section with its figures and targets.
 package scenarios
 
@@ -37,6 +37,7 @@ var All = []Scenario{
 	{Name: "nodes", Run: Nodes},
 	{Name: "tenants", Run: Tenants},
 	{Name: "tokens", Run: Tokens},
+	{Name: "lora", Run: LoRA},
 }
 
 // Select returns the scenarios named in a comma-separated list ("" or "all": every one).

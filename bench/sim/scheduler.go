@@ -353,6 +353,7 @@ type schedCounts struct {
 	blocksUsed, blocksCached        int
 	queries, hits, computed, queued int64
 	steps, evicted                  int64
+	loraSwaps                       int64
 }
 
 func (s *scheduler) counts() schedCounts {
@@ -362,6 +363,6 @@ func (s *scheduler) counts() schedCounts {
 		running: len(s.running), waiting: len(s.waiting) + s.loading,
 		blocksUsed: s.kv.held, blocksCached: len(s.kv.byHash),
 		queries: s.queries, hits: s.hits, computed: s.computed, queued: s.queued,
-		steps: s.steps, evicted: s.kv.evicted,
+		steps: s.steps, evicted: s.kv.evicted, loraSwaps: s.lora.swaps,
 	}
 }

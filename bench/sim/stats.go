@@ -68,6 +68,8 @@ type Stats struct {
 	PrefixCacheHits      int64 `json:"prefix_cache_hits"`
 	PromptTokensComputed int64 `json:"prompt_tokens_computed"`
 	Steps                int64 `json:"steps"`
+	// LoRASwaps counts adapters loaded into a GPU slot (lora.go).
+	LoRASwaps int64 `json:"lora_swaps"`
 }
 
 // counters are the engine's live request counters; block counts live in blockTable.
@@ -121,6 +123,7 @@ func (e *Engine) Stats() Stats {
 		st.KVBlocksCached, st.KVBlocksEvicted = int64(c.blocksCached), c.evicted
 		st.PrefixCacheQueries, st.PrefixCacheHits = c.queries, c.hits
 		st.PromptTokensComputed, st.Steps = c.computed, c.steps
+		st.LoRASwaps = c.loraSwaps
 	}
 	return st
 }
