@@ -95,9 +95,13 @@ func TestLoRAAdapters(t *testing.T) {
 		if code := simPost(t, e.URL()+"/v1/load_lora_adapter", `{"lora_name":"c","lora_path":"/adapters/c"}`); code != 200 {
 			t.Fatalf("load c on %s: %d", e.Name(), code)
 		}
+		seen := len(scrapes(e)) // both legs' engines must have been read since
+		eventually(t, 5*time.Second, func() bool { return len(scrapes(e)) >= seen+2 },
+			func() string { return "the router did not scrape " + e.Name() })
 	}
-	eventually(t, 5*time.Second, func() bool { return models()["c"] == "sim-model" },
-		func() string { return fmt.Sprintf("the router lists %v, want c", models()) })
+	if m := models(); m["c"] != "sim-model" {
+		t.Fatalf("the router lists %v, want c", m)
+	}
 	if resp, body := h.post("/v1/completions", `{"model":"c","prompt":"adapter c","max_tokens":2}`); resp.StatusCode != 200 {
 		t.Fatalf("adapter c: %d %s", resp.StatusCode, body)
 	}
