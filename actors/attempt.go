@@ -44,6 +44,7 @@ func (s *requestSupervisor) place(ctx actor.Context) {
 	}
 	if !s.prompted {
 		s.prompt, s.prompted = s.x.Body.Prompt(s.set.fleet.BlockWords), true
+		placement.KeyAdapter(&s.prompt, f.Parent(model), model) // lora.go: an adapter's words never match its base's
 		s.tokenizePrompt(f)
 	}
 	blocks := s.prompt.Blocks

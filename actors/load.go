@@ -93,6 +93,7 @@ func scrapeOnce(ctx context.Context, v *placement.Engine, timeout time.Duration,
 		next.At, next.Load, next.Err, next.Failures = time.Now(), l, "", 0
 		m.EngineScrape(v.Name, "ok")
 		m.EngineLoad(v.Name, l.Running, l.Waiting, l.KVUsage)
+		refreshAdapters(ctx, v, timeout, l) // lora.go
 	}
 	v.Scraped.Store(next)
 }

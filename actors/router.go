@@ -201,6 +201,9 @@ func (r *Router) Finished(x *ingress.Exchange, m *ingress.StreamFinished) {
 // Models implements ingress.ModelLister.
 func (r *Router) Models() []string { return r.fleet.Load().Models() }
 
+// Parent is model's base model when it is a LoRA adapter an engine lists, "" otherwise.
+func (r *Router) Parent(model string) string { return r.fleet.Load().Parent(model) }
+
 // Engines returns every engine actor's state: the fleet's engines in their sources' order,
 // then the engines leaving it (state "removing") while their last requests finish.
 func (r *Router) Engines(ctx context.Context) ([]messages.EngineState, error) {

@@ -17,7 +17,7 @@ import (
 // model's source gives its tokens; on the estimate otherwise (the source counted why).
 func (s *requestSupervisor) tokenizePrompt(f *placement.Snapshot) {
 	engine := renderEngine(f, s.x.Body.Model, s.fingerprint)
-	b, ok := s.env.tokens.Prompt(s.x.Context(), s.x.Body, engine)
+	b, ok := s.env.tokens.PromptOf(s.x.Context(), s.x.Body, f.Parent(s.x.Body.Model), engine)
 	if !ok {
 		return
 	}

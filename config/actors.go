@@ -27,6 +27,7 @@ type FleetRuntime struct {
 	ScrapeStale    time.Duration
 	ScrapeTimeout  time.Duration
 	KVEvents       KVEventsRuntime
+	LoRAAffinity   bool
 }
 
 // KVEventsRuntime is placement.kv_events as the actors read it.
@@ -105,6 +106,7 @@ func (c Config) FleetRuntime() FleetRuntime {
 		ScrapeInterval: p.ScrapeIntervalS.Duration(), ScrapeStale: p.ScrapeStaleS.Duration(), ScrapeTimeout: p.ScrapeTimeoutS.Duration(),
 		KVEvents: KVEventsRuntime{Endpoint: k.Endpoint, Replay: k.ReplayEndpoint, Topic: k.Topic, MaxBlocks: k.MaxBlocks,
 			ReplayTimeout: k.ReplayTimeoutS.Duration(), Reconnect: k.ReconnectS.Duration()},
+		LoRAAffinity: p.LoRAAffinity,
 	}
 }
 

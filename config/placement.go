@@ -64,6 +64,9 @@ type Placement struct {
 	KVEvents KVEvents `yaml:"kv_events"`
 	// Tokens is where a prompt's token ids come from (config/tokens.go).
 	Tokens Tokens `yaml:"tokens"`
+	// LoRAAffinity places a LoRA adapter's requests by the engines' adapter state
+	// (actors/placement/lora.go; docs/lora.md): off, adapters are placed like base models.
+	LoRAAffinity bool `yaml:"lora_affinity"`
 }
 
 // KVEvents is the router's side of vLLM's --kv-events-config: the endpoints each engine's
@@ -110,7 +113,7 @@ func defaultDisaggregation() Disaggregation {
 func defaultPlacement() Placement {
 	return Placement{Policy: PlacePrefix, PrefixBlockWords: 64, PrefixIndexBlocks: 1 << 18,
 		LoadFactor: 1.25, ScrapeIntervalS: 0, ScrapeStaleS: 5, ScrapeTimeoutS: 1,
-		KVEvents: KVEvents{MaxBlocks: 1 << 20, ReplayTimeoutS: 2, ReconnectS: 1}, Tokens: defaultTokens()}
+		KVEvents: KVEvents{MaxBlocks: 1 << 20, ReplayTimeoutS: 2, ReconnectS: 1}, Tokens: defaultTokens(), LoRAAffinity: true}
 }
 
 // maxLocalStallBudget bounds disaggregation.local_stall_budget_s: streams held up for longer

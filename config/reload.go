@@ -24,6 +24,7 @@ var reloadable = []string{
 	"placement.policy",
 	"placement.prefix_block_words",
 	"placement.load_factor",
+	"placement.lora_affinity",
 	"placement.scrape_stale_s",
 	"placement.scrape_timeout_s",
 	"engine_contract",

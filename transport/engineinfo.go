@@ -13,6 +13,8 @@ import (
 type ModelInfo struct {
 	ID          string `json:"id"`
 	MaxModelLen int    `json:"max_model_len"`
+	// Parent is a LoRA adapter's base model (transport/lora.go); null for a base model.
+	Parent *string `json:"parent"`
 }
 
 // Models lists the models the engine serves.

@@ -27,6 +27,8 @@ type EngineLoad struct {
 	// Ranks are the gauges per data-parallel rank (rankload.go), in rank order, when the engine
 	// exports more than one; nil otherwise.
 	Ranks []RankLoad
+	// LoRA is the engine's vllm:lora_requests_info (lora.go); nil when it runs no LoRA.
+	LoRA *LoRALoad
 }
 
 // Load reads GET /metrics, bounded by ctx. An engine that answers but reports none of the
@@ -77,6 +79,7 @@ func ParseEngineLoad(body []byte) (EngineLoad, error) {
 	l.Running, l.Waiting = int(running), int(waiting)
 	l.Shape = cacheShape(families["vllm:cache_config_info"])
 	l.Ranks = rankLoads(families)
+	l.LoRA = parseLoRALoad(families)
 	if n > 0 {
 		l.KVUsage, l.HasKVUsage = usage/float64(n), true
 	}

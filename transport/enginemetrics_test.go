@@ -55,3 +55,32 @@ func TestParseEngineLoad(t *testing.T) {
 		}
 	}
 }
+
+// TestParseLoRALoad: of vllm:lora_requests_info's series the newest (vLLM sets the gauge to the
+// current time) is the engine's state; an engine without LoRA reports none.
+func TestParseLoRALoad(t *testing.T) {
+	body := `# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="m"} 2
+# HELP vllm:lora_requests_info Running stats on lora requests.
+# TYPE vllm:lora_requests_info gauge
+vllm:lora_requests_info{max_lora="2",running_lora_adapters="a",waiting_lora_adapters=""} 1.7000000001e+09
+vllm:lora_requests_info{max_lora="2",running_lora_adapters="a,b",waiting_lora_adapters="c"} 1.7000000005e+09
+vllm:lora_requests_info{max_lora="2",running_lora_adapters="",waiting_lora_adapters=""} 1.7000000003e+09
+`
+	l, err := ParseEngineLoad([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.LoRA == nil || l.LoRA.MaxLoRA != 2 || len(l.LoRA.Running) != 2 || l.LoRA.Running[1] != "b" ||
+		len(l.LoRA.Waiting) != 1 || l.LoRA.Waiting[0] != "c" {
+		t.Fatalf("LoRA = %+v, want the newest series: running a,b, waiting c, max 2", l.LoRA)
+	}
+	if !l.LoRA.Full() || !l.LoRA.Holds("c") || l.LoRA.Holds("d") {
+		t.Errorf("Full %v, Holds(c) %v, Holds(d) %v", l.LoRA.Full(), l.LoRA.Holds("c"), l.LoRA.Holds("d"))
+	}
+	plain, _ := ParseEngineLoad([]byte("# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 1\n"))
+	if plain.LoRA != nil {
+		t.Errorf("an engine without the metric: LoRA = %+v, want nil", plain.LoRA)
+	}
+}

@@ -87,8 +87,8 @@ func CheckContract(ctx context.Context, c *EngineClient, contract *config.Engine
 		}
 		found := false
 		for _, m := range models {
-			if contract.Model != "" && m.ID != contract.Model {
-				continue
+			if contract.Model != "" && m.ID != contract.Model || m.Parent != nil {
+				continue // a LoRA adapter has no max_model_len of its own
 			}
 			found = true
 			if contract.MaxModelLen > 0 && m.MaxModelLen != contract.MaxModelLen {

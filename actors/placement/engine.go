@@ -7,6 +7,7 @@
 package placement
 
 import (
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -68,6 +69,9 @@ type Engine struct {
 	// Models are the models the engine serves. Writer: the pool before publication (configured
 	// models), then the engine actor (the models its checks found).
 	Models modelList
+	// Adapters are the LoRA adapters the engine's GET /v1/models lists, with their base
+	// models (lora.go). Writer: the engine's scraper goroutine.
+	Adapters adapterList
 	// State is the engine's lifecycle state (health.State), for readiness's reasons and probe
 	// planning. Writer: the pool before publication (joining), then the engine actor.
 	State atomic.Uint32
@@ -194,17 +198,12 @@ func (v *Engine) Release(phase fault.Phase) (wasFull bool) {
 	}
 }
 
+// Serves says whether the engine serves model: one of its models, or a LoRA adapter it lists.
 func (v *Engine) Serves(model string) bool {
-	p := v.Models.Load()
-	if p == nil {
-		return false
+	if p := v.Models.Load(); p != nil && slices.Contains(*p, model) {
+		return true
 	}
-	for _, m := range *p {
-		if m == model {
-			return true
-		}
-	}
-	return false
+	return v.hasAdapter(model)
 }
 
 func (v *Engine) FirstModel() string {

@@ -83,10 +83,12 @@ type Snapshot struct {
 	byPhase [2][]*Engine
 	bySlot  []int32
 	lists   atomic.Pointer[candidateLists]
-	Index   *PrefixIndex
-	rr      *[2]atomic.Uint64
-	rnd     func(n int) int
-	pairs   *atomic.Pointer[pairSet]
+	// adapters are the LoRA adapters the engines list (lora.go), made when first asked for.
+	adapters atomic.Pointer[adapterNames]
+	Index    *PrefixIndex
+	rr       *[2]atomic.Uint64
+	rnd      func(n int) int
+	pairs    *atomic.Pointer[pairSet]
 }
 
 // candidateLists are the engines able to run a phase of a model, per (phase, model) asked for,

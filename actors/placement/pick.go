@@ -1,6 +1,7 @@
 package placement
 
 import (
+	"maps"
 	"math"
 	"slices"
 	"sync"
@@ -128,6 +129,9 @@ func (f *Snapshot) placeEngine(a Ask) Placed {
 	now := a.Now
 	if now.IsZero() {
 		now = time.Now()
+	}
+	if a.Rules.LoRAAffinity && f.isAdapter(a.Model) {
+		list = f.byAdapter(list, &a, &mk, now) // lora.go
 	}
 	if a.Rules.Placement == config.PlacePrefix && f.Index != nil && len(a.Blocks) > 0 {
 		return f.pickByPrefix(list, &a, &mk, now)
@@ -420,18 +424,27 @@ func (f *Snapshot) AnyAdmitted(phase fault.Phase, not *Engine, model string) *En
 	return other
 }
 
-// Models is the union of the Models the fleet's engines serve, for GET /v1/Models.
+// Models is the union of the Models the fleet's engines serve, then of the LoRA adapters they
+// list (lora.go), for GET /v1/Models.
 func (f *Snapshot) Models() []string {
 	seen := map[string]bool{}
 	var out []string
+	add := func(m string) {
+		if !seen[m] {
+			seen[m] = true
+			out = append(out, m)
+		}
+	}
 	for _, v := range f.Engines {
 		if p := v.Models.Load(); p != nil {
 			for _, m := range *p {
-				if !seen[m] {
-					seen[m] = true
-					out = append(out, m)
-				}
+				add(m)
 			}
+		}
+	}
+	for _, v := range f.Engines {
+		for _, m := range slices.Sorted(maps.Keys(v.Adapters.Load())) {
+			add(m)
 		}
 	}
 	return out

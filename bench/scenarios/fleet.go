@@ -41,6 +41,8 @@ type fleetPolicy struct {
 	KVBlocks int
 	// Connector is every engine's kv.connector ("": nixl).
 	Connector string
+	// LoRABlind turns placement.lora_affinity off (lora.go's adapter-blind arm).
+	LoRABlind bool
 }
 
 var fleetPolicies = []fleetPolicy{
@@ -484,6 +486,7 @@ func fleetRouterConfig(p fleetPolicy, blockWords int, engines []config.Engine) c
 		cfg.Placement.Tokens.Default.Source = p.Tokens
 		cfg.Placement.Tokens.Default.TokenizerJSON = simTokenizerJSON
 	}
+	cfg.Placement.LoRAAffinity = !p.LoRABlind
 	cfg.Log.Level = "warn"
 	cfg.Engines = engines
 	if p.Connector != "" {

@@ -5,9 +5,10 @@
 // churn (engines added and removed under load), goodput (capacity under SLOs), thousand (a
 // router in front of a thousand engines), nodes (several routers in front of one fleet) and
 // tenants (the admission queue's flow control against FIFO for tenants and priority bands on a
-// full fleet) and tokens (prefix placement on the engines' tokens and events against the
-// estimate) and ranks (the prefix hit rate of data-parallel ranks routed against ranks left to
-// vLLM). Each starts its own rig — fleet, router, generator — measures, and returns a
+// full fleet), tokens (prefix placement on the engines' tokens and events against the
+// estimate), ranks (the prefix hit rate of data-parallel ranks routed against ranks left to
+// vLLM) and lora (adapter-aware placement against adapter-blind). Each starts its own rig —
+// fleet, router, generator — measures, and returns a
 // report section with its figures and targets.
 package scenarios
 
@@ -40,6 +41,7 @@ var All = []Scenario{
 	{Name: "tokens", Run: Tokens},
 	{Name: "mooncake", Run: MooncakeConnector},
 	{Name: "ranks", Run: Ranks},
+	{Name: "lora", Run: LoRA},
 }
 
 // Select returns the scenarios named in a comma-separated list ("" or "all": every one).

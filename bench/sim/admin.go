@@ -26,6 +26,10 @@ func (e *Engine) apiRoutes() http.Handler {
 	mux.HandleFunc("GET /v1/models", e.serveModels)
 	mux.HandleFunc("GET /version", e.serveVersion)
 	mux.HandleFunc("GET /metrics", e.serveMetrics)
+	if e.opts.loraOn() {
+		mux.HandleFunc("POST /v1/load_lora_adapter", e.serveLoadLoRA)
+		mux.HandleFunc("POST /v1/unload_lora_adapter", e.serveUnloadLoRA)
+	}
 	mux.HandleFunc("/", e.serveNotFound)
 
 	mux.HandleFunc("GET /sim/stats", e.serveStats)
@@ -91,7 +95,7 @@ type modelCard struct {
 	OwnedBy     string            `json:"owned_by"`
 	Root        string            `json:"root"`
 	Parent      *string           `json:"parent"`
-	MaxModelLen int               `json:"max_model_len"`
+	MaxModelLen *int              `json:"max_model_len"`
 	Permission  []modelPermission `json:"permission"`
 }
 
@@ -115,14 +119,17 @@ func (e *Engine) serveModels(w http.ResponseWriter, r *http.Request) {
 	list := modelList{Object: "list"}
 	for _, m := range e.opts.Models {
 		list.Data = append(list.Data, modelCard{
-			ID: m, Object: "model", Created: now, OwnedBy: "vllm", Root: m, MaxModelLen: e.opts.MaxModelLen,
-			Permission: []modelPermission{{
-				ID: "modelperm-" + strings.ReplaceAll(uuid.NewString(), "-", ""), Object: "model_permission", Created: now,
-				AllowSampling: true, AllowLogprobs: true, AllowView: true, Organization: "*",
-			}},
+			ID: m, Object: "model", Created: now, OwnedBy: "vllm", Root: m, MaxModelLen: &e.opts.MaxModelLen,
+			Permission: []modelPermission{newPermission(now)},
 		})
 	}
+	list.Data = append(list.Data, e.loraCards(now)...)
 	writeJSON(w, http.StatusOK, list)
+}
+
+func newPermission(now int64) modelPermission {
+	return modelPermission{ID: "modelperm-" + strings.ReplaceAll(uuid.NewString(), "-", ""), Object: "model_permission", Created: now,
+		AllowSampling: true, AllowLogprobs: true, AllowView: true, Organization: "*"}
 }
 
 func (e *Engine) serveVersion(w http.ResponseWriter, r *http.Request) {

@@ -128,6 +128,8 @@ func addEngineFlags(fs *pflag.FlagSet, o *Options) {
 	fs.StringVar(&o.HashAlgo, "prefix-caching-hash-algo", "sha256", "block hash: sha256, sha256_cbor, xxhash or xxhash_cbor (vLLM's flag)")
 	fs.String("hash-seed", "", "PYTHONHASHSEED for block hashes (default: $PYTHONHASHSEED if set, else random per engine start, as vLLM)")
 	fs.StringSliceVar(&o.LoRAModules, "lora-modules", nil, "LoRA adapter names served beside the models (name or name=path, repeatable)")
+	fs.IntVar(&o.MaxLoRAs, "max-loras", 0, "adapters one batch may hold (vLLM's --max-loras; default 1 with --lora-modules); turns on LoRA and /v1/load_lora_adapter")
+	fs.DurationVar(&o.LoRASwap, "lora-swap", 0, "time a step takes longer when an adapter enters a GPU slot it was not in; needs --max-num-seqs")
 }
 
 // applyHashSeed sets o.HashSeed from --hash-seed, else from PYTHONHASHSEED as vLLM reads it,

@@ -37,6 +37,9 @@ type Engine struct {
 	// metricsFault bends /metrics for scrape tests (nil: none).
 	metricsFault atomic.Pointer[MetricsFault]
 
+	loras    *loraRegistry // the loaded LoRA adapters (lora.go)
+	loraInfo loraInfo      // vllm:lora_requests_info's label sets
+
 	tok    *tokenizer.Tokenizer
 	hasher *blockhash.Hasher // this process's block hashes: NONE_HASH is per start
 
@@ -71,7 +74,8 @@ func Start(o Options) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sim: %w", err)
 	}
-	e := &Engine{opts: o, blocks: newBlockTable(o.KVLease, o.BlockSize), kvClient: newKVClient()}
+	e := &Engine{opts: o, blocks: newBlockTable(o.KVLease, o.BlockSize), kvClient: newKVClient(),
+		loras: newLoRARegistry(o.LoRAModules, o.Models[0])}
 	if e.tok, err = loadTokenizer(o); err != nil {
 		return nil, fmt.Errorf("sim %s: %w", o.Name, err)
 	}
@@ -211,14 +215,15 @@ func (e *Engine) EngineID() string { return *e.identity.Load() }
 func (e *Engine) Models() []string { return slices.Clone(e.opts.Models) }
 
 func (e *Engine) serves(model string) bool {
-	return slices.Contains(e.opts.Models, model) || slices.Contains(e.opts.LoRAModules, model)
+	_, adapter := e.loras.lookup(model)
+	return slices.Contains(e.opts.Models, model) || adapter
 }
 
 // loraOf returns the adapter name and vLLM's lora_int_id (1-based, in --lora-modules
-// order) when model is a LoRA adapter, else "", 0.
+// order, then in load order) when model is a loaded LoRA adapter, else "", 0.
 func (e *Engine) loraOf(model string) (string, int) {
-	if i := slices.Index(e.opts.LoRAModules, model); i >= 0 {
-		return model, i + 1
+	if a, ok := e.loras.lookup(model); ok {
+		return a.name, a.id
 	}
 	return "", 0
 }

@@ -145,6 +145,11 @@ type Options struct {
 	// request for one has the adapter's name among its blocks' extra hash keys and in its
 	// KV events (lora_name, lora_id = its 1-based position here).
 	LoRAModules []string
+	// MaxLoRAs is vLLM's --max-loras: how many adapters one batch may hold (LoRA is on when
+	// it is set or LoRAModules are given; default 1 then). LoRASwap is the time a step takes
+	// longer when an adapter enters a GPU slot it was not in (bench/sim/lora.go).
+	MaxLoRAs int
+	LoRASwap time.Duration
 
 	// DescriptorExtra is raw JSON members (`"a":1,"b":{"c":[2]}`) appended to every
 	// descriptor, standing for runtime fields a router has never heard of.
@@ -184,6 +189,12 @@ func (o Options) normalized() (Options, error) {
 		o.HashAlgo = "sha256"
 	}
 	o.LoRAModules = append([]string(nil), o.LoRAModules...)
+	if o.MaxLoRAs < 0 {
+		return o, fmt.Errorf("max loras %d: want 0 or more", o.MaxLoRAs)
+	}
+	if o.MaxLoRAs == 0 && len(o.LoRAModules) > 0 {
+		o.MaxLoRAs = 1 // vLLM's default --max-loras
+	}
 	if o.KVEndpoint == "" {
 		o.KVEndpoint = "127.0.0.1:0"
 	}

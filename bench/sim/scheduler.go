@@ -17,7 +17,9 @@ import (
 //     oldest first;
 //  2. with budget still left, admits waiting sequences in arrival order while fewer than
 //     MaxNumSeqs run and the head's blocks fit in the KV cache (the head waits otherwise:
-//     no skipping ahead), each with a first prefill chunk. As in vLLM's scheduler, a
+//     no skipping ahead), each with a first prefill chunk. A sequence of a LoRA adapter
+//     that max_loras keeps out is skipped, as vLLM skips it, and the next one considered
+//     (lora.go); an adapter entering a GPU slot makes the step LoRASwap longer. As in vLLM's scheduler, a
 //     request leaves the waiting queue only when a step has tokens for it, so a backlog
 //     of prompts shows as vllm:num_requests_waiting, and a prompt's prefix-cache lookup
 //     happens when it is admitted (it may hit blocks an earlier prompt computed while it
@@ -51,6 +53,8 @@ type scheduler struct {
 	running []*seq
 	loading int // decodes pulling their KV from a producer, reported as waiting
 	wake    chan struct{}
+	lora    loraGate
+	swapped time.Duration // adapter loads of the step being planned
 
 	// counters, in tokens except where noted
 	queries  int64 // prompt tokens looked up in the prefix cache
@@ -97,7 +101,7 @@ func newScheduler(o Options, expire func()) *scheduler {
 	return &scheduler{
 		maxSeqs: o.MaxNumSeqs, budget: o.MaxNumBatchedTokens, blockSize: o.BlockSize,
 		itl: o.ITL, perSeq: o.ITLPerSeq, perToken: o.PrefillPerToken, expire: expire,
-		kv: newKVCache(o.KVBlocks), wake: make(chan struct{}, 1),
+		kv: newKVCache(o.KVBlocks), wake: make(chan struct{}, 1), lora: loraGate{max: o.MaxLoRAs, swap: o.LoRASwap},
 	}
 }
 
@@ -176,20 +180,25 @@ func (s *scheduler) dropCached() {
 	s.mu.Unlock()
 }
 
-// admitHeadLocked starts the oldest waiting sequence if a slot is free and its blocks fit,
-// and returns it (nil: the head waits, and so does everyone behind it).
+// admitHeadLocked starts the oldest waiting sequence max_loras lets in if a slot is free and
+// its blocks fit, and returns it (nil: it waits, and so does everyone behind it).
 func (s *scheduler) admitHeadLocked() *seq {
-	if len(s.waiting) == 0 || len(s.running) >= s.maxSeqs {
+	if len(s.running) >= s.maxSeqs {
 		return nil
 	}
-	q := s.waiting[0]
+	i := slices.IndexFunc(s.waiting, func(q *seq) bool { return s.lora.admits(q.keys.lora, s.running) })
+	if i < 0 {
+		return nil
+	}
+	q := s.waiting[i]
 	total := (q.prompt + q.out + s.blockSize - 1) / s.blockSize
 	maxHit := (q.prompt - 1) / s.blockSize
 	h, hit, ok := s.kv.acquire(q.hashes, maxHit, total)
 	if !ok {
 		return nil
 	}
-	s.waiting = s.waiting[1:]
+	s.waiting = slices.Delete(s.waiting, i, i+1)
+	s.swapped += s.lora.activate(q.keys.lora)
 	q.hold, q.hitBlocks = h, hit
 	q.cached = hit * s.blockSize
 	if q.loaded {
@@ -215,6 +224,7 @@ type stepItem struct {
 // returns the work and the step's duration.
 func (s *scheduler) planLocked(items []stepItem) ([]stepItem, time.Duration) {
 	budget := s.budget
+	s.swapped = 0
 	for _, q := range s.running {
 		if q.toCompute == 0 {
 			items = append(items, stepItem{q: q})
@@ -246,7 +256,7 @@ func (s *scheduler) planLocked(items []stepItem) ([]stepItem, time.Duration) {
 			s.queued++
 		}
 	}
-	return items, s.itl + time.Duration(len(items))*s.perSeq + time.Duration(prefill)*s.perToken
+	return items, s.itl + time.Duration(len(items))*s.perSeq + time.Duration(prefill)*s.perToken + s.swapped
 }
 
 // applyLocked delivers a step's work to the sequences still running.
@@ -343,6 +353,7 @@ type schedCounts struct {
 	blocksUsed, blocksCached        int
 	queries, hits, computed, queued int64
 	steps, evicted                  int64
+	loraSwaps                       int64
 }
 
 func (s *scheduler) counts() schedCounts {
@@ -352,6 +363,6 @@ func (s *scheduler) counts() schedCounts {
 		running: len(s.running), waiting: len(s.waiting) + s.loading,
 		blocksUsed: s.kv.held, blocksCached: len(s.kv.byHash),
 		queries: s.queries, hits: s.hits, computed: s.computed, queued: s.queued,
-		steps: s.steps, evicted: s.kv.evicted,
+		steps: s.steps, evicted: s.kv.evicted, loraSwaps: s.lora.swaps,
 	}
 }

@@ -71,6 +71,8 @@ type Stats struct {
 	// Ranks are each data-parallel rank's counters (Options.DataParallelSize > 1); the
 	// fields above add them up.
 	Ranks []RankStats `json:"ranks,omitempty"`
+	// LoRASwaps counts adapters loaded into a GPU slot (lora.go).
+	LoRASwaps int64 `json:"lora_swaps"`
 }
 
 // counters are the engine's live request counters; block counts live in blockTable.
@@ -129,6 +131,7 @@ func (e *Engine) Stats() Stats {
 		st.KVBlocksCached, st.KVBlocksEvicted = int64(c.blocksCached), c.evicted
 		st.PrefixCacheQueries, st.PrefixCacheHits = c.queries, c.hits
 		st.PromptTokensComputed, st.Steps = c.computed, c.steps
+		st.LoRASwaps = c.loraSwaps
 	}
 	return st
 }
@@ -192,7 +195,7 @@ func (e *Engine) appendMetrics(b []byte) []byte {
 		b = strconv.AppendInt(b, int64(e.opts.KVBlocks), 10)
 		b = append(b, "\"} 1.0\n"...)
 	}
-	return b
+	return e.appendLoRAMetrics(b)
 }
 
 func unixNanoTime(ns int64) time.Time {

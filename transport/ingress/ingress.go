@@ -20,9 +20,11 @@ import (
 	"github.com/narwhal-router/narwhal/transport/wire"
 )
 
-// ModelLister reports the models the fleet serves, for GET /v1/models.
+// ModelLister reports the models the fleet serves, for GET /v1/models: Models their ids,
+// Parent a LoRA adapter's base model ("" for a base model).
 type ModelLister interface {
 	Models() []string
+	Parent(model string) string
 }
 
 // Ingress is the client-facing OpenAI API listener. It parses and validates requests, hands

@@ -80,12 +80,7 @@ func (in *Ingress) retrieveModel(ctx *fasthttp.RequestCtx, id string) {
 	}
 	for _, m := range in.models.Models() {
 		if m == id {
-			writeJSON(ctx, fasthttp.StatusOK, struct {
-				ID      string `json:"id"`
-				Object  string `json:"object"`
-				Created int64  `json:"created"`
-				OwnedBy string `json:"owned_by"`
-			}{m, "model", time.Now().Unix(), "narwhal"})
+			writeJSON(ctx, fasthttp.StatusOK, in.modelCard(m, time.Now().Unix()))
 			return
 		}
 	}

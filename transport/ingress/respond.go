@@ -99,21 +99,29 @@ func (in *Ingress) listModels(ctx *fasthttp.RequestCtx) {
 		methodNotAllowed(ctx, "GET")
 		return
 	}
-	type model struct {
-		ID      string `json:"id"`
-		Object  string `json:"object"`
-		Created int64  `json:"created"`
-		OwnedBy string `json:"owned_by"`
-	}
 	out := struct {
-		Object string  `json:"object"`
-		Data   []model `json:"data"`
-	}{Object: "list", Data: []model{}}
+		Object string      `json:"object"`
+		Data   []modelCard `json:"data"`
+	}{Object: "list", Data: []modelCard{}}
 	now := time.Now().Unix()
 	for _, m := range in.models.Models() {
-		out.Data = append(out.Data, model{ID: m, Object: "model", Created: now, OwnedBy: "narwhal"})
+		out.Data = append(out.Data, in.modelCard(m, now))
 	}
 	writeJSON(ctx, fasthttp.StatusOK, out)
+}
+
+// modelCard is one model of GET /v1/models: a LoRA adapter with its base model as parent, as
+// vLLM lists it.
+type modelCard struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	OwnedBy string `json:"owned_by"`
+	Parent  string `json:"parent,omitempty"`
+}
+
+func (in *Ingress) modelCard(id string, now int64) modelCard {
+	return modelCard{ID: id, Object: "model", Created: now, OwnedBy: "narwhal", Parent: in.models.Parent(id)}
 }
 
 func methodNotAllowed(ctx *fasthttp.RequestCtx, allow string) {

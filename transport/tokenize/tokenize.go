@@ -72,10 +72,21 @@ type Blocks struct {
 // estimate (the source is estimate, or it failed: counted by reason). engine names the base
 // URL of one of the model's engines, for a render without render_url ("" when none).
 func (t *Tokenizer) Prompt(ctx context.Context, body *wire.ClientBody, engine func() string) (b Blocks, ok bool) {
+	return t.PromptOf(ctx, body, "", engine)
+}
+
+// PromptOf is Prompt for a model the fleet lists as a LoRA adapter of parent ("" for none): one
+// that placement.tokens.models does not name is tokenized with its base model's source, and its
+// name enters every block's key, as vLLM hashes it, so its blocks never match the base model's.
+func (t *Tokenizer) PromptOf(ctx context.Context, body *wire.ClientBody, parent string, engine func() string) (b Blocks, ok bool) {
 	if t == nil {
 		return Blocks{}, false
 	}
 	src, adapter := t.cfg.For(body.Model)
+	if parent != "" && !t.configured(body.Model) {
+		src, _ = t.cfg.For(parent)
+		adapter = true
+	}
 	if src.Source == config.TokensEstimate {
 		return Blocks{}, false
 	}
@@ -124,6 +135,16 @@ func (t *Tokenizer) timedTokens(ctx context.Context, src config.TokenSource, bod
 	}
 	t.m.PromptTokens(body.Model, src.Source, result, time.Since(start))
 	return ids, rerr
+}
+
+// configured says whether placement.tokens.models names model.
+func (t *Tokenizer) configured(model string) bool {
+	for _, m := range t.cfg.Models {
+		if m.Name == model {
+			return true
+		}
+	}
+	return false
 }
 
 // tokens are body's token ids from src: a token-id prompt's own, else the source's.
