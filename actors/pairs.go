@@ -18,9 +18,10 @@ import (
 // (BlamePair) or an engine's probe reports a pair that failed where another partner passed
 // (pairRefused), probes each open pair on the engines' probe cadence, and publishes the open
 // pairs to placement (placement.Fleet.PublishPairs). Every pairSweepEvery it also runs the
-// pair probes that are due, forgets the pairs of engines that left, and reports every
-// producer→consumer pair's state (kv_pair_state): open, probing, incompatible (their KV shapes
-// differ: placement keeps them apart without a breaker) or closed.
+// pair probes that are due, forgets the pairs of engines that left, and reports the state of
+// every pair whose breaker has opened (kv_pair_state: open, probing, closed again) and how many
+// partners each engine can never be paired with because their KV shapes differ
+// (kv_incompatible_partners: placement keeps them apart without a breaker).
 
 // pairSweepEvery is how often the pairs are swept at least; a pair probe falling due sooner
 // brings the sweep forward.
@@ -48,13 +49,15 @@ type (
 type pairState struct {
 	breakers *health.PairBreakers
 	reported map[health.PairKey]string
-	sweep    *time.Timer // the next sweep's; stopped with the actor
+	// incompatible is each engine's kv_incompatible_partners as last reported.
+	incompatible map[string]int
+	sweep        *time.Timer // the next sweep's; stopped with the actor
 	// gen numbers the sweeps scheduled: only the newest reschedules, so one chain runs.
 	gen uint64
 }
 
 func (b *blameBoard) startPairs() {
-	b.pairs = pairState{breakers: health.NewPairBreakers(), reported: map[health.PairKey]string{}}
+	b.pairs = pairState{breakers: health.NewPairBreakers(), reported: map[health.PairKey]string{}, incompatible: map[string]int{}}
 	b.env.fleet.PublishPairs(nil)
 	b.schedulePairSweep()
 }
@@ -174,32 +177,82 @@ func (b *blameBoard) pairProbed(m pairProbed) {
 	b.schedulePairSweep()
 }
 
-// reportPairs sets kv_pair_state for every producer→consumer pair of the fleet whose state
-// changed since it was last reported.
+// reportPairs reports the pairs (kv_pair_state) and each engine's incompatible partners
+// (kv_incompatible_partners). Its cost is linear in the fleet, the open pairs and the pairs
+// reported before, never in producers × consumers: a fleet of thousands of engines has
+// millions of pairs, which neither this sweep nor a metrics backend could carry.
+//
+// A pair is reported once its breaker has opened, from then on while both engines are in the
+// fleet: open, probing, or closed again (a pair that never failed has no series, which means
+// closed). Pairs whose KV shapes differ are counted per engine rather than listed per pair.
 func (b *blameBoard) reportPairs(f *placement.Snapshot) {
-	for _, p := range f.Engines {
-		if !p.CanServe(fault.PhasePrefill) {
+	report := func(k health.PairKey, st string) {
+		if b.pairs.reported[k] != st {
+			b.pairs.reported[k] = st
+			b.env.metrics.PairState(k.Producer, k.Consumer, st, pairStates)
+		}
+	}
+	for _, v := range b.pairs.breakers.Open() {
+		report(v.PairKey, v.State.String())
+	}
+	for k := range b.pairs.reported {
+		if f.Engine(k.Producer) == nil || f.Engine(k.Consumer) == nil {
+			// A producer's series leave with it (Metrics.ForgetEngine); a consumer's are zeroed.
+			delete(b.pairs.reported, k)
+			if f.Engine(k.Producer) != nil {
+				b.env.metrics.PairState(k.Producer, k.Consumer, "", pairStates)
+			}
 			continue
 		}
-		for _, c := range f.Engines {
-			if c == p || !c.CanServe(fault.PhaseDecode) {
-				continue
+		report(k, b.pairs.breakers.State(k).String())
+	}
+	b.reportIncompatible(f)
+}
+
+// reportIncompatible sets kv_incompatible_partners for every engine that changed: the engines
+// of the other role it can never be paired with. Engines are grouped by KV shape first, so
+// the work is the fleet times its distinct shapes (a handful).
+func (b *blameBoard) reportIncompatible(f *placement.Snapshot) {
+	producers, consumers := map[kv.Shape]int{}, map[kv.Shape]int{}
+	for _, v := range f.Engines {
+		if v.CanServe(fault.PhasePrefill) {
+			producers[v.KVShape()]++
+		}
+		if v.CanServe(fault.PhaseDecode) {
+			consumers[v.KVShape()]++
+		}
+	}
+	count := func(shape kv.Shape, others map[kv.Shape]int, mismatch func(kv.Shape, kv.Shape) string) int {
+		n := 0
+		for other, k := range others {
+			if mismatch(shape, other) != "" {
+				n += k
 			}
-			k := health.PairKey{Producer: p.Name, Consumer: c.Name}
-			st := b.pairs.breakers.State(k).String()
-			if kv.Mismatch(p.KVShape(), c.KVShape()) != "" {
-				st = pairIncompatible // whatever its breaker says: placement keeps the two apart
-			}
-			if b.pairs.reported[k] != st {
-				b.pairs.reported[k] = st
-				b.env.metrics.PairState(k.Producer, k.Consumer, st, pairStates)
-			}
+		}
+		return n
+	}
+	reversed := func(c, p kv.Shape) string { return kv.Mismatch(p, c) }
+	seen := make(map[string]bool, len(f.Engines))
+	for _, v := range f.Engines {
+		n := 0
+		if v.CanServe(fault.PhasePrefill) {
+			n += count(v.KVShape(), consumers, kv.Mismatch)
+		}
+		if v.CanServe(fault.PhaseDecode) {
+			n += count(v.KVShape(), producers, reversed)
+		}
+		seen[v.Name] = true
+		if last, ok := b.pairs.incompatible[v.Name]; !ok || last != n {
+			b.pairs.incompatible[v.Name] = n
+			b.env.metrics.IncompatiblePartners(v.Name, n)
+		}
+	}
+	for name := range b.pairs.incompatible {
+		if !seen[name] {
+			delete(b.pairs.incompatible, name)
 		}
 	}
 }
 
-// pairIncompatible is the state of a pair whose KV shapes differ.
-const pairIncompatible = "incompatible"
-
 // pairStates are the states kv_pair_state reports.
-var pairStates = append(health.PairStateNames[:len(health.PairStateNames):len(health.PairStateNames)], pairIncompatible)
+var pairStates = health.PairStateNames[:]

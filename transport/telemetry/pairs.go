@@ -1,7 +1,7 @@
 package telemetry
 
 // PairState reports a producer→consumer pair's state: 1 for current, 0 for the other states
-// (closed, open, probing: its pair breaker; incompatible: the engines' KV shapes differ).
+// (closed, open, probing: its pair breaker); current "" zeroes them all (the pair is gone).
 func (m *Metrics) PairState(producer, consumer, current string, states []string) {
 	for _, st := range states {
 		v := 0.0
@@ -10,6 +10,12 @@ func (m *Metrics) PairState(producer, consumer, current string, states []string)
 		}
 		m.gauge("kv_pair_state", "producer", producer, "consumer", consumer, "state", st).Update(v)
 	}
+}
+
+// IncompatiblePartners reports how many engines of the other role engine can never be paired
+// with, because their KV shapes differ.
+func (m *Metrics) IncompatiblePartners(engine string, n int) {
+	m.gauge("kv_incompatible_partners", "engine", engine).Update(float64(n))
 }
 
 // PairBreakerTransition counts a pair breaker opening ("open") or closing ("closed").
