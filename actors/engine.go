@@ -49,9 +49,9 @@ type engineState struct {
 	// generation is stale. checking says a join check is in flight.
 	probeGen int
 	checking bool
-	// nudged says a partner changed while the join check ran: an inconclusive outcome is
-	// retried at once.
-	nudged bool
+	// joinChanges is poolState.partnerChanges when the join check in flight started: when it
+	// moved by the time the check ends inconclusive, the check is retried at once.
+	joinChanges uint64
 	// started is set once the actor first started: a cluster verdict about the engine is
 	// applied then, once (a restart keeps what was applied).
 	started bool
@@ -109,10 +109,16 @@ type (
 		err    error
 	}
 	discoverAgain struct{}
-	// partnerReady tells a joining engine that an engine it could check with changed (the
-	// pool sends it when an engine is admitted or leaves joining): an inconclusive check is
-	// tried again now rather than at the next probe interval.
+	// partnerReady tells a joining engine whose check waits for a partner that an engine it
+	// could check with changed (the pool sends it when an engine is admitted or leaves
+	// joining): the check is tried again now rather than at the next probe interval.
 	partnerReady struct{}
+	// joinWaiting tells the pool that engine's join check ended waiting for a partner, having
+	// seen changes partner changes (poolState.partnerChanges): it is nudged by the next one.
+	joinWaiting struct {
+		engine  *actor.PID
+		changes uint64
+	}
 	// retire tells an engine it left the fleet; drainBy bounds the wait for its requests.
 	retire     struct{ drainBy time.Time }
 	drainCheck struct{}
@@ -174,7 +180,6 @@ func (a *engineActor) Receive(ctx actor.Context) {
 		}
 	case partnerReady:
 		if st.breaker.State() == health.Joining && !st.leaving {
-			st.nudged = st.checking
 			a.join(ctx)
 		}
 	case *peerVerdict:

@@ -2,6 +2,7 @@ package actors
 
 import (
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -47,6 +48,16 @@ type poolState struct {
 	// byAdmin marks engines an operator ejected; cause is what ejected each engine.
 	byAdmin map[string]bool
 	cause   map[string]string
+	// tally counts the members by breaker state (pooltally.go).
+	tally stateTally
+
+	// partnerChanges counts the changes that may let a waiting join check complete: an
+	// engine admitted or leaving joining. Written by the pool alone; an engine actor reads it
+	// when its check starts and ends, and retries at once when it moved meanwhile.
+	partnerChanges atomic.Uint64
+	// waiting are the joining engines whose check ended waiting for a partner (joinWaiting):
+	// the next partner change nudges them, once.
+	waiting map[*actor.PID]bool
 }
 
 // awaitReady is answered once the pool's engine actors exist.
@@ -72,6 +83,7 @@ func (p *poolActor) Receive(ctx actor.Context) {
 	case *actor.Started:
 		p.self = ctx.Self()
 		if p.started { // restarted after a crash: its children were stopped with it
+			clear(p.waiting) // their checks retry on their probe cadence
 			for _, st := range p.order {
 				p.spawn(ctx, st)
 			}
@@ -83,6 +95,7 @@ func (p *poolActor) Receive(ctx actor.Context) {
 		p.started = true
 		p.members, p.leaving = map[string]*engineState{}, map[*engineState]bool{}
 		p.breaker, p.byAdmin, p.cause = map[string]string{}, map[string]bool{}, map[string]string{}
+		p.waiting = map[*actor.PID]bool{}
 		p.apply(ctx, p.initial)
 		p.initial = nil
 	case *awaitReady:
@@ -127,14 +140,21 @@ func (p *poolActor) Receive(ctx actor.Context) {
 		}
 		prev := p.breaker[m.Engine]
 		p.breaker[m.Engine], p.byAdmin[m.Engine], p.cause[m.Engine] = m.State, m.ByAdmin, m.Cause
+		p.tally.move(st.view, prev, m.State)
 		if m.Placeable && m.HasRoom {
 			p.wake(ctx, st.view)
 		}
 		if prev == health.Joining.String() || m.Placeable {
-			p.nudgeJoining(ctx, st)
+			p.nudgeJoining(ctx)
 		}
 		p.checkWaves(ctx)
 		p.countStates()
+	case joinWaiting:
+		if m.changes != p.partnerChanges.Load() {
+			ctx.Send(m.engine, partnerReady{}) // a partner changed after its check looked
+		} else {
+			p.waiting[m.engine] = true
+		}
 	}
 }
 
@@ -241,6 +261,7 @@ func (p *poolActor) add(spec transport.EngineSpec) *engineState {
 	}
 	p.members[spec.Name] = st
 	p.breaker[spec.Name] = health.Joining.String() // its first change, to whatever, may be what a joining consumer waits for
+	p.tally.move(v, "", health.Joining.String())
 	return st
 }
 
@@ -259,6 +280,7 @@ func (p *poolActor) spawn(ctx actor.Context, st *engineState) {
 func (p *poolActor) remove(ctx actor.Context, st *engineState, why string) {
 	name := st.spec.Name
 	delete(p.members, name)
+	p.tally.move(st.view, p.breaker[name], "")
 	delete(p.breaker, name)
 	delete(p.byAdmin, name)
 	delete(p.cause, name)
@@ -313,24 +335,21 @@ func (p *poolActor) views() []*placement.Engine {
 
 // countStates publishes how many engines are in each lifecycle state.
 func (p *poolActor) countStates() {
-	counts := map[string]int{}
-	for _, st := range p.order {
-		counts[health.State(st.view.State.Load()).String()]++
-	}
 	for _, s := range []health.State{health.Admitted, health.Quarantined, health.Ejected, health.Probing, health.Joining} {
-		p.r.metrics.FleetEngines(s.String(), counts[s.String()])
+		p.r.metrics.FleetEngines(s.String(), p.tally.byState[s.String()])
 	}
 	p.r.metrics.FleetEngines(stateRemoving, len(p.leaving))
 }
 
-// nudgeJoining tells every joining engine that changed could be the partner its check waits
-// for; changed itself is skipped.
-func (p *poolActor) nudgeJoining(ctx actor.Context, changed *engineState) {
-	for _, st := range p.order {
-		if st != changed && health.State(st.view.State.Load()) == health.Joining {
-			ctx.Send(pidOf(st.view), partnerReady{})
-		}
+// nudgeJoining records a change that may let a waiting join check complete (an engine admitted
+// or leaving joining) and tells the engines waiting for one: each tries its check again now
+// rather than at its next probe. A check in flight sees the count move when it ends.
+func (p *poolActor) nudgeJoining(ctx actor.Context) {
+	p.partnerChanges.Add(1)
+	for pid := range p.waiting {
+		ctx.Send(pid, partnerReady{})
 	}
+	clear(p.waiting)
 }
 
 // checkWaves applies the whole-wave policy: when every engine able to run a phase is ejected
@@ -343,6 +362,10 @@ func (p *poolActor) nudgeJoining(ctx actor.Context, changed *engineState) {
 // one joins, its role is not a wave.
 func (p *poolActor) checkWaves(ctx actor.Context) {
 	for _, phase := range []fault.Phase{fault.PhasePrefill, fault.PhaseDecode} {
+		if !p.tally.allDown(phase) { // the common case, without a walk of the fleet
+			p.inWave[phase] = false
+			continue
+		}
 		var wave []*actor.PID
 		var names, causes []string
 		all := true

@@ -92,7 +92,7 @@ func (a *engineActor) join(ctx actor.Context) {
 	if st.breaker.State() != health.Joining || st.checking || st.leaving {
 		return
 	}
-	st.checking, st.nudged = true, false
+	st.checking, st.joinChanges = true, a.r.pooled.partnerChanges.Load()
 	st.probeGen++
 	p := a.r.planProbe(st, true)
 	gen, self, root := st.probeGen, ctx.Self(), a.r.root
@@ -128,10 +128,11 @@ func (a *engineActor) joinFinished(ctx actor.Context, m joinFinished) {
 		a.transition(ctx, health.Joining)
 		a.schedule(ctx)
 	default:
-		if st.nudged { // a partner changed while the check ran: it may complete now
+		if a.r.pooled.partnerChanges.Load() != st.joinChanges { // a partner changed while the check ran: it may complete now
 			a.join(ctx)
 			return
 		}
+		ctx.Send(ctx.Parent(), joinWaiting{engine: ctx.Self(), changes: st.joinChanges})
 		self, root := ctx.Self(), a.r.root
 		if st.timers.probe != nil {
 			st.timers.probe.Stop()
