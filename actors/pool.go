@@ -203,6 +203,7 @@ func (p *poolActor) apply(ctx actor.Context, specs []transport.EngineSpec) {
 		next = append(next, st)
 	}
 	p.order = next
+	p.warnUnpinned(joined)
 	// The new engines are in the fleet placement reads before their actors start: a join check
 	// plans with the fleet it is part of (a consumer waits for a producer joining beside it).
 	// They are joining, so no placement reaches them; their actor address is set once it
@@ -225,6 +226,26 @@ func (p *poolActor) apply(ctx actor.Context, specs []transport.EngineSpec) {
 	p.countStates()
 }
 
+// warnUnpinned says, in one line per fleet change, which added producers have no pinned KV
+// endpoint. Their descriptors may only point consumers at their own host (transport/kv's
+// endpoint policy), but an operator should know; a discovery burst of thousands of producers
+// writes one line, not thousands.
+func (p *poolActor) warnUnpinned(joined []*engineState) {
+	var names []string
+	n := 0
+	for _, st := range joined {
+		if spec := st.spec; spec.Role.CanPrefill() && spec.KV.Endpoint == "" && len(spec.KV.AllowedEndpoints) == 0 {
+			if n++; len(names) < 8 {
+				names = append(names, spec.Name)
+			}
+		}
+	}
+	if n > 0 {
+		p.r.log.Warn("producers' KV endpoints are not pinned: their descriptors may name only their own host, on kv.allowed_ports; "+
+			"set engines[].kv.endpoint or kv.allowed_endpoints", "producers", n, "first", names)
+	}
+}
+
 // add makes a member of spec, joining; its actor is started by apply.
 func (p *poolActor) add(spec transport.EngineSpec) *engineState {
 	r := p.r
@@ -243,12 +264,6 @@ func (p *poolActor) add(spec transport.EngineSpec) *engineState {
 		breaker: health.NewBreaker(r.current().RecoveryRuntime())}
 	if v.Idx < 0 {
 		r.log.Warn("engine placed without prefix preference: every prefix-index slot is held", "engine", spec.Name, "slots", placement.MaxIndexed)
-	}
-	if spec.Role.CanPrefill() && spec.KV.Endpoint == "" && len(spec.KV.AllowedEndpoints) == 0 {
-		// Its descriptors may only point consumers at its own host (transport/kv's endpoint
-		// policy), but an operator should know the endpoint is not pinned.
-		r.log.Warn("producer's KV endpoint is not pinned: its descriptors may name only its own host, on kv.allowed_ports; "+
-			"set engines[].kv.endpoint or kv.allowed_endpoints", "engine", spec.Name, "url", spec.URL)
 	}
 	r.metrics.RememberEngine(spec.Name)
 	r.metrics.ServeModels(spec.Models) // configured models; discovered ones as the engine lists them
@@ -365,6 +380,9 @@ func (p *poolActor) checkWaves(ctx actor.Context) {
 		if !p.tally.allDown(phase) { // the common case, without a walk of the fleet
 			p.inWave[phase] = false
 			continue
+		}
+		if p.inWave[phase] {
+			continue // restarted already: nothing to do until one of them is back
 		}
 		var wave []*actor.PID
 		var names, causes []string
