@@ -173,17 +173,16 @@ func (c *bootstrapCache) runRecheck(addr, producer string, e *bootstrapEntry, r 
 	}
 	obs := c.obs
 	c.mu.Unlock()
+	if obs != nil {
+		obs.Rechecked(producer, result, err)
+		if replaced { // else a newer query replaced e, and reports the change itself
+			obs.Restarted(producer, addr, e.ids, ids)
+		}
+	}
 	if err == nil {
 		r.ids = ids
 	}
 	r.end()
-	if obs == nil {
-		return
-	}
-	obs.Rechecked(producer, result, err)
-	if replaced { // else a newer query replaced e, and reports the change itself
-		obs.Restarted(producer, addr, e.ids, ids)
-	}
 }
 
 // forget has the next attempt through addr ask its server again before it is planned. The
