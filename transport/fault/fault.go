@@ -1,7 +1,8 @@
 // Package fault owns what can go wrong on an engine leg and what each failure means: the fault
 // kinds and the one policy table that decides, for each kind, the client's status, whether a
 // retry may help, whether the engine's breaker counts it, whether a retry must shun the engine,
-// whether it is the router's own end, and how the client's error body is made; and it renders
+// whether it is the router's own end, whether the attempt is replanned past
+// recovery.max_attempts, and how the client's error body is made; and it renders
 // that body, before commit (ClientBody) and as the terminal event of a stream that failed after
 // commit (AppendTerminalEvent). It also owns Phase, the prefill/decode axis every other package
 // shares. It imports only transport/wire (for the error-object check and the Responses API's
