@@ -152,6 +152,7 @@ type requestSupervisor struct {
 	full       []string             // engines found full this placement round
 	avoid      []string             // engines that failed this request: used only if nothing else can serve
 	exclude    []string             // engines that pushed back (429/503): never retried for this request
+	replanned  bool                 // the request had its one attempt past max_attempts (fault.Replans)
 	frontOfQ   bool
 	queueTimer *time.Timer
 	// queuedSince is when the placement round first queued the request (zero: not yet).

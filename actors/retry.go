@@ -26,9 +26,10 @@ func (s *requestSupervisor) fail(ctx actor.Context, f *fault.Fault) {
 	}
 	s.env.metrics.EngineFault(f.Engine, f.Phase.String(), f.Kind.String(), f.Reason)
 	ask := health.RetryAsk{Retriable: f.Retriable(), Attempt: s.attempt, MaxAttempts: s.set.request.MaxAttempts,
-		Deadline: s.x.Deadline, Engine: f.Engine, Shuns: f.Shuns()}
+		Deadline: s.x.Deadline, Engine: f.Engine, Shuns: f.Shuns(), Replan: f.Replans(), Replanned: s.replanned}
 	switch ask.Decide(time.Now(), s.set.budget) {
 	case health.Retry:
+		s.replanned = s.replanned || ask.Replan
 		s.env.metrics.Retry(f.Kind.String())
 		ask.TakesOut = s.breakerTakesOut(f)
 		if f.Phase == fault.PhaseDecode && s.producer != nil {

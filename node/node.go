@@ -121,6 +121,9 @@ func Start(rt Runtime, opts Options) (_ *Server, err error) {
 		return nil, err
 	}
 	cleanup = append(cleanup, func() { s.reporting.Close() })
+	// Before any attempt (the join checks start with the router): the Mooncake connector's
+	// rechecks and the producer restarts they find are counted and logged.
+	rt.Provisioner.Connectors().ObserveBootstrap(bootstrapEvents{metrics: s.reporting.Metrics, log: s.log})
 	if opts.SizeProcs {
 		fixed, auto, _ := cfg.Server.ProcsPolicy() // validated
 		s.procs = sizeProcs(fixed, auto, s.reporting.Metrics, s.log)

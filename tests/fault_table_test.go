@@ -65,6 +65,8 @@ func TestFaultTableEndToEnd(t *testing.T) {
 		fault.Canceled:    "the client is gone, so nothing is on the wire: client_disconnect_test.go",
 		fault.Aborted:     "a router shutdown: shutdown_test.go",
 		fault.Overloaded:  "running out of file descriptors: transport/fault_test.go",
+		fault.StaleEngineID: "a Mooncake producer restarted between two requests (no prompt directive restarts " +
+			"an engine): mooncake_test.go",
 	}
 
 	for _, kind := range fault.Kinds() {

@@ -141,7 +141,9 @@ func Run(ctx context.Context, p *Plan, req *Request, progress Progress) Outcome 
 		}
 		if req.Transfer.Concurrent() && p.Consumer != nil {
 			p.bound(req, start)
-			if out = runConcurrent(ctx, p, req, start, progress, obs, out); out.Fault != nil {
+			// A stale engine id was replaced already (the recheck that found it did): nothing to
+			// forget.
+			if out = runConcurrent(ctx, p, req, start, progress, obs, out); out.Fault != nil && out.Fault.Kind != fault.StaleEngineID {
 				forgetTransfer(p.Producer, a)
 			}
 			return out
@@ -284,7 +286,9 @@ func runLocal(ctx context.Context, p *Plan, req *Request, start time.Time, progr
 // parameters as the prefill does, and the attempt commits once the first token is in and the
 // prefill has answered. Either leg's failure fails the attempt and cancels the other leg: a
 // decode without its prefill waits for a KV cache that will never come, and a prefill without
-// its decode pins blocks nobody will read. The fault reported is the leg that failed first.
+// its decode pins blocks nobody will read. So does a recheck of the producer's identity that
+// finds the engine id the decode was handed gone (kv.IdentityCheck: the producer restarted),
+// as stale_engine_id on the producer. The fault reported is the first of these.
 func runConcurrent(ctx context.Context, p *Plan, req *Request, start time.Time, progress Progress, obs Observer, out Outcome) Outcome {
 	// The handoff is planned up front: its checks come before either leg starts.
 	stepStarted(obs, StepHandoff, p.Producer.name, nil)
@@ -317,12 +321,19 @@ func runConcurrent(ctx context.Context, p *Plan, req *Request, start time.Time, 
 		res PrefillResult
 		err error
 	}
-	var first atomic.Int32 // which leg failed first: 0 neither, 1 prefill, 2 decode
+	var first atomic.Int32 // what ended the attempt first (legsRunning while nothing has)
+	stopWatch := req.Transfer.Recheck.AfterGone(func() {
+		if first.CompareAndSwap(legsRunning, identityGone) {
+			cancelDecode(errStaleEngineID)
+			cancelPrefill(errStaleEngineID)
+		}
+	})
+	defer stopWatch()
 	done := make(chan prefilled, 1)
 	go func() {
 		r, err := p.Producer.Prefill(prefillCtx, preq)
 		if err != nil {
-			first.CompareAndSwap(0, 1)
+			first.CompareAndSwap(legsRunning, prefillFailed)
 			cancelDecode(errPrefillFailed)
 			stepEnded(obs, StepPrefill, faultOf(err, fault.PhasePrefill, p.Producer.name))
 		} else {
@@ -335,19 +346,29 @@ func runConcurrent(ctx context.Context, p *Plan, req *Request, start time.Time, 
 	stepStarted(obs, StepDecode, p.Consumer.name, req)
 	stream, derr := p.Consumer.decode(decodeCtx, res, req)
 	if derr != nil {
-		first.CompareAndSwap(0, 2)
+		first.CompareAndSwap(legsRunning, decodeFailed)
 		cancelPrefill(errDecodeFailed)
 	}
 	pre := <-done
-	if first.Load() == 1 {
+	// Both legs have returned: from here a recheck's verdict ends nothing.
+	first.CompareAndSwap(legsRunning, legsReturned)
+	switch first.Load() {
+	case identityGone:
+		if stream != nil {
+			stream.Close()
+		}
+		out.Fault = &fault.Fault{Kind: fault.StaleEngineID, Phase: fault.PhasePrefill, Engine: p.Producer.name,
+			Detail: "the producer restarted: its bootstrap server no longer lists the engine id the consumer was handed"}
+		stepEnded(obs, StepDecode, fault.FromContext(decodeCtx, p.Consumer.name, fault.PhaseDecode)) // cancelled with errStaleEngineID
+		return out
+	case prefillFailed:
 		if stream != nil {
 			stream.Close()
 		}
 		out.Fault = faultOf(pre.err, fault.PhasePrefill, p.Producer.name)
 		stepEnded(obs, StepDecode, fault.FromContext(decodeCtx, p.Consumer.name, fault.PhaseDecode)) // cancelled with errPrefillFailed
 		return out
-	}
-	if derr != nil {
+	case decodeFailed:
 		out.Fault = faultOf(derr, fault.PhaseDecode, p.Consumer.name)
 		stepEnded(obs, StepDecode, out.Fault)
 		return out
@@ -366,10 +387,21 @@ func runConcurrent(ctx context.Context, p *Plan, req *Request, start time.Time, 
 	return out
 }
 
-// errPrefillFailed and errDecodeFailed cancel the other leg of a concurrent attempt.
+// What ended a concurrent attempt first (runConcurrent's first).
+const (
+	legsRunning   int32 = iota // nothing yet
+	prefillFailed              // the prefill leg failed
+	decodeFailed               // the decode leg failed
+	identityGone               // a recheck found the producer's engine id gone
+	legsReturned               // both legs returned, neither failed first
+)
+
+// errPrefillFailed and errDecodeFailed cancel the other leg of a concurrent attempt;
+// errStaleEngineID cancels both when the producer's identity is found gone.
 var (
 	errPrefillFailed = errors.New("the prefill leg of the attempt failed")
 	errDecodeFailed  = errors.New("the decode leg of the attempt failed")
+	errStaleEngineID = errors.New("the producer restarted: the engine id the decode leg was handed is gone")
 )
 
 // faultOf is err as a Fault of leg on engine: the Fault itself, or an unreachable engine.

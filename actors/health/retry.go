@@ -27,6 +27,10 @@ type RetryAsk struct {
 	// Producer is the attempt's producer when its decode leg failed ("" otherwise): the decode
 	// may have failed reading the producer's handoff.
 	Producer string
+	// Replan says the attempt was planned on what the router has learned to be wrong since
+	// (the fault table's Replan: a producer's engine id that changed); Replanned that the
+	// request already had its one replanned attempt.
+	Replan, Replanned bool
 }
 
 // RetryVerdict is what becomes of a failed attempt.
@@ -44,10 +48,16 @@ const (
 
 // Decide says whether the request tries again: only for a fault the table retries, within
 // recovery.max_attempts and the request's deadline (at now), and only if the budget grants
-// it (a retry so granted is spent from the budget).
+// it (a retry so granted is spent from the budget). A request's first replanned attempt is
+// tried again within the deadline alone: nothing it tried could have worked, and it costs no
+// engine anything a retry storm would.
 func (a RetryAsk) Decide(now time.Time, budget *RetryBudget) RetryVerdict {
 	switch {
-	case !a.Retriable || a.Attempt >= a.MaxAttempts || !now.Before(a.Deadline):
+	case !now.Before(a.Deadline):
+		return Answer
+	case a.Replan && !a.Replanned:
+		return Retry
+	case !a.Retriable || a.Attempt >= a.MaxAttempts:
 		return Answer
 	case !budget.TryRetry(now):
 		return BudgetExhausted

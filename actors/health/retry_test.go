@@ -52,6 +52,9 @@ func TestRetryDecide(t *testing.T) {
 		{"past the deadline", with(func(a *RetryAsk) { a.Deadline = now }), false, Answer},
 		{"the budget refuses", ok, true, BudgetExhausted},
 		{"no budget spent on an answer", with(func(a *RetryAsk) { a.Retriable = false }), true, Answer},
+		{"a replan past max_attempts and the budget", with(func(a *RetryAsk) { a.Replan, a.Attempt = true, 3 }), true, Retry},
+		{"a second replan is a retry like any", with(func(a *RetryAsk) { a.Replan, a.Replanned, a.Attempt = true, true, 3 }), false, Answer},
+		{"a replan past the deadline", with(func(a *RetryAsk) { a.Replan, a.Deadline = true, now }), false, Answer},
 	} {
 		b := NewRetryBudget(config.RetryBudgetRuntime{Ratio: 0, MinPerS: 1, Window: time.Second})
 		if tc.empty {

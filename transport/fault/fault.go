@@ -1,7 +1,8 @@
 // Package fault owns what can go wrong on an engine leg and what each failure means: the fault
 // kinds and the one policy table that decides, for each kind, the client's status, whether a
 // retry may help, whether the engine's breaker counts it, whether a retry must shun the engine,
-// whether it is the router's own end, and how the client's error body is made; and it renders
+// whether it is the router's own end, whether the attempt is replanned past
+// recovery.max_attempts, and how the client's error body is made; and it renders
 // that body, before commit (ClientBody) and as the terminal event of a stream that failed after
 // commit (AppendTerminalEvent). It also owns Phase, the prefill/decode axis every other package
 // shares. It imports only transport/wire (for the error-object check and the Responses API's
@@ -60,6 +61,7 @@ const (
 	Overloaded                        // the router ran out of file descriptors or connections
 	HeldOverflow                      // a decode leg sent more than engine.max_held_* before its first token
 	ResponseTooLarge                  // an answer the router reads whole outgrew server.max_response_bytes
+	StaleEngineID                     // the producer restarted: the engine id its consumer was handed is gone
 )
 
 // Rule is a yes/no column of the policy table that may depend on the engine's own status.
@@ -119,6 +121,11 @@ type Policy struct {
 	// RouterSide says the fault is the request's or the router's own end (the client left, a
 	// shutdown), not an engine failure: no engine-fault metric and no retry.
 	RouterSide bool
+	// Replan says the attempt was planned on something the router knew wrong and has learned
+	// right since (a producer's engine id that changed): a request gets one such attempt again
+	// whatever recovery.max_attempts and the retry budget say, as nothing was tried yet that
+	// could have worked.
+	Replan bool
 	// Body says how the client's error body is made, before commit (ClientBody) and in the
 	// terminal event of a committed stream (AppendTerminalEvent). Only a PassThrough row
 	// carries the engine's body: it is the engine's answer, status and body together.
@@ -126,8 +133,8 @@ type Policy struct {
 }
 
 // table is the failure policy, one row per kind: the only place it is written down. Its columns
-// are Policy's: Name, the client's Status, Retry, breaker Counts, Shun, RouterSide and the
-// client's Body. Every predicate on Fault and both renderings of a fault (ClientBody,
+// are Policy's: Name, the client's Status, Retry, breaker Counts, Shun, RouterSide, Replan and
+// the client's Body. Every predicate on Fault and both renderings of a fault (ClientBody,
 // AppendTerminalEvent) read it; Kind.Policy shows a row.
 var table = [...]Policy{
 	Unreachable:       {Name: "unreachable", Status: 502, Retry: Always, Counts: Always},
@@ -154,6 +161,11 @@ var table = [...]Policy{
 	// would give an answer just as large. Like deadline_exceeded it is a failed leg in the
 	// engine-fault metric (by its own kind), but neither retried nor counted by a breaker.
 	ResponseTooLarge: {Name: "response_too_large", Status: 502, Retry: Never, Counts: Never},
+	// A producer that restarted between two attempts (new engine ids, learned while the
+	// attempt ran) is no fault of either engine: the consumer handed the old id was never
+	// going to get its KV, and the producer is up and answering. The retry is planned on the
+	// new id; the producer's health is its probes' and its own legs' business.
+	StaleEngineID: {Name: "stale_engine_id", Status: 502, Retry: Always, Counts: Never, Replan: true},
 }
 
 // Kinds lists every fault kind, in table order.
@@ -255,6 +267,10 @@ func (f *Fault) Shuns() bool { return f.Kind.row().Shun }
 
 // RouterSide says the fault is the client's or the router's own end, not an engine failure.
 func (f *Fault) RouterSide() bool { return f.Kind.row().RouterSide }
+
+// Replans says the attempt was planned on what the router has learned to be wrong since: the
+// request may try once more beyond recovery.max_attempts.
+func (f *Fault) Replans() bool { return f.Kind.row().Replan }
 
 // As returns err's Fault, if it is one.
 func As(err error) (*Fault, bool) {

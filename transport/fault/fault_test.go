@@ -32,19 +32,22 @@ func TestEveryKindHasARowAndThePredicatesReadIt(t *testing.T) {
 			}
 			if f.ClientStatus() != wantStatus || f.Retriable() != row.Retry.holds(status) ||
 				f.CountsAgainstEngine() != row.Counts.holds(status) ||
-				f.Shuns() != row.Shun || f.RouterSide() != row.RouterSide {
+				f.Shuns() != row.Shun || f.RouterSide() != row.RouterSide || f.Replans() != row.Replan {
 				t.Fatalf("%s with engine status %d: predicates disagree with the row %+v", k, status, row)
 			}
 		}
 		if row.RouterSide && (row.Retry != Never || row.Counts != Never) {
 			t.Fatalf("%s: a router-side fault is retried or counted", k)
 		}
+		if row.Replan && (row.Retry != Always || row.Counts != Never) {
+			t.Fatalf("%s: a replanned fault must be retried and counted by no breaker", k)
+		}
 		if (row.Body != RouterEnvelope) != (row.Status == PassThrough) {
 			t.Fatalf("%s: the engine's body without the engine's status, or the other way round", k)
 		}
 	}
-	if len(names) != int(ResponseTooLarge) {
-		t.Fatalf("%d kinds in the table, want %d", len(names), ResponseTooLarge)
+	if len(names) != int(StaleEngineID) {
+		t.Fatalf("%d kinds in the table, want %d", len(names), StaleEngineID)
 	}
 	if Kind(200).String() != "fault(200)" || (&Fault{Kind: 200}).ClientStatus() != 502 {
 		t.Fatal("an unknown kind is not an unreadable engine failure")
@@ -77,6 +80,9 @@ func TestTableMatchesTheSpec(t *testing.T) {
 		// server.max_response_bytes is the operator's bound: a healthy engine's large answer
 		// is neither retried elsewhere (it would be as large) nor counted toward its breaker.
 		{ResponseTooLarge, 0, 502, false, false},
+		// A producer that restarted between attempts is neither engine's failure: the retry is
+		// planned on its new engine id, and no breaker counts it.
+		{StaleEngineID, 0, 502, true, false},
 	}
 	for _, tc := range cases {
 		f := &Fault{Kind: tc.kind, Status: tc.engineStatus}

@@ -51,7 +51,7 @@ type ContextPlanner interface {
 	// leg starts (a *Rejection is the producer's bad handoff, any other error an unreachable
 	// producer).
 	PlanContext(ctx context.Context, a Attempt) (Transfer, error)
-	// Forget drops what the connector learned about a's producer.
+	// Forget has the connector learn a's producer again before its next plan.
 	Forget(a Attempt)
 }
 
@@ -67,6 +67,11 @@ type Transfer struct {
 	// producer, DecodeRank on the consumer (Mooncake's proxies always send it).
 	Ranked                  bool
 	PrefillRank, DecodeRank int
+	// Recheck, when set, says whether the producer identity in Decode still holds: the plan
+	// was made from a cached answer of the producer's bootstrap server that is being asked
+	// again while the attempt runs (Mooncake, recheck.go). The attempt runner ends the attempt
+	// once it finds the identity gone (IdentityCheck.AfterGone).
+	Recheck IdentityCheck
 }
 
 // Concurrent says the transfer runs both legs at once.

@@ -2,7 +2,9 @@
 // never re-encoded, validated against the producer→consumer pair), the Connector interface a
 // transfer mechanism implements (what each leg carries, planned per attempt, sequential or
 // concurrent), NIXL, Mooncake (whose plan asks the producer's bootstrap server first:
-// ContextPlanner), and the explicit Registry of connectors engines may name.
+// ContextPlanner; a cached answer not confirmed lately is rechecked while the attempt planned
+// on it runs, and the attempt ends once its engine id is found gone: IdentityCheck), and the
+// explicit Registry of connectors engines may name.
 //
 // Adding a connector: implement Connector in a new file of this package (nixl.go is the example)
 // and list it in Builtin (registry.go). Provisioning (node.Provision, which validates the

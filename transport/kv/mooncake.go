@@ -25,7 +25,9 @@ import (
 // the bootstrap server where that engine's workers are and pulls the blocks registered under the
 // transfer id, waiting for the prefill if it has not finished. So the router must know each
 // producer's engine ids before it plans an attempt: it asks the bootstrap server itself
-// (bootstrap.go), keeps the answer, and asks again after an attempt through that producer fails.
+// (bootstrap.go), keeps the answer, asks again after an attempt through that producer fails,
+// and rechecks an answer it has not heard confirmed lately while the attempt planned on it runs
+// (recheck.go).
 const Mooncake = "mooncake"
 
 // MooncakeBootstrapPort is where vLLM's Mooncake bootstrap server listens unless
@@ -41,7 +43,20 @@ type mooncakeConnector struct {
 }
 
 // newMooncake makes the connector with its own cache of bootstrap answers.
-func newMooncake() *mooncakeConnector { return &mooncakeConnector{ids: newBootstrapCache()} }
+func newMooncake(opts ...MooncakeOption) *mooncakeConnector {
+	m := &mooncakeConnector{ids: newBootstrapCache()}
+	for _, o := range opts {
+		o(m)
+	}
+	return m
+}
+
+// NewMooncake is the Mooncake connector with opts, for a registry of a program's own
+// (Builtin().With(NewMooncake(...))); Builtin holds one with the defaults.
+func NewMooncake(opts ...MooncakeOption) ContextPlanner { return newMooncake(opts...) }
+
+// observe has the connector's cache report what it learns to o (Registry.ObserveBootstrap).
+func (m *mooncakeConnector) observe(o BootstrapObserver) { m.ids.observe(o) }
 
 func (*mooncakeConnector) Name() string { return Mooncake }
 
@@ -59,15 +74,16 @@ func (m *mooncakeConnector) Plan(a Attempt) Transfer {
 
 // PlanContext asks the producer's bootstrap server for its engine ids when they are not known
 // (or were forgotten after a failure), then plans both legs (a producer probed with no consumer
-// too: the planned decode parameters are then its handoff). The address is held to the KV
-// endpoint policy before anything is sent to it, so that no producer configuration can make the
-// router itself connect where consumers may not.
+// too: the planned decode parameters are then its handoff). A plan made from an answer under
+// recheck carries the recheck (Transfer.Recheck). The address is held to the KV endpoint policy
+// before anything is sent to it, so that no producer configuration can make the router itself
+// connect where consumers may not.
 func (m *mooncakeConnector) PlanContext(ctx context.Context, a Attempt) (Transfer, error) {
 	addr := bootstrapAddr(a.Pair.Producer)
 	if r := checkBootstrap(addr, a.Pair.Producer); r != nil {
 		return Transfer{}, r
 	}
-	ids, err := m.ids.get(ctx, addr)
+	ids, r, err := m.ids.get(ctx, addr, a.Pair.Producer.Engine)
 	if err != nil {
 		return Transfer{}, err
 	}
@@ -75,11 +91,16 @@ func (m *mooncakeConnector) PlanContext(ctx context.Context, a Attempt) (Transfe
 		return Transfer{}, Reject(ReasonMissingEngineIdentity, "producer %s's bootstrap server lists %d data-parallel ranks, not rank %d",
 			a.Pair.Producer.Engine, len(ids), a.ProducerRank)
 	}
-	return m.transfer(a, ids[a.ProducerRank]), nil
+	id := ids[a.ProducerRank]
+	t := m.transfer(a, id)
+	if r != nil {
+		t.Recheck = IdentityCheck{r: r, rank: a.ProducerRank, id: id}
+	}
+	return t, nil
 }
 
-// Forget drops what the bootstrap server said of a's producer: the next attempt asks again (a
-// producer that restarted has new engine ids).
+// Forget has the next attempt through a's producer ask its bootstrap server again before it is
+// planned (a producer that restarted has new engine ids).
 func (m *mooncakeConnector) Forget(a Attempt) { m.ids.forget(bootstrapAddr(a.Pair.Producer)) }
 
 // transfer writes both legs' parameters in the shapes vLLM's proxy sends: the transfer id is

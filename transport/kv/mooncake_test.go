@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/narwhal-router/narwhal/transport/wire"
 )
@@ -100,6 +101,8 @@ func TestMooncakePlanAsksTheBootstrapServerOnce(t *testing.T) {
 	}))
 	defer srv.Close()
 	m := newMooncake()
+	now := time.Unix(1_000_000, 0)
+	m.ids.now = func() time.Time { return now } // no recheck: the answer never ages
 	a := Attempt{Pair: mooncakePair(Side{Host: "127.0.0.1", Endpoint: srv.Listener.Addr().String()}), BackendRequestID: "r1"}
 	for range 3 {
 		tr, err := m.PlanContext(context.Background(), a)

@@ -30,6 +30,16 @@ func (r Registry) With(cs ...Connector) Registry {
 	return out
 }
 
+// ObserveBootstrap has every connector of r that asks producers' bootstrap servers (Mooncake)
+// report what it learns to o. The composition root calls it once, before any attempt.
+func (r Registry) ObserveBootstrap(o BootstrapObserver) {
+	for _, c := range r.byName {
+		if b, ok := c.(interface{ observe(BootstrapObserver) }); ok {
+			b.observe(o)
+		}
+	}
+}
+
 // Lookup returns the named connector, or an error listing the known ones.
 func (r Registry) Lookup(name string) (Connector, error) {
 	if c, ok := r.byName[name]; ok {

@@ -9,7 +9,8 @@ caller ended) and ``kind`` the exact fault, as the router's metrics and error en
     ├── EngineConnectionError  unreachable, closed_early, router_overloaded
     ├── EngineError            engine_status, backpressure, rejected, stream_error, bad_response,
     │                          done_before_token, held_overflow, response_too_large
-    ├── HandoffError           invalid_descriptor, stale_handoff, missing_descriptor
+    ├── HandoffError           invalid_descriptor, stale_handoff, missing_descriptor,
+    │                          stale_engine_id
     └── LegCancelled           aborted, client_disconnected
 
 Internal API: it may change between releases.
@@ -39,6 +40,7 @@ class FaultKind:
     INVALID_DESCRIPTOR = "invalid_descriptor"  # 502: the handoff descriptor failed validation
     STALE_HANDOFF = "stale_handoff"          # 502: the handoff outlived its maximum age
     MISSING_DESCRIPTOR = "missing_descriptor"  # 502: no descriptor where one was required
+    STALE_ENGINE_ID = "stale_engine_id"      # 502: the producer restarted (Mooncake engine id gone)
     DEADLINE_EXCEEDED = "deadline_exceeded"  # 504: the request deadline passed
     CLIENT_DISCONNECTED = "client_disconnected"  # the caller went away
     ABORTED = "aborted"                      # 503: the caller aborted the leg
@@ -52,9 +54,10 @@ _TIMEOUT_SHAPED = {FaultKind.TIMEOUT, FaultKind.FIRST_TOKEN_TIMEOUT, FaultKind.S
 # engine's failure: another engine would answer just as much.
 _NOT_RETRIABLE = {FaultKind.REJECTED, FaultKind.DEADLINE_EXCEEDED, FaultKind.CLIENT_DISCONNECTED,
                   FaultKind.ABORTED, FaultKind.ROUTER_OVERLOADED, FaultKind.RESPONSE_TOO_LARGE}
+# stale_engine_id is a producer that restarted between two attempts: neither engine failed.
 _NOT_ENGINES = {FaultKind.REJECTED, FaultKind.BACKPRESSURE, FaultKind.DEADLINE_EXCEEDED,
                 FaultKind.CLIENT_DISCONNECTED, FaultKind.ABORTED, FaultKind.ROUTER_OVERLOADED,
-                FaultKind.RESPONSE_TOO_LARGE}
+                FaultKind.RESPONSE_TOO_LARGE, FaultKind.STALE_ENGINE_ID}
 
 PREFILL, DECODE = "prefill", "decode"
 
@@ -92,7 +95,7 @@ FAMILIES = {
     FaultKind.BAD_RESPONSE: FAMILY_ENGINE, FaultKind.DONE_BEFORE_TOKEN: FAMILY_ENGINE,
     FaultKind.HELD_OVERFLOW: FAMILY_ENGINE, FaultKind.RESPONSE_TOO_LARGE: FAMILY_ENGINE,
     FaultKind.INVALID_DESCRIPTOR: FAMILY_HANDOFF, FaultKind.STALE_HANDOFF: FAMILY_HANDOFF,
-    FaultKind.MISSING_DESCRIPTOR: FAMILY_HANDOFF,
+    FaultKind.MISSING_DESCRIPTOR: FAMILY_HANDOFF, FaultKind.STALE_ENGINE_ID: FAMILY_HANDOFF,
     FaultKind.ABORTED: FAMILY_CANCELLED, FaultKind.CLIENT_DISCONNECTED: FAMILY_CANCELLED,
 }
 
