@@ -41,7 +41,8 @@ type Options struct {
 // Release to the operating system: once what is held has fallen by at least releaseStep from
 // its high-water mark and to at most half of it, the freed memory is handed back (a collection
 // and debug.FreeOSMemory), at most once per releaseEvery, after releaseSettle of quiet so that a
-// burst's end is handed back once.
+// burst's end is handed back once, and once more releaseEvery later for what its stragglers
+// still held.
 const (
 	releaseStep   = 32 << 20
 	releaseEvery  = 2 * time.Second
@@ -124,11 +125,21 @@ func (b *Budget) run() {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	var last time.Time
+	var again <-chan time.Time // the follow-up of the last release, if one is due
 	reported := int64(-1)
 	for {
 		select {
 		case <-b.done:
 			return
+		case <-again:
+			// What the burst's stragglers (connections closing, pooled buffers kept one cycle
+			// more) held at the first release is garbage by now: hand it back too, unless a
+			// new burst is under way.
+			again = nil
+			if b.held.Load() <= b.high.Load() {
+				runtime.GC()
+				debug.FreeOSMemory()
+			}
 		case <-tick.C:
 			if h := b.held.Load(); h != reported && b.report != nil {
 				b.report(h)
@@ -150,6 +161,7 @@ func (b *Budget) run() {
 			debug.FreeOSMemory()
 			b.high.Store(b.held.Load())
 			last = time.Now()
+			again = time.After(releaseEvery)
 		}
 	}
 }
