@@ -77,12 +77,6 @@ func HandoffNews[E comparable](l Leg[E], consumer string, fenced bool) (m messag
 		Note: "its handoff failed on consumer " + consumer + " (" + l.Fault.Kind.String() + " on the decode leg)"}, true
 }
 
-// sameWay says two failures on different engines look alike: the same leg, the same fault kind
-// and the same engine status.
-func sameWay[E comparable](a, b Leg[E]) bool {
-	return a.Engine != b.Engine && a.Phase == b.Phase && a.Fault.Kind == b.Fault.Kind && a.Fault.Status == b.Fault.Status
-}
-
 // Fingerprint is a request's fingerprint: the FNV-1a hash of its body's length and of at most
 // fingerprintEdge bytes at each end (a bounded cost whatever the prompt's length). Two requests
 // with the same fingerprint are taken for the same request sent again. Never 0.

@@ -5,13 +5,17 @@ import "time"
 // The blame board decides whom a request's failures blame by comparing them with other
 // requests' failures and with the commits of the engines involved, before any is counted:
 //
-//   - A failure is the request's when the same request (the same body: its fingerprint) failed
-//     the same way (leg, fault kind, engine status) on two or more engines within
-//     recovery.blame_window_s, no request with that fingerprint committed in the window, and the
-//     engine shows it serves other requests: it commits one after the failure, or its last
-//     commit is within the window and it failed nothing else since. Such a failure extends no
-//     streak; it is counted in request_attributed_failures. When no engine of the fleet
-//     committed anything in the window there is no such evidence to wait for: it counts at once.
+//   - A failure is the request's when the same request (the same body: its fingerprint) failed,
+//     without committing, on two or more engines within recovery.blame_window_s — however each
+//     engine failed it: on a loaded engine the first-token timeout fires before the failure the
+//     request causes elsewhere — no request with that fingerprint committed in the window, and
+//     the engine shows it serves other requests: it commits one after the failure, or it
+//     committed one within the window before it (what else it failed since is judged on its
+//     own). Such a failure extends no streak, nor any producer's or pair's; it is counted in
+//     request_attributed_failures. This rule comes first: a failure suspected of being its
+//     producer's, its pair's or a repeat on one engine is the request's once the request fails
+//     on another engine too. When no engine of the fleet committed anything in the window there
+//     is no evidence to wait for: it counts at once.
 //   - A decode that failed before its first token on a producer's handoff is a fault of the
 //     pair when the request then committed through another producer, or when the producer's
 //     handoffs already failed on another consumer in the window. Once that producer's handoffs
@@ -20,10 +24,11 @@ import "time"
 //     the producer is blamed (its breaker counts the failure) and the consumer is not. When the
 //     producer's other handoffs commit meanwhile, the consumer is blamed.
 //   - A request sent again that fails the same way on the same engine again waits for the
-//     window: if it fails on another engine too meanwhile, the rule above applies; if not, the
+//     window: if it fails on another engine too meanwhile, the first rule applies; if not, the
 //     failure is the engine's.
 //   - Everything else is its engine's, at once: a failure of a request that committed elsewhere
-//     (through the same producer, for a decode), a single failure, failures of different kinds.
+//     (through the same producer, for a decode), a single failure (a request tried on one engine
+//     only cannot be told from an engine's fault until it fails on another).
 //
 // A failure that may be the request's or the producer's is held until the evidence comes, for
 // at most the window; then it counts against its engine. A fleet that fails every request has
@@ -122,7 +127,7 @@ type failureRecord[E comparable] struct {
 type suspicion uint8
 
 const (
-	requestSuspect suspicion = iota + 1 // the request failed the same way on two or more engines
+	requestSuspect suspicion = iota + 1 // the request failed on two or more engines, committing nowhere
 	repeatSuspect                       // the request failed the same way on this engine before
 	handoffSuspect                      // a decode failed reading a producer's handoff
 	pairSuspect                         // ... and the failures are confined to that pair (pairblame.go)
@@ -148,7 +153,7 @@ func (b *Board[E]) Report(r Report[E], now time.Time, window time.Duration) []De
 		case !r.Committed && b.failedElsewhere(r, i):
 			h := b.newHeld(l, r.FP, requestSuspect)
 			switch {
-			case b.served(&h, func(rec failureRecord[E]) bool { return rec.fp == r.FP }):
+			case b.served(&h, nil):
 				b.decide(Attribute, h.l)
 			case !b.facts.FleetCommittedAfter(now.Add(-window).UnixNano()):
 				// No engine committed anything in the window: nothing shows the fleet serves
@@ -214,10 +219,9 @@ func (b *Board[E]) evaluate() {
 
 // settle decides h if it can, reporting whether it did.
 func (b *Board[E]) settle(h *heldFailure[E]) bool {
-	if (h.why == handoffSuspect || h.why == pairSuspect) && b.failsEverywhere(h.fp) {
-		h.why = requestSuspect // the request fails on every consumer: not the producer's doing
-	}
-	if h.why == repeatSuspect && b.failedOnAnother(h) {
+	if h.why != requestSuspect && b.failsEverywhere(h.fp) {
+		// The request failed on another engine too meanwhile: whatever else this failure was
+		// suspected of (a repeat on this engine, its producer, its pair), it is the request's.
 		h.why = requestSuspect
 	}
 	switch h.why {
@@ -226,7 +230,7 @@ func (b *Board[E]) settle(h *heldFailure[E]) bool {
 			b.decide(Count, h.l)
 			return true
 		}
-		if b.served(h, func(rec failureRecord[E]) bool { return rec.fp == h.fp }) {
+		if b.served(h, nil) {
 			b.decide(Attribute, h.l)
 			return true
 		}
@@ -282,13 +286,15 @@ func (b *Board[E]) failedOnOthers(l Leg[E]) bool {
 	return false
 }
 
-// failedElsewhere says end i of r failed the same way as another engine's leg of the same
-// request: in r itself, or in a recent failure of a request with the same fingerprint that did
-// not commit (and none committed within the window).
+// failedElsewhere says end i of r, a request that did not commit, is one of the failures of a
+// request failing everywhere: the request failed on another engine too, in r itself or in a
+// recent failure of a request with the same fingerprint that did not commit (and none committed
+// within the window). How it failed there does not matter: on a loaded engine the first-token
+// timeout fires before the failure the request causes everywhere else.
 func (b *Board[E]) failedElsewhere(r Report[E], i int) bool {
 	l := r.Ends[i]
-	for j, o := range r.Ends {
-		if j != i && sameWay(l, o) {
+	for _, o := range r.Ends {
+		if o.Engine != l.Engine {
 			return true
 		}
 	}
@@ -296,7 +302,7 @@ func (b *Board[E]) failedElsewhere(r Report[E], i int) bool {
 		return false
 	}
 	for _, rec := range b.recent {
-		if rec.fp == r.FP && !rec.committed && sameWay(l, rec.leg) {
+		if rec.fp == r.FP && !rec.committed && rec.leg.Engine != l.Engine {
 			return true
 		}
 	}
@@ -313,17 +319,6 @@ func (b *Board[E]) failedHereBefore(fp uint64, l Leg[E]) bool {
 	for _, rec := range b.recent {
 		if rec.fp == fp && !rec.committed && rec.leg.Engine == l.Engine && rec.leg.Phase == l.Phase &&
 			rec.leg.Fault.Kind == l.Fault.Kind && rec.leg.Fault.Status == l.Fault.Status {
-			return true
-		}
-	}
-	return false
-}
-
-// failedOnAnother says a request with h's fingerprint failed the same way on another engine
-// within the window, without committing.
-func (b *Board[E]) failedOnAnother(h *heldFailure[E]) bool {
-	for _, rec := range b.recent {
-		if rec.fp == h.fp && !rec.committed && sameWay(h.l, rec.leg) {
 			return true
 		}
 	}
@@ -379,7 +374,13 @@ func (b *Board[E]) producerSuspect(l Leg[E]) bool {
 
 // served says the held failure's engine shows it serves other requests: it committed one since
 // the failure, or its last commit is within the window and every failure it had since is of the
-// same cause as this one (sameCause).
+// same cause as this one (sameCause; nil: whatever it failed since).
+//
+// A request failing everywhere passes nil: what else its engine failed since does not matter.
+// Each of those failures is judged on its own (one of a request that committed elsewhere counts
+// against the engine), and those of requests failing everywhere are no evidence against any
+// engine — so an engine whose last requests are poisons, as when traffic stops after them, keeps
+// them all off its breaker.
 func (b *Board[E]) served(h *heldFailure[E], sameCause func(failureRecord[E]) bool) bool {
 	e := h.l.Engine
 	if b.facts.Commits(e) > h.commits {
@@ -388,6 +389,9 @@ func (b *Board[E]) served(h *heldFailure[E], sameCause func(failureRecord[E]) bo
 	lc := b.facts.LastCommit(e)
 	if lc == 0 || time.Duration(h.at.UnixNano()-lc) > b.window {
 		return false
+	}
+	if sameCause == nil {
+		return true
 	}
 	for _, rec := range b.recent {
 		if rec.leg.Engine == e && rec.at.UnixNano() > lc && !sameCause(rec) {

@@ -177,18 +177,18 @@ func TestBoardRules(t *testing.T) {
 				report(2*time.Second, 2, decodeFail("d0", "p1"))},
 			[]string{"count d0", "count d0"}},
 		// The first request failed on both cross pairs of an asymmetric fleet: alone it looks like
-		// a request failing everywhere (no engine counts it), and a second that fails the same
-		// waits for evidence; the third, committed on its third attempt, tells the pairs.
+		// a request failing everywhere (no engine counts it), and so does a second that fails the
+		// same; the third, committed on its third attempt, tells the pairs.
 		{"a request committed after failing on pairs that failed before: the pairs'",
 			[]event{served("p0", "p1", "d0", "d1"), report(time.Second, 1, decodeFail("d1", "p0"), decodeFail("d0", "p1")),
 				report(1500*time.Millisecond, 2, decodeFail("d1", "p0"), decodeFail("d0", "p1")),
 				{at: 2 * time.Second, report: &Report[string]{FP: 3, Committed: true, Producer: "p1", Consumer: "d1",
 					Ends: []Leg[string]{decodeFail("d1", "p0"), decodeFail("d0", "p1")}}}},
-			[]string{"request's d1", "request's d0", "pair p0→d1", "pair p1→d0"}}, // the second's are held for evidence
+			[]string{"request's d1", "request's d0", "request's d1", "request's d0", "pair p0→d1", "pair p1→d0"}},
 		{"a request failing through one producer on several consumers is no pair's, whatever failed before",
 			[]event{served("p0", "d0", "d1", "d2"), report(time.Second, 1, decodeFail("d1", "p0")),
 				report(1500*time.Millisecond, 2, decodeFail("d0", "p0"), decodeFail("d1", "p0"), decodeFail("d2", "p0"))},
-			[]string{"count d1", "request's d0", "request's d2"}}, // d1's second failure waits for the window (held)
+			[]string{"count d1", "request's d0", "request's d1", "request's d2"}}, // d1's first failure is no evidence against the second's request
 		{"one pair alone cannot be told from its engines: a second request failing on it is the consumer's",
 			[]event{served("p0", "d0"), facts(0, func(f *fleetFacts, _ time.Time) { f.alone["d0"] = true }),
 				report(time.Second, 1, decodeFail("d0", "p0")), report(1500*time.Millisecond, 2, decodeFail("d0", "p0"))},
@@ -197,6 +197,29 @@ func TestBoardRules(t *testing.T) {
 			[]event{served("p0", "d0"), {at: time.Second, report: &Report[string]{FP: 1, Committed: true, Producer: "p0", Consumer: "d2",
 				Ends: []Leg[string]{decodeFail("d0", "p0")}}}, look(5 * time.Second), look(11 * time.Second)},
 			[]string{"count d0"}},
+		// A request failing everywhere, whatever each engine made of it (poison_test.go plays
+		// these in every order).
+		{"a request failing on two engines in different ways is the request's",
+			[]event{served("d0", "d1"), report(time.Second, 1, failedDecode("d0", "p0", fault.StreamError),
+				failedDecode("d1", "p1", fault.FirstTokenTimeout))},
+			[]string{"request's d0", "request's d1"}},
+		{"an engine failing healthy requests is still counted while poisons visit it",
+			[]event{served("p0", "d0", "d1", "d2"),
+				{at: time.Second, report: &Report[string]{FP: 100, Committed: true, Producer: "p1", Consumer: "d0",
+					Ends: []Leg[string]{failedDecode("d1", "p0", fault.ClosedEarly)}}},
+				report(1500*time.Millisecond, 1, decodeFail("d1", "p0"), decodeFail("d2", "p1"), decodeFail("d0", "p0")),
+				facts(1800*time.Millisecond, func(f *fleetFacts, now time.Time) { f.commit(now, "p0", "p1", "d0", "d2") }),
+				{at: 2 * time.Second, report: &Report[string]{FP: 101, Committed: true, Producer: "p0", Consumer: "d2",
+					Ends: []Leg[string]{failedDecode("d1", "p1", fault.ClosedEarly)}}}},
+			[]string{"count d1", "request's d1", "request's d2", "request's d0", "count d1"}},
+		{"a fleet that served until a moment ago, then fails every request: counted once the window passed",
+			[]event{served("d0", "d1"), report(time.Second, 1, decodeFail("d0", "p0"), decodeFail("d1", "p0")),
+				report(11*time.Second, 2, decodeFail("d0", "p0"), decodeFail("d1", "p0"))},
+			[]string{"request's d0", "request's d1", "count d0", "count d1"}},
+		{"an engine that never served waits for its first commit, and is counted without one",
+			[]event{served("p0", "d0"), report(time.Second, 1, decodeFail("d0", "p0"), decodeFail("d2", "p0")),
+				look(5 * time.Second), look(11 * time.Second)},
+			[]string{"request's d0", "count d2"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFleetFacts()

@@ -15,17 +15,19 @@ package health
 //     failed once and works again may open, and its first probe closes it).
 //
 // A second request failing on the same pair, with the failures still confined to it, is the
-// pair's at once (pairFailedBefore) — even when that request failed on another such pair too,
-// which would otherwise look like a request failing everywhere. Otherwise the failure is held
-// until the consumer commits (BlamePair: the pair's breaker opens, neither
-// engine's counts it), fails something else (Count), or the window passes (Count). A consumer
-// that cannot read anyone's handoffs never commits, so it is counted as before, at most one
-// window later; a producer whose handoffs fail on two consumers is ProducerSuspect's business.
+// pair's at once (pairFailedBefore) — even when that request failed on another such pair too
+// before it committed. A request that never commits and failed on another engine too is the
+// request's before any pair rule is asked (board.go), and so is a held failure once its request
+// fails elsewhere: a poison blames no pair. Otherwise the failure is held until the consumer
+// commits (BlamePair: the pair's breaker opens, neither engine's counts it), fails something
+// else (Count), or the window passes (Count). A consumer that cannot read anyone's handoffs
+// never commits, so it is counted as before, at most one window later; a producer whose
+// handoffs fail on two consumers is ProducerSuspect's business.
 
 // pairFailedBefore says another request (another fingerprint) failed reading a handoff on l's
 // very pair the same way (fault kind and status) within the window, and the failures are
-// confined to the pair: two requests are
-// evidence enough, even one that failed on another such pair too.
+// confined to the pair: two requests are evidence enough, even one that failed on another such
+// pair too before it committed.
 func (b *Board[E]) pairFailedBefore(l Leg[E], r Report[E]) bool {
 	if !l.Transfer() || !b.confinedToPair(l, r.Ends) {
 		return false
