@@ -82,9 +82,9 @@ func (x *PrefixIndex) match(blocks []uint64, dst prefixMatches) prefixMatches {
 	e.mu.RLock()
 	var live bitset
 	if blockkey.IsKey(blocks[0]) {
-		if first, ok := e.blocks.get(blocks[0]); ok {
-			dst = walkMatches(dst, blocks, first, slotView{}, e.live.has, e.sets)
-		}
+		now := e.clock()
+		dst = walkMatches(dst, blocks, e.heldOf(blocks[0]), e.pendingOf(blocks[0], now), e.live.has,
+			func(b uint64) (slotView, slotView) { return e.heldOf(b), e.pendingOf(b, now) })
 		live = e.live
 	}
 	exactEnd := len(dst)
@@ -114,6 +114,9 @@ func (x *PrefixIndex) sets(b uint64) (slotView, slotView) {
 func (x *PrefixIndex) Record(blocks []uint64, slot int) {
 	if slot < 0 || slot >= MaxIndexed || len(blocks) == 0 {
 		return
+	}
+	if blockkey.IsKey(blocks[0]) {
+		x.exact.Expect(blocks, slot) // before x.mu: match takes the exact index's lock first
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
