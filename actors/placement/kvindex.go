@@ -19,8 +19,9 @@ import (
 // names.
 //
 // It is exact as far as the events go — a block stored is indexed when its BlockStored arrives
-// and forgotten with its BlockRemoved — with four exceptions, each of which can only make it
-// claim less than an engine holds, never more: blocks the engine cached before its stream was
+// and forgotten with its BlockRemoved; beside it are the placements the events have not
+// confirmed yet (pending.go: blocks an engine is computing for us, which it will hold) — with
+// four exceptions, each of which can only make it claim less than an engine holds, never more: blocks the engine cached before its stream was
 // followed (and their children, whose parent it cannot key), blocks a lost gap hid (the
 // engine's entries are dropped and it falls back to the estimate until its next batch),
 // events without their token ids (older vLLM), and blocks trimmed to the bound.

@@ -27,7 +27,7 @@ const MaxIndexed = 1<<16 - 1
 //     hold one it forgot; placement treats a match as a likelihood, bounded by load.
 //
 // For a prompt of token keys, an engine whose events are live is matched on the exact index
-// alone, any other (no events configured, not yet received, its stream broken) on the
+// and the placements on it the events have not confirmed yet (pending.go), any other (no events configured, not yet received, its stream broken) on the
 // estimate. For a prompt of word hashes every engine is matched on the estimate: an engine
 // publishing events keeps its prefix preference when a prompt's tokens are not known.
 //

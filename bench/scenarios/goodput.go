@@ -272,8 +272,12 @@ func Goodput(env harness.Env) (*report.Section, error) {
 		}
 		weng := eng
 		if w.overflow {
-			_, weng.KVBlocks = overflowingCache(rep, eng)
-			sec.Printf("workload %q: every engine's cache holds %d blocks of %d tokens, a quarter of the replay's working set", w.name, weng.KVBlocks, eng.BlockSize)
+			var smallest int
+			smallest, weng.KVBlocks = sweepCache(rep, eng, rates[0], window)
+			largest, _ := overflowingCache(rep, eng)
+			sec.Printf("workload %q: every engine's cache holds %d blocks of %d tokens, at most a quarter of the working set of every run: "+
+				"the smallest run's (%g requests/s) touches %d blocks, the largest's %d", w.name, weng.KVBlocks, eng.BlockSize, rates[0], smallest, largest)
+			sec.Figure(w.key+".cache_blocks", weng.KVBlocks)
 		}
 		sec.Printf("workload %q: %s", w.name, rep.Summary())
 		runs, err := sweep(rep, weng, rates, window, slo, w.name)
@@ -288,8 +292,19 @@ func Goodput(env harness.Env) (*report.Section, error) {
 	return sec, nil
 }
 
+// sweepCache is an overflowing workload's cache size in e's blocks: a quarter of the working set
+// of the sweep's smallest run, the requests a run at the lowest rate sends (overflowingCache), so
+// that every run's caches hold at most a quarter of what it touches — a run at a higher rate
+// sends more requests and touches more blocks. It returns that working set too.
+func sweepCache(rep *trace.Replay, e sim.Options, lowest float64, window time.Duration) (working, cache int) {
+	first := *rep
+	first.Requests = rep.Requests[:min(len(rep.Requests), goodputRequests(lowest, window))]
+	return overflowingCache(&first, e)
+}
+
 // goodputWorkload is one workload of the goodput scenario: the trace's records, replayed with
-// the engines' usual caches or (overflow) with caches of a quarter of the working set.
+// the engines' usual caches or (overflow) with caches of at most a quarter of every run's
+// working set (sweepCache).
 type goodputWorkload struct {
 	name, key string
 	recs      []trace.Record
