@@ -3,6 +3,7 @@ package placement
 import (
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/narwhal-router/narwhal/transport/blockkey"
 	"github.com/narwhal-router/narwhal/transport/kvevents"
@@ -18,8 +19,9 @@ import (
 // names.
 //
 // It is exact as far as the events go — a block stored is indexed when its BlockStored arrives
-// and forgotten with its BlockRemoved — with four exceptions, each of which can only make it
-// claim less than an engine holds, never more: blocks the engine cached before its stream was
+// and forgotten with its BlockRemoved; beside it are the placements the events have not
+// confirmed yet (pending.go: blocks an engine is computing for us, which it will hold) — with
+// four exceptions, each of which can only make it claim less than an engine holds, never more: blocks the engine cached before its stream was
 // followed (and their children, whose parent it cannot key), blocks a lost gap hid (the
 // engine's entries are dropped and it falls back to the estimate until its next batch),
 // events without their token ids (older vLLM), and blocks trimmed to the bound.
@@ -38,8 +40,13 @@ type ExactIndex struct {
 	blocks    blockMap
 	engines   map[int]*ExactEngine
 	pairs     int
-	// live are the engines whose events are live: matched on this index alone.
+	// live are the engines whose events are live: matched on this index and what is pending.
 	live bitset
+	// pendCur and pendOld are the placements on live engines the events have not confirmed
+	// yet (pending.go), in two generations started at pendAt and pendOldAt.
+	pendCur, pendOld  blockMap
+	pendAt, pendOldAt time.Time
+	clock             func() time.Time
 }
 
 // ExactEngine is one followed engine's part of the index.
@@ -65,7 +72,8 @@ func NewExactIndex(maxBlocks int) *ExactIndex {
 	if maxBlocks <= 0 {
 		maxBlocks = defaultExactBlocks
 	}
-	return &ExactIndex{maxBlocks: maxBlocks, blocks: newBlockMap(0), engines: map[int]*ExactEngine{}}
+	return &ExactIndex{maxBlocks: maxBlocks, blocks: newBlockMap(0), engines: map[int]*ExactEngine{},
+		pendCur: newBlockMap(0), pendOld: newBlockMap(0), clock: time.Now}
 }
 
 // open starts the part of the engine in slot, empty and not live until its first batch.
@@ -75,6 +83,7 @@ func (e *ExactIndex) Open(slot int) *ExactEngine {
 	if old := e.engines[slot]; old != nil {
 		e.dropLocked(old)
 	}
+	e.dropPendingLocked(slot)
 	en := &ExactEngine{slot: slot, held: map[uint64]uint32{}, keys: map[uint64]uint64{}}
 	e.engines[slot] = en
 	return en
@@ -153,6 +162,7 @@ func (e *ExactIndex) storeEventLocked(en *ExactEngine, ev kvevents.BlockStored) 
 	for i, key := range blockKeys(en.keys, ev) {
 		h := ev.BlockHashes[i]
 		en.keys[h] = key
+		e.confirmLocked(key, en.slot)
 		if e.storeLocked(en, key, h) {
 			stored++
 		}
@@ -256,9 +266,10 @@ func (e *ExactIndex) trimLocked(en *ExactEngine) {
 	}
 }
 
-func (e *ExactIndex) sets(b uint64) (slotView, slotView) {
+// heldOf are the engines whose events say they hold b.
+func (e *ExactIndex) heldOf(b uint64) slotView {
 	v, _ := e.blocks.get(b)
-	return v, slotView{}
+	return v
 }
 
 // isLive says whether the engine in slot is matched on its events.

@@ -27,7 +27,7 @@ const MaxIndexed = 1<<16 - 1
 //     hold one it forgot; placement treats a match as a likelihood, bounded by load.
 //
 // For a prompt of token keys, an engine whose events are live is matched on the exact index
-// alone, any other (no events configured, not yet received, its stream broken) on the
+// and the placements on it the events have not confirmed yet (pending.go), any other (no events configured, not yet received, its stream broken) on the
 // estimate. For a prompt of word hashes every engine is matched on the estimate: an engine
 // publishing events keeps its prefix preference when a prompt's tokens are not known.
 //
@@ -82,9 +82,9 @@ func (x *PrefixIndex) match(blocks []uint64, dst prefixMatches) prefixMatches {
 	e.mu.RLock()
 	var live bitset
 	if blockkey.IsKey(blocks[0]) {
-		if first, ok := e.blocks.get(blocks[0]); ok {
-			dst = walkMatches(dst, blocks, first, slotView{}, e.live.has, e.sets)
-		}
+		now := e.clock()
+		dst = walkMatches(dst, blocks, e.heldOf(blocks[0]), e.pendingOf(blocks[0], now), e.live.has,
+			func(b uint64) (slotView, slotView) { return e.heldOf(b), e.pendingOf(b, now) })
 		live = e.live
 	}
 	exactEnd := len(dst)
@@ -114,6 +114,9 @@ func (x *PrefixIndex) sets(b uint64) (slotView, slotView) {
 func (x *PrefixIndex) Record(blocks []uint64, slot int) {
 	if slot < 0 || slot >= MaxIndexed || len(blocks) == 0 {
 		return
+	}
+	if blockkey.IsKey(blocks[0]) {
+		x.exact.Expect(blocks, slot) // before x.mu: match takes the exact index's lock first
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"sync"
@@ -460,9 +461,28 @@ func startFleetRig(p fleetPolicy, e sim.Options, blockWords int) (_ *fleetRig, e
 		admin: "http://" + adminLn.Addr().String()}, nil
 }
 
-// simTokenizerJSON is the simulated engines' tokenizer, for placement.tokens source local (the
-// bench runs from the repository's root).
+// simTokenizerJSON is the simulated engines' tokenizer, for placement.tokens source local, from
+// the repository's root.
 const simTokenizerJSON = "bench/sim/tokenizer/tokenizer.json"
+
+// simTokenizerPath is simTokenizerJSON found from the working directory up: the bench runs from
+// the repository's root, its tests from their package's directory, and a `narwhal serve` it
+// starts reads the path from its own working directory. simTokenizerJSON when not found.
+func simTokenizerPath() string {
+	dir, err := os.Getwd()
+	for err == nil {
+		p := filepath.Join(dir, simTokenizerJSON)
+		if _, statErr := os.Stat(p); statErr == nil {
+			return p
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			break
+		}
+		dir = parent
+	}
+	return simTokenizerJSON
+}
 
 // fleetRouterConfig is the router's configuration for policy p in front of engines, its
 // prefix index hashing blockWords-word blocks: the production defaults but for the policy
@@ -484,7 +504,7 @@ func fleetRouterConfig(p fleetPolicy, blockWords int, engines []config.Engine) c
 	}
 	if p.Tokens != "" {
 		cfg.Placement.Tokens.Default.Source = p.Tokens
-		cfg.Placement.Tokens.Default.TokenizerJSON = simTokenizerJSON
+		cfg.Placement.Tokens.Default.TokenizerJSON = simTokenizerPath()
 	}
 	cfg.Placement.LoRAAffinity = !p.LoRABlind
 	cfg.Log.Level = "warn"

@@ -60,3 +60,29 @@ func TestGoodputRequestsFillTheWindow(t *testing.T) {
 		t.Errorf("%d requests at a tiny rate, want the 2 a rate needs", n)
 	}
 }
+
+// With overflowing caches, every run of the sweep — the lowest rate's, which sends the fewest
+// requests, included — touches at least four times the blocks an engine's cache holds (unless
+// one longest prompt's worth, the floor, is more).
+func TestOverflowingCachesAreAQuarterOfEveryRun(t *testing.T) {
+	window := goodputWindow(false)
+	rates := []float64{10, 30, 60}
+	rep, err := trace.NewReplay(trace.PrefixGroups(16, 60, 4, 1000, 256, 34), goodputScale(goodputRequests(rates[len(rates)-1], window)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := goodputEngine()
+	_, cache := sweepCache(rep, e, rates[0], window)
+	floor := e.MaxModelLen / e.BlockSize
+	for _, rate := range rates {
+		run := *rep
+		run.Requests = rep.Requests[:goodputRequests(rate, window)]
+		working, _ := overflowingCache(&run, e)
+		if cache > max(floor, working/4) {
+			t.Errorf("%g/s: the run touches %d blocks, the cache holds %d: more than a quarter", rate, working, cache)
+		}
+	}
+	if all, _ := overflowingCache(rep, e); cache >= all/4 {
+		t.Errorf("the cache (%d blocks) is not below a quarter of the largest run's working set (%d)", cache, all)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,19 +19,24 @@ import (
 )
 
 // nodesArm is one arm of the nodes scenario: how many Narwhal nodes share the traffic, and
-// whether they place on the engines' KV events or on their own estimate.
+// whether they place on their own estimate or on the engines' KV events and the prompts'
+// tokens (placement.tokens source local: the events' blocks are keyed by their token ids, so
+// they match a prompt only through its tokens; events without tokens would match nothing).
 type nodesArm struct {
 	key, name string
 	nodes     int
-	events    bool
+	tokens    bool
 }
 
 var nodesArms = []nodesArm{
-	{"auto_1", "auto, 1 node", 1, false},
-	{"auto_3", "auto, 3 nodes", 3, false},
-	{"events_1", "auto on KV events, 1 node", 1, true},
-	{"events_3", "auto on KV events, 3 nodes", 3, true},
+	{"auto_1", "estimate, 1 node", 1, false},
+	{"auto_3", "estimate, 3 nodes", 3, false},
+	{"tokens_1", "events+tokens, 1 node", 1, true},
+	{"tokens_3", "events+tokens, 3 nodes", 3, true},
 }
+
+// nodesGoal is issue #34's: three nodes on events+tokens within 5% of one node's goodput.
+const nodesGoal = 0.95
 
 // nodesRates is the default sweep, requests/s: below, at and past auto's knee on the trace.
 func nodesRates(quick bool) []float64 {
@@ -52,7 +58,8 @@ type nodesRun struct {
 // goodput scenario's fleet — 2 prefill + 4 decode calibrated engines, in this process — and
 // offers the public trace at a few rates, a round-robin client spreading the requests over
 // the nodes: what splitting the traffic costs the prefix hit rate and the goodput, on each
-// node's own estimate of the engines' caches and on their KV events.
+// node's own estimate of the engines' caches and on their KV events keyed by the prompts'
+// tokens (every node follows every engine, so each node's index is the same).
 func Nodes(env harness.Env) (*report.Section, error) {
 	rates := env.Rates
 	if len(rates) == 0 {
@@ -136,22 +143,28 @@ func runNodes(env harness.Env, rates []float64, window time.Duration) (*report.S
 	sec.Printf("engine prefix hit %%: the fleet's prompt tokens served from its prefix caches over those looked up (what the simulators report as cached_tokens); " +
 		"router prefix hits %%: the nodes' prefix placements that found an engine holding a match (narwhal_prefix_placements_total, summed over the nodes)")
 
-	s := report.NewTable("arm", "goodput req/s (≥ 90% meeting both SLOs, interpolated)", "mean engine prefix hit %")
+	s := report.NewTable("arm", "goodput req/s (≥ 90% meeting both SLOs, interpolated)", "mean engine prefix hit %", "TTFT p99 ms by offered rate")
 	for _, a := range nodesArms {
 		sum := 0.0
+		var p99 []string
 		for _, r := range runs[a.key] {
 			sum += r.hitRate
+			p99 = append(p99, fmt.Sprintf("%g/s %s", r.rate, msInt(goodput.Percentile(r.ttft, 0.99))))
 		}
 		mean := sum / float64(max(1, len(runs[a.key])))
-		s.Row(a.name, fmt.Sprintf("%.1f", rps[a.key]), fmt.Sprintf("%.1f", 100*mean))
+		s.Row(a.name, fmt.Sprintf("%.1f", rps[a.key]), fmt.Sprintf("%.1f", 100*mean), strings.Join(p99, ", "))
 		sec.Figure(a.key+"_mean_prefix_hit_pct", report.Round(100*mean, 2))
 	}
 	sec.Add(s.String())
-	for _, pair := range [][2]string{{"auto_3", "auto_1"}, {"events_3", "events_1"}, {"events_3", "auto_3"}} {
+	for _, pair := range [][2]string{{"auto_3", "auto_1"}, {"tokens_3", "tokens_1"}, {"tokens_1", "auto_1"}, {"tokens_3", "auto_3"}} {
 		if rps[pair[1]] > 0 {
 			sec.Printf("goodput %s ÷ %s: %.2f", pair[0], pair[1], rps[pair[0]]/rps[pair[1]])
 			sec.Figure(pair[0]+"_over_"+pair[1]+"_goodput", report.Round(rps[pair[0]]/rps[pair[1]], 2))
 		}
+	}
+	if one := rps["tokens_1"]; one > 0 {
+		sec.Target(report.Target{Name: "three nodes on events+tokens: goodput ÷ one node's", Value: report.Round(rps["tokens_3"]/one, 2),
+			Unit: "×", Limit: nodesGoal, AtLeast: true})
 	}
 	return sec, nil
 }
@@ -159,7 +172,7 @@ func runNodes(env harness.Env, rates []float64, window time.Duration) (*report.S
 // runNodesArm starts a fresh fleet and arm a's nodes in front of it, offers reqs round robin
 // over the nodes and measures what the fleet and the nodes saw.
 func runNodesArm(env harness.Env, a nodesArm, e sim.Options, blockWords int, reqs []trace.Request, arrivals []time.Duration, slo goodput.SLO) (*nodesRun, error) {
-	if a.events {
+	if a.tokens {
 		e.KVEvents, e.KVEventsReplay = "tcp://127.0.0.1:0", "tcp://127.0.0.1:0"
 	}
 	fleet, err := sim.StartFleet(sim.FleetOptions{Prefill: 2, Decode: 4, Engine: e})
@@ -168,12 +181,15 @@ func runNodesArm(env harness.Env, a nodesArm, e sim.Options, blockWords int, req
 	}
 	defer fleet.Close()
 	engines := simEngines(fleet.Engines)
-	if !a.events {
+	p := fleetPolicy{Disaggregation: config.DisaggAuto, Placement: config.PlacePrefix, ScrapeS: 0.25}
+	if a.tokens {
+		p.KVEvents, p.Tokens = true, config.TokensLocal
+	} else {
 		for i := range engines {
 			engines[i].KVEvents = config.EngineKVEvents{}
 		}
 	}
-	cfg := fleetRouterConfig(fleetPolicy{Disaggregation: config.DisaggAuto, Placement: config.PlacePrefix, ScrapeS: 0.25}, blockWords, engines)
+	cfg := fleetRouterConfig(p, blockWords, engines)
 	cfg.Log.AccessLog = false
 	var binds []string
 	if a.nodes > 1 {

@@ -79,7 +79,7 @@ func run() int {
 		}
 		return nil
 	})
-	flag.Func("goodput-policies", "goodput scenario: comma-separated arms to run (auto, auto-fixed, auto-events, auto-tokens, pd, local; default: all but auto-tokens)", func(v string) error {
+	flag.Func("goodput-policies", "goodput scenario: comma-separated arms to run (auto, auto-fixed, auto-events, auto-tokens, auto-none, pd, local; default: all but auto-tokens and auto-none)", func(v string) error {
 		for _, k := range strings.Split(v, ",") {
 			policies = append(policies, strings.TrimSpace(k))
 		}
